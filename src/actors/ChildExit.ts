@@ -1,0 +1,26 @@
+/**
+ * How a supervised child ended, in the terms the policy needs.
+ *
+ * An OS process either exits with a code or is ended by a signal; an actor
+ * (or a process that could not even be started) crashes with a description of
+ * its cause. Only `Exited { code: 0 }` is a clean exit.
+ */
+import * as Data from "effect/Data"
+
+export type ChildExit = Data.TaggedEnum<{
+  Exited: { readonly code: number }
+  Signaled: { readonly signal: string }
+  Crashed: { readonly detail: string }
+}>
+
+export const ChildExit = Data.taggedEnum<ChildExit>()
+
+export const isClean = (exit: ChildExit): boolean => exit._tag === "Exited" && exit.code === 0
+
+/** "status 1", "signal SIGKILL", "crash: ..." — short enough for a verdict line. */
+export const describe = (exit: ChildExit): string =>
+  ChildExit.$match(exit, {
+    Exited: ({ code }) => `status ${code}`,
+    Signaled: ({ signal }) => `signal ${signal}`,
+    Crashed: ({ detail }) => `crash: ${detail}`
+  })

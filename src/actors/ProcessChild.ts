@@ -1,0 +1,131 @@
+/**
+ * OS processes as supervised children.
+ *
+ * Each child is started in a session and process group of its own, so a stop
+ * reaches everything it started, and a Ctrl-C at the terminal reaches only
+ * the launcher, which then stops its children in order. Each child also dies
+ * with its parent, even when the parent is SIGKILLed: a Bun child does not on
+ * its own, so the child runs under `setpriv --pdeathsig KILL` (the kernel's
+ * PR_SET_PDEATHSIG, which survives the exec into the real program). The
+ * signal follows the spawning thread, so spawn only from the main thread.
+ *
+ * The exit is observed through `proc.exited`, an event, never by polling.
+ */
+import * as Data from "effect/Data"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import type * as Scope from "effect/Scope"
+import type { ChildHandle, StopMode } from "./ChildHandle.ts"
+import { ChildExit } from "./ChildExit.ts"
+
+export class SpawnError extends Data.TaggedError("SpawnError")<{
+  readonly command: string
+  readonly reason: string
+}> {
+  override get message(): string {
+    return `could not start \`${this.command}\`: ${this.reason}`
+  }
+}
+
+type Stdio = "inherit" | "pipe" | "ignore"
+
+export interface ProcessSpec {
+  readonly cmd: ReadonlyArray<string>
+  readonly cwd?: string | undefined
+  /** Added to (not instead of) this process's environment. */
+  readonly env?: Readonly<Record<string, string>> | undefined
+  readonly stdin?: Stdio | undefined
+  readonly stdout?: Stdio | undefined
+  readonly stderr?: Stdio | undefined
+  /** Kill the child when this process dies, however it dies (default true). */
+  readonly dieWithParent?: boolean | undefined
+  /** How long a closing Scope waits after SIGTERM before SIGKILL (default 5 s). */
+  readonly grace?: Duration.DurationInput | undefined
+}
+
+export interface ProcessChild extends ChildHandle {
+  readonly pid: number
+  readonly subprocess: Bun.Subprocess<"pipe" | "inherit" | "ignore", "pipe" | "inherit" | "ignore", "pipe" | "inherit" | "ignore">
+}
+
+const setpriv = Bun.which("setpriv")
+let warnedNoSetpriv = false
+
+/** The argv that makes `cmd` die with this process. */
+const withParentDeath = (cmd: ReadonlyArray<string>): ReadonlyArray<string> => {
+  if (setpriv !== null) return [setpriv, "--pdeathsig", "KILL", "--", ...cmd]
+  if (!warnedNoSetpriv) {
+    warnedNoSetpriv = true
+    console.error(
+      "cohort: `setpriv` (util-linux) is not on PATH: children will outlive a SIGKILLed launcher. " +
+        "Install util-linux to fix this."
+    )
+  }
+  return cmd
+}
+
+const exitOf = (proc: Bun.Subprocess): ChildExit =>
+  proc.signalCode !== null
+    ? ChildExit.Signaled({ signal: String(proc.signalCode) })
+    : ChildExit.Exited({ code: proc.exitCode ?? -1 })
+
+/**
+ * Start a process whose lifetime is bound to the current Scope: closing the
+ * Scope stops it gracefully and waits for it to end.
+ */
+export const spawn = (spec: ProcessSpec): Effect.Effect<ProcessChild, SpawnError, Scope.Scope> =>
+  Effect.acquireRelease(
+    Effect.try({
+      try: () => start(spec),
+      catch: (error) =>
+        new SpawnError({ command: spec.cmd.join(" "), reason: error instanceof Error ? error.message : String(error) })
+    }),
+    (child) => child.stop("graceful", spec.grace ?? Duration.seconds(5))
+  )
+
+const start = (spec: ProcessSpec): ProcessChild => {
+  if (spec.cmd.length === 0) throw new Error("empty command")
+  const cmd = spec.dieWithParent === false ? spec.cmd : withParentDeath(spec.cmd)
+  const proc = Bun.spawn([...cmd], {
+    cwd: spec.cwd,
+    // Bun.spawn's env replaces the whole environment: merge explicitly.
+    env: spec.env === undefined ? process.env : { ...process.env, ...spec.env },
+    stdin: spec.stdin ?? "ignore",
+    stdout: spec.stdout ?? "inherit",
+    stderr: spec.stderr ?? "inherit",
+    detached: true
+  })
+  const pid = proc.pid
+
+  const alive = () => proc.exitCode === null && proc.signalCode === null
+  /**
+   * Signal the child's whole group while the child is unreaped: until Bun
+   * reaps it, its pid (and so its group id) cannot be handed to anyone else.
+   */
+  const signal = (sig: NodeJS.Signals) => {
+    if (!alive()) return
+    try {
+      process.kill(-pid, sig)
+    } catch {
+      // The group is gone but the leader is not reaped yet: signal it alone.
+      proc.kill(sig)
+    }
+  }
+
+  const exited = Effect.promise(() => proc.exited).pipe(Effect.map(() => exitOf(proc)))
+
+  const stop = (mode: StopMode, grace: Duration.DurationInput) =>
+    Effect.gen(function*() {
+      if (!alive()) return
+      if (mode === "kill") {
+        signal("SIGKILL")
+      } else {
+        signal("SIGTERM")
+        const ended = yield* Effect.timeout(exited, grace).pipe(Effect.option)
+        if (ended._tag === "None") signal("SIGKILL")
+      }
+      yield* exited
+    }).pipe(Effect.uninterruptible)
+
+  return { pid, subprocess: proc, describe: `pid ${pid}`, exited, stop }
+}

@@ -1,0 +1,159 @@
+/**
+ * The supervisor: an actor that owns children and carries out what `decide`
+ * tells it.
+ *
+ * It holds no policy of its own. Every event (a child's exit, formation, an
+ * abort, a restart timer) goes through the pure `decide`, and the directives
+ * that come back are executed here: start a child, stop some, schedule a
+ * restart, report deaths, deliver the verdict. Time comes from `Clock`, so a
+ * `TestClock` drives restarts in tests.
+ *
+ * Children start in order, each in a Scope of its own (one per incarnation).
+ * Closing the supervisor's Scope stops the children that are left in reverse
+ * start order, gracefully. Stops always go through the child's handle.
+ */
+import * as Clock from "effect/Clock"
+import * as Deferred from "effect/Deferred"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as ExecutionStrategy from "effect/ExecutionStrategy"
+import * as Exit from "effect/Exit"
+import * as Ref from "effect/Ref"
+import * as Scope from "effect/Scope"
+import * as Actor from "./Actor.ts"
+import type { ChildHandle } from "./ChildHandle.ts"
+import { ChildExit } from "./ChildExit.ts"
+import type { ChildSpec } from "./ChildSpec.ts"
+import { decide, Directive, initialState, SupervisionEvent, type SupervisorState } from "./decide.ts"
+import type { Strategy } from "./Strategy.ts"
+import type { Verdict } from "./Verdict.ts"
+
+export interface SupervisedChild extends ChildSpec {
+  /** Start one incarnation; what it acquires lives in the incarnation's Scope. */
+  readonly start: Effect.Effect<ChildHandle, unknown, Scope.Scope>
+}
+
+export interface SupervisorOptions {
+  readonly name: string
+  readonly strategy: Strategy
+  readonly children: ReadonlyArray<SupervisedChild>
+  /** SIGTERM → SIGKILL for graceful stops. */
+  readonly grace: Duration.DurationInput
+  /** Seed of the backoff jitter (default: fixed, so runs are reproducible). */
+  readonly seed?: number
+  /** Sees every directive once it has been carried out: membership hooks, progress, tests. */
+  readonly onDirective?: (directive: Directive) => Effect.Effect<void>
+}
+
+/** The events someone outside the supervisor may send it. */
+export type ExternalEvent = Extract<
+  SupervisionEvent,
+  { readonly _tag: "CohortFormed" | "RanksLost" | "CoordinatorFailed" | "RunDrained" | "AbortRequested" }
+>
+
+export interface Supervisor {
+  readonly send: (event: ExternalEvent) => Effect.Effect<void>
+  /** Waits for the verdict: every child has ended for good. */
+  readonly verdict: Effect.Effect<Verdict>
+  readonly state: Effect.Effect<SupervisorState>
+  /** The handle of a child's current incarnation, if it has one. */
+  readonly handle: (id: string) => Effect.Effect<ChildHandle | undefined>
+}
+
+export const start = (options: SupervisorOptions): Effect.Effect<Supervisor, never, Scope.Scope> =>
+  Effect.gen(function*() {
+    const { strategy, grace } = options
+    const specs = new Map(options.children.map((child) => [child.id, child]))
+    const state = yield* Ref.make(initialState(options.children, options.seed))
+    const handles = new Map<string, ChildHandle>()
+    const verdict = yield* Deferred.make<Verdict>()
+    const scope = yield* Scope.fork(yield* Effect.scope, ExecutionStrategy.sequential)
+    const background = <A, E>(effect: Effect.Effect<A, E>) => Effect.asVoid(Effect.forkIn(effect, scope))
+
+    // Bound late: handlers send events to their own actor, always from a
+    // background fiber, so a full mailbox can never block the actor on itself.
+    let self: Actor.ActorRef<SupervisionEvent> | undefined
+    const enqueue = (event: SupervisionEvent) =>
+      self === undefined ? Effect.void : Effect.ignore(self.tell(event))
+
+    const startChild = (id: string) =>
+      Effect.gen(function*() {
+        const spec = specs.get(id)!
+        const incarnation = yield* Scope.fork(scope, ExecutionStrategy.sequential)
+        const started = yield* spec.start.pipe(Scope.extend(incarnation), Effect.either)
+        if (started._tag === "Left") {
+          yield* Scope.close(incarnation, Exit.void)
+          const detail = started.left instanceof Error ? started.left.message : String(started.left)
+          yield* background(enqueue(SupervisionEvent.ChildExited({ id, exit: ChildExit.Crashed({ detail }) })))
+          return
+        }
+        const handle = started.right
+        handles.set(id, handle)
+        yield* background(
+          handle.exited.pipe(
+            Effect.tap(() => Effect.sync(() => handles.get(id) === handle && handles.delete(id))),
+            Effect.tap(() => Scope.close(incarnation, Exit.void)),
+            Effect.flatMap((exit) => enqueue(SupervisionEvent.ChildExited({ id, exit })))
+          )
+        )
+      })
+
+    const stopChildren = (ids: ReadonlyArray<string>, mode: "kill" | "graceful") => {
+      const targets = ids.flatMap((id) => handles.get(id) ?? [])
+      // A kill reaches everyone at once (failure reaction is a race); a
+      // graceful stop goes one child at a time, in the order given.
+      return background(
+        Effect.forEach(targets, (handle) => handle.stop(mode, grace), {
+          concurrency: mode === "kill" ? "unbounded" : 1,
+          discard: true
+        })
+      )
+    }
+
+    const execute = (directive: Directive): Effect.Effect<void> =>
+      Directive.$match(directive, {
+        Start: ({ id }) => startChild(id),
+        Terminate: ({ ids, mode }) => stopChildren(ids, mode),
+        Restart: ({ after, id }) =>
+          background(Effect.zipRight(Effect.sleep(Duration.millis(after)), enqueue(SupervisionEvent.RestartDue({ id })))),
+        ReportDead: ({ cause, ranks }) => Effect.logWarning(`rank(s) ${ranks.join(", ")} dead: ${cause}`),
+        Escalate: ({ cause }) => Effect.logError(`escalating: ${cause}`),
+        Note: ({ message }) => Effect.logInfo(message),
+        Verdict: ({ verdict: value }) => Deferred.succeed(verdict, value)
+      })
+
+    const step = (event: SupervisionEvent) =>
+      Effect.gen(function*() {
+        const now = yield* Clock.currentTimeMillis
+        const [directives, next] = decide(strategy, yield* Ref.get(state), event, now)
+        yield* Ref.set(state, next)
+        for (const directive of directives) {
+          yield* execute(directive)
+          if (options.onDirective !== undefined) yield* options.onDirective(directive)
+        }
+      })
+
+    self = yield* Actor.spawn<SupervisionEvent, never>({
+      name: options.name,
+      handlers: {
+        Boot: step,
+        ChildExited: step,
+        CohortFormed: step,
+        RanksLost: step,
+        CoordinatorFailed: step,
+        RunDrained: step,
+        AbortRequested: step,
+        RestartDue: step
+      }
+    })
+    yield* self.tell(SupervisionEvent.Boot()).pipe(Effect.orDie)
+
+    const ref = self
+    const supervisor: Supervisor = {
+      send: (event) => Effect.ignore(ref.tell(event)),
+      verdict: Deferred.await(verdict),
+      state: Ref.get(state),
+      handle: (id) => Effect.sync(() => handles.get(id))
+    }
+    return supervisor
+  }).pipe(Effect.annotateLogs({ module: "actors", actor: options.name }))

@@ -1,0 +1,57 @@
+/**
+ * The run's verdict: what the launcher prints last and what its exit status says.
+ *
+ * The rules, in order (first match wins):
+ * 1. a coordinator that failed while the cohort formed is the root cause;
+ * 2. else a fatal child exit (kill-all), an escalation or an abort is;
+ * 3. else every rank lost → failed;
+ * 4. else dead ≥ the max_failure limit → failed;
+ * 5. else some deaths under the limit → completed, DEGRADED;
+ * 6. else non-zero exits only after the run drained → completed, tolerated.
+ */
+import * as Data from "effect/Data"
+
+export type FailureKind =
+  | "coordinator"
+  | "child-failed"
+  | "restart-intensity"
+  | "aborted"
+  | "all-ranks-lost"
+  | "max-failure"
+
+export type Verdict = Data.TaggedEnum<{
+  Completed: {
+    /** Ranks lost along the way and tolerated by elastic membership. */
+    readonly dead: number
+    readonly world: number
+    /** Abnormal exits in the teardown window, after the run drained. */
+    readonly tolerated: number
+  }
+  Failed: {
+    readonly kind: FailureKind
+    readonly message: string
+  }
+}>
+
+export const Verdict = Data.taggedEnum<Verdict>()
+
+/** The launcher's exit status for a verdict: 0 for any completion, 1 for failure, 130 when the user aborted. */
+export const exitCode = (verdict: Verdict): number =>
+  verdict._tag === "Completed" ? 0 : verdict.kind === "aborted" ? 130 : 1
+
+/** The one line a person reads at the end of a run. */
+export const describeVerdict = (verdict: Verdict): string =>
+  Verdict.$match(verdict, {
+    Failed: ({ message }) => `run FAILED: ${message}`,
+    Completed: ({ dead, world, tolerated }) => {
+      if (dead > 0) {
+        return `run completed DEGRADED: ${dead} of ${world} ranks lost along the way ` +
+          `(tolerated by elastic membership); survivors carried the work`
+      }
+      if (tolerated > 0) {
+        return `run completed; ${tolerated} non-zero exit(s) after the run drained were tolerated ` +
+          `(not rank deaths: nothing was redistributed)`
+      }
+      return "run completed"
+    }
+  })

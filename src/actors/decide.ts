@@ -1,0 +1,417 @@
+/**
+ * All supervision policy, as one pure function.
+ *
+ * `decide(strategy, state, event, now)` returns the directives the interpreter
+ * must carry out and the next state. It reads no clock, spawns nothing and
+ * draws randomness (backoff jitter) from a seed carried in the state, so the
+ * same events at the same times always give the same directives. That is what
+ * lets the property tests hammer it and the model-based tests hold the
+ * effectful `Supervisor` to it.
+ */
+import * as Data from "effect/Data"
+import * as ChildExitModule from "./ChildExit.ts"
+import type { ChildExit } from "./ChildExit.ts"
+import { type ChildSpec, worldOf } from "./ChildSpec.ts"
+import { type Backoff, failureLimit, inForce, type Strategy } from "./Strategy.ts"
+import { Verdict } from "./Verdict.ts"
+
+export type SupervisionEvent = Data.TaggedEnum<{
+  /** Start every child, in order. The interpreter sends it once. */
+  Boot: {}
+  ChildExited: { readonly id: string; readonly exit: ChildExit }
+  /** The cohort formed: from now on the after-formation strategy is in force. One-way. */
+  CohortFormed: {}
+  /** Ranks declared dead by someone other than a child exit (heartbeat staleness). */
+  RanksLost: { readonly ranks: ReadonlyArray<number>; readonly reason: string }
+  CoordinatorFailed: { readonly reason: string }
+  /** The work is done; children are expected to exit on their own now. */
+  RunDrained: {}
+  AbortRequested: { readonly reason: string }
+  /** A restart scheduled by a `Restart` directive is due. */
+  RestartDue: { readonly id: string }
+}>
+export const SupervisionEvent = Data.taggedEnum<SupervisionEvent>()
+
+export type Directive = Data.TaggedEnum<{
+  Start: { readonly id: string }
+  /** Stop these children, in this order: `kill` at once, or `graceful` (SIGTERM, then SIGKILL after the grace). */
+  Terminate: { readonly ids: ReadonlyArray<string>; readonly mode: "kill" | "graceful"; readonly reason: string }
+  /** Tell membership (the coordinator) that these ranks are gone. */
+  ReportDead: { readonly ranks: ReadonlyArray<number>; readonly cause: string }
+  /** Send `RestartDue { id }` after `after` milliseconds. */
+  Restart: { readonly id: string; readonly after: number }
+  Escalate: { readonly cause: string }
+  /** A line for the operator. */
+  Note: { readonly message: string }
+  /** Everything has ended; emitted exactly once, last. */
+  Verdict: { readonly verdict: Verdict }
+}>
+export const Directive = Data.taggedEnum<Directive>()
+
+export type ChildStatus =
+  | "pending" //     not started yet
+  | "running"
+  | "stopping" //    told to stop; its exit is expected
+  | "restarting" //  ended; a restart is scheduled
+  | "exited" //      ended for good
+
+export interface ChildState {
+  readonly spec: ChildSpec
+  readonly status: ChildStatus
+  /** Set while a child is stopped on behalf of a group restart: when it comes back (ms, absolute). */
+  readonly restartAt?: number | undefined
+}
+
+type Failure = { readonly kind: "child-failed" | "restart-intensity" | "aborted"; readonly message: string }
+
+export interface SupervisorState {
+  readonly children: ReadonlyArray<ChildState>
+  readonly world: number
+  readonly formed: boolean
+  readonly drained: boolean
+  /** A run-wide stop is under way: no restarts, no new failures. */
+  readonly stopping: boolean
+  readonly failure: Failure | undefined
+  readonly coordinatorFailure: string | undefined
+  /** Dead ranks, ascending, each once. */
+  readonly dead: ReadonlyArray<number>
+  readonly tolerated: number
+  /** When each restart happened, oldest first; pruned to the intensity window. */
+  readonly restarts: ReadonlyArray<{ readonly at: number; readonly id: string }>
+  /** Jitter source (mulberry32 state). */
+  readonly seed: number
+  readonly verdict: Verdict | undefined
+}
+
+export const initialState = (children: ReadonlyArray<ChildSpec>, seed = 0x5eed): SupervisorState => {
+  const ids = new Set<string>()
+  for (const child of children) {
+    if (ids.has(child.id)) throw new Error(`duplicate child id "${child.id}"`)
+    ids.add(child.id)
+  }
+  return {
+    children: children.map((spec) => ({ spec, status: "pending" })),
+    world: worldOf(children),
+    formed: false,
+    drained: false,
+    stopping: false,
+    failure: undefined,
+    coordinatorFailure: undefined,
+    dead: [],
+    tolerated: 0,
+    restarts: [],
+    seed: seed >>> 0,
+    verdict: undefined
+  }
+}
+
+/** The limit of the elastic strategy in force, if it has one. */
+export const deathLimit = (strategy: Strategy, state: SupervisorState): number | undefined => {
+  const current = inForce(strategy, state.formed)
+  if (current._tag !== "Elastic" || current.maxFailure === undefined) return undefined
+  // A limit of 0 ("0%" or a count of 0) means the first death trips; no deaths never does.
+  return Math.max(1, failureLimit(current.maxFailure, state.world))
+}
+
+/** The verdict the state calls for, by the rules in `Verdict.ts`. */
+export const verdictOf = (strategy: Strategy, state: SupervisorState): Verdict => {
+  if (state.coordinatorFailure !== undefined) {
+    return Verdict.Failed({ kind: "coordinator", message: `coordinator failed: ${state.coordinatorFailure}` })
+  }
+  if (state.failure !== undefined) return Verdict.Failed(state.failure)
+  const dead = state.dead.length
+  if (state.world > 0 && dead >= state.world) {
+    return Verdict.Failed({ kind: "all-ranks-lost", message: `every rank was lost (${dead}/${state.world})` })
+  }
+  const limit = deathLimit(strategy, state)
+  if (limit !== undefined && dead >= limit) {
+    return Verdict.Failed({
+      kind: "max-failure",
+      message: `max_failure exceeded: ${dead}/${state.world} ranks dead, threshold ${limit}`
+    })
+  }
+  return Verdict.Completed({ dead, world: state.world, tolerated: state.tolerated })
+}
+
+/** mulberry32: a tiny, well-mixed 32-bit generator; returns a draw in [0, 1) and the next seed. */
+const nextRandom = (seed: number): readonly [number, number] => {
+  const next = (seed + 0x6d2b79f5) >>> 0
+  let t = next
+  t = Math.imul(t ^ (t >>> 15), t | 1)
+  t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
+  return [((t ^ (t >>> 14)) >>> 0) / 4294967296, next]
+}
+
+/** The undithered delay before restart number `attempt` (0-based). */
+export const backoffBase = (backoff: Backoff, attempt: number): number =>
+  Math.min(backoff.max, backoff.initial * Math.pow(backoff.factor, attempt))
+
+/** The delay before restart number `attempt`, dithered by `jitter` with draw `u` ∈ [0, 1), never above `max`. */
+export const backoffDelay = (backoff: Backoff, attempt: number, u: number): number => {
+  const base = backoffBase(backoff, attempt)
+  const dithered = base * (1 + backoff.jitter * (2 * u - 1))
+  return Math.max(0, Math.min(backoff.max, Math.round(dithered)))
+}
+
+/**
+ * One step of supervision. Events about children that already ended, or that
+ * the state does not know, change nothing: duplicate exit reports are harmless.
+ */
+export const decide = (
+  strategy: Strategy,
+  state: SupervisorState,
+  event: SupervisionEvent,
+  now: number
+): readonly [ReadonlyArray<Directive>, SupervisorState] => {
+  if (state.verdict !== undefined) return [[], state]
+  const step = new Step(strategy, state, now)
+  SupervisionEvent.$match(event, {
+    Boot: () => step.boot(),
+    ChildExited: ({ exit, id }) => step.childExited(id, exit),
+    CohortFormed: () => step.update({ formed: true }),
+    RanksLost: ({ ranks, reason }) => step.ranksLost(ranks, reason),
+    CoordinatorFailed: ({ reason }) => step.coordinatorFailed(reason),
+    RunDrained: () => step.drain(),
+    AbortRequested: ({ reason }) => step.abort(reason),
+    RestartDue: ({ id }) => step.restartDue(id)
+  })
+  step.settle()
+  return [step.directives, step.state]
+}
+
+/** The mutable scratch of one `decide` call; nothing of it escapes but the result. */
+class Step {
+  readonly directives: Array<Directive> = []
+  constructor(readonly strategy: Strategy, public state: SupervisorState, readonly now: number) {}
+
+  update(patch: Partial<SupervisorState>): void {
+    this.state = { ...this.state, ...patch }
+  }
+
+  child(id: string): ChildState | undefined {
+    return this.state.children.find((child) => child.spec.id === id)
+  }
+
+  setChild(id: string, patch: Partial<ChildState>): void {
+    this.update({
+      children: this.state.children.map((child) => (child.spec.id === id ? { ...child, ...patch } : child))
+    })
+  }
+
+  boot(): void {
+    for (const child of this.state.children) {
+      if (child.status !== "pending") continue
+      this.setChild(child.spec.id, { status: "running" })
+      this.directives.push(Directive.Start({ id: child.spec.id }))
+    }
+  }
+
+  childExited(id: string, exit: ChildExit): void {
+    const child = this.child(id)
+    if (child === undefined || (child.status !== "running" && child.status !== "stopping")) return
+    const { spec } = child
+    const abnormal = !ChildExitModule.isClean(exit)
+    const what = `${spec.label} exited with ${ChildExitModule.describe(exit)}`
+
+    if (child.status === "stopping") {
+      // We asked for this exit; it says nothing about the child's health.
+      if (child.restartAt !== undefined && !this.state.stopping && !this.state.drained) {
+        this.setChild(id, { status: "restarting", restartAt: undefined })
+        this.directives.push(Directive.Restart({ id, after: Math.max(0, child.restartAt - this.now) }))
+      } else {
+        this.setChild(id, { status: "exited", restartAt: undefined })
+      }
+      return
+    }
+
+    if (this.state.drained) {
+      this.setChild(id, { status: "exited" })
+      if (abnormal) {
+        this.update({ tolerated: this.state.tolerated + 1 })
+        this.note(`${what} after the run drained; tolerated`)
+      }
+      return
+    }
+
+    const current = inForce(this.strategy, this.state.formed)
+    if (!abnormal) {
+      if (current._tag === "Restart" && spec.restart === "permanent") {
+        this.restart(child, current, `${what} (permanent child)`)
+      } else {
+        this.setChild(id, { status: "exited" })
+      }
+      return
+    }
+
+    switch (current._tag) {
+      case "KillAll": {
+        this.setChild(id, { status: "exited" })
+        this.fail({ kind: "child-failed", message: what }, "kill", `${what}: terminating every sibling (kill_all)`)
+        return
+      }
+      case "Elastic": {
+        this.setChild(id, { status: "exited" })
+        this.loseMembers(child, what)
+        return
+      }
+      case "Restart": {
+        if (spec.restart === "temporary") {
+          this.setChild(id, { status: "exited" })
+          this.loseMembers(child, `${what} (temporary child: not restarted)`)
+          return
+        }
+        this.restart(child, current, what)
+        return
+      }
+    }
+  }
+
+  /** Elastic membership: the child's ranks (its whole group's, if significant) are dead; survivors carry on. */
+  loseMembers(child: ChildState, what: string): void {
+    const { spec } = child
+    let ranks = spec.ranks
+    if (spec.significant && spec.group !== undefined) {
+      const group = this.state.children.filter((other) => other.spec.group === spec.group)
+      ranks = group.flatMap((member) => member.spec.ranks)
+      const running = group.filter((member) => member.status === "running")
+      this.terminate(running, "graceful", `${what}: its group ${spec.group} goes with it`)
+      for (const member of group) {
+        if (member.status === "restarting" || member.status === "pending") {
+          this.setChild(member.spec.id, { status: "exited" })
+        }
+      }
+    }
+    this.markDead(ranks, what)
+  }
+
+  ranksLost(ranks: ReadonlyArray<number>, reason: string): void {
+    if (this.state.stopping || this.state.drained) return
+    const current = inForce(this.strategy, this.state.formed)
+    const what = `rank(s) ${ranks.join(", ")} lost: ${reason}`
+    if (current._tag === "KillAll") {
+      this.markDead(ranks, what, false)
+      this.fail({ kind: "child-failed", message: what }, "kill", `${what}: terminating every child (kill_all)`)
+      return
+    }
+    this.markDead(ranks, what, false)
+  }
+
+  /** Record deaths, report the new ones, and stop the run once the threshold is crossed. */
+  markDead(ranks: ReadonlyArray<number>, cause: string, report = true): void {
+    const known = new Set(this.state.dead)
+    const fresh = [...new Set(ranks)].filter((rank) => !known.has(rank)).sort((a, b) => a - b)
+    if (fresh.length === 0) return
+    this.update({ dead: [...this.state.dead, ...fresh].sort((a, b) => a - b) })
+    if (report) {
+      this.directives.push(Directive.ReportDead({ ranks: fresh, cause }))
+      this.note(`${cause}: reporting rank(s) ${fresh.join(", ")} dead; survivors carry the work`)
+    }
+    if (this.state.stopping) return
+    const dead = this.state.dead.length
+    const limit = deathLimit(this.strategy, this.state)
+    if (this.state.world > 0 && dead >= this.state.world) {
+      this.stopAll("graceful", `every rank was lost (${dead}/${this.state.world}): stopping the run`)
+    } else if (limit !== undefined && dead >= limit) {
+      this.stopAll("graceful", `max_failure exceeded (${dead}/${this.state.world} dead, threshold ${limit}): stopping the run`)
+    }
+  }
+
+  restart(child: ChildState, policy: Extract<Strategy, { _tag: "Restart" }>, what: string): void {
+    const id = child.spec.id
+    const windowStart = this.now - policy.within
+    const recent = this.state.restarts.filter((entry) => entry.at > windowStart)
+    this.update({ restarts: recent })
+    if (recent.length >= policy.maxRestarts) {
+      this.setChild(id, { status: "exited" })
+      const cause = `${what}; restart intensity exceeded: ${child.spec.label} would be restart ` +
+        `${recent.length + 1} within ${policy.within} ms (max_restarts ${policy.maxRestarts})`
+      this.directives.push(Directive.Escalate({ cause }))
+      this.fail({ kind: "restart-intensity", message: cause }, "graceful", cause)
+      return
+    }
+    const attempt = policy.scope === "one" ? recent.filter((entry) => entry.id === id).length : recent.length
+    const [u, seed] = nextRandom(this.state.seed)
+    const after = backoffDelay(policy.backoff, attempt, u)
+    this.update({ seed, restarts: [...recent, { at: this.now, id }] })
+    this.setChild(id, { status: "restarting" })
+    this.directives.push(Directive.Restart({ id, after }))
+    if (policy.scope === "all") {
+      const running = this.state.children.filter((other) => other.status === "running")
+      this.terminate(running, "graceful", `${what}: restarting the whole group in ${after} ms`, this.now + after)
+    } else {
+      this.note(`${what}: restarting it in ${after} ms`)
+    }
+  }
+
+  restartDue(id: string): void {
+    const child = this.child(id)
+    if (child === undefined || child.status !== "restarting" || this.state.stopping) return
+    this.setChild(id, { status: "running" })
+    this.directives.push(Directive.Start({ id }))
+  }
+
+  coordinatorFailed(reason: string): void {
+    if (this.state.coordinatorFailure !== undefined) return
+    this.update({ coordinatorFailure: reason })
+    this.stopAll("graceful", `coordinator failed: ${reason}: stopping every child`)
+  }
+
+  drain(): void {
+    this.update({ drained: true })
+    for (const child of this.state.children) {
+      if (child.status === "restarting") this.setChild(child.spec.id, { status: "exited" })
+    }
+  }
+
+  abort(reason: string): void {
+    if (this.state.stopping) return
+    if (!this.state.drained && this.state.failure === undefined) {
+      this.update({ failure: { kind: "aborted", message: `aborted: ${reason}` } })
+    }
+    this.stopAll("graceful", `aborted: ${reason}: stopping every child`)
+  }
+
+  /** Record the root cause (the first one wins) and stop everything. */
+  fail(failure: Failure, mode: "kill" | "graceful", message: string): void {
+    if (this.state.failure === undefined) this.update({ failure })
+    this.stopAll(mode, message)
+  }
+
+  stopAll(mode: "kill" | "graceful", reason: string): void {
+    if (this.state.stopping) return
+    this.update({ stopping: true })
+    for (const child of this.state.children) {
+      if (child.status === "pending" || child.status === "restarting") {
+        this.setChild(child.spec.id, { status: "exited", restartAt: undefined })
+      } else if (child.status === "stopping") {
+        // Already on its way out (a group restart): it must not come back.
+        this.setChild(child.spec.id, { restartAt: undefined })
+      }
+    }
+    const running = this.state.children.filter((child) => child.status === "running")
+    this.terminate(running, mode, reason)
+  }
+
+  /** Stop children in reverse start order, each exactly once. */
+  terminate(children: ReadonlyArray<ChildState>, mode: "kill" | "graceful", reason: string, restartAt?: number): void {
+    const targets = children.filter((child) => child.status === "running").reverse()
+    for (const child of targets) this.setChild(child.spec.id, { status: "stopping", restartAt })
+    this.note(reason)
+    if (targets.length > 0) {
+      this.directives.push(Directive.Terminate({ ids: targets.map((child) => child.spec.id), mode, reason }))
+    }
+  }
+
+  note(message: string): void {
+    this.directives.push(Directive.Note({ message }))
+  }
+
+  /** Once nothing runs, stops or waits to restart, the verdict is due. */
+  settle(): void {
+    const live = this.state.children.some((child) => child.status !== "exited")
+    if (live) return
+    const verdict = verdictOf(this.strategy, this.state)
+    this.update({ verdict })
+    this.directives.push(Directive.Verdict({ verdict }))
+  }
+}
