@@ -52,12 +52,14 @@ export class Elastic extends Schema.TaggedClass<Elastic>()("Elastic", {
 }) {}
 
 /** Delay before the n-th restart: `min(max, initial × factor^n)`, then ± `jitter` of itself, never above `max`. */
-export class Backoff extends Schema.Class<Backoff>("Backoff")({
-  initial: Millis,
-  max: Millis,
-  factor: Schema.Number.pipe(Schema.between(1, 100)),
-  jitter: Schema.Number.pipe(Schema.between(0, 1))
-}) {}
+export class Backoff extends Schema.Class<Backoff>("Backoff")(
+  Schema.Struct({
+    initial: Millis,
+    max: Millis,
+    factor: Schema.Number.pipe(Schema.between(1, 100)),
+    jitter: Schema.Number.pipe(Schema.between(0, 1))
+  }).pipe(Schema.filter((backoff) => backoff.max >= backoff.initial || "backoff max must be ≥ initial"))
+) {}
 
 /**
  * Restart the failed child (`scope: "one"`) or the whole group (`"all"`) after

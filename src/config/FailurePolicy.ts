@@ -1,0 +1,210 @@
+/**
+ * The `failure_policy` section of a cluster file: the user-facing form of the
+ * supervision strategies in `actors/Strategy`.
+ *
+ * ```yaml
+ * failure_policy:
+ *   before_formation: kill_all                 # default
+ *   after_formation:
+ *     elastic: { max_failure: 25% }            # or a count: 2; omit it to tolerate any partial loss
+ *   # after_formation:
+ *   #   restart: { max_restarts: 3, within: 10m, backoff: { initial: 1s, max: 30s, factor: 2, jitter: 0.2 }, scope: all }
+ *   grace: 5s                                  # SIGTERM → SIGKILL
+ * ```
+ *
+ * A single strategy is written `kill_all`, `elastic` (no limit),
+ * `{ elastic: { max_failure: … } }` or `{ restart: { … } }`; a phased one as a
+ * mapping with `before_formation` and `after_formation`. `encodeStrategy`
+ * writes exactly what `decodeStrategy` reads, so every strategy survives the
+ * round trip through YAML.
+ */
+import type * as Effect from "effect/Effect"
+import { stringify } from "yaml"
+import {
+  Backoff,
+  Count,
+  Elastic,
+  KillAll,
+  type MaxFailure,
+  Percent,
+  Phased,
+  Restart,
+  type Simple,
+  type Strategy
+} from "../actors/Strategy.ts"
+import type { ConfigError } from "./ConfigError.ts"
+import { formatDuration } from "./Duration.ts"
+import { type Field, parse } from "./Yaml.ts"
+
+export interface FailurePolicy {
+  readonly strategy: Phased
+  /** SIGTERM → SIGKILL, in milliseconds. */
+  readonly grace: number
+}
+
+export const defaultFailurePolicy: FailurePolicy = {
+  strategy: new Phased({ beforeFormation: new KillAll(), afterFormation: new Elastic({}) }),
+  grace: 5_000
+}
+
+const policyKeys = ["before_formation", "after_formation", "grace"] as const
+const simpleKeys = ["kill_all", "elastic", "restart"] as const
+const restartDefaults = {
+  maxRestarts: 3,
+  within: 600_000,
+  backoff: new Backoff({ initial: 1_000, max: 30_000, factor: 2, jitter: 0.2 }),
+  scope: "one" as const
+}
+
+/** Read a `failure_policy` section; an absent one gives the defaults. */
+export const decodeFailurePolicy = (field: Field): FailurePolicy => {
+  if (!field.present) return defaultFailurePolicy
+  const keys = field.map(policyKeys)
+  const defaults = defaultFailurePolicy.strategy
+  return {
+    strategy: new Phased({
+      beforeFormation: keys.before_formation!.present
+        ? decodeSimple(keys.before_formation!)
+        : defaults.beforeFormation,
+      afterFormation: keys.after_formation!.present ? decodeSimple(keys.after_formation!) : defaults.afterFormation
+    }),
+    grace: keys.grace!.present ? keys.grace!.duration() : defaultFailurePolicy.grace
+  }
+}
+
+/** Any strategy: a single one, or `{ before_formation, after_formation }`. */
+export const decodeStrategy = (field: Field): Strategy => {
+  const isPhased = field.has("before_formation") || field.has("after_formation")
+  if (!isPhased) return decodeSimple(field)
+  const keys = field.map(["before_formation", "after_formation"])
+  return new Phased({
+    beforeFormation: decodeSimple(keys.before_formation!),
+    afterFormation: decodeSimple(keys.after_formation!)
+  })
+}
+
+const decodeSimple = (field: Field): Simple => {
+  const expected = `one of kill_all, elastic, { elastic: { max_failure: … } } or { restart: { … } }`
+  const word = field.scalar
+  if (typeof word === "string") {
+    if (word === "kill_all") return new KillAll()
+    if (word === "elastic") return new Elastic({})
+    if (word === "restart") return new Restart(restartDefaults)
+    return field.expected(expected)
+  }
+  if (!field.present) return field.expected(expected)
+  const keys = field.map(simpleKeys)
+  const given = simpleKeys.filter((key) => keys[key]!.node !== undefined)
+  if (given.length !== 1) field.fail(`expected exactly one of ${simpleKeys.join(", ")}, got ${given.length}`)
+  switch (given[0]!) {
+    case "kill_all": {
+      const options = keys.kill_all!
+      if (options.present) options.map([])
+      return new KillAll()
+    }
+    case "elastic": {
+      const options = keys.elastic!
+      if (!options.present) return new Elastic({})
+      const maxFailure = options.map(["max_failure"]).max_failure!
+      return maxFailure.present ? new Elastic({ maxFailure: decodeMaxFailure(maxFailure) }) : new Elastic({})
+    }
+    case "restart":
+      return decodeRestart(keys.restart!)
+  }
+}
+
+const maxFailureExpected = `a count ≥ 0 or a percentage like "25%"`
+
+const decodeMaxFailure = (field: Field): MaxFailure => {
+  const value = field.scalar
+  if (typeof value === "number") {
+    return new Count({ n: field.int(0, 1_000_000, maxFailureExpected) })
+  }
+  if (typeof value === "string") {
+    const match = /^(\d+(?:\.\d+)?)\s*%$/.exec(value.trim())
+    const p = match === null ? NaN : Number(match[1])
+    if (Number.isFinite(p) && p >= 0 && p <= 100) return new Percent({ p })
+  }
+  return field.expected(maxFailureExpected)
+}
+
+const decodeRestart = (field: Field): Restart => {
+  if (!field.present) return new Restart(restartDefaults)
+  const keys = field.map(["max_restarts", "within", "backoff", "scope"])
+  const backoff = keys.backoff!.present ? decodeBackoff(keys.backoff!) : restartDefaults.backoff
+  return new Restart({
+    maxRestarts: keys.max_restarts!.present
+      ? keys.max_restarts!.int(0, 1_000, "a whole number of restarts from 0 to 1000")
+      : restartDefaults.maxRestarts,
+    within: keys.within!.present ? keys.within!.duration(1) : restartDefaults.within,
+    backoff,
+    scope: keys.scope!.present ? keys.scope!.literal(["one", "all"]) : restartDefaults.scope
+  })
+}
+
+const decodeBackoff = (field: Field): Backoff => {
+  const keys = field.map(["initial", "max", "factor", "jitter"])
+  const base = restartDefaults.backoff
+  const initial = keys.initial!.present ? keys.initial!.duration() : base.initial
+  const max = keys.max!.present ? keys.max!.duration() : Math.max(base.max, initial)
+  if (max < initial) {
+    keys.max!.fail(`expected a duration ≥ backoff.initial (${formatDuration(initial)}), got ${keys.max!.found}`)
+  }
+  return new Backoff({
+    initial,
+    max,
+    factor: keys.factor!.present ? keys.factor!.number(1, 100, "a growth factor from 1 to 100") : base.factor,
+    jitter: keys.jitter!.present ? keys.jitter!.number(0, 1, "a jitter fraction from 0 to 1") : base.jitter
+  })
+}
+
+/** The YAML form of a strategy: what `decodeStrategy` reads back to the same value. */
+export const encodeStrategy = (strategy: Strategy): unknown => {
+  switch (strategy._tag) {
+    case "Phased":
+      return {
+        before_formation: encodeStrategy(strategy.beforeFormation),
+        after_formation: encodeStrategy(strategy.afterFormation)
+      }
+    case "KillAll":
+      return "kill_all"
+    case "Elastic":
+      return strategy.maxFailure === undefined
+        ? "elastic"
+        : { elastic: { max_failure: encodeMaxFailure(strategy.maxFailure) } }
+    case "Restart":
+      return {
+        restart: {
+          max_restarts: strategy.maxRestarts,
+          within: formatDuration(strategy.within),
+          backoff: {
+            initial: formatDuration(strategy.backoff.initial),
+            max: formatDuration(strategy.backoff.max),
+            factor: strategy.backoff.factor,
+            jitter: strategy.backoff.jitter
+          },
+          scope: strategy.scope
+        }
+      }
+  }
+}
+
+const encodeMaxFailure = (maxFailure: MaxFailure): number | string =>
+  maxFailure._tag === "Count" ? maxFailure.n : `${maxFailure.p}%`
+
+/** The YAML form of a whole `failure_policy` section. */
+export const encodeFailurePolicy = (policy: FailurePolicy): unknown => ({
+  ...(encodeStrategy(policy.strategy) as object),
+  grace: formatDuration(policy.grace)
+})
+
+/** Read a cluster file's `failure_policy` section from YAML text; other top-level keys are not this module's business. */
+export const parseFailurePolicy = (text: string, file?: string): Effect.Effect<FailurePolicy, ConfigError> =>
+  parse(text, file, (root) => decodeFailurePolicy(root.get("failure_policy")))
+
+/** A strategy as a YAML string, for logs and round-trip tests. */
+export const strategyToYaml = (strategy: Strategy): string => stringify(encodeStrategy(strategy))
+
+/** Parse a strategy written in its YAML form. */
+export const parseStrategy = (text: string, file?: string): Effect.Effect<Strategy, ConfigError> =>
+  parse(text, file, decodeStrategy)

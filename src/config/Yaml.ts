@@ -1,0 +1,186 @@
+/**
+ * Reading YAML with a finger on the source.
+ *
+ * A `Field` is one place in a parsed document: its YAML path, its node (or
+ * none, for a key that is absent) and a way back to line and column. Its
+ * readers either return a typed value or throw a `ConfigError` naming that
+ * place, what was expected and what was found. `parse` turns the first
+ * such error (or a YAML syntax error) into a failed Effect; inside a decoder,
+ * throwing keeps each field's rule on one line.
+ */
+import * as Effect from "effect/Effect"
+import { isMap, isScalar, isSeq, LineCounter, type Node, parseDocument } from "yaml"
+import { ConfigError } from "./ConfigError.ts"
+import { formatDuration, parseDuration } from "./Duration.ts"
+
+interface Source {
+  readonly file: string | undefined
+  readonly lines: LineCounter
+}
+
+export class Field {
+  constructor(
+    readonly path: string,
+    readonly node: Node | null | undefined,
+    readonly source: Source,
+    /** Where to point when this field is absent: its parent. */
+    readonly anchor?: Node | null | undefined
+  ) {}
+
+  get present(): boolean {
+    return this.node !== undefined && this.node !== null && !(isScalar(this.node) && this.node.value === null)
+  }
+
+  /** Throw a ConfigError at this field (or at `at`, a key node, for unknown keys). */
+  fail(problem: string, at?: Node | null): never {
+    const node = at ?? this.node ?? this.anchor
+    const offset = node?.range?.[0]
+    const pos = offset === undefined ? undefined : this.source.lines.linePos(offset)
+    throw new ConfigError({ file: this.source.file, path: this.path, line: pos?.line, col: pos?.col, problem })
+  }
+
+  /** Throw "expected …, got …" with a short rendering of what is there. */
+  expected(what: string): never {
+    return this.fail(`expected ${what}, got ${this.found}`)
+  }
+
+  /** How the value reads to a person: `"lots"`, `12`, `a mapping`, `nothing`. */
+  get found(): string {
+    const node = this.node
+    if (!this.present) return "nothing"
+    if (isMap(node)) return "a mapping"
+    if (isSeq(node)) return "a list"
+    if (isScalar(node)) return JSON.stringify(node.value) ?? String(node.value)
+    return "something else"
+  }
+
+  get scalar(): unknown {
+    return isScalar(this.node) ? this.node.value : undefined
+  }
+
+  /**
+   * A mapping whose keys must all be known. Unknown keys are errors that list
+   * the known ones (and the closest, when one is close).
+   */
+  map(known: ReadonlyArray<string>): Record<string, Field> {
+    if (!isMap(this.node)) this.expected(`a mapping with keys ${known.join(", ")}`)
+    const fields: Record<string, Field> = {}
+    for (const pair of this.node.items) {
+      const key = isScalar(pair.key) ? String(pair.key.value) : undefined
+      const keyNode = pair.key as Node | null
+      if (key === undefined) this.fail("keys must be plain words", keyNode)
+      if (!known.includes(key)) {
+        const near = closest(key, known)
+        const hint = near === undefined ? "" : ` (did you mean "${near}"?)`
+        this.fail(`unknown key "${key}"${hint}; known keys: ${known.join(", ")}`, keyNode)
+      }
+      fields[key] = new Field(this.child(key), pair.value as Node | null, this.source, keyNode)
+    }
+    for (const key of known) {
+      fields[key] ??= new Field(this.child(key), undefined, this.source, this.node)
+    }
+    return fields
+  }
+
+  /** One key of a mapping, leaving the others alone (for sections owned by different modules). */
+  get(key: string): Field {
+    const pair = isMap(this.node) ? this.node.items.find((item) => isScalar(item.key) && item.key.value === key) : undefined
+    return pair === undefined
+      ? new Field(this.child(key), undefined, this.source, this.node)
+      : new Field(this.child(key), pair.value as Node | null, this.source, pair.key as Node | null)
+  }
+
+  has(key: string): boolean {
+    return isMap(this.node) && this.node.items.some((item) => isScalar(item.key) && item.key.value === key)
+  }
+
+  child(key: string): string {
+    return this.path === "" ? key : `${this.path}.${key}`
+  }
+
+  string(what = "a string"): string {
+    const value = this.scalar
+    if (typeof value !== "string" || value.length === 0) this.expected(what)
+    return value
+  }
+
+  /** A finite number in [min, max]. */
+  number(min: number, max: number, what = `a number from ${min} to ${max}`): number {
+    const value = this.scalar
+    if (typeof value !== "number" || !Number.isFinite(value) || value < min || value > max) this.expected(what)
+    return value
+  }
+
+  int(min: number, max: number, what = `a whole number from ${min} to ${max}`): number {
+    const value = this.number(min, max, what)
+    if (!Number.isInteger(value)) this.expected(what)
+    return value
+  }
+
+  /** A duration like `250ms`, `5s`, `10m`, `1h`, in whole milliseconds. */
+  duration(min = 0): number {
+    const what = `a duration like "250ms", "5s", "10m" or "1h"${min > 0 ? ` above ${formatDuration(min - 1)}` : ""}`
+    const value = this.scalar
+    const ms = typeof value === "string" ? parseDuration(value) : undefined
+    if (ms === undefined || ms < min) this.expected(what)
+    return ms
+  }
+
+  literal<const L extends string>(choices: ReadonlyArray<L>): L {
+    const value = this.scalar
+    if (typeof value !== "string" || !(choices as ReadonlyArray<string>).includes(value)) {
+      this.expected(`one of ${choices.map((choice) => `"${choice}"`).join(", ")}`)
+    }
+    return value as L
+  }
+}
+
+/** Parse `text` and hand its root to `decode`; any ConfigError thrown inside becomes a failure. */
+export const parse = <A>(
+  text: string,
+  file: string | undefined,
+  decode: (root: Field) => A
+): Effect.Effect<A, ConfigError> =>
+  Effect.suspend(() => {
+    const lines = new LineCounter()
+    const doc = parseDocument(text, { lineCounter: lines, prettyErrors: false, uniqueKeys: true })
+    const syntax = doc.errors[0]
+    if (syntax !== undefined) {
+      const pos = syntax.linePos?.[0]
+      return Effect.fail(
+        new ConfigError({ file, path: "", line: pos?.line, col: pos?.col, problem: `not valid YAML: ${syntax.message}` })
+      )
+    }
+    try {
+      return Effect.succeed(decode(new Field("", doc.contents as Node | null, { file, lines })))
+    } catch (error) {
+      if (error instanceof ConfigError) return Effect.fail(error)
+      throw error
+    }
+  })
+
+/** The known word nearest to a misspelt one, if it is near enough to be a typo. */
+const closest = (word: string, known: ReadonlyArray<string>): string | undefined => {
+  let best: string | undefined
+  let bestDistance = Math.max(2, Math.floor(word.length / 3)) + 1
+  for (const candidate of known) {
+    const distance = editDistance(word, candidate)
+    if (distance < bestDistance) {
+      best = candidate
+      bestDistance = distance
+    }
+  }
+  return best
+}
+
+const editDistance = (a: string, b: string): number => {
+  let previous = Array.from({ length: b.length + 1 }, (_, j) => j)
+  for (let i = 1; i <= a.length; i++) {
+    const current = [i]
+    for (let j = 1; j <= b.length; j++) {
+      current[j] = Math.min(previous[j]! + 1, current[j - 1]! + 1, previous[j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1))
+    }
+    previous = current
+  }
+  return previous[b.length]!
+}
