@@ -146,9 +146,9 @@ export const parse = <A>(
     const doc = parseDocument(text, { lineCounter: lines, prettyErrors: false, uniqueKeys: true })
     const syntax = doc.errors[0]
     if (syntax !== undefined) {
-      const pos = syntax.linePos?.[0]
+      const pos = lines.linePos(syntax.pos[0])
       return Effect.fail(
-        new ConfigError({ file, path: "", line: pos?.line, col: pos?.col, problem: `not valid YAML: ${syntax.message}` })
+        new ConfigError({ file, path: "", line: pos.line, col: pos.col, problem: `not valid YAML: ${syntax.message}` })
       )
     }
     try {

@@ -1,0 +1,113 @@
+import { describe, expect, test } from "bun:test"
+import * as Effect from "effect/Effect"
+import { Backoff, Count, Elastic, KillAll, Percent, Phased, Restart } from "../src/actors/Strategy.ts"
+import { defaultFailurePolicy, parseFailurePolicy } from "../src/config/FailurePolicy.ts"
+import { formatDuration, parseDuration } from "../src/config/Duration.ts"
+
+const decode = (text: string) => Effect.runPromise(parseFailurePolicy(text, "cluster.yml"))
+const problem = (text: string) =>
+  Effect.runPromise(Effect.flip(parseFailurePolicy(text, "cluster.yml"))).then((error) => error.message)
+
+describe("failure_policy", () => {
+  test("an absent section gives kill_all before formation and unlimited elastic after", async () => {
+    expect(await decode("name: demo\n")).toEqual(defaultFailurePolicy)
+    expect(await decode("")).toEqual(defaultFailurePolicy)
+    expect(defaultFailurePolicy.strategy).toEqual(
+      new Phased({ beforeFormation: new KillAll(), afterFormation: new Elastic({}) })
+    )
+  })
+
+  test("the documented example decodes to the strategies it names", async () => {
+    const policy = await decode(`
+failure_policy:
+  before_formation: kill_all
+  after_formation:
+    elastic: { max_failure: 25% }
+  grace: 250ms
+`)
+    expect(policy).toEqual({
+      strategy: new Phased({
+        beforeFormation: new KillAll(),
+        afterFormation: new Elastic({ maxFailure: new Percent({ p: 25 }) })
+      }),
+      grace: 250
+    })
+  })
+
+  test("a count limit and a restart policy with every field", async () => {
+    expect((await decode("failure_policy: { after_formation: { elastic: { max_failure: 2 } } }")).strategy)
+      .toEqual(new Phased({ beforeFormation: new KillAll(), afterFormation: new Elastic({ maxFailure: new Count({ n: 2 }) }) }))
+    const restart = await decode(`
+failure_policy:
+  after_formation:
+    restart: { max_restarts: 3, within: 10m, backoff: { initial: 1s, max: 30s, factor: 2, jitter: 0.2 }, scope: all }
+`)
+    expect(restart.strategy.afterFormation).toEqual(
+      new Restart({
+        maxRestarts: 3,
+        within: 600_000,
+        backoff: new Backoff({ initial: 1_000, max: 30_000, factor: 2, jitter: 0.2 }),
+        scope: "all"
+      })
+    )
+  })
+
+  test("an invalid max_failure names the path, line and column, what was expected and what was found", async () => {
+    const text = [
+      "name: demo",
+      "controller: { host: 127.0.0.1 }",
+      "workers: []",
+      "job: {}",
+      "env: {}",
+      "failure_policy:",
+      "  before_formation: kill_all",
+      "  after_formation:",
+      "    elastic: { max_failure: lots }"
+    ].join("\n")
+    expect(await problem(text)).toBe(
+      `cluster.yml: failure_policy.after_formation.elastic.max_failure (line 9, col 29): ` +
+        `expected a count ≥ 0 or a percentage like "25%", got "lots"`
+    )
+  })
+
+  test.each([
+    ["failure_policy: { grace: soon }", `failure_policy.grace (line 1, col 26): expected a duration like "250ms", "5s", "10m" or "1h", got "soon"`],
+    ["failure_policy: { grace: 5 }", `failure_policy.grace (line 1, col 26): expected a duration like "250ms", "5s", "10m" or "1h", got 5`],
+    ["failure_policy: { after_formation: { elastic: { max_failure: 150% } } }", `max_failure (line 1, col 62): expected a count ≥ 0 or a percentage like "25%", got "150%"`],
+    ["failure_policy: { after_formation: { elastic: { max_failure: -1 } } }", `expected a count ≥ 0 or a percentage like "25%", got -1`],
+    ["failure_policy: { after_formation: { elastic: { max_failure: 1.5 } } }", `got 1.5`],
+    ["failure_policy: { before_formation: shrug }", `failure_policy.before_formation (line 1, col 37): expected one of kill_all, elastic`],
+    ["failure_policy: { after_formation: { elastic: {}, kill_all: {} } }", `expected exactly one of kill_all, elastic, restart, got 2`],
+    ["failure_policy: { after_formation: { restart: { scope: some } } }", `restart.scope (line 1, col 56): expected one of "one", "all", got "some"`],
+    ["failure_policy: { after_formation: { restart: { within: 0ms } } }", `restart.within (line 1, col 57): expected a duration`],
+    ["failure_policy: { after_formation: { restart: { backoff: { jitter: 2 } } } }", `backoff.jitter (line 1, col 68): expected a jitter fraction from 0 to 1, got 2`],
+    ["failure_policy: { after_formation: { restart: { backoff: { initial: 5s, max: 1s } } } }", `backoff.max (line 1, col 78): expected a duration ≥ backoff.initial (5s), got "1s"`],
+    ["failure_policy: { after_formation: { restart: { max_restarts: many } } }", `restart.max_restarts (line 1, col 63): expected a whole number of restarts from 0 to 1000, got "many"`],
+    ["failure_policy: { grase: 5s }", `failure_policy (line 1, col 19): unknown key "grase" (did you mean "grace"?); known keys: before_formation, after_formation, grace`],
+    ["failure_policy: { after_formation: { elastic: { limit: 2 } } }", `unknown key "limit"; known keys: max_failure`],
+    ["failure_policy: [kill_all]", `failure_policy (line 1, col 17): expected a mapping with keys before_formation, after_formation, grace, got a list`],
+    ["failure_policy: {", `(top level) (line 1, col 18): not valid YAML`]
+  ])("rejects %p", async (text, expected) => {
+    expect(await problem(text)).toContain(expected)
+  })
+
+  test("bare words and empty mappings are accepted where they read naturally", async () => {
+    const policy = await decode("failure_policy: { before_formation: { kill_all: {} }, after_formation: elastic }")
+    expect(policy.strategy).toEqual(new Phased({ beforeFormation: new KillAll(), afterFormation: new Elastic({}) }))
+    const restart = await decode("failure_policy: { after_formation: restart }")
+    expect(restart.strategy.afterFormation._tag).toBe("Restart")
+  })
+})
+
+describe("durations", () => {
+  test.each([["250ms", 250], ["5s", 5_000], ["1.5s", 1_500], ["10m", 600_000], ["1h", 3_600_000], ["0ms", 0]])(
+    "%s is %d ms",
+    (text, ms) => {
+      expect(parseDuration(text)).toBe(ms)
+      expect(parseDuration(formatDuration(ms))).toBe(ms)
+    }
+  )
+  test.each(["5", "5 sec", "-1s", "0.5ms", "1d", "", "s"])("%p is not a duration", (text) => {
+    expect(parseDuration(text)).toBeUndefined()
+  })
+})
