@@ -116,10 +116,18 @@ export const spawn = <M extends Message, R>(
       )
     }
 
-    const failPending = Effect.flatMap(mailbox.clear, (pending) =>
-      Effect.forEach(pending, ({ reply }) => (reply === undefined ? Effect.void : Deferred.fail(reply, stopped)), {
-        discard: true
-      }))
+    // Answer every queued asker, then refuse new messages. `end` first, so a
+    // sender parked on a full mailbox is refused rather than slipped into a
+    // buffer that `shutdown` would then throw away unanswered.
+    const failPending = Effect.gen(function*() {
+      yield* mailbox.end
+      let pending = yield* Effect.orDie(mailbox.clear)
+      while (pending.length > 0) {
+        for (const { reply } of pending) if (reply !== undefined) yield* Deferred.fail(reply, stopped)
+        pending = yield* Effect.orDie(mailbox.clear)
+      }
+      yield* mailbox.shutdown
+    })
 
     const serve = Effect.gen(function*() {
       while (true) {
@@ -128,14 +136,15 @@ export const spawn = <M extends Message, R>(
         yield* handle(next.value)
       }
     }).pipe(
-      Effect.onExit(() => Effect.zipRight(mailbox.shutdown, failPending)),
+      // When the actor ends, however it ends, what its handlers acquired is released.
+      Effect.onExit((exit) => Effect.zipRight(failPending, Scope.close(scope, exit))),
       Effect.annotateLogs({ module: "actors", actor: name })
     )
 
-    const fiber = yield* Effect.forkIn(serve, scope)
-    // Interrupt the fiber before the actor's Scope releases what its handlers
-    // acquired: a handler must never run on a released resource.
-    yield* Scope.addFinalizer(parent, Fiber.interrupt(fiber))
+    // The fiber is not part of the actor's own Scope (it closes that Scope
+    // itself when it ends); the enclosing Scope interrupts it first, so a
+    // handler never runs on a released resource.
+    const fiber = yield* Effect.forkIn(serve, parent)
 
     const offer = (envelope: Envelope<M>) =>
       Effect.flatMap(mailbox.offer(envelope), (accepted) => (accepted ? Effect.void : Effect.fail(stopped)))

@@ -112,7 +112,18 @@ const start = (spec: ProcessSpec): ProcessChild => {
     }
   }
 
-  const exited = Effect.promise(() => proc.exited).pipe(Effect.map(() => exitOf(proc)))
+  // When the child ends, whatever it started in its group goes too: a rank's
+  // helpers must not outlive it. The group id cannot name anyone else yet: a
+  // pid stays allocated while any process still carries it as its group.
+  const ended = proc.exited.then(() => {
+    try {
+      process.kill(-pid, "SIGKILL")
+    } catch {
+      // Nothing was left in the group.
+    }
+    return exitOf(proc)
+  })
+  const exited = Effect.promise(() => ended)
 
   const stop = (mode: StopMode, grace: Duration.DurationInput) =>
     Effect.gen(function*() {
@@ -121,7 +132,8 @@ const start = (spec: ProcessSpec): ProcessChild => {
         signal("SIGKILL")
       } else {
         signal("SIGTERM")
-        const ended = yield* Effect.timeout(exited, grace).pipe(Effect.option)
+        // The wait itself must stay interruptible, or the timeout could never cut it short.
+        const ended = yield* Effect.timeout(Effect.interruptible(exited), grace).pipe(Effect.option)
         if (ended._tag === "None") signal("SIGKILL")
       }
       yield* exited

@@ -144,7 +144,8 @@ const nextRandom = (seed: number): readonly [number, number] => {
 
 /** The undithered delay before restart number `attempt` (0-based). */
 export const backoffBase = (backoff: Backoff, attempt: number): number =>
-  Math.min(backoff.max, backoff.initial * Math.pow(backoff.factor, attempt))
+  // initial 0 stays 0 however large factor^attempt grows (0 × ∞ would be NaN).
+  backoff.initial === 0 ? 0 : Math.min(backoff.max, backoff.initial * Math.pow(backoff.factor, attempt))
 
 /** The delay before restart number `attempt`, dithered by `jitter` with draw `u` ∈ [0, 1), never above `max`. */
 export const backoffDelay = (backoff: Backoff, attempt: number, u: number): number => {
@@ -275,9 +276,12 @@ class Step {
       ranks = group.flatMap((member) => member.spec.ranks)
       const running = group.filter((member) => member.status === "running")
       this.terminate(running, "graceful", `${what}: its group ${spec.group} goes with it`)
+      // Members waiting to come back (a pending restart) stay down with their group.
       for (const member of group) {
         if (member.status === "restarting" || member.status === "pending") {
-          this.setChild(member.spec.id, { status: "exited" })
+          this.setChild(member.spec.id, { status: "exited", restartAt: undefined })
+        } else if (member.status === "stopping") {
+          this.setChild(member.spec.id, { restartAt: undefined })
         }
       }
     }
@@ -289,17 +293,17 @@ class Step {
     const current = inForce(this.strategy, this.state.formed)
     const what = `rank(s) ${ranks.join(", ")} lost: ${reason}`
     if (current._tag === "KillAll") {
-      this.markDead(ranks, what, false)
+      // Fail first: kill_all kills at once, even when these were the last ranks.
       this.fail({ kind: "child-failed", message: what }, "kill", `${what}: terminating every child (kill_all)`)
-      return
     }
     this.markDead(ranks, what, false)
   }
 
-  /** Record deaths, report the new ones, and stop the run once the threshold is crossed. */
+  /** Record deaths of ranks in the world, report the new ones, and stop the run once the threshold is crossed. */
   markDead(ranks: ReadonlyArray<number>, cause: string, report = true): void {
     const known = new Set(this.state.dead)
-    const fresh = [...new Set(ranks)].filter((rank) => !known.has(rank)).sort((a, b) => a - b)
+    const world = new Set(this.state.children.flatMap((child) => child.spec.ranks))
+    const fresh = [...new Set(ranks)].filter((rank) => world.has(rank) && !known.has(rank)).sort((a, b) => a - b)
     if (fresh.length === 0) return
     this.update({ dead: [...this.state.dead, ...fresh].sort((a, b) => a - b) })
     if (report) {

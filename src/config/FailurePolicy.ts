@@ -121,7 +121,8 @@ const decodeMaxFailure = (field: Field): MaxFailure => {
     return new Count({ n: field.int(0, 1_000_000, maxFailureExpected) })
   }
   if (typeof value === "string") {
-    const match = /^(\d+(?:\.\d+)?)\s*%$/.exec(value.trim())
+    // Exponents are accepted because that is how tiny fractions print ("1e-7%").
+    const match = /^(\d+(?:\.\d+)?(?:e[-+]?\d+)?)\s*%$/i.exec(value.trim())
     const p = match === null ? NaN : Number(match[1])
     if (Number.isFinite(p) && p >= 0 && p <= 100) return new Percent({ p })
   }
