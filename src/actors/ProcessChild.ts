@@ -39,6 +39,11 @@ export interface ProcessSpec {
   readonly stderr?: Stdio | undefined
   /** Kill the child when this process dies, however it dies (default true). */
   readonly dieWithParent?: boolean | undefined
+  /**
+   * Receive the child's output line by line (stdout and stderr are piped for
+   * it) instead of letting it through untouched: for prefixes and log files.
+   */
+  readonly onLine?: ((line: string, stream: "stdout" | "stderr") => void) | undefined
   /** How long a closing Scope waits after SIGTERM before SIGKILL (default 5 s). */
   readonly grace?: Duration.DurationInput | undefined
 }
@@ -91,11 +96,18 @@ const start = (spec: ProcessSpec): ProcessChild => {
     // Bun.spawn's env replaces the whole environment: merge explicitly.
     env: spec.env === undefined ? process.env : { ...process.env, ...spec.env },
     stdin: spec.stdin ?? "ignore",
-    stdout: spec.stdout ?? "inherit",
-    stderr: spec.stderr ?? "inherit",
+    stdout: spec.onLine !== undefined ? "pipe" : spec.stdout ?? "inherit",
+    stderr: spec.onLine !== undefined ? "pipe" : spec.stderr ?? "inherit",
     detached: true
   })
   const pid = proc.pid
+  const onLine = spec.onLine
+  const forwarded = onLine === undefined
+    ? Promise.resolve()
+    : Promise.all([
+      forwardLines(proc.stdout as ReadableStream<Uint8Array>, (line) => onLine(line, "stdout")),
+      forwardLines(proc.stderr as ReadableStream<Uint8Array>, (line) => onLine(line, "stderr"))
+    ])
 
   const alive = () => proc.exitCode === null && proc.signalCode === null
   /**
@@ -115,12 +127,18 @@ const start = (spec: ProcessSpec): ProcessChild => {
   // When the child ends, whatever it started in its group goes too: a rank's
   // helpers must not outlive it. The group id cannot name anyone else yet: a
   // pid stays allocated while any process still carries it as its group.
-  const ended = proc.exited.then(() => {
+  // Then the exit is reported after the child's last line of output, so no
+  // output trails the verdict; a pipe held open by an escaped descendant
+  // delays the report by at most a second.
+  const ended = proc.exited.then(async () => {
     try {
       process.kill(-pid, "SIGKILL")
     } catch {
       // Nothing was left in the group.
     }
+    let timer: ReturnType<typeof setTimeout> | undefined
+    await Promise.race([forwarded, new Promise((resolve) => (timer = setTimeout(resolve, 1_000)))])
+    clearTimeout(timer)
     return exitOf(proc)
   })
   const exited = Effect.promise(() => ended)
@@ -140,4 +158,23 @@ const start = (spec: ProcessSpec): ProcessChild => {
     }).pipe(Effect.uninterruptible)
 
   return { pid, subprocess: proc, describe: `pid ${pid}`, exited, stop }
+}
+
+/** Call `emit` for each line of `stream` (a last unterminated line included). */
+const forwardLines = async (stream: ReadableStream<Uint8Array>, emit: (line: string) => void): Promise<void> => {
+  const decoder = new TextDecoder()
+  let pending = ""
+  try {
+    for await (const chunk of stream) {
+      pending += decoder.decode(chunk, { stream: true })
+      let newline: number
+      while ((newline = pending.indexOf("\n")) !== -1) {
+        emit(pending.slice(0, newline))
+        pending = pending.slice(newline + 1)
+      }
+    }
+  } catch {
+    // A stream torn down with its process ends the output; the exit says the rest.
+  }
+  if (pending.length > 0) emit(pending)
 }

@@ -60,9 +60,12 @@ export class Field {
 
   /**
    * A mapping whose keys must all be known. Unknown keys are errors that list
-   * the known ones (and the closest, when one is close).
+   * the known ones (and the closest, when one is close). Fields of absent keys
+   * are returned too, not present.
    */
   map(known: ReadonlyArray<string>): Record<string, Field> {
+    // An absent section reads as an empty one: every key takes its default.
+    if (!this.present) return Object.fromEntries(known.map((key) => [key, new Field(this.child(key), undefined, this.source, this.anchor)]))
     if (!isMap(this.node)) this.expected(`a mapping with keys ${known.join(", ")}`)
     const fields: Record<string, Field> = {}
     for (const pair of this.node.items) {
@@ -96,6 +99,13 @@ export class Field {
 
   child(key: string): string {
     return this.path === "" ? key : `${this.path}.${key}`
+  }
+
+  /** The items of a list (an absent field is an empty list). */
+  list(what = "a list"): Array<Field> {
+    if (!this.present) return []
+    if (!isSeq(this.node)) this.expected(what)
+    return this.node.items.map((item, index) => new Field(`${this.path}[${index}]`, item as Node | null, this.source, this.node))
   }
 
   string(what = "a string"): string {

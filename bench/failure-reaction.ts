@@ -1,0 +1,98 @@
+/**
+ * Failure reaction: eight children run; one exits 1; how long until every
+ * sibling is killed and reaped and the supervisor has its verdict?
+ *
+ * The clock starts when the harness tells the failing child to exit (one line
+ * on its stdin) and stops when the verdict is in hand, so the figure includes
+ * the child's own exit, its reaping, the kill-all decision, seven SIGKILLs and
+ * seven more reapings. Two contenders run side by side, interleaved, in one
+ * process:
+ *  - `cohort`: the Effect Supervisor under `kill_all`;
+ *  - `floor`:  bare Bun.spawn + `exited` promises + kill, the least any
+ *              supervisor on Bun could do.
+ * Children are `sh` (a native process that reads a line and exits with it), so
+ * the figure measures the supervisor, not Bun start-up.
+ */
+import * as Effect from "effect/Effect"
+import * as Logger from "effect/Logger"
+import * as LogLevel from "effect/LogLevel"
+import * as ProcessChild from "../src/actors/ProcessChild.ts"
+import { KillAll } from "../src/actors/Strategy.ts"
+import * as Supervisor from "../src/actors/Supervisor.ts"
+
+const CHILDREN = 8
+const RUNS = Number(process.env.BENCH_RUNS ?? 30)
+const child = ["sh", "-c", "read code; exit $code"]
+
+const waitUntil = async (check: () => boolean) => {
+  while (!check()) await Bun.sleep(1)
+}
+
+/** One run of the Effect supervisor; returns milliseconds from the fatal exit to the verdict. */
+const cohortRun = () =>
+  Effect.runPromise(
+    Effect.scoped(Effect.gen(function*() {
+      const handles: Array<ProcessChild.ProcessChild> = []
+      const children = Array.from({ length: CHILDREN }, (_, rank): Supervisor.SupervisedChild => ({
+        id: `rank-${rank}`,
+        label: `rank ${rank}`,
+        ranks: [rank],
+        restart: "transient",
+        significant: false,
+        start: Effect.tap(ProcessChild.spawn({ cmd: child, stdin: "pipe" }), (handle) => Effect.sync(() => handles.push(handle)))
+      }))
+      const supervisor = yield* Supervisor.start({ name: "bench", strategy: new KillAll(), children, grace: "1 second" })
+      yield* Effect.promise(() => waitUntil(() => handles.length === CHILDREN))
+      const start = performance.now()
+      const stdin = handles[3]!.subprocess.stdin as import("bun").FileSink
+      stdin.write("1\n")
+      stdin.flush()
+      yield* supervisor.verdict
+      return performance.now() - start
+    })).pipe(Effect.provide(Logger.minimumLogLevel(LogLevel.None)))
+  )
+
+/** The same with nothing but Bun.spawn: the floor. */
+const floorRun = async () => {
+  const procs = Array.from({ length: CHILDREN }, () => Bun.spawn(child, { stdin: "pipe", detached: true }))
+  const start = performance.now()
+  procs[3]!.stdin.write("1\n")
+  procs[3]!.stdin.flush()
+  await Promise.race(procs.map((proc) => proc.exited))
+  for (const proc of procs) if (proc.exitCode === null) proc.kill("SIGKILL")
+  await Promise.all(procs.map((proc) => proc.exited))
+  return performance.now() - start
+}
+
+const median = (values: ReadonlyArray<number>) => {
+  const sorted = [...values].sort((a, b) => a - b)
+  const mid = sorted.length >> 1
+  return sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2
+}
+const percentile = (values: ReadonlyArray<number>, p: number) =>
+  [...values].sort((a, b) => a - b)[Math.min(values.length - 1, Math.floor(p * values.length))]!
+
+export const failureReaction = async () => {
+  const cohort: Array<number> = []
+  const floor: Array<number> = []
+  await cohortRun() // warm-up: first imports and JIT
+  await floorRun()
+  for (let i = 0; i < RUNS; i++) {
+    cohort.push(await cohortRun())
+    floor.push(await floorRun())
+  }
+  const row = (name: string, values: ReadonlyArray<number>) =>
+    `| ${name} | ${values.length} | ${median(values).toFixed(2)} | ${percentile(values, 0.9).toFixed(2)} | ${Math.min(...values).toFixed(2)} |`
+  return [
+    `failure reaction: ${CHILDREN} children, one exits 1, until every sibling is reaped and the verdict is in (ms)`,
+    "",
+    "| contender | runs | median | p90 | min |",
+    "|---|---|---|---|---|",
+    row("cohort Supervisor (kill_all)", cohort),
+    row("floor: bare Bun.spawn", floor),
+    "",
+    `ratio cohort / floor (medians): ${(median(cohort) / median(floor)).toFixed(2)}`
+  ].join("\n")
+}
+
+if (import.meta.main) console.log(await failureReaction())

@@ -1,0 +1,26 @@
+/**
+ * The launcher's own lines on stderr: `cohort: …`, one line per message,
+ * no timestamps or fibers (the terminal is for people; `--events` files,
+ * in a later issue, are for machines).
+ */
+import * as Cause from "effect/Cause"
+import * as Layer from "effect/Layer"
+import * as Logger from "effect/Logger"
+import * as LogLevel from "effect/LogLevel"
+
+const render = (message: unknown): string =>
+  Array.isArray(message) ? message.map(render).join(" ") : typeof message === "string" ? message : String(message)
+
+export const lineLogger = Logger.make(({ cause, logLevel, message }) => {
+  const level = LogLevel.greaterThanEqual(logLevel, LogLevel.Error)
+    ? "error: "
+    : LogLevel.greaterThanEqual(logLevel, LogLevel.Warning)
+    ? "warning: "
+    : ""
+  const detail = Cause.isEmpty(cause) ? "" : `\n${Cause.pretty(cause)}`
+  process.stderr.write(`cohort: ${level}${render(message)}${detail}\n`)
+})
+
+/** Replace Effect's default logger with `lineLogger`, showing `minimum` and above. */
+export const layer = (minimum: LogLevel.LogLevel = LogLevel.Info) =>
+  Layer.merge(Logger.replace(Logger.defaultLogger, lineLogger), Logger.minimumLogLevel(minimum))
