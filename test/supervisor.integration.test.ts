@@ -4,6 +4,9 @@
  */
 import { describe, expect, test } from "bun:test"
 import * as Effect from "effect/Effect"
+import * as Request from "effect/Request"
+import * as Actor from "../src/actors/Actor.ts"
+import { fromActor } from "../src/actors/ActorChild.ts"
 import * as ProcessChild from "../src/actors/ProcessChild.ts"
 import { Count, Elastic, KillAll, Phased } from "../src/actors/Strategy.ts"
 import * as Supervisor from "../src/actors/Supervisor.ts"
@@ -114,6 +117,58 @@ describe("supervisor with real processes", () => {
       yield* supervisor.verdict
       yield* Effect.promise(() => waitFor(() => grandchildren.every((pid) => !isRunning(pid)), "grandchildren gone", 2_000))
     }), 15_000)
+})
+
+/** An actor child that logs its start and its release, and crashes when asked. */
+class Crash extends Request.TaggedClass("Crash")<void, never, {}> {}
+
+const loggingActor = (id: string, log: Array<string>, crash?: (ref: Actor.ActorRef<Crash>) => void): Supervisor.SupervisedChild => ({
+  id,
+  label: `actor ${id}`,
+  ranks: [],
+  restart: "transient",
+  significant: false,
+  start: Effect.gen(function*() {
+    yield* Effect.acquireRelease(Effect.sync(() => log.push(`start ${id}`)), () => Effect.sync(() => log.push(`stop ${id}`)))
+    const ref = yield* Actor.spawn<Crash, never>({ name: id, handlers: { Crash: () => Effect.die(new Error(`${id} gave up`)) } })
+    crash?.(ref)
+    return fromActor(ref)
+  })
+})
+
+describe("supervisor with actor and process children together", () => {
+  effect.live("children start in order and a closing scope stops them in reverse order", () =>
+    Effect.gen(function*() {
+      const log: Array<string> = []
+      const { children: processes, pids } = ranks(2)
+      const children = [loggingActor("a", log), processes[0]!, loggingActor("b", log), processes[1]!, loggingActor("c", log)]
+      yield* Effect.scoped(Effect.gen(function*() {
+        yield* Supervisor.start({ name: "test", strategy: new KillAll(), children, grace: "2 seconds" })
+        yield* eventually(Effect.sync(() => pids.size === 2 && log.length === 3), "every child started")
+        expect(log).toEqual(["start a", "start b", "start c"])
+      }))
+      expect(log).toEqual(["start a", "start b", "start c", "stop c", "stop b", "stop a"])
+      for (const pid of pids.values()) expect(isGone(pid)).toBe(true)
+    }), 10_000)
+
+  effect.live("an actor's defect reaches the supervisor with its cause and kill_all takes the processes down", () =>
+    Effect.gen(function*() {
+      const log: Array<string> = []
+      let crasher: Actor.ActorRef<Crash> | undefined
+      const { children: processes, pids } = ranks(8)
+      const children = [...processes, loggingActor("worker", log, (ref) => (crasher = ref))]
+      const supervisor = yield* Supervisor.start({ name: "test", strategy: new KillAll(), children, grace: "2 seconds" })
+      yield* eventually(Effect.sync(() => pids.size === 8 && crasher !== undefined), "every child started")
+      yield* Effect.ignore(crasher!.tell(new Crash()))
+      const verdict = yield* supervisor.verdict
+      expect(verdict._tag).toBe("Failed")
+      if (verdict._tag === "Failed") {
+        expect(verdict.kind).toBe("child-failed")
+        expect(verdict.message).toStartWith("actor worker exited with crash: Error: worker gave up")
+      }
+      for (const pid of pids.values()) expect(isGone(pid)).toBe(true)
+      expect(log).toEqual(["start worker", "stop worker"])
+    }), 10_000)
 })
 
 describe("the supervising process", () => {
