@@ -1,0 +1,204 @@
+/**
+ * Frames: how every message crosses a cohort connection.
+ *
+ * ```
+ *  0  u32 LE  payload length
+ *  4  u8      kind          (which message of the channel's union)
+ *  5  u8[3]   reserved, 0
+ *  8  u64 LE  sequence      (per direction, from 0, +1 per frame)
+ * 16  payload (CBOR)
+ *  …  32-byte MAC: HMAC-SHA256(direction key, header ‖ payload)
+ * ```
+ *
+ * The MAC is a trailer so both ends can hash while the bytes move: the
+ * sender as it writes, the receiver as it reads, never holding a second copy.
+ * The direction key is derived per connection (see `Keys`), and the sequence
+ * must be exactly the next one, so a frame cannot be replayed, reordered, or
+ * moved to another connection or direction.
+ *
+ * The length is checked against the channel's ceiling before anything is
+ * allocated, and a large payload is kept as the chunks that arrived, so
+ * memory follows the bytes actually received.
+ */
+import { createHmac, timingSafeEqual } from "node:crypto"
+import * as Data from "effect/Data"
+
+export const HEADER_BYTES = 16
+export const MAC_BYTES = 32
+/** The largest length the header can carry. */
+export const MAX_LENGTH = 0xffff_ffff
+
+export type FrameErrorReason = "too-large" | "bad-header" | "bad-mac" | "bad-sequence"
+
+export class FrameError extends Data.TaggedError("FrameError")<{
+  readonly reason: FrameErrorReason
+  readonly detail: string
+}> {
+  override get message(): string {
+    return `${this.reason}: ${this.detail}`
+  }
+}
+
+export interface Frame {
+  readonly kind: number
+  readonly sequence: bigint
+  readonly payload: Uint8Array
+}
+
+const header = (kind: number, sequence: bigint, length: number): Uint8Array => {
+  const bytes = new Uint8Array(HEADER_BYTES)
+  const view = new DataView(bytes.buffer)
+  view.setUint32(0, length, true)
+  view.setUint8(4, kind)
+  view.setBigUint64(8, sequence, true)
+  return bytes
+}
+
+/**
+ * The pieces of one frame, ready to write in order: header, payload, MAC.
+ * The payload is not copied.
+ */
+export const encodeFrame = (key: Uint8Array, kind: number, sequence: bigint, payload: Uint8Array): [Uint8Array, Uint8Array, Uint8Array] => {
+  if (payload.length > MAX_LENGTH) throw new RangeError(`payload of ${payload.length} bytes exceeds the frame limit`)
+  const head = header(kind, sequence, payload.length)
+  const mac = createHmac("sha256", key).update(head).update(payload).digest()
+  return [head, payload, new Uint8Array(mac.buffer, mac.byteOffset, mac.byteLength)]
+}
+
+/** One frame as a single buffer (tests, small control messages). */
+export const frameBytes = (key: Uint8Array, kind: number, sequence: bigint, payload: Uint8Array): Uint8Array => {
+  const parts = encodeFrame(key, kind, sequence, payload)
+  const out = new Uint8Array(parts.reduce((sum, part) => sum + part.length, 0))
+  let at = 0
+  for (const part of parts) {
+    out.set(part, at)
+    at += part.length
+  }
+  return out
+}
+
+type Stage = "header" | "payload" | "mac"
+
+/**
+ * Turns a byte stream into verified frames, whatever the chunk boundaries.
+ * After the first error the decoder is poisoned: a connection that sent one
+ * bad frame is closed, never resynchronised.
+ */
+export class FrameDecoder {
+  private stage: Stage = "header"
+  private readonly head = new Uint8Array(HEADER_BYTES)
+  private readonly mac = new Uint8Array(MAC_BYTES)
+  private filled = 0
+  private length = 0
+  private kind = 0
+  private sequence = 0n
+  private chunks: Array<Uint8Array> = []
+  private hmac: ReturnType<typeof createHmac> | undefined
+  private expected = 0n
+  private failed: FrameError | undefined
+
+  constructor(private readonly key: Uint8Array, private readonly ceiling: number) {}
+
+  /** Bytes of the frame in progress held so far (for memory accounting and tests). */
+  get buffered(): number {
+    return this.stage === "payload" ? this.filled : 0
+  }
+
+  /** Feed bytes; returns the frames they complete, or the error that ends the connection. */
+  push(bytes: Uint8Array): Array<Frame> | FrameError {
+    if (this.failed !== undefined) return this.failed
+    const frames: Array<Frame> = []
+    let at = 0
+    while (at < bytes.length) {
+      if (this.stage === "header") {
+        const take = Math.min(HEADER_BYTES - this.filled, bytes.length - at)
+        this.head.set(bytes.subarray(at, at + take), this.filled)
+        this.filled += take
+        at += take
+        if (this.filled < HEADER_BYTES) break
+        const problem = this.startPayload()
+        if (problem !== undefined) return this.fail(problem)
+      } else if (this.stage === "payload") {
+        const take = Math.min(this.length - this.filled, bytes.length - at)
+        // Keep a copy of just these bytes: the caller may reuse its buffer.
+        const piece = bytes.slice(at, at + take)
+        this.chunks.push(piece)
+        this.hmac!.update(piece)
+        this.filled += take
+        at += take
+        if (this.filled === this.length) {
+          this.stage = "mac"
+          this.filled = 0
+        }
+      } else {
+        const take = Math.min(MAC_BYTES - this.filled, bytes.length - at)
+        this.mac.set(bytes.subarray(at, at + take), this.filled)
+        this.filled += take
+        at += take
+        if (this.filled < MAC_BYTES) break
+        const frame = this.finish()
+        if (frame instanceof FrameError) return this.fail(frame)
+        frames.push(frame)
+      }
+    }
+    return frames
+  }
+
+  private startPayload(): FrameError | undefined {
+    const view = new DataView(this.head.buffer)
+    this.length = view.getUint32(0, true)
+    this.kind = view.getUint8(4)
+    this.sequence = view.getBigUint64(8, true)
+    if (view.getUint8(5) !== 0 || view.getUint16(6, true) !== 0) {
+      return new FrameError({ reason: "bad-header", detail: "reserved header bytes are not zero" })
+    }
+    if (this.length > this.ceiling) {
+      return new FrameError({
+        reason: "too-large",
+        detail: `frame of ${this.length} bytes exceeds this channel's ceiling of ${this.ceiling} bytes`
+      })
+    }
+    this.hmac = createHmac("sha256", this.key).update(this.head)
+    this.chunks = []
+    this.filled = 0
+    this.stage = this.length === 0 ? "mac" : "payload"
+    return undefined
+  }
+
+  private finish(): Frame | FrameError {
+    const digest = this.hmac!.digest()
+    this.hmac = undefined
+    this.stage = "header"
+    this.filled = 0
+    if (!timingSafeEqual(digest, this.mac)) {
+      return new FrameError({ reason: "bad-mac", detail: `frame ${this.sequence} failed authentication` })
+    }
+    if (this.sequence !== this.expected) {
+      return new FrameError({
+        reason: "bad-sequence",
+        detail: `expected frame ${this.expected}, got ${this.sequence} (replayed, reordered or spliced)`
+      })
+    }
+    this.expected += 1n
+    const payload = this.chunks.length === 1 ? this.chunks[0]! : concat(this.chunks, this.length)
+    this.chunks = []
+    return { kind: this.kind, sequence: this.sequence, payload }
+  }
+
+  private fail(error: FrameError): FrameError {
+    this.failed = error
+    this.chunks = []
+    this.hmac = undefined
+    return error
+  }
+}
+
+const concat = (chunks: ReadonlyArray<Uint8Array>, length: number): Uint8Array => {
+  const out = new Uint8Array(length)
+  let at = 0
+  for (const chunk of chunks) {
+    out.set(chunk, at)
+    at += chunk.length
+  }
+  return out
+}

@@ -1,0 +1,59 @@
+/**
+ * The run's secret and the per-connection keys derived from it.
+ *
+ * One 128-bit session salt per launch, from the OS CSPRNG. It reaches agents
+ * out of band (ssh stdin, a file, an environment variable), never argv.
+ * Every connection opens with a nonce from each side; each direction of the
+ * connection gets its own key, HMAC-SHA256(salt, label ‖ channel ‖ direction ‖
+ * nonces). A frame recorded on one connection, or in one direction, therefore
+ * fails the MAC anywhere else, and a replayed conversation fails as soon as
+ * the listener's fresh nonce differs.
+ */
+import { createHmac } from "node:crypto"
+
+export const SALT_BYTES = 16
+export const NONCE_BYTES = 16
+
+/** A fresh session salt for one launch. */
+export const newSalt = (): Uint8Array => crypto.getRandomValues(new Uint8Array(SALT_BYTES))
+
+export const newNonce = (): Uint8Array => crypto.getRandomValues(new Uint8Array(NONCE_BYTES))
+
+/** The key of open admission (Hello and Accept only): anyone can compute it, so it proves nothing but integrity. */
+export const OPEN_SALT: Uint8Array = new Uint8Array(SALT_BYTES)
+
+export interface ConnectionKeys {
+  /** Frames the dialer sends. */
+  readonly dialer: Uint8Array
+  /** Frames the listener sends. */
+  readonly listener: Uint8Array
+}
+
+const label = new TextEncoder().encode("cohort/1 frame key")
+
+const derive = (salt: Uint8Array, magic: Uint8Array, direction: number, dialerNonce: Uint8Array, listenerNonce: Uint8Array) => {
+  const mac = createHmac("sha256", salt)
+    .update(label)
+    .update(magic)
+    .update(new Uint8Array([direction]))
+    .update(dialerNonce)
+    .update(listenerNonce)
+    .digest()
+  return new Uint8Array(mac.buffer, mac.byteOffset, mac.byteLength)
+}
+
+export const deriveKeys = (
+  salt: Uint8Array,
+  magic: Uint8Array,
+  dialerNonce: Uint8Array,
+  listenerNonce: Uint8Array
+): ConnectionKeys => ({
+  dialer: derive(salt, magic, 0, dialerNonce, listenerNonce),
+  listener: derive(salt, magic, 1, dialerNonce, listenerNonce)
+})
+
+/** Salts travel as 32 hex digits (environment variables, spec files). */
+export const saltToHex = (salt: Uint8Array): string => Buffer.from(salt).toString("hex")
+
+export const saltFromHex = (hex: string): Uint8Array | undefined =>
+  /^[0-9a-f]{32}$/i.test(hex) ? new Uint8Array(Buffer.from(hex, "hex")) : undefined
