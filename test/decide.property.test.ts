@@ -285,7 +285,10 @@ const drive = (
       ensure(verdict === undefined, () => `a directive follows the verdict ${at()}`)
       switch (directive._tag) {
         case "Start":
-          ensure(!alive.has(directive.id) && !pending.has(directive.id), () => `Start of a live child ${at()}`)
+          ensure(!alive.has(directive.id), () => `Start of a live child ${at()}`)
+          // A restart may start early siblings whose own restart is due too, never one not yet due.
+          ensure((pending.get(directive.id) ?? now) <= now, () => `Start before its restart is due ${at()}`)
+          pending.delete(directive.id)
           alive.add(directive.id)
           break
         case "Terminate":
@@ -1009,4 +1012,21 @@ test("6b. every strategy survives the round trip through its YAML form", async (
 // Tiny percentages print with an exponent ("1e-7%"); the decoder reads them back.
 test("6c. tiny percentages survive the round trip through YAML too", async () => {
   await fc.assert(fc.asyncProperty(anyStrategy, roundTrip), seeded(68))
+})
+
+test("a group restart brings the group back in start order, whichever timer fires first", () => {
+  const policy = new Restart({ maxRestarts: 3, within: 60_000, backoff: new Backoff({ initial: 100, max: 100, factor: 1, jitter: 0 }), scope: "all" })
+  const children: Array<ChildSpec> = ["c0", "c1", "c2", "c3"].map((id, rank) => ({ id, label: id, ranks: [rank], restart: "transient", significant: false }))
+  fc.assert(
+    fc.property(fc.constantFrom("c0", "c1", "c2", "c3"), fc.constantFrom("c0", "c1", "c2", "c3"), (failing, firstDue) => {
+      let [, state] = decide(policy, initialState(children), SupervisionEvent.Boot(), 0)
+      ;[, state] = decide(policy, state, SupervisionEvent.ChildExited({ id: failing, exit: ChildExit.Crashed({ detail: "boom" }) }), 10)
+      for (const id of ["c3", "c2", "c1", "c0"].filter((id) => id !== failing)) {
+        ;[, state] = decide(policy, state, SupervisionEvent.ChildExited({ id, exit: ChildExit.Exited({ code: 143 }) }), 20)
+      }
+      const [directives] = decide(policy, state, SupervisionEvent.RestartDue({ id: firstDue }), 110)
+      expect(ofTag(directives, "Start").map((start) => start.id)).toEqual(["c0", "c1", "c2", "c3"])
+    }),
+    seeded(71, 16)
+  )
 })

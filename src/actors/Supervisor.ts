@@ -116,7 +116,7 @@ export const start = (options: SupervisorOptions): Effect.Effect<Supervisor, nev
         Terminate: ({ ids, mode }) => stopChildren(ids, mode),
         Restart: ({ after, id }) =>
           background(Effect.zipRight(Effect.sleep(Duration.millis(after)), enqueue(SupervisionEvent.RestartDue({ id })))),
-        ReportDead: ({ cause, ranks }) => Effect.logWarning(`rank(s) ${ranks.join(", ")} dead: ${cause}`),
+        ReportDead: ({ cause, ranks }) => Effect.logDebug(`rank(s) ${ranks.join(", ")} dead: ${cause}`),
         Escalate: ({ cause }) => Effect.logError(`escalating: ${cause}`),
         Note: ({ message }) => Effect.logInfo(message),
         Verdict: ({ verdict: value }) => Deferred.succeed(verdict, value)

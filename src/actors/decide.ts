@@ -58,7 +58,10 @@ export type ChildStatus =
 export interface ChildState {
   readonly spec: ChildSpec
   readonly status: ChildStatus
-  /** Set while a child is stopped on behalf of a group restart: when it comes back (ms, absolute). */
+  /**
+   * When the child comes back (ms, absolute): set while it waits to restart,
+   * and while it is being stopped on behalf of a group restart.
+   */
   readonly restartAt?: number | undefined
 }
 
@@ -217,7 +220,7 @@ class Step {
     if (child.status === "stopping") {
       // We asked for this exit; it says nothing about the child's health.
       if (child.restartAt !== undefined && !this.state.stopping && !this.state.drained) {
-        this.setChild(id, { status: "restarting", restartAt: undefined })
+        this.setChild(id, { status: "restarting" })
         this.directives.push(Directive.Restart({ id, after: Math.max(0, child.restartAt - this.now) }))
       } else {
         this.setChild(id, { status: "exited", restartAt: undefined })
@@ -337,7 +340,7 @@ class Step {
     const [u, seed] = nextRandom(this.state.seed)
     const after = backoffDelay(policy.backoff, attempt, u)
     this.update({ seed, restarts: [...recent, { at: this.now, id }] })
-    this.setChild(id, { status: "restarting" })
+    this.setChild(id, { status: "restarting", restartAt: this.now + after })
     this.directives.push(Directive.Restart({ id, after }))
     if (policy.scope === "all") {
       const running = this.state.children.filter((other) => other.status === "running")
@@ -347,11 +350,21 @@ class Step {
     }
   }
 
+  /**
+   * Bring back the child whose restart is due, and with it every other child
+   * whose restart is due by now, in start order: a group restarted together
+   * comes back in the order it first started (a relay before its ranks),
+   * whichever timer fires first.
+   */
   restartDue(id: string): void {
     const child = this.child(id)
     if (child === undefined || child.status !== "restarting" || this.state.stopping) return
-    this.setChild(id, { status: "running" })
-    this.directives.push(Directive.Start({ id }))
+    for (const other of this.state.children) {
+      const due = other.spec.id === id || (other.restartAt !== undefined && other.restartAt <= this.now)
+      if (other.status !== "restarting" || !due) continue
+      this.setChild(other.spec.id, { status: "running", restartAt: undefined })
+      this.directives.push(Directive.Start({ id: other.spec.id }))
+    }
   }
 
   coordinatorFailed(reason: string): void {
@@ -363,7 +376,7 @@ class Step {
   drain(): void {
     this.update({ drained: true })
     for (const child of this.state.children) {
-      if (child.status === "restarting") this.setChild(child.spec.id, { status: "exited" })
+      if (child.status === "restarting") this.setChild(child.spec.id, { status: "exited", restartAt: undefined })
     }
   }
 

@@ -1,0 +1,172 @@
+/**
+ * PortMux: the launcher's one TCP port.
+ *
+ * Every connection must name its channel in its first four bytes within a
+ * deadline (`Channel`). The mux hands it, with any bytes read past the
+ * magic, to the actor that owns that channel in this run, as an `Accepted`
+ * message; HTTP goes to the status server. A connection with an unknown
+ * magic, that closes early or that misses the deadline is closed and logged
+ * (once per peer address and reason); one for a channel nobody owns is reset
+ * at once, so its dialer fails fast instead of waiting. Nothing a connection
+ * does delays any other: the socket callbacks only buffer and route.
+ */
+import * as Data from "effect/Data"
+import * as Effect from "effect/Effect"
+import * as Runtime from "effect/Runtime"
+import type * as Scope from "effect/Scope"
+import type { Socket } from "bun"
+import * as Actor from "./Actor.ts"
+import { type ChannelName, MAGIC_BYTES, type Route, route } from "../wire/Channel.ts"
+import { Connection, forwardingHandlers, type SocketData } from "../wire/Connection.ts"
+
+/** The message a channel owner receives: a connection that is now its own. */
+export class Accepted extends Data.TaggedClass("Accepted")<{ readonly connection: Connection }> {}
+
+export type Owner = Actor.ActorRef<Accepted>
+
+export class BindError extends Data.TaggedError("BindError")<{
+  readonly address: string
+  readonly port: number
+  readonly detail: string
+}> {
+  override get message(): string {
+    return `cannot listen on ${this.address}:${this.port}: ${this.detail}`
+  }
+}
+
+export interface MuxStats {
+  readonly accepted: number
+  readonly routed: Readonly<Record<string, number>>
+  readonly dropped: Readonly<Record<string, number>>
+}
+
+class Sniffed extends Data.TaggedClass("Sniffed")<{ readonly connection: Connection; readonly route: Route }> {}
+class Dropped extends Data.TaggedClass("Dropped")<{ readonly peer: string; readonly address: string; readonly reason: string }> {}
+class Stats extends Data.TaggedClass("Stats")<{}> {}
+type MuxMessage = Sniffed | Dropped
+
+export interface PortMuxOptions {
+  /** `0.0.0.0`, or `127.0.0.1` when only tunnels (or this host) reach the launcher. */
+  readonly address: string
+  /** 0 picks a free port. */
+  readonly port: number
+  /** How long a connection has to name its channel (already scaled). */
+  readonly magicDeadlineMs: number
+  readonly owners: Partial<Record<ChannelName | "http", Owner>>
+}
+
+export interface PortMux {
+  readonly address: string
+  /** The port actually bound (the chosen one when asked for 0). */
+  readonly port: number
+  readonly stats: Effect.Effect<MuxStats>
+}
+
+export const start = (options: PortMuxOptions): Effect.Effect<PortMux, BindError, Scope.Scope> =>
+  Effect.gen(function*() {
+    const runFork = Runtime.runFork(yield* Effect.runtime<never>())
+    let accepted = 0
+    const routed: Record<string, number> = {}
+    const dropped: Record<string, number> = {}
+    const logged = new Set<string>()
+
+    const dropOnce = (address: string, peer: string, reason: string) =>
+      Effect.suspend(() => {
+        dropped[reason] = (dropped[reason] ?? 0) + 1
+        const key = `${address}\u0000${reason}`
+        if (logged.has(key)) return Effect.void
+        logged.add(key)
+        return Effect.logWarning(`closed a connection from ${peer}: ${reason} (further ones from ${address} for this reason are not logged)`)
+      })
+
+    const hand = (connection: Connection, owner: Owner | undefined, name: string) =>
+      Effect.gen(function*() {
+        if (owner === undefined || connection.isClosed) {
+          connection.reset()
+          return yield* dropOnce(connection.address, connection.peer, `no ${name} service in this run`)
+        }
+        routed[name] = (routed[name] ?? 0) + 1
+        const delivered = yield* Effect.either(owner.tell(new Accepted({ connection })))
+        if (delivered._tag === "Left") connection.reset()
+      })
+
+    const mux = yield* Actor.spawn<MuxMessage | Stats, never>({
+      name: "port-mux",
+      handlers: {
+        Sniffed: ({ connection, route: where }) => {
+          switch (where._tag) {
+            case "Channel":
+              return hand(connection, options.owners[where.channel], `${where.channel} channel`)
+            case "Http":
+              return hand(connection, options.owners.http, "status (HTTP)")
+            case "Unknown":
+              connection.end()
+              return dropOnce(connection.address, connection.peer, "unknown channel magic")
+          }
+        },
+        Dropped: ({ address, peer, reason }) => dropOnce(address, peer, reason),
+        Stats: () => Effect.void
+      }
+    })
+    const tell = (message: MuxMessage) => runFork(Effect.ignore(mux.tell(message)))
+
+    /** Read the magic (with a deadline), then let the mux route the connection. */
+    const sniff = (connection: Connection) => {
+      accepted += 1
+      const seen: Array<Uint8Array> = []
+      let have = 0
+      const timer = setTimeout(() => {
+        connection.reset()
+        tell(new Dropped({ address: connection.address, peer: connection.peer, reason: `no channel magic within ${options.magicDeadlineMs} ms` }))
+      }, options.magicDeadlineMs)
+      connection.receive({
+        data: (bytes) => {
+          seen.push(new Uint8Array(bytes))
+          have += bytes.length
+          if (have < MAGIC_BYTES) return
+          clearTimeout(timer)
+          const all = new Uint8Array(Buffer.concat(seen))
+          const where = route(all.subarray(0, MAGIC_BYTES))
+          // Park the connection until its owner takes it; HTTP keeps the method bytes.
+          connection.receive({ data: (more) => connection.unread(new Uint8Array(more)), close: () => {} })
+          connection.unread(where._tag === "Http" ? all : all.subarray(MAGIC_BYTES))
+          tell(new Sniffed({ connection, route: where }))
+        },
+        close: () => {
+          clearTimeout(timer)
+          tell(new Dropped({ address: connection.address, peer: connection.peer, reason: "closed before sending its channel magic" }))
+        }
+      })
+    }
+
+    const listener = yield* Effect.try({
+      try: () =>
+        Bun.listen<SocketData>({
+          hostname: options.address,
+          port: options.port,
+          // One run per port: never share it through SO_REUSEPORT.
+          exclusive: true,
+          data: {},
+          socket: { ...forwardingHandlers, open: (socket: Socket<SocketData>) => sniff(new Connection(socket)) }
+        }),
+      catch: (error) => {
+        const code = (error as { code?: string }).code
+        return new BindError({
+          address: options.address,
+          port: options.port,
+          detail: code === "EADDRINUSE"
+            ? "the port is already in use (another cohort run, or another program); set `controller.port: 0` to pick a free port, or choose another port"
+            : `${error instanceof Error ? error.message : String(error)}; check controller.host and controller.port`
+        })
+      }
+    })
+    yield* Effect.addFinalizer(() => Effect.sync(() => listener.stop(true)))
+    yield* Effect.logDebug(`listening on ${options.address}:${listener.port}`)
+
+    const mux_: PortMux = {
+      address: options.address,
+      port: listener.port,
+      stats: Effect.sync(() => ({ accepted, routed: { ...routed }, dropped: { ...dropped } }))
+    }
+    return mux_
+  })
