@@ -180,6 +180,9 @@ describe("the supervising process", () => {
     })
     const output = collectLines(proc.stdout)
     await waitFor(() => jsonLines(output.lines).filter((line) => "started" in line).length === children, "children started")
+    // "ready" comes from the child program itself, so setpriv has already set the
+    // parent-death signal and exec'd it: killing the parent earlier races that prctl.
+    await waitFor(() => output.lines.filter((line) => line.startsWith("ready ")).length === children, "children ready")
     const pids = jsonLines(output.lines).flatMap((line) => ("pid" in line ? [line.pid as number] : []))
     expect(pids.every(isRunning)).toBe(true)
     return { proc, output, pids }
