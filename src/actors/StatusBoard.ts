@@ -1,0 +1,185 @@
+/**
+ * StatusBoard: the run's state over HTTP on the mux port.
+ *
+ * - `GET /state.json` (and `GET /`): 200 with the last published state, 503
+ *   before the first publication.
+ * - `POST /start[?token=…]`: arms an operator start for `start: manual` join
+ *   windows. From loopback no token is needed; from anywhere else the token is
+ *   the run's salt in hex. 403 for a bad token, 409 when there is nothing to
+ *   arm (the decision belongs to the join gate, through `onStart`).
+ * - Anything else: 404 listing the valid paths.
+ *
+ * One request per connection (`Connection: close`, CORS open: the page is
+ * read-only). The request line must arrive within the deadline and fit in
+ * 2 KiB. Each connection is served from its own callbacks, so a slow or idle
+ * client never holds up another.
+ */
+import { timingSafeEqual } from "node:crypto"
+import * as Effect from "effect/Effect"
+import * as Ref from "effect/Ref"
+import * as Runtime from "effect/Runtime"
+import type * as Scope from "effect/Scope"
+import * as Actor from "./Actor.ts"
+import type { Accepted } from "./PortMux.ts"
+import type { Connection } from "../wire/Connection.ts"
+
+export type Phase = "waiting" | "forming" | "training" | "done" | "failed"
+
+export interface RankStatus {
+  readonly rank: number
+  readonly host: string
+  readonly device: string
+  readonly pid: number | null
+  readonly state: "starting" | "running" | "exited" | "dead"
+  /** "status 0", "signal SIGKILL", … once it has ended. */
+  readonly exit: string | null
+}
+
+export interface RunState {
+  readonly phase: Phase
+  readonly joinedRanks: number
+  readonly joinedHosts: number
+  /** Join-window countdowns in ms; frozen at formation, null once irrelevant. */
+  readonly windowRemainingMs: number | null
+  readonly capRemainingMs: number | null
+  readonly ranks: ReadonlyArray<RankStatus>
+}
+
+export type StartOutcome = { readonly armed: true } | { readonly armed: false; readonly reason: string }
+
+export interface StatusBoardOptions {
+  /** The run's salt: the token of a non-loopback `POST /start`. */
+  readonly salt: Uint8Array
+  /** How long a client has to send its request line (already scaled). */
+  readonly requestDeadlineMs: number
+  /** Arm an operator start; the join gate decides. Without it, there is never anything to arm. */
+  readonly onStart?: () => Effect.Effect<StartOutcome>
+}
+
+export interface StatusBoard {
+  /** Give this to the PortMux as its `http` owner. */
+  readonly owner: Actor.ActorRef<Accepted>
+  readonly publish: (state: RunState) => Effect.Effect<void>
+}
+
+const MAX_REQUEST_LINE = 2048
+/** Request line, headers and body together: the endpoints take no real input. */
+const MAX_REQUEST = 16384
+const paths = ["GET /state.json", "GET /", "POST /start?token=<salt hex>"]
+const reasons: Record<number, string> = {
+  200: "OK",
+  400: "Bad Request",
+  403: "Forbidden",
+  404: "Not Found",
+  405: "Method Not Allowed",
+  408: "Request Timeout",
+  409: "Conflict",
+  503: "Service Unavailable"
+}
+
+const respond = (connection: Connection, status: number, body: unknown): Promise<void> => {
+  const text = JSON.stringify(body)
+  const head = [
+    `HTTP/1.1 ${status} ${reasons[status] ?? ""}`,
+    "Content-Type: application/json",
+    `Content-Length: ${Buffer.byteLength(text)}`,
+    "Connection: close",
+    "Access-Control-Allow-Origin: *",
+    "Cache-Control: no-store",
+    "",
+    ""
+  ].join("\r\n")
+  const done = connection.write(new TextEncoder().encode(head + text))
+  connection.end()
+  return done
+}
+
+const isLoopback = (address: string): boolean =>
+  address === "::1" || address.startsWith("127.") || address.startsWith("::ffff:127.")
+
+const tokenMatches = (token: string | null, salt: Uint8Array): boolean => {
+  if (token === null || !/^[0-9a-f]{32}$/i.test(token)) return false
+  return timingSafeEqual(Buffer.from(token.toLowerCase(), "hex"), salt)
+}
+
+export const make = (options: StatusBoardOptions): Effect.Effect<StatusBoard, never, Scope.Scope> =>
+  Effect.gen(function*() {
+    const published = yield* Ref.make<RunState | undefined>(undefined)
+    const runPromise = Runtime.runPromise(yield* Effect.runtime<never>())
+
+    const answer = (connection: Connection, requestLine: string): Promise<void> => {
+      const [method, target] = requestLine.split(" ")
+      const url = new URL(target ?? "/", "http://status")
+      if (method === "GET" && (url.pathname === "/state.json" || url.pathname === "/")) {
+        return runPromise(Ref.get(published)).then((state) =>
+          state === undefined
+            ? respond(connection, 503, { error: "no state published yet: the run is still starting" })
+            : respond(connection, 200, state)
+        )
+      }
+      if (url.pathname === "/start") {
+        if (method !== "POST") return respond(connection, 405, { error: "use POST /start", paths })
+        if (!isLoopback(connection.address) && !tokenMatches(url.searchParams.get("token"), options.salt)) {
+          return respond(connection, 403, { error: "POST /start from another host needs ?token=<the run's salt in hex>" })
+        }
+        const start = options.onStart ?? (() => Effect.succeed<StartOutcome>({ armed: false, reason: "this run has no manual start" }))
+        return runPromise(start()).then((outcome) =>
+          outcome.armed ? respond(connection, 200, { armed: true }) : respond(connection, 409, { error: outcome.reason })
+        )
+      }
+      return respond(connection, 404, { error: `no such path: ${method} ${url.pathname}`, paths })
+    }
+
+    /**
+     * Read the request (line, headers, any small body) within the deadline and
+     * the size limits, then answer once. The whole request is read before the
+     * answer: closing with unread bytes would make the kernel reset the
+     * connection under the client's feet.
+     */
+    const serve = (connection: Connection) => {
+      let head = ""
+      let answered = false
+      const finish = (work: () => Promise<void>) => {
+        if (answered) return
+        answered = true
+        clearTimeout(timer)
+        void work().catch(() => connection.reset())
+      }
+      const timer = setTimeout(
+        () => finish(() => respond(connection, 408, { error: `no complete request within ${options.requestDeadlineMs} ms` })),
+        options.requestDeadlineMs
+      )
+      connection.receive({
+        data: (bytes) => {
+          if (answered) return
+          head += new TextDecoder().decode(bytes)
+          const lineEnd = head.indexOf("\r\n")
+          if ((lineEnd === -1 && head.length > MAX_REQUEST_LINE) || lineEnd > MAX_REQUEST_LINE) {
+            finish(() => respond(connection, 400, { error: `request line longer than ${MAX_REQUEST_LINE} bytes` }))
+            return
+          }
+          const headEnd = head.indexOf("\r\n\r\n")
+          if (headEnd === -1) {
+            if (head.length > MAX_REQUEST) finish(() => respond(connection, 400, { error: `request longer than ${MAX_REQUEST} bytes` }))
+            return
+          }
+          const length = Number(/\r\ncontent-length:\s*(\d+)/i.exec(head)?.[1] ?? 0)
+          if (headEnd + 4 + length > MAX_REQUEST) {
+            finish(() => respond(connection, 400, { error: `request longer than ${MAX_REQUEST} bytes` }))
+          } else if (head.length >= headEnd + 4 + length) {
+            finish(() => answer(connection, head.slice(0, lineEnd)))
+          }
+        },
+        close: () => {
+          answered = true
+          clearTimeout(timer)
+        }
+      })
+    }
+
+    const owner = yield* Actor.spawn<Accepted, never>({
+      name: "status-board",
+      handlers: { Accepted: ({ connection }) => Effect.sync(() => serve(connection)) }
+    })
+    return { owner, publish: (state) => Ref.set(published, state) }
+  })

@@ -1,0 +1,117 @@
+/**
+ * A TCP connection as cohort's subsystems see it: bytes in through a
+ * receiver that can be swapped (the mux reads the magic, then hands the
+ * connection to its channel's owner, leftover bytes included), bytes out with
+ * back-pressure (`socket.write` may take only part of a buffer: the rest
+ * waits for `drain`).
+ */
+import type { Socket } from "bun"
+
+export interface Receiver {
+  readonly data: (bytes: Uint8Array) => void
+  readonly close: () => void
+}
+
+/** What each Bun socket carries: the connection it belongs to. */
+export interface SocketData {
+  connection?: Connection
+}
+
+export class Connection {
+  private receiver: Receiver | undefined
+  private early: Array<Uint8Array> = []
+  private closed = false
+  private outbox: Array<Uint8Array> = []
+  private flushed: Array<() => void> = []
+
+  constructor(private readonly socket: Socket<SocketData>) {
+    // A fresh object: the `data` given to Bun.listen is shared by every accepted socket.
+    socket.data = { connection: this }
+  }
+
+  /** "127.0.0.1:53124": for logs and per-peer bookkeeping. */
+  get peer(): string {
+    return `${this.socket.remoteAddress}:${this.socket.remotePort ?? "?"}`
+  }
+
+  get address(): string {
+    return this.socket.remoteAddress
+  }
+
+  get isClosed(): boolean {
+    return this.closed
+  }
+
+  /** Route incoming bytes to `receiver`, first any that arrived before it was set. */
+  receive(receiver: Receiver): void {
+    this.receiver = receiver
+    const early = this.early
+    this.early = []
+    for (const bytes of early) receiver.data(bytes)
+    if (this.closed) receiver.close()
+  }
+
+  /** Put bytes back in front of the stream (what a sniffer read past its magic). */
+  unread(bytes: Uint8Array): void {
+    if (bytes.length > 0) this.early.unshift(bytes)
+  }
+
+  /** Queue bytes for sending; resolves once the kernel has taken all of them. */
+  write(...parts: ReadonlyArray<Uint8Array>): Promise<void> {
+    if (this.closed) return Promise.resolve()
+    for (const part of parts) if (part.length > 0) this.outbox.push(part)
+    this.flush()
+    return this.outbox.length === 0 ? Promise.resolve() : new Promise((resolve) => this.flushed.push(resolve))
+  }
+
+  /** Close after what is queued has been sent. */
+  end(): void {
+    if (this.outbox.length === 0) this.socket.end()
+    else this.flushed.push(() => this.socket.end())
+  }
+
+  /** Close now, with a reset: for dialers nobody is waiting for. */
+  reset(): void {
+    this.socket.terminate()
+  }
+
+  // Called by the socket handlers of the listener or the dialer.
+
+  onData(bytes: Uint8Array): void {
+    if (this.receiver === undefined) this.early.push(new Uint8Array(bytes))
+    else this.receiver.data(bytes)
+  }
+
+  onDrain(): void {
+    this.flush()
+  }
+
+  onClose(): void {
+    if (this.closed) return
+    this.closed = true
+    this.outbox = []
+    for (const resolve of this.flushed.splice(0)) resolve()
+    this.receiver?.close()
+  }
+
+  private flush(): void {
+    while (this.outbox.length > 0) {
+      const head = this.outbox[0]!
+      const written = this.socket.write(head)
+      if (written < head.length) {
+        this.outbox[0] = head.subarray(Math.max(0, written))
+        return
+      }
+      this.outbox.shift()
+    }
+    for (const resolve of this.flushed.splice(0)) resolve()
+  }
+}
+
+/** Socket handlers that forward everything to the socket's Connection. */
+export const forwardingHandlers = {
+  data: (socket: Socket<SocketData>, bytes: Uint8Array) => socket.data.connection?.onData(bytes),
+  drain: (socket: Socket<SocketData>) => socket.data.connection?.onDrain(),
+  close: (socket: Socket<SocketData>) => socket.data.connection?.onClose(),
+  error: (socket: Socket<SocketData>) => socket.data.connection?.onClose()
+}

@@ -1,0 +1,113 @@
+/**
+ * The status endpoint on the mux port, spoken to with real HTTP clients.
+ */
+import { describe, expect } from "bun:test"
+import * as Effect from "effect/Effect"
+import * as PortMux from "../src/actors/PortMux.ts"
+import * as StatusBoard from "../src/actors/StatusBoard.ts"
+import { newSalt } from "../src/wire/Keys.ts"
+import { effect } from "./support/effect.ts"
+
+const state: StatusBoard.RunState = {
+  phase: "training",
+  joinedRanks: 2,
+  joinedHosts: 1,
+  windowRemainingMs: null,
+  capRemainingMs: null,
+  ranks: [
+    { rank: 0, host: "node-a", device: "cpu:0", pid: 100, state: "running", exit: null },
+    { rank: 1, host: "node-a", device: "cpu:1", pid: null, state: "dead", exit: "signal SIGKILL" }
+  ]
+}
+
+const setup = (onStart?: () => Effect.Effect<StatusBoard.StartOutcome>) =>
+  Effect.gen(function*() {
+    const salt = newSalt()
+    const board = yield* StatusBoard.make({ salt, requestDeadlineMs: 300, ...(onStart ? { onStart } : {}) })
+    const mux = yield* PortMux.start({ address: "127.0.0.1", port: 0, magicDeadlineMs: 1_000, owners: { http: board.owner } })
+    const url = (path: string) => `http://127.0.0.1:${mux.port}${path}`
+    return { board, mux, salt, url }
+  })
+
+const fetchJson = (url: string, init?: RequestInit) =>
+  Effect.promise(async () => {
+    // A fresh connection per request: the server closes after each answer.
+    const response = await fetch(url, { ...init, keepalive: false })
+    return { status: response.status, connection: response.headers.get("connection"), body: await response.json() }
+  })
+
+/** Send raw bytes and keep the connection open; resolves with whatever comes back before the server closes. */
+const raw = (port: number, bytes: string) =>
+  Effect.promise(() =>
+    new Promise<string>((resolve) => {
+      let received = ""
+      void Bun.connect({
+        hostname: "127.0.0.1",
+        port,
+        socket: {
+          open: (socket) => {
+            if (bytes.length > 0) socket.write(bytes)
+            socket.flush()
+          },
+          data: (_socket, chunk) => void (received += new TextDecoder().decode(chunk)),
+          close: () => resolve(received),
+          error: () => resolve(received)
+        }
+      })
+    })
+  )
+
+describe("StatusBoard", () => {
+  effect.live("503 before the first publication, then the published state as JSON", () =>
+    Effect.gen(function*() {
+      const { board, url } = yield* setup()
+      const before = yield* fetchJson(url("/state.json"))
+      expect(before.status).toBe(503)
+      yield* board.publish(state)
+      expect(yield* fetchJson(url("/state.json"))).toEqual({ status: 200, connection: "close", body: state })
+      expect((yield* fetchJson(url("/"))).body).toEqual(state)
+    }))
+
+  effect.live("unknown paths get 404 with the list of valid ones", () =>
+    Effect.gen(function*() {
+      const { url } = yield* setup()
+      const response = yield* fetchJson(url("/nope"))
+      expect(response.status).toBe(404)
+      expect((response.body as { paths: unknown }).paths).toEqual(["GET /state.json", "GET /", "POST /start?token=<salt hex>"])
+    }))
+
+  effect.live("POST /start: loopback needs no token; 409 when nothing can be armed; the join gate decides", () =>
+    Effect.gen(function*() {
+      let armed = 0
+      const { url } = yield* setup(() => Effect.sync(() => (++armed === 1 ? { armed: true } : { armed: false, reason: "already armed" })))
+      expect(yield* fetchJson(url("/start"), { method: "POST" })).toEqual({ status: 200, connection: "close", body: { armed: true } })
+      expect((yield* fetchJson(url("/start"), { method: "POST" })).status).toBe(409)
+      expect((yield* fetchJson(url("/start"))).status).toBe(405)
+      const plain = yield* setup()
+      expect(yield* fetchJson(plain.url("/start"), { method: "POST" })).toEqual({
+        status: 409,
+        connection: "close",
+        body: { error: "this run has no manual start" }
+      })
+    }))
+
+  effect.live("a request line over 2 KiB is refused; a silent client gets 408 at the deadline", () =>
+    Effect.gen(function*() {
+      const { mux } = yield* setup()
+      const long = yield* raw(mux.port, `GET /${"a".repeat(3000)} HTTP/1.1\r\n\r\n`)
+      expect(long).toStartWith("HTTP/1.1 400 Bad Request")
+      const silent = yield* raw(mux.port, "GET ")
+      expect(silent).toStartWith("HTTP/1.1 408 Request Timeout")
+    }))
+
+  effect.live("a slow client does not hold up others", () =>
+    Effect.gen(function*() {
+      const { board, mux, url } = yield* setup()
+      yield* board.publish(state)
+      const slow = yield* Effect.fork(raw(mux.port, "GET /sta"))
+      for (let i = 0; i < 10; i++) expect((yield* fetchJson(url("/state.json"))).status).toBe(200)
+      // All ten were answered while the slow client still waited for its deadline.
+      expect(slow.unsafePoll()).toBeNull()
+      expect(yield* Effect.fromFiber(slow)).toStartWith("HTTP/1.1 408")
+    }))
+})
