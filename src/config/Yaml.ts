@@ -85,6 +85,16 @@ export class Field {
     return fields
   }
 
+  /** Every key of a mapping whose keys are free-form (environment variables); the caller checks the names. */
+  entries(what = "a mapping"): Array<readonly [string, Field]> {
+    if (!this.present) return []
+    if (!isMap(this.node)) this.expected(what)
+    return this.node.items.map((pair) => {
+      const key = isScalar(pair.key) ? String(pair.key.value) : ""
+      return [key, new Field(this.child(key), pair.value as Node | null, this.source, pair.key as Node | null)] as const
+    })
+  }
+
   /** One key of a mapping, leaving the others alone (for sections owned by different modules). */
   get(key: string): Field {
     const pair = isMap(this.node) ? this.node.items.find((item) => isScalar(item.key) && item.key.value === key) : undefined

@@ -97,7 +97,12 @@ export class FrameDecoder {
   private expected = 0n
   private failed: FrameError | undefined
 
-  constructor(private readonly key: Uint8Array, private readonly ceiling: number) {}
+  constructor(private key: Uint8Array, private readonly ceiling: number) {}
+
+  /** Verify the frames after the current one with another key (open admission switches to the run's salt). */
+  setKey(key: Uint8Array): void {
+    this.key = key
+  }
 
   /** Bytes of the frame in progress held so far (for memory accounting and tests). */
   get buffered(): number {
@@ -106,8 +111,16 @@ export class FrameDecoder {
 
   /** Feed bytes; returns the frames they complete, or the error that ends the connection. */
   push(bytes: Uint8Array): Array<Frame> | FrameError {
-    if (this.failed !== undefined) return this.failed
     const frames: Array<Frame> = []
+    return this.pushEach(bytes, (frame) => void frames.push(frame)) ?? frames
+  }
+
+  /**
+   * Feed bytes and hand over each frame as soon as it is complete, before the
+   * next one is parsed: `onFrame` may change the key for the frames after it.
+   */
+  pushEach(bytes: Uint8Array, onFrame: (frame: Frame) => void): FrameError | undefined {
+    if (this.failed !== undefined) return this.failed
     let at = 0
     while (at < bytes.length) {
       if (this.stage === "header") {
@@ -138,10 +151,10 @@ export class FrameDecoder {
         if (this.filled < MAC_BYTES) break
         const frame = this.finish()
         if (frame instanceof FrameError) return this.fail(frame)
-        frames.push(frame)
+        onFrame(frame)
       }
     }
-    return frames
+    return undefined
   }
 
   private startPayload(): FrameError | undefined {

@@ -1,0 +1,226 @@
+/**
+ * Links: authenticated message streams over one connection.
+ *
+ * Opening: the dialer sends the channel magic and its nonce; the listener
+ * answers with its own nonce; both derive the per-direction keys (`Keys`).
+ * From then on every message is a frame (`Frame`) carrying one message of
+ * the channel's union (`Codec`). The first bad frame, undecodable message or
+ * EOF ends the link with a `LinkError` that says which and names the peer; a
+ * bad MAC is never answered.
+ */
+import * as Data from "effect/Data"
+import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
+import * as Queue from "effect/Queue"
+import type * as Scope from "effect/Scope"
+import type { Socket } from "bun"
+import { type ChannelName, defaultCeiling, magic } from "./Channel.ts"
+import type { Codec } from "./Codec.ts"
+import { Connection, forwardingHandlers, type SocketData } from "./Connection.ts"
+import { encodeFrame, FrameDecoder, type FrameErrorReason } from "./Frame.ts"
+import { deriveKeys, NONCE_BYTES, newNonce } from "./Keys.ts"
+
+export type LinkErrorReason = "closed" | "handshake" | "connect" | "decode" | FrameErrorReason
+
+export class LinkError extends Data.TaggedError("LinkError")<{
+  readonly channel: ChannelName
+  readonly peer: string
+  readonly reason: LinkErrorReason
+  readonly detail: string
+}> {
+  override get message(): string {
+    return `${this.channel} link with ${this.peer}: ${this.reason}: ${this.detail}`
+  }
+}
+
+export interface Link<In, Out> {
+  readonly peer: string
+  readonly send: (message: Out) => Effect.Effect<void, LinkError>
+  /** The next message; fails once the link has ended. */
+  readonly receive: Effect.Effect<In, LinkError>
+  readonly close: Effect.Effect<void>
+  /**
+   * Open admission, on the listener: from now on both directions are keyed by
+   * `salt` (call it right after sending the `Accept` that carries it).
+   */
+  readonly rekey: (salt: Uint8Array) => Effect.Effect<void>
+}
+
+export interface LinkOptions<In, Out> {
+  readonly channel: ChannelName
+  readonly salt: Uint8Array
+  readonly inbound: Codec<In>
+  readonly outbound: Codec<Out>
+  /** Largest inbound frame (default: the channel's). */
+  readonly ceiling?: number
+  /** For the nonce exchange (default 10 s). */
+  readonly handshakeMs?: number
+  /**
+   * Open admission, on the dialer: a received message that hands over the
+   * run's salt (the `Accept`); from the next frame on, both directions use it.
+   */
+  readonly rekeyOn?: (message: In) => Uint8Array | undefined
+}
+
+/** Read exactly `n` bytes from a connection that has no receiver yet. */
+const readExactly = (connection: Connection, n: number, timeoutMs: number): Promise<Uint8Array | string> =>
+  new Promise((resolve) => {
+    const parts: Array<Uint8Array> = []
+    let have = 0
+    const timer = setTimeout(() => resolve(`no nonce within ${timeoutMs} ms`), timeoutMs)
+    connection.receive({
+      data: (bytes) => {
+        parts.push(new Uint8Array(bytes))
+        have += bytes.length
+        if (have < n) return
+        clearTimeout(timer)
+        const all = Buffer.concat(parts)
+        connection.receive({ data: () => {}, close: () => {} })
+        connection.unread(new Uint8Array(all.subarray(n)))
+        resolve(new Uint8Array(all.subarray(0, n)))
+      },
+      close: () => {
+        clearTimeout(timer)
+        resolve("closed during the handshake")
+      }
+    })
+  })
+
+/** Both nonces and this end's role: everything needed to derive the keys from a salt. */
+interface Agreement {
+  readonly dialerNonce: Uint8Array
+  readonly listenerNonce: Uint8Array
+  readonly role: "dialer" | "listener"
+}
+
+/** Wire a connection whose nonces are agreed into a Link. */
+const open = <In, Out>(
+  connection: Connection,
+  options: LinkOptions<In, Out>,
+  agreement: Agreement
+): Effect.Effect<Link<In, Out>> =>
+  Effect.gen(function*() {
+    const { channel } = options
+    const peer = connection.peer
+    const inbox = yield* Queue.unbounded<Either.Either<In, LinkError>>()
+    const keysFor = (salt: Uint8Array) => {
+      const keys = deriveKeys(salt, magic[channel], agreement.dialerNonce, agreement.listenerNonce)
+      return agreement.role === "dialer"
+        ? { send: keys.dialer, receive: keys.listener }
+        : { send: keys.listener, receive: keys.dialer }
+    }
+    const initial = keysFor(options.salt)
+    let sendKey = initial.send
+    const switchTo = (salt: Uint8Array) => {
+      const next = keysFor(salt)
+      sendKey = next.send
+      decoder.setKey(next.receive)
+    }
+    const decoder = new FrameDecoder(initial.receive, options.ceiling ?? defaultCeiling[channel])
+    let ended: LinkError | undefined
+    const end = (error: LinkError) => {
+      if (ended !== undefined) return
+      ended = error
+      Queue.unsafeOffer(inbox, Either.left(error))
+    }
+    connection.receive({
+      data: (bytes) => {
+        if (ended !== undefined) return
+        const failed = decoder.pushEach(bytes, (frame) => {
+          if (ended !== undefined) return
+          const message = options.inbound.decode(frame.kind, frame.payload)
+          if (Either.isLeft(message)) {
+            end(new LinkError({ channel, peer, reason: "decode", detail: message.left.reason }))
+            connection.reset()
+            return
+          }
+          // Switch before the next frame is parsed: it may already be in this chunk.
+          const salt = options.rekeyOn?.(message.right)
+          if (salt !== undefined) switchTo(salt)
+          Queue.unsafeOffer(inbox, Either.right(message.right))
+        })
+        if (failed !== undefined) {
+          end(new LinkError({ channel, peer, reason: failed.reason, detail: failed.detail }))
+          connection.reset()
+        }
+      },
+      close: () => end(new LinkError({ channel, peer, reason: "closed", detail: "the peer closed the connection" }))
+    })
+    let sequence = 0n
+    const link: Link<In, Out> = {
+      peer,
+      send: (message) =>
+        Effect.suspend(() => {
+          if (connection.isClosed) {
+            return Effect.fail(new LinkError({ channel, peer, reason: "closed", detail: "the connection is closed" }))
+          }
+          const { kind, payload } = options.outbound.encode(message)
+          const parts = encodeFrame(sendKey, kind, sequence, payload)
+          sequence += 1n
+          return Effect.promise(() => connection.write(...parts))
+        }),
+      receive: Effect.flatMap(Queue.take(inbox), (next) => {
+        // An ending stays in the inbox for every later reader.
+        if (Either.isLeft(next)) Queue.unsafeOffer(inbox, next)
+        return next
+      }),
+      close: Effect.sync(() => connection.end()),
+      rekey: (salt) => Effect.sync(() => switchTo(salt))
+    }
+    return link
+  })
+
+/** The listener's side, once the mux has read the channel magic. */
+export const accept = <In, Out>(
+  connection: Connection,
+  options: LinkOptions<In, Out>
+): Effect.Effect<Link<In, Out>, LinkError> =>
+  Effect.gen(function*() {
+    const dialerNonce = yield* Effect.promise(() => readExactly(connection, NONCE_BYTES, options.handshakeMs ?? 10_000))
+    if (typeof dialerNonce === "string") {
+      connection.reset()
+      return yield* new LinkError({ channel: options.channel, peer: connection.peer, reason: "handshake", detail: dialerNonce })
+    }
+    const listenerNonce = newNonce()
+    yield* Effect.promise(() => connection.write(listenerNonce))
+    return yield* open(connection, options, { dialerNonce, listenerNonce, role: "listener" })
+  })
+
+export interface DialOptions<In, Out> extends LinkOptions<In, Out> {
+  readonly host: string
+  readonly port: number
+}
+
+/** The dialer's side: connect, send the magic and a nonce, agree on keys. Closed with the Scope. */
+export const dial = <In, Out>(options: DialOptions<In, Out>): Effect.Effect<Link<In, Out>, LinkError, Scope.Scope> =>
+  Effect.acquireRelease(
+    Effect.gen(function*() {
+      const where = `${options.host}:${options.port}`
+      const socket = yield* Effect.tryPromise({
+        try: () =>
+          Bun.connect<SocketData>({
+            hostname: options.host,
+            port: options.port,
+            data: {},
+            socket: { ...forwardingHandlers, open: (opened: Socket<SocketData>) => void new Connection(opened) }
+          }),
+        catch: (error) =>
+          new LinkError({
+            channel: options.channel,
+            peer: where,
+            reason: "connect",
+            detail: `${error instanceof Error ? error.message : String(error)}; is the launcher running and is ${where} reachable?`
+          })
+      })
+      const connection = socket.data.connection ?? new Connection(socket)
+      const dialerNonce = newNonce()
+      yield* Effect.promise(() => connection.write(magic[options.channel], dialerNonce))
+      const listenerNonce = yield* Effect.promise(() => readExactly(connection, NONCE_BYTES, options.handshakeMs ?? 10_000))
+      if (typeof listenerNonce === "string") {
+        connection.reset()
+        return yield* new LinkError({ channel: options.channel, peer: where, reason: "handshake", detail: listenerNonce })
+      }
+      return yield* open(connection, options, { dialerNonce, listenerNonce, role: "dialer" })
+    }),
+    (link) => link.close
+  )
