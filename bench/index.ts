@@ -1,5 +1,8 @@
 /** `bun run bench`: every benchmark, one after the other; paste the output into bench/README.md. */
 import { failureReaction } from "./failure-reaction.ts"
+import { frameThroughput } from "./frame-throughput.ts"
 
 console.log(`bun ${Bun.version}, ${navigator.hardwareConcurrency} cores, ${new Date().toISOString()}\n`)
 console.log(await failureReaction())
+console.log()
+console.log(await frameThroughput())

@@ -65,6 +65,32 @@ export const encodeFrame = (key: Uint8Array, kind: number, sequence: bigint, pay
   return [head, payload, new Uint8Array(mac.buffer, mac.byteOffset, mac.byteLength)]
 }
 
+/**
+ * The pieces of one frame for streaming: the header, the payload in
+ * `chunkBytes` slices, then the MAC. Each slice is hashed only when it is
+ * pulled, so a sender that writes a slice before pulling the next one hashes
+ * while the kernel moves the previous slice.
+ */
+export function* frameParts(
+  key: Uint8Array,
+  kind: number,
+  sequence: bigint,
+  payload: Uint8Array,
+  chunkBytes = 4 << 20
+): Generator<Uint8Array> {
+  if (payload.length > MAX_LENGTH) throw new RangeError(`payload of ${payload.length} bytes exceeds the frame limit`)
+  const head = header(kind, sequence, payload.length)
+  const hmac = createHmac("sha256", key).update(head)
+  yield head
+  for (let at = 0; at < payload.length; at += chunkBytes) {
+    const slice = payload.subarray(at, Math.min(payload.length, at + chunkBytes))
+    hmac.update(slice)
+    yield slice
+  }
+  const mac = hmac.digest()
+  yield new Uint8Array(mac.buffer, mac.byteOffset, mac.byteLength)
+}
+
 /** One frame as a single buffer (tests, small control messages). */
 export const frameBytes = (key: Uint8Array, kind: number, sequence: bigint, payload: Uint8Array): Uint8Array => {
   const parts = encodeFrame(key, kind, sequence, payload)
