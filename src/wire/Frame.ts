@@ -24,6 +24,8 @@ import { createHmac, timingSafeEqual } from "node:crypto"
 import * as Data from "effect/Data"
 
 export const HEADER_BYTES = 16
+/** A large payload is received into blocks of this size, allocated as bytes arrive. */
+const BLOCK_BYTES = 4 << 20
 export const MAC_BYTES = 32
 /** The largest length the header can carry. */
 export const MAX_LENGTH = 0xffff_ffff
@@ -119,6 +121,7 @@ export class FrameDecoder {
   private kind = 0
   private sequence = 0n
   private chunks: Array<Uint8Array> = []
+  private blockFilled = 0
   private hmac: ReturnType<typeof createHmac> | undefined
   private expected = 0n
   private failed: FrameError | undefined
@@ -130,7 +133,11 @@ export class FrameDecoder {
     this.key = key
   }
 
-  /** Bytes of the frame in progress held so far (for memory accounting and tests). */
+  /**
+   * Payload bytes of the frame in progress received so far. Blocks are
+   * allocated as bytes arrive, at most one 4 MiB block ahead, and pages the
+   * peer never filled are never touched.
+   */
   get buffered(): number {
     return this.stage === "payload" ? this.filled : 0
   }
@@ -158,13 +165,20 @@ export class FrameDecoder {
         const problem = this.startPayload()
         if (problem !== undefined) return this.fail(problem)
       } else if (this.stage === "payload") {
-        const take = Math.min(this.length - this.filled, bytes.length - at)
-        // Keep a copy of just these bytes: the caller may reuse its buffer.
-        const piece = bytes.slice(at, at + take)
-        this.chunks.push(piece)
-        this.hmac!.update(piece)
+        // Copy into blocks allocated as the bytes come (the caller may reuse
+        // its buffer); each block is hashed once it is full.
+        let block = this.chunks[this.chunks.length - 1]
+        if (block === undefined || this.blockFilled === block.length) {
+          block = new Uint8Array(Math.min(BLOCK_BYTES, this.length - this.filled))
+          this.chunks.push(block)
+          this.blockFilled = 0
+        }
+        const take = Math.min(block.length - this.blockFilled, bytes.length - at)
+        block.set(bytes.subarray(at, at + take), this.blockFilled)
+        this.blockFilled += take
         this.filled += take
         at += take
+        if (this.blockFilled === block.length) this.hmac!.update(block)
         if (this.filled === this.length) {
           this.stage = "mac"
           this.filled = 0
