@@ -33,14 +33,11 @@ const cohortRun = () =>
   Effect.runPromise(
     Effect.scoped(Effect.gen(function*() {
       const handles: Array<ProcessChild.ProcessChild> = []
-      const children = Array.from({ length: CHILDREN }, (_, rank): Supervisor.SupervisedChild => ({
-        id: `rank-${rank}`,
-        label: `rank ${rank}`,
-        ranks: [rank],
-        restart: "transient",
-        significant: false,
-        start: Effect.tap(ProcessChild.spawn({ cmd: child, stdin: "pipe" }), (handle) => Effect.sync(() => handles.push(handle)))
-      }))
+      const children = Array.from({ length: CHILDREN }, (_, rank) =>
+        Supervisor.rankChild(
+          rank,
+          Effect.tap(ProcessChild.spawn({ cmd: child, stdin: "pipe" }), (handle) => Effect.sync(() => handles.push(handle)))
+        ))
       const supervisor = yield* Supervisor.start({ name: "bench", strategy: new KillAll(), children, grace: "1 second" })
       yield* Effect.promise(() => waitUntil(() => handles.length === CHILDREN))
       const start = performance.now()

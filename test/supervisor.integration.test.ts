@@ -21,15 +21,12 @@ const supervisorFixture = `${import.meta.dir}/fixtures/supervisor-fixture.ts`
 /** `n` rank children running child-fixture.ts, each holding its stdin open. */
 const ranks = (n: number, extra: (rank: number) => ReadonlyArray<string> = () => []) => {
   const pids = new Map<string, number>()
-  const children = Array.from({ length: n }, (_, rank): Supervisor.SupervisedChild => ({
-    id: `rank-${rank}`,
-    label: `rank ${rank}`,
-    ranks: [rank],
-    restart: "transient",
-    significant: false,
-    start: ProcessChild.spawn({ cmd: [process.execPath, childFixture, ...extra(rank)], stdin: "pipe", stdout: "ignore" })
-      .pipe(Effect.tap((child) => Effect.sync(() => pids.set(`rank-${rank}`, child.pid))))
-  }))
+  const children = Array.from({ length: n }, (_, rank) =>
+    Supervisor.rankChild(
+      rank,
+      ProcessChild.spawn({ cmd: [process.execPath, childFixture, ...extra(rank)], stdin: "pipe", stdout: "ignore" })
+        .pipe(Effect.tap((child) => Effect.sync(() => pids.set(`rank-${rank}`, child.pid))))
+    ))
   return { children, pids }
 }
 

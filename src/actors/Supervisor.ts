@@ -33,6 +33,21 @@ export interface SupervisedChild extends ChildSpec {
   readonly start: Effect.Effect<ChildHandle, unknown, Scope.Scope>
 }
 
+/** A child that carries exactly one rank: id `rank-N`, label `rank N`, transient, not significant. */
+export const rankChild = (
+  rank: number,
+  start: SupervisedChild["start"],
+  host?: string
+): SupervisedChild => ({
+  id: `rank-${rank}`,
+  label: host === undefined ? `rank ${rank}` : `rank ${rank} of ${host}`,
+  ranks: [rank],
+  group: host,
+  restart: "transient",
+  significant: false,
+  start
+})
+
 export interface SupervisorOptions {
   readonly name: string
   readonly strategy: Strategy

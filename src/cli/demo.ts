@@ -60,15 +60,11 @@ const run = (config: DemoConfig) =>
     yield* Effect.logInfo(
       `${config.name}: ${config.ranks} ranks, failure policy:\n${strategyToYaml(config.policy.strategy).trimEnd()}`
     )
-    const children = Array.from({ length: config.ranks }, (_, rank): Supervisor.SupervisedChild => {
+    const children = Array.from({ length: config.ranks }, (_, rank) => {
       const fault = config.faults.find((candidate) => candidate.rank === rank)
-      return {
-        id: `rank-${rank}`,
-        label: `rank ${rank}`,
-        ranks: [rank],
-        restart: "transient",
-        significant: false,
-        start: ProcessChild.spawn({
+      return Supervisor.rankChild(
+        rank,
+        ProcessChild.spawn({
           cmd: [process.execPath, rankEntry],
           env: {
             COHORT_RANK: String(rank),
@@ -80,7 +76,7 @@ const run = (config: DemoConfig) =>
           onLine: (line) => console.log(`[rank ${rank}] ${line}`),
           grace: config.policy.grace
         })
-      }
+      )
     })
     const supervisor = yield* Supervisor.start({
       name: "launcher",
