@@ -42,7 +42,6 @@ export interface MuxStats {
 
 class Sniffed extends Data.TaggedClass("Sniffed")<{ readonly connection: Connection; readonly route: Route }> {}
 class Dropped extends Data.TaggedClass("Dropped")<{ readonly peer: string; readonly address: string; readonly reason: string }> {}
-class Stats extends Data.TaggedClass("Stats")<{}> {}
 type MuxMessage = Sniffed | Dropped
 
 export interface PortMuxOptions {
@@ -81,16 +80,20 @@ export const start = (options: PortMuxOptions): Effect.Effect<PortMux, BindError
 
     const hand = (connection: Connection, owner: Owner | undefined, name: string) =>
       Effect.gen(function*() {
-        if (owner === undefined || connection.isClosed) {
+        if (owner === undefined) {
           connection.reset()
           return yield* dropOnce(connection.address, connection.peer, `no ${name} service in this run`)
         }
+        if (connection.isClosed) return yield* dropOnce(connection.address, connection.peer, "closed before its owner took it")
         routed[name] = (routed[name] ?? 0) + 1
-        const delivered = yield* Effect.either(owner.tell(new Accepted({ connection })))
-        if (delivered._tag === "Left") connection.reset()
+        // A busy owner must not hold up routing for every other channel: deliver in the background.
+        yield* owner.tell(new Accepted({ connection })).pipe(
+          Effect.catchAll(() => Effect.sync(() => connection.reset())),
+          Effect.forkScoped
+        )
       })
 
-    const mux = yield* Actor.spawn<MuxMessage | Stats, never>({
+    const mux = yield* Actor.spawn<MuxMessage, Scope.Scope>({
       name: "port-mux",
       handlers: {
         Sniffed: ({ connection, route: where }) => {
@@ -104,8 +107,7 @@ export const start = (options: PortMuxOptions): Effect.Effect<PortMux, BindError
               return dropOnce(connection.address, connection.peer, "unknown channel magic")
           }
         },
-        Dropped: ({ address, peer, reason }) => dropOnce(address, peer, reason),
-        Stats: () => Effect.void
+        Dropped: ({ address, peer, reason }) => dropOnce(address, peer, reason)
       }
     })
     const tell = (message: MuxMessage) => runFork(Effect.ignore(mux.tell(message)))
@@ -116,6 +118,7 @@ export const start = (options: PortMuxOptions): Effect.Effect<PortMux, BindError
       const seen: Array<Uint8Array> = []
       let have = 0
       const timer = setTimeout(() => {
+        connection.park()
         connection.reset()
         tell(new Dropped({ address: connection.address, peer: connection.peer, reason: `no channel magic within ${options.magicDeadlineMs} ms` }))
       }, options.magicDeadlineMs)
@@ -128,7 +131,7 @@ export const start = (options: PortMuxOptions): Effect.Effect<PortMux, BindError
           const all = new Uint8Array(Buffer.concat(seen))
           const where = route(all.subarray(0, MAGIC_BYTES))
           // Park the connection until its owner takes it; HTTP keeps the method bytes.
-          connection.receive({ data: (more) => connection.unread(new Uint8Array(more)), close: () => {} })
+          connection.park()
           connection.unread(where._tag === "Http" ? all : all.subarray(MAGIC_BYTES))
           tell(new Sniffed({ connection, route: where }))
         },

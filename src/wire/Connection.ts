@@ -24,18 +24,15 @@ export class Connection {
   private outbox: Array<Uint8Array> = []
   private flushed: Array<() => void> = []
 
+  /** "127.0.0.1:53124": for logs and per-peer bookkeeping (read while open: Bun forgets it once closed). */
+  readonly peer: string
+  readonly address: string
+
   constructor(private readonly socket: Socket<SocketData>) {
     // A fresh object: the `data` given to Bun.listen is shared by every accepted socket.
     socket.data = { connection: this }
-  }
-
-  /** "127.0.0.1:53124": for logs and per-peer bookkeeping. */
-  get peer(): string {
-    return `${this.socket.remoteAddress}:${this.socket.remotePort ?? "?"}`
-  }
-
-  get address(): string {
-    return this.socket.remoteAddress
+    this.address = socket.remoteAddress
+    this.peer = `${socket.remoteAddress}:${socket.remotePort ?? "?"}`
   }
 
   get isClosed(): boolean {
@@ -54,6 +51,11 @@ export class Connection {
   /** Put bytes back in front of the stream (what a sniffer read past its magic). */
   unread(bytes: Uint8Array): void {
     if (bytes.length > 0) this.early.unshift(bytes)
+  }
+
+  /** Keep what arrives, in order, until the next `receive`. */
+  park(): void {
+    this.receiver = undefined
   }
 
   /** Queue bytes for sending; resolves once the kernel has taken all of them. */

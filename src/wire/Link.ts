@@ -75,7 +75,7 @@ const readExactly = (connection: Connection, n: number, timeoutMs: number): Prom
         if (have < n) return
         clearTimeout(timer)
         const all = Buffer.concat(parts)
-        connection.receive({ data: () => {}, close: () => {} })
+        connection.park()
         connection.unread(new Uint8Array(all.subarray(n)))
         resolve(new Uint8Array(all.subarray(0, n)))
       },
