@@ -26,6 +26,8 @@ import * as Data from "effect/Data"
 export const HEADER_BYTES = 16
 /** A large payload is received into blocks of this size, allocated as bytes arrive. */
 const BLOCK_BYTES = 4 << 20
+/** Blocks a decoder keeps for reuse after a large frame: up to 64 MiB. */
+const MAX_SPARE_BLOCKS = 16
 export const MAC_BYTES = 32
 /** The largest length the header can carry. */
 export const MAX_LENGTH = 0xffff_ffff
@@ -122,6 +124,7 @@ export class FrameDecoder {
   private sequence = 0n
   private chunks: Array<Uint8Array> = []
   private blockFilled = 0
+  private spare: Array<Uint8Array> = []
   private hmac: ReturnType<typeof createHmac> | undefined
   private expected = 0n
   private failed: FrameError | undefined
@@ -169,7 +172,10 @@ export class FrameDecoder {
         // its buffer); each block is hashed once it is full.
         let block = this.chunks[this.chunks.length - 1]
         if (block === undefined || this.blockFilled === block.length) {
-          block = new Uint8Array(Math.min(BLOCK_BYTES, this.length - this.filled))
+          const size = Math.min(BLOCK_BYTES, this.length - this.filled)
+          // Blocks of a large frame are reused for the next one: fresh memory
+          // costs a page fault per 4 KiB, more than the copy itself.
+          block = this.spare.pop()?.subarray(0, size) ?? new Uint8Array(size)
           this.chunks.push(block)
           this.blockFilled = 0
         }
@@ -234,6 +240,14 @@ export class FrameDecoder {
     }
     this.expected += 1n
     const payload = this.chunks.length === 1 ? this.chunks[0]! : concat(this.chunks, this.length)
+    if (this.chunks.length > 1) {
+      // The payload is a copy: its blocks can serve the next large frame.
+      for (const block of this.chunks) {
+        if (block.buffer.byteLength === BLOCK_BYTES && this.spare.length < MAX_SPARE_BLOCKS) {
+          this.spare.push(new Uint8Array(block.buffer))
+        }
+      }
+    }
     this.chunks = []
     return { kind: this.kind, sequence: this.sequence, payload }
   }
