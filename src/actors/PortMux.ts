@@ -115,29 +115,17 @@ export const start = (options: PortMuxOptions): Effect.Effect<PortMux, BindError
     /** Read the magic (with a deadline), then let the mux route the connection. */
     const sniff = (connection: Connection) => {
       accepted += 1
-      const seen: Array<Uint8Array> = []
-      let have = 0
-      const timer = setTimeout(() => {
-        connection.park()
-        connection.reset()
-        tell(new Dropped({ address: connection.address, peer: connection.peer, reason: `no channel magic within ${options.magicDeadlineMs} ms` }))
-      }, options.magicDeadlineMs)
-      connection.receive({
-        data: (bytes) => {
-          seen.push(new Uint8Array(bytes))
-          have += bytes.length
-          if (have < MAGIC_BYTES) return
-          clearTimeout(timer)
-          const all = new Uint8Array(Buffer.concat(seen))
-          const where = route(all.subarray(0, MAGIC_BYTES))
-          // Park the connection until its owner takes it; HTTP keeps the method bytes.
-          connection.park()
-          connection.unread(where._tag === "Http" ? all : all.subarray(MAGIC_BYTES))
-          tell(new Sniffed({ connection, route: where }))
-        },
-        close: () => {
-          clearTimeout(timer)
+      void connection.take(MAGIC_BYTES, options.magicDeadlineMs).then((first) => {
+        if (first === "timeout") {
+          connection.reset()
+          tell(new Dropped({ address: connection.address, peer: connection.peer, reason: `no channel magic within ${options.magicDeadlineMs} ms` }))
+        } else if (first === "closed") {
           tell(new Dropped({ address: connection.address, peer: connection.peer, reason: "closed before sending its channel magic" }))
+        } else {
+          const where = route(first)
+          // The connection stays parked until its owner takes it; HTTP keeps the method bytes.
+          if (where._tag === "Http") connection.unread(first)
+          tell(new Sniffed({ connection, route: where }))
         }
       })
     }

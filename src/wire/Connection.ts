@@ -58,6 +58,34 @@ export class Connection {
     this.receiver = undefined
   }
 
+  /**
+   * The next `n` bytes, or why they did not come in time. Bytes past them
+   * stay queued, in order, for the next receiver.
+   */
+  take(n: number, timeoutMs: number): Promise<Uint8Array | "closed" | "timeout"> {
+    return new Promise((resolve) => {
+      const parts: Array<Uint8Array> = []
+      let have = 0
+      const finish = (result: Uint8Array | "closed" | "timeout", rest?: Uint8Array) => {
+        clearTimeout(timer)
+        this.park()
+        if (rest !== undefined) this.unread(rest)
+        resolve(result)
+      }
+      const timer = setTimeout(() => finish("timeout"), timeoutMs)
+      this.receive({
+        data: (bytes) => {
+          parts.push(new Uint8Array(bytes))
+          have += bytes.length
+          if (have < n) return
+          const all = new Uint8Array(Buffer.concat(parts))
+          finish(all.subarray(0, n), all.subarray(n))
+        },
+        close: () => finish("closed")
+      })
+    })
+  }
+
   /** Queue bytes for sending; resolves once the kernel has taken all of them. */
   write(...parts: ReadonlyArray<Uint8Array>): Promise<void> {
     if (this.closed) return Promise.resolve()

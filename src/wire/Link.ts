@@ -62,30 +62,6 @@ export interface LinkOptions<In, Out> {
   readonly rekeyOn?: (message: In) => Uint8Array | undefined
 }
 
-/** Read exactly `n` bytes from a connection that has no receiver yet. */
-const readExactly = (connection: Connection, n: number, timeoutMs: number): Promise<Uint8Array | string> =>
-  new Promise((resolve) => {
-    const parts: Array<Uint8Array> = []
-    let have = 0
-    const timer = setTimeout(() => resolve(`no nonce within ${timeoutMs} ms`), timeoutMs)
-    connection.receive({
-      data: (bytes) => {
-        parts.push(new Uint8Array(bytes))
-        have += bytes.length
-        if (have < n) return
-        clearTimeout(timer)
-        const all = Buffer.concat(parts)
-        connection.park()
-        connection.unread(new Uint8Array(all.subarray(n)))
-        resolve(new Uint8Array(all.subarray(0, n)))
-      },
-      close: () => {
-        clearTimeout(timer)
-        resolve("closed during the handshake")
-      }
-    })
-  })
-
 /** Both nonces and this end's role: everything needed to derive the keys from a salt. */
 interface Agreement {
   readonly dialerNonce: Uint8Array
@@ -170,17 +146,26 @@ const open = <In, Out>(
     return link
   })
 
+/** The other side's nonce; a connection that does not send it in time is reset. */
+const handshake = (
+  connection: Connection,
+  options: { readonly channel: ChannelName; readonly handshakeMs?: number | undefined },
+  peer: string
+): Effect.Effect<Uint8Array, LinkError> =>
+  Effect.flatMap(Effect.promise(() => connection.take(NONCE_BYTES, options.handshakeMs ?? 10_000)), (nonce) => {
+    if (nonce instanceof Uint8Array) return Effect.succeed(nonce)
+    connection.reset()
+    const detail = nonce === "closed" ? "closed during the handshake" : `no nonce within ${options.handshakeMs ?? 10_000} ms`
+    return Effect.fail(new LinkError({ channel: options.channel, peer, reason: "handshake", detail }))
+  })
+
 /** The listener's side, once the mux has read the channel magic. */
 export const accept = <In, Out>(
   connection: Connection,
   options: LinkOptions<In, Out>
 ): Effect.Effect<Link<In, Out>, LinkError> =>
   Effect.gen(function*() {
-    const dialerNonce = yield* Effect.promise(() => readExactly(connection, NONCE_BYTES, options.handshakeMs ?? 10_000))
-    if (typeof dialerNonce === "string") {
-      connection.reset()
-      return yield* new LinkError({ channel: options.channel, peer: connection.peer, reason: "handshake", detail: dialerNonce })
-    }
+    const dialerNonce = yield* handshake(connection, options, connection.peer)
     const listenerNonce = newNonce()
     yield* Effect.promise(() => connection.write(listenerNonce))
     return yield* open(connection, options, { dialerNonce, listenerNonce, role: "listener" })
@@ -215,11 +200,7 @@ export const dial = <In, Out>(options: DialOptions<In, Out>): Effect.Effect<Link
       const connection = socket.data.connection ?? new Connection(socket)
       const dialerNonce = newNonce()
       yield* Effect.promise(() => connection.write(magic[options.channel], dialerNonce))
-      const listenerNonce = yield* Effect.promise(() => readExactly(connection, NONCE_BYTES, options.handshakeMs ?? 10_000))
-      if (typeof listenerNonce === "string") {
-        connection.reset()
-        return yield* new LinkError({ channel: options.channel, peer: where, reason: "handshake", detail: listenerNonce })
-      }
+      const listenerNonce = yield* handshake(connection, options, where)
       return yield* open(connection, options, { dialerNonce, listenerNonce, role: "dialer" })
     }),
     (link) => link.close
