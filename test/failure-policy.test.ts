@@ -91,6 +91,26 @@ failure_policy:
     expect(await problem(text)).toContain(expected)
   })
 
+  test("every mistake in the file is reported at once, in document order", async () => {
+    const text = [
+      "failure_policy:",
+      "  before_formation: shrug",
+      "  after_formation:",
+      "    restart: { max_restarts: many, within: soon, scope: some, backoff: { jitter: 2 } }",
+      "  grase: 5s",
+      "  grace: later"
+    ].join("\n")
+    expect((await problem(text)).split("\n")).toEqual([
+      "cluster.yml: failure_policy.before_formation (line 2, col 21): expected one of kill_all, elastic, { elastic: { max_failure: … } } or { restart: { … } }, got \"shrug\"",
+      "cluster.yml: failure_policy.after_formation.restart.max_restarts (line 4, col 30): expected a whole number of restarts from 0 to 1000, got \"many\"",
+      "cluster.yml: failure_policy.after_formation.restart.within (line 4, col 44): expected a duration like \"250ms\", \"5s\", \"10m\" or \"1h\" above 0ms, got \"soon\"",
+      "cluster.yml: failure_policy.after_formation.restart.scope (line 4, col 57): expected one of \"one\", \"all\", got \"some\"",
+      "cluster.yml: failure_policy.after_formation.restart.backoff.jitter (line 4, col 82): expected a jitter fraction from 0 to 1, got 2",
+      "cluster.yml: failure_policy (line 5, col 3): unknown key \"grase\" (did you mean \"grace\"?); known keys: before_formation, after_formation, grace",
+      "cluster.yml: failure_policy.grace (line 6, col 10): expected a duration like \"250ms\", \"5s\", \"10m\" or \"1h\", got \"later\""
+    ])
+  })
+
   test("bare words and empty mappings are accepted where they read naturally", async () => {
     const policy = await decode("failure_policy: { before_formation: { kill_all: {} }, after_formation: elastic }")
     expect(policy.strategy).toEqual(new Phased({ beforeFormation: new KillAll(), afterFormation: new Elastic({}) }))

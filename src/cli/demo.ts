@@ -35,21 +35,23 @@ const decodeDemo = (text: string, file: string) =>
   parse(text, file, (root): DemoConfig => {
     const top = root.map(["name", "failure_policy", "demo"])
     const demo = top.demo!.map(["ranks", "work", "formation_after", "faults"])
-    const ranks = demo.ranks!.present ? demo.ranks!.int(1, 64) : 4
+    const ranks = demo.ranks!.readOr((f) => f.int(1, 64), 4)
     return {
-      name: top.name!.present ? top.name!.string() : "demo",
+      name: top.name!.readOr((f) => f.string(), "demo"),
       policy: decodeFailurePolicy(top.failure_policy!),
       ranks,
-      work: demo.work!.present ? demo.work!.duration(1) : 2_000,
-      formationAfter: demo.formation_after!.present ? demo.formation_after!.duration() : 300,
-      faults: demo.faults!.list("a list of { rank, at, exit }").map((item) => {
-        const fault = item.map(["rank", "at", "exit"])
-        return {
-          rank: fault.rank!.int(0, ranks - 1, `a rank from 0 to ${ranks - 1}`),
-          at: fault.at!.duration(),
-          exit: fault.exit!.present ? fault.exit!.int(1, 255, "an exit status from 1 to 255") : 1
-        }
-      })
+      work: demo.work!.readOr((f) => f.duration(1), 2_000),
+      formationAfter: demo.formation_after!.readOr((f) => f.duration(), 300),
+      faults: demo.faults!.list("a list of { rank, at, exit }").flatMap((item) =>
+        item.attempt(() => {
+          const fault = item.map(["rank", "at", "exit"])
+          return [{
+            rank: fault.rank!.int(0, ranks - 1, `a rank from 0 to ${ranks - 1}`),
+            at: fault.at!.duration(),
+            exit: fault.exit!.readOr((f) => f.int(1, 255, "an exit status from 1 to 255"), 1)
+          }]
+        }) ?? []
+      )
     }
   })
 

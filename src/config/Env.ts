@@ -27,16 +27,18 @@ export const reservedReason = (key: string): string | undefined => {
 export const decodeEnv = (field: Field): Readonly<Record<string, string>> => {
   const env: Record<string, string> = {}
   for (const [key, value] of field.entries("a mapping of variable names to values")) {
-    if (!/^[A-Za-z_][A-Za-z0-9_]*$/.test(key)) {
-      value.fail(`"${key}" is not a valid variable name (letters, digits and _, not starting with a digit)`, value.anchor)
-    }
-    const reason = reservedReason(key)
-    if (reason !== undefined) value.fail(reason, value.anchor)
-    const scalar = value.scalar
-    if (typeof scalar !== "string" && typeof scalar !== "number" && typeof scalar !== "boolean") {
-      value.expected("a string value")
-    }
-    env[key] = String(scalar)
+    value.attempt(() => {
+      if (!/^[A-Za-z_][A-Za-z0-9_]*$/.test(key)) {
+        value.fail(`"${key}" is not a valid variable name (letters, digits and _, not starting with a digit)`, value.anchor)
+      }
+      const reason = reservedReason(key)
+      if (reason !== undefined) value.fail(reason, value.anchor)
+      const scalar = value.scalar
+      if (typeof scalar !== "string" && typeof scalar !== "number" && typeof scalar !== "boolean") {
+        value.expected("a string value")
+      }
+      env[key] = String(scalar)
+    })
   }
   return env
 }

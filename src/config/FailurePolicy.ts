@@ -32,9 +32,8 @@ import {
   type Simple,
   type Strategy
 } from "../actors/Strategy.ts"
-import type { ConfigError } from "./ConfigError.ts"
 import { formatDuration } from "./Duration.ts"
-import { type Field, parse } from "./Yaml.ts"
+import { type ConfigErrors, type Field, parse } from "./Yaml.ts"
 
 export interface FailurePolicy {
   readonly strategy: Phased
@@ -61,14 +60,13 @@ export const decodeFailurePolicy = (field: Field): FailurePolicy => {
   if (!field.present) return defaultFailurePolicy
   const keys = field.map(policyKeys)
   const defaults = defaultFailurePolicy.strategy
+  // Each part is read on its own, so every mistake in the section is reported together.
   return {
     strategy: new Phased({
-      beforeFormation: keys.before_formation!.present
-        ? decodeSimple(keys.before_formation!)
-        : defaults.beforeFormation,
-      afterFormation: keys.after_formation!.present ? decodeSimple(keys.after_formation!) : defaults.afterFormation
+      beforeFormation: keys.before_formation!.readOr(decodeSimple, defaults.beforeFormation),
+      afterFormation: keys.after_formation!.readOr(decodeSimple, defaults.afterFormation)
     }),
-    grace: keys.grace!.present ? keys.grace!.duration() : defaultFailurePolicy.grace
+    grace: keys.grace!.readOr((grace) => grace.duration(), defaultFailurePolicy.grace)
   }
 }
 
@@ -132,31 +130,25 @@ const decodeMaxFailure = (field: Field): MaxFailure => {
 const decodeRestart = (field: Field): Restart => {
   if (!field.present) return new Restart(restartDefaults)
   const keys = field.map(["max_restarts", "within", "backoff", "scope"])
-  const backoff = keys.backoff!.present ? decodeBackoff(keys.backoff!) : restartDefaults.backoff
   return new Restart({
-    maxRestarts: keys.max_restarts!.present
-      ? keys.max_restarts!.int(0, 1_000, "a whole number of restarts from 0 to 1000")
-      : restartDefaults.maxRestarts,
-    within: keys.within!.present ? keys.within!.duration(1) : restartDefaults.within,
-    backoff,
-    scope: keys.scope!.present ? keys.scope!.literal(["one", "all"]) : restartDefaults.scope
+    maxRestarts: keys.max_restarts!.readOr((f) => f.int(0, 1_000, "a whole number of restarts from 0 to 1000"), restartDefaults.maxRestarts),
+    within: keys.within!.readOr((f) => f.duration(1), restartDefaults.within),
+    backoff: keys.backoff!.readOr(decodeBackoff, restartDefaults.backoff),
+    scope: keys.scope!.readOr((f) => f.literal(["one", "all"]), restartDefaults.scope)
   })
 }
 
 const decodeBackoff = (field: Field): Backoff => {
   const keys = field.map(["initial", "max", "factor", "jitter"])
   const base = restartDefaults.backoff
-  const initial = keys.initial!.present ? keys.initial!.duration() : base.initial
+  const initial = keys.initial!.readOr((f) => f.duration(), base.initial)
+  const factor = keys.factor!.readOr((f) => f.number(1, 100, "a growth factor from 1 to 100"), base.factor)
+  const jitter = keys.jitter!.readOr((f) => f.number(0, 1, "a jitter fraction from 0 to 1"), base.jitter)
   const max = keys.max!.present ? keys.max!.duration() : Math.max(base.max, initial)
   if (max < initial) {
     keys.max!.fail(`expected a duration ≥ backoff.initial (${formatDuration(initial)}), got ${keys.max!.found}`)
   }
-  return new Backoff({
-    initial,
-    max,
-    factor: keys.factor!.present ? keys.factor!.number(1, 100, "a growth factor from 1 to 100") : base.factor,
-    jitter: keys.jitter!.present ? keys.jitter!.number(0, 1, "a jitter fraction from 0 to 1") : base.jitter
-  })
+  return new Backoff({ initial, max, factor, jitter })
 }
 
 /** The YAML form of a strategy: what `decodeStrategy` reads back to the same value. */
@@ -200,12 +192,12 @@ export const encodeFailurePolicy = (policy: FailurePolicy): unknown => ({
 })
 
 /** Read a cluster file's `failure_policy` section from YAML text; other top-level keys are not this module's business. */
-export const parseFailurePolicy = (text: string, file?: string): Effect.Effect<FailurePolicy, ConfigError> =>
+export const parseFailurePolicy = (text: string, file?: string): Effect.Effect<FailurePolicy, ConfigErrors> =>
   parse(text, file, (root) => decodeFailurePolicy(root.get("failure_policy")))
 
 /** A strategy as a YAML string, for logs and round-trip tests. */
 export const strategyToYaml = (strategy: Strategy): string => stringify(encodeStrategy(strategy))
 
 /** Parse a strategy written in its YAML form. */
-export const parseStrategy = (text: string, file?: string): Effect.Effect<Strategy, ConfigError> =>
+export const parseStrategy = (text: string, file?: string): Effect.Effect<Strategy, ConfigErrors> =>
   parse(text, file, decodeStrategy)

@@ -3,11 +3,13 @@
  *
  * A `Field` is one place in a parsed document: its YAML path, its node (or
  * none, for a key that is absent) and a way back to line and column. Its
- * readers either return a typed value or throw a `ConfigError` naming that
- * place, what was expected and what was found. `parse` turns the first
- * such error (or a YAML syntax error) into a failed Effect; inside a decoder,
- * throwing keeps each field's rule on one line.
+ * readers either return a typed value or record a `ConfigError` naming that
+ * place, what was expected and what was found, and abandon the value being
+ * read. Decoders wrap independent parts in `attempt`, so one bad value does
+ * not hide the next: `parse` reports every error at once (or the YAML syntax
+ * error), in document order.
  */
+import * as Data from "effect/Data"
 import * as Effect from "effect/Effect"
 import { isMap, isScalar, isSeq, LineCounter, type Node, parseDocument } from "yaml"
 import { ConfigError } from "./ConfigError.ts"
@@ -16,6 +18,17 @@ import { formatDuration, parseDuration } from "./Duration.ts"
 interface Source {
   readonly file: string | undefined
   readonly lines: LineCounter
+  readonly errors: Array<ConfigError>
+}
+
+/** Thrown past a value that could not be read; its error is already recorded. */
+class Abandoned {}
+
+/** Every mistake found in one file, in document order. */
+export class ConfigErrors extends Data.TaggedError("ConfigErrors")<{ readonly errors: ReadonlyArray<ConfigError> }> {
+  override get message(): string {
+    return this.errors.map((error) => error.message).join("\n")
+  }
 }
 
 export class Field {
@@ -31,12 +44,33 @@ export class Field {
     return this.node !== undefined && this.node !== null && !(isScalar(this.node) && this.node.value === null)
   }
 
-  /** Throw a ConfigError at this field (or at `at`, a key node, for unknown keys). */
+  /** Record a ConfigError at this field (or at `at`, a key node) and abandon the value being read. */
   fail(problem: string, at?: Node | null): never {
+    this.report(problem, at)
+    throw new Abandoned()
+  }
+
+  /** Record a ConfigError at this field (or at `at`) and carry on reading. */
+  report(problem: string, at?: Node | null): void {
     const node = at ?? this.node ?? this.anchor
     const offset = node?.range?.[0]
     const pos = offset === undefined ? undefined : this.source.lines.linePos(offset)
-    throw new ConfigError({ file: this.source.file, path: this.path, line: pos?.line, col: pos?.col, problem })
+    this.source.errors.push(new ConfigError({ file: this.source.file, path: this.path, line: pos?.line, col: pos?.col, problem }))
+  }
+
+  /** An optional field: absent gives `fallback`; a bad value is reported and also gives `fallback`, so reading goes on. */
+  readOr<A>(read: (field: Field) => A, fallback: A): A {
+    return this.present ? this.attempt(() => read(this)) ?? fallback : fallback
+  }
+
+  /** Read one independent part; if it is abandoned, the error is kept and the result is undefined. */
+  attempt<A>(read: () => A): A | undefined {
+    try {
+      return read()
+    } catch (error) {
+      if (error instanceof Abandoned) return undefined
+      throw error
+    }
   }
 
   /** Throw "expected …, got …" with a short rendering of what is there. */
@@ -73,9 +107,11 @@ export class Field {
       const keyNode = pair.key as Node | null
       if (key === undefined) this.fail("keys must be plain words", keyNode)
       if (!known.includes(key)) {
+        // Reported, not fatal: the known keys beside it are still read.
         const near = closest(key, known)
         const hint = near === undefined ? "" : ` (did you mean "${near}"?)`
-        this.fail(`unknown key "${key}"${hint}; known keys: ${known.join(", ")}`, keyNode)
+        this.report(`unknown key "${key}"${hint}; known keys: ${known.join(", ")}`, keyNode)
+        continue
       }
       fields[key] = new Field(this.child(key), pair.value as Node | null, this.source, keyNode)
     }
@@ -155,12 +191,12 @@ export class Field {
   }
 }
 
-/** Parse `text` and hand its root to `decode`; any ConfigError thrown inside becomes a failure. */
+/** Parse `text` and hand its root to `decode`; every error recorded inside makes the result a failure. */
 export const parse = <A>(
   text: string,
   file: string | undefined,
   decode: (root: Field) => A
-): Effect.Effect<A, ConfigError> =>
+): Effect.Effect<A, ConfigErrors> =>
   Effect.suspend(() => {
     const lines = new LineCounter()
     const doc = parseDocument(text, { lineCounter: lines, prettyErrors: false, uniqueKeys: true })
@@ -168,15 +204,19 @@ export const parse = <A>(
     if (syntax !== undefined) {
       const pos = lines.linePos(syntax.pos[0])
       return Effect.fail(
-        new ConfigError({ file, path: "", line: pos.line, col: pos.col, problem: `not valid YAML: ${syntax.message}` })
+        new ConfigErrors({
+          errors: [new ConfigError({ file, path: "", line: pos.line, col: pos.col, problem: `not valid YAML: ${syntax.message}` })]
+        })
       )
     }
-    try {
-      return Effect.succeed(decode(new Field("", doc.contents as Node | null, { file, lines })))
-    } catch (error) {
-      if (error instanceof ConfigError) return Effect.fail(error)
-      throw error
+    const source: Source = { file, lines, errors: [] }
+    const root = new Field("", doc.contents as Node | null, source)
+    const value = root.attempt(() => decode(root))
+    if (source.errors.length > 0 || value === undefined) {
+      const errors = [...source.errors].sort((a, b) => (a.line ?? 0) - (b.line ?? 0) || (a.col ?? 0) - (b.col ?? 0))
+      return Effect.fail(new ConfigErrors({ errors }))
     }
+    return Effect.succeed(value)
   })
 
 /** The known word nearest to a misspelt one, if it is near enough to be a typo. */
