@@ -1,0 +1,239 @@
+/**
+ * cluster.yml: the one file a user writes.
+ *
+ * ```yaml
+ * name: demo
+ * controller:
+ *   host: 127.0.0.1          # the address workers dial
+ *   port: 0                  # the mux port; 0 picks a free one
+ *   join: { min_ranks: 4, target_ranks: 4, timeout: 30s, max_timeout: 120s, open_admission: false, start: auto }
+ * workers:
+ *   - host: localhost
+ *     devices: 4             # N CPU ranks, [0, 1] GPU indices, or "all"
+ *     path: .
+ *     env: { OMP_NUM_THREADS: "1" }
+ * env: {}
+ * job: { entry: examples/train.ts, args: [], backend: cpu_sync }
+ * failure_policy: { … }      # see FailurePolicy
+ * ```
+ *
+ * Ranks are never written by the user: they are numbered in admission order.
+ * The join knobs default from the declared capacity (min = target = every
+ * declared rank), so the window closes the instant everyone is in. Every
+ * mistake is reported at once with its place (see `Yaml`).
+ */
+import type * as Effect from "effect/Effect"
+import { decodeEnv } from "./Env.ts"
+import { decodeFailurePolicy, defaultFailurePolicy, type FailurePolicy } from "./FailurePolicy.ts"
+import { type ConfigErrors, type Field, parse } from "./Yaml.ts"
+
+/** `devices: 4` (CPU slots), `[0, 1]` (GPU indices) or `"all"` (probed on the host). */
+export type Devices =
+  | { readonly _tag: "Count"; readonly count: number }
+  | { readonly _tag: "Indices"; readonly indices: ReadonlyArray<number> }
+  | { readonly _tag: "All" }
+
+export interface SshOptions {
+  readonly target: string | undefined
+  readonly user: string | undefined
+  readonly port: number | undefined
+  readonly identityFile: string | undefined
+  readonly options: ReadonlyArray<string>
+}
+
+export interface Worker {
+  readonly host: string
+  readonly devices: Devices
+  readonly path: string
+  readonly env: Readonly<Record<string, string>>
+  readonly ssh: SshOptions | undefined
+  readonly tunnel: boolean
+}
+
+export type StartMode = "auto" | "manual" | "hybrid"
+
+export interface JoinWindow {
+  /** Quorum; undefined until capacity is known (a worker with `devices: all`). */
+  readonly minRanks: number | undefined
+  /** Close as soon as this many joined; undefined: every declared rank. */
+  readonly targetRanks: number | undefined
+  readonly timeoutMs: number
+  readonly maxTimeoutMs: number
+  readonly openAdmission: boolean
+  readonly start: StartMode
+}
+
+export type Backend = "cpu_sync" | "cpu_cadence" | "cpu_async" | "nccl"
+
+export type JobProgram =
+  | { readonly _tag: "Entry"; readonly entry: string }
+  | { readonly _tag: "Command"; readonly command: ReadonlyArray<string> }
+
+export interface Job {
+  readonly program: JobProgram
+  readonly args: ReadonlyArray<string>
+  readonly backend: Backend
+}
+
+export interface ClusterConfig {
+  readonly name: string
+  readonly controller: { readonly host: string; readonly port: number; readonly join: JoinWindow }
+  readonly workers: ReadonlyArray<Worker>
+  readonly env: Readonly<Record<string, string>>
+  readonly job: Job
+  readonly failurePolicy: FailurePolicy
+}
+
+/** Ranks the workers declare, when every count is known. */
+export const declaredRanks = (workers: ReadonlyArray<Worker>): number | undefined => {
+  let total = 0
+  for (const { devices } of workers) {
+    if (devices._tag === "All") return undefined
+    total += devices._tag === "Count" ? devices.count : devices.indices.length
+  }
+  return total
+}
+
+const topKeys = ["name", "controller", "workers", "env", "job", "failure_policy"]
+
+const decodeDevices = (field: Field): Devices => {
+  const what = `a number of CPU ranks (1 to 256), a list of GPU indices like [0, 1], or "all"`
+  const value = field.scalar
+  if (value === "all") return { _tag: "All" }
+  if (typeof value === "number") return { _tag: "Count", count: field.int(1, 256, what) }
+  if (!field.present || field.found !== "a list") return field.expected(what)
+  const indices = field.list().map((item) => item.int(0, 255, "a GPU index from 0 to 255"))
+  if (indices.length === 0) field.fail(`expected at least one device index, got an empty list`)
+  const duplicate = indices.find((index, at) => indices.indexOf(index) !== at)
+  if (duplicate !== undefined) field.fail(`device ${duplicate} is listed twice`)
+  return { _tag: "Indices", indices }
+}
+
+const decodeSsh = (field: Field): SshOptions => {
+  const keys = field.map(["target", "user", "port", "identity_file", "options"])
+  return {
+    target: keys.target!.readOr((f) => f.string("a host name or address"), undefined),
+    user: keys.user!.readOr((f) => f.string("a user name"), undefined),
+    port: keys.port!.readOr((f) => f.int(1, 65_535, "an ssh port from 1 to 65535"), undefined),
+    identityFile: keys.identity_file!.readOr((f) => f.string("a path to a private key"), undefined),
+    options: keys.options!.readOr((f) => f.list("a list of ssh options").map((item) => item.string("an ssh option")), [])
+  }
+}
+
+const decodeWorker = (field: Field): Worker => {
+  const keys = field.map(["host", "devices", "path", "env", "ssh", "tunnel"])
+  const host = keys.host!.string("a host name (the worker's name, and its ssh target unless ssh.target says otherwise)")
+  return {
+    host,
+    devices: keys.devices!.present ? decodeDevices(keys.devices!) : keys.devices!.expected("a devices entry: a number of CPU ranks, GPU indices like [0, 1], or \"all\""),
+    path: keys.path!.readOr((f) => f.string("the project checkout's path on that host"), "."),
+    env: keys.env!.readOr(decodeEnv, {}),
+    ssh: keys.ssh!.readOr(decodeSsh, undefined),
+    tunnel: keys.tunnel!.readOr((f) => boolean(f), false)
+  }
+}
+
+const boolean = (field: Field): boolean => {
+  const value = field.scalar
+  if (typeof value !== "boolean") field.expected("true or false")
+  return value as boolean
+}
+
+const decodeJoin = (field: Field, capacity: number | undefined): JoinWindow => {
+  const keys = field.map(["min_ranks", "target_ranks", "timeout", "max_timeout", "open_admission", "start"])
+  const ranks = (f: Field) => f.int(1, 1_000_000, "a number of ranks ≥ 1")
+  const minRanks = keys.min_ranks!.readOr(ranks, capacity)
+  const start = keys.start!.readOr((f) => f.literal(["auto", "manual", "hybrid"]), "auto")
+  const targetRanks = keys.target_ranks!.readOr(ranks, start === "manual" ? undefined : capacity)
+  const timeoutMs = keys.timeout!.readOr((f) => f.duration(1), 60_000)
+  const maxTimeoutMs = keys.max_timeout!.readOr((f) => f.duration(1), Math.max(120_000, 2 * timeoutMs))
+  if (minRanks !== undefined && targetRanks !== undefined && targetRanks < minRanks) {
+    keys.target_ranks!.present
+      ? keys.target_ranks!.report(`expected at least min_ranks (${minRanks}), got ${targetRanks}`)
+      : keys.min_ranks!.report(`expected at most the ${targetRanks} ranks the workers declare, got ${minRanks}`)
+  }
+  if (maxTimeoutMs < timeoutMs) keys.max_timeout!.report(`expected a duration ≥ timeout, got ${keys.max_timeout!.found}`)
+  if (start === "manual" && keys.target_ranks!.present) {
+    keys.target_ranks!.report("a manual start closes the window on the operator's word: remove target_ranks, or use start: hybrid")
+  }
+  return {
+    minRanks,
+    targetRanks,
+    timeoutMs,
+    maxTimeoutMs,
+    openAdmission: keys.open_admission!.readOr(boolean, false),
+    start
+  }
+}
+
+/** Stands in for a join section that could not be read; the run is refused anyway. */
+const unreadableJoin: JoinWindow = {
+  minRanks: undefined,
+  targetRanks: undefined,
+  timeoutMs: 60_000,
+  maxTimeoutMs: 120_000,
+  openAdmission: false,
+  start: "auto"
+}
+
+const decodeJob = (field: Field): Job => {
+  const keys = field.map(["entry", "command", "args", "backend"])
+  const strings = (f: Field, what: string) => f.list(what).map((item) => item.string(what))
+  // Read first, so a missing program does not hide their mistakes.
+  const args = keys.args!.readOr((f) => strings(f, "a list of arguments"), [])
+  const backend = keys.backend!.readOr((f) => f.literal(["cpu_sync", "cpu_cadence", "cpu_async", "nccl"] as const), "cpu_sync")
+  let program: JobProgram
+  if (keys.entry!.present && keys.command!.present) {
+    program = field.fail("give either entry (a TypeScript module) or command (any program), not both")
+  } else if (keys.entry!.present) {
+    program = { _tag: "Entry", entry: keys.entry!.string("the path of a TypeScript module") }
+  } else if (keys.command!.present) {
+    const command = strings(keys.command!, "a command as a list of words, like [python3, train.py]")
+    if (command.length === 0) keys.command!.fail("expected a command as a list of words, got an empty list")
+    program = { _tag: "Command", command }
+  } else {
+    program = field.fail("expected entry (a TypeScript module run in every rank) or command (any program)")
+  }
+  return { program, args, backend }
+}
+
+/** Decode a whole cluster file; `fallbackName` names the run when the file does not. */
+export const decodeCluster = (root: Field, fallbackName: string): ClusterConfig => {
+  const top = root.map(topKeys)
+  const workersField = top.workers!
+  if (!workersField.present) workersField.report("expected a list of workers, each with host and devices")
+  const items = workersField.attempt(() => workersField.list("a list of workers, each with host and devices")) ?? []
+  if (workersField.present && items.length === 0 && workersField.found === "a list") {
+    workersField.report("expected at least one worker")
+  }
+  const workers = items.flatMap((item) => item.attempt(() => [decodeWorker(item)]) ?? [])
+  const seen = new Map<string, number>()
+  items.forEach((item, index) => {
+    const host = item.get("host").scalar
+    if (typeof host !== "string") return
+    const first = seen.get(host)
+    if (first !== undefined) item.get("host").report(`host "${host}" is already workers[${first}]: give each host one entry`)
+    else seen.set(host, index)
+  })
+  const controller = top.controller!.attempt(() => top.controller!.map(["host", "port", "join"]))
+  const job = top.job!.attempt(() =>
+    top.job!.present ? decodeJob(top.job!) : top.job!.fail("expected a job section with entry or command")
+  )
+  return {
+    name: top.name!.readOr((f) => f.string("a run name"), fallbackName),
+    controller: {
+      host: controller?.host!.readOr((f) => f.string("the address workers dial, like 127.0.0.1"), "127.0.0.1") ?? "127.0.0.1",
+      port: controller?.port!.readOr((f) => f.int(0, 65_535, "a port from 0 to 65535 (0 picks a free one)"), 0) ?? 0,
+      join: (controller === undefined ? undefined : controller.join!.attempt(() => decodeJoin(controller.join!, declaredRanks(workers)))) ??
+        unreadableJoin
+    },
+    workers,
+    env: top.env!.readOr(decodeEnv, {}),
+    job: job ?? { program: { _tag: "Entry", entry: "" }, args: [], backend: "cpu_sync" },
+    failurePolicy: top.failure_policy!.attempt(() => decodeFailurePolicy(top.failure_policy!)) ?? defaultFailurePolicy
+  }
+}
+
+/** Parse a cluster file's text. */
+export const parseCluster = (text: string, file: string): Effect.Effect<ClusterConfig, ConfigErrors> =>
+  parse(text, file, (root) => decodeCluster(root, file.replace(/^.*\//, "").replace(/\.ya?ml$/, "")))

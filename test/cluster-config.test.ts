@@ -1,0 +1,101 @@
+/**
+ * cluster.yml: the documented file decodes to what it says, capacity fills
+ * the join knobs, and every kind of mistake is refused with its place.
+ */
+import { describe, expect, test } from "bun:test"
+import * as Effect from "effect/Effect"
+import { readFileSync } from "node:fs"
+import { join } from "node:path"
+import { Elastic, KillAll, Percent, Phased } from "../src/actors/Strategy.ts"
+import { parseCluster } from "../src/config/ClusterConfig.ts"
+
+const decode = (text: string) => Effect.runPromise(parseCluster(text, "cluster.yml"))
+const problems = (text: string) =>
+  Effect.runPromise(Effect.flip(parseCluster(text, "cluster.yml"))).then((error) => error.message.split("\n"))
+
+const minimal = (workers: string, rest = "job: { entry: train.ts }") => `workers:\n${workers}\n${rest}\n`
+
+describe("cluster.yml", () => {
+  test("examples/local.yml decodes to the run it describes", async () => {
+    const file = join(import.meta.dir, "..", "examples", "local.yml")
+    const config = await Effect.runPromise(parseCluster(readFileSync(file, "utf8"), file))
+    expect(config).toEqual({
+      name: "local",
+      controller: {
+        host: "127.0.0.1",
+        port: 0,
+        join: { minRanks: 4, targetRanks: 4, timeoutMs: 60_000, maxTimeoutMs: 120_000, openAdmission: false, start: "auto" }
+      },
+      workers: [{ host: "localhost", devices: { _tag: "Count", count: 4 }, path: ".", env: { OMP_NUM_THREADS: "1" }, ssh: undefined, tunnel: false }],
+      env: {},
+      job: { program: { _tag: "Entry", entry: "examples/train.ts" }, args: [], backend: "cpu_sync" },
+      failurePolicy: {
+        strategy: new Phased({ beforeFormation: new KillAll(), afterFormation: new Elastic({ maxFailure: new Percent({ p: 50 }) }) }),
+        grace: 5_000
+      }
+    })
+  })
+
+  test("join knobs default from capacity; a devices: all host leaves them to the probe", async () => {
+    const two = await decode(minimal("  - { host: a, devices: [0, 1] }\n  - { host: b, devices: 3 }"))
+    expect([two.controller.join.minRanks, two.controller.join.targetRanks]).toEqual([5, 5])
+    const probed = await decode(minimal("  - { host: a, devices: all }"))
+    expect([probed.controller.join.minRanks, probed.controller.join.targetRanks]).toEqual([undefined, undefined])
+    const named = await decode(minimal("  - { host: a, devices: 2 }", "job: { command: [python3, train.py], args: [--lr, '0.1'] }"))
+    expect(named.name).toBe("cluster")
+    expect(named.job).toEqual({ program: { _tag: "Command", command: ["python3", "train.py"] }, args: ["--lr", "0.1"], backend: "cpu_sync" })
+  })
+
+  const w = "  - { host: a, devices: 2 }"
+  test.each([
+    ["no workers", "job: { entry: t.ts }", "workers (line 1, col 1): expected a list of workers, each with host and devices"],
+    ["empty workers", "workers: []\njob: { entry: t.ts }", "workers (line 1, col 10): expected at least one worker"],
+    ["workers not a list", "workers: { host: a }\njob: { entry: t.ts }", "workers (line 1, col 10): expected a list of workers"],
+    ["worker without host", minimal("  - { devices: 2 }"), "workers[0].host (line 2, col 5): expected a host name"],
+    ["worker without devices", minimal("  - { host: a }"), "workers[0].devices (line 2, col 5): expected a devices entry"],
+    ["zero devices", minimal("  - { host: a, devices: 0 }"), "workers[0].devices (line 2, col 25): expected a number of CPU ranks (1 to 256)"],
+    ["devices as a word", minimal("  - { host: a, devices: many }"), `got "many"`],
+    ["empty device list", minimal("  - { host: a, devices: [] }"), "expected at least one device index, got an empty list"],
+    ["duplicate device", minimal("  - { host: a, devices: [0, 0] }"), "device 0 is listed twice"],
+    ["negative device index", minimal("  - { host: a, devices: [-1] }"), "workers[0].devices[0] (line 2, col 26): expected a GPU index from 0 to 255, got -1"],
+    ["duplicate host", minimal(`${w}\n  - { host: a, devices: 1 }`), `workers[1].host (line 3, col 13): host "a" is already workers[0]`],
+    ["unknown worker key", minimal("  - { host: a, devices: 2, gpus: 2 }"), `workers[0] (line 2, col 28): unknown key "gpus"; known keys: host, devices, path, env, ssh, tunnel`],
+    ["reserved env key", minimal("  - { host: a, devices: 2, env: { CUDA_VISIBLE_DEVICES: '0' } }"), "CUDA_VISIBLE_DEVICES is reserved: device scoping belongs in `devices:`"],
+    ["bad ssh port", minimal("  - { host: a, devices: 2, ssh: { port: 70000 } }"), "workers[0].ssh.port (line 2, col 41): expected an ssh port from 1 to 65535, got 70000"],
+    ["tunnel not a boolean", minimal("  - { host: a, devices: 2, tunnel: yes please }"), "workers[0].tunnel (line 2, col 36): expected true or false"],
+    ["bad port", `controller: { port: 99999 }\n${minimal(w)}`, "controller.port (line 1, col 21): expected a port from 0 to 65535 (0 picks a free one), got 99999"],
+    ["target below min", `controller: { join: { min_ranks: 2, target_ranks: 1 } }\n${minimal(w)}`, "controller.join.target_ranks (line 1, col 51): expected at least min_ranks (2), got 1"],
+    ["min above capacity", `controller: { join: { min_ranks: 5 } }\n${minimal(w)}`, "controller.join.min_ranks (line 1, col 34): expected at most the 2 ranks the workers declare, got 5"],
+    ["max_timeout below timeout", `controller: { join: { timeout: 2m, max_timeout: 1m } }\n${minimal(w)}`, "controller.join.max_timeout (line 1, col 49): expected a duration ≥ timeout"],
+    ["manual start with a target", `controller: { join: { start: manual, target_ranks: 2 } }\n${minimal(w)}`, "a manual start closes the window on the operator's word"],
+    ["bad start mode", `controller: { join: { start: now } }\n${minimal(w)}`, `controller.join.start (line 1, col 30): expected one of "auto", "manual", "hybrid", got "now"`],
+    ["no job", `workers:\n${w}\n`, "job (line 1, col 1): expected a job section with entry or command"],
+    ["entry and command", minimal(w, "job: { entry: t.ts, command: [x] }"), "job (line 3, col 6): give either entry (a TypeScript module) or command (any program), not both"],
+    ["empty command", minimal(w, "job: { command: [] }"), "job.command (line 3, col 17): expected a command as a list of words, got an empty list"],
+    ["bad backend", minimal(w, "job: { entry: t.ts, backend: gpu }"), `job.backend (line 3, col 30): expected one of "cpu_sync", "cpu_cadence", "cpu_async", "nccl", got "gpu"`],
+    ["unknown top-level key", `${minimal(w)}ranks: 4\n`, `(top level) (line 4, col 1): unknown key "ranks"; known keys: name, controller, workers, env, job, failure_policy`],
+    ["bad failure policy", `${minimal(w)}failure_policy: { grace: soon }\n`, "failure_policy.grace (line 4, col 26): expected a duration"],
+    ["not YAML", "workers: [", "not valid YAML"]
+  ])("refuses %s", async (_name, text, expected) => {
+    expect((await problems(text)).join("\n")).toContain(expected)
+  })
+
+  test("all mistakes at once, in document order", async () => {
+    const text = [
+      "controller: { port: -1 }",
+      "workers:",
+      "  - { host: a, devices: 0 }",
+      "  - { host: a, devices: [1, 1] }",
+      "job: { backend: gpu }"
+    ].join("\n")
+    const lines = await problems(text)
+    expect(lines.map((line) => line.replace(/^cluster.yml: /, "").replace(/:.*$/, ""))).toEqual([
+      "controller.port (line 1, col 21)",
+      "workers[0].devices (line 3, col 25)",
+      "workers[1].host (line 4, col 13)",
+      "workers[1].devices (line 4, col 25)",
+      "job (line 5, col 6)",
+      "job.backend (line 5, col 17)"
+    ])
+  })
+})
