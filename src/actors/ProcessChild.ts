@@ -160,21 +160,36 @@ const start = (spec: ProcessSpec): ProcessChild => {
   return { pid, subprocess: proc, describe: `pid ${pid}`, exited, stop }
 }
 
-/** Call `emit` for each line of `stream` (a last unterminated line included). */
-const forwardLines = async (stream: ReadableStream<Uint8Array>, emit: (line: string) => void): Promise<void> => {
-  const decoder = new TextDecoder()
-  let pending = ""
+/**
+ * Call `emit` for each line of `stream` (a last unterminated line included).
+ * Lines are split on bytes, then decoded: a line that is not UTF-8 (a binary
+ * dump, a mangled locale) is skipped, never fatal, and never garbles the
+ * lines around it.
+ */
+export const forwardLines = async (stream: ReadableStream<Uint8Array>, emit: (line: string) => void): Promise<void> => {
+  const decoder = new TextDecoder("utf-8", { fatal: true })
+  let pending: Array<Uint8Array> = []
+  const flush = (tail: Uint8Array) => {
+    const bytes = pending.length === 0 ? tail : Buffer.concat([...pending, tail])
+    pending = []
+    try {
+      emit(decoder.decode(bytes))
+    } catch {
+      // Not UTF-8: skipped.
+    }
+  }
   try {
     for await (const chunk of stream) {
-      pending += decoder.decode(chunk, { stream: true })
+      let from = 0
       let newline: number
-      while ((newline = pending.indexOf("\n")) !== -1) {
-        emit(pending.slice(0, newline))
-        pending = pending.slice(newline + 1)
+      while ((newline = chunk.indexOf(10, from)) !== -1) {
+        flush(chunk.subarray(from, newline))
+        from = newline + 1
       }
+      if (from < chunk.length) pending.push(chunk.slice(from))
     }
   } catch {
     // A stream torn down with its process ends the output; the exit says the rest.
   }
-  if (pending.length > 0) emit(pending)
+  if (pending.length > 0) flush(new Uint8Array(0))
 }
