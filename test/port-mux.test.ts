@@ -52,15 +52,7 @@ const echoOwner = (salt: Uint8Array) =>
 
 const ascii = (text: string) => new TextEncoder().encode(text)
 
-const concat = (...parts: ReadonlyArray<Uint8Array>): Uint8Array => {
-  const out = new Uint8Array(parts.reduce((sum, part) => sum + part.length, 0))
-  let at = 0
-  for (const part of parts) {
-    out.set(part, at)
-    at += part.length
-  }
-  return out
-}
+const concat = (...parts: ReadonlyArray<Uint8Array>): Uint8Array => new Uint8Array(Buffer.concat(parts))
 
 const hex = (bytes: Uint8Array) => Buffer.from(bytes).toString("hex")
 

@@ -96,16 +96,8 @@ export function* frameParts(
 }
 
 /** One frame as a single buffer (tests, small control messages). */
-export const frameBytes = (key: Uint8Array, kind: number, sequence: bigint, payload: Uint8Array): Uint8Array => {
-  const parts = encodeFrame(key, kind, sequence, payload)
-  const out = new Uint8Array(parts.reduce((sum, part) => sum + part.length, 0))
-  let at = 0
-  for (const part of parts) {
-    out.set(part, at)
-    at += part.length
-  }
-  return out
-}
+export const frameBytes = (key: Uint8Array, kind: number, sequence: bigint, payload: Uint8Array): Uint8Array =>
+  concat(encodeFrame(key, kind, sequence, payload), payload.length + HEADER_BYTES + MAC_BYTES)
 
 type Stage = "header" | "payload" | "mac"
 
