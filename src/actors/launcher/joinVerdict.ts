@@ -1,0 +1,56 @@
+/**
+ * The join window's verdict, as a pure function of what has happened so far.
+ *
+ * The JoinGate asks it on every join and on a timer. In order:
+ * 1. an operator start was armed (`manual` or `hybrid`) and the quorum is in → formed;
+ * 2. the target is reached (not `manual`) → formed, without waiting out the window;
+ * 3. the window is still open → open (a quorum alone never closes it early);
+ * 4. the quorum is in (not `manual`) → formed;
+ * 5. the hard cap is not reached → open (the first moment with a quorum forms);
+ * 6. `manual` with a quorum but no start → failed: the operator never said go;
+ * 7. otherwise → failed: the quorum was not met.
+ * A flood of rejected joins fails the window whatever else holds.
+ */
+import type { StartMode } from "../../config/ClusterConfig.ts"
+
+export const FLOOD_LIMIT = 1024
+
+export interface JoinRules {
+  readonly minRanks: number
+  readonly targetRanks: number | undefined
+  readonly timeoutMs: number
+  readonly maxTimeoutMs: number
+  readonly start: StartMode
+}
+
+export interface JoinProgress {
+  readonly joinedRanks: number
+  readonly rejected: number
+  readonly startArmed: boolean
+  /** Since the window opened. */
+  readonly elapsedMs: number
+}
+
+export type JoinVerdict =
+  | { readonly _tag: "Open" }
+  | { readonly _tag: "Formed"; readonly ranks: number }
+  | { readonly _tag: "Failed"; readonly reason: string }
+
+export const joinVerdict = (rules: JoinRules, progress: JoinProgress): JoinVerdict => {
+  const { elapsedMs, joinedRanks } = progress
+  if (progress.rejected >= FLOOD_LIMIT) {
+    return { _tag: "Failed", reason: `${progress.rejected} joins were rejected: refusing to go on (flood guard)` }
+  }
+  const quorum = joinedRanks >= rules.minRanks
+  if (progress.startArmed && rules.start !== "auto" && quorum) return { _tag: "Formed", ranks: joinedRanks }
+  if (rules.targetRanks !== undefined && rules.start !== "manual" && joinedRanks >= rules.targetRanks) {
+    return { _tag: "Formed", ranks: joinedRanks }
+  }
+  if (elapsedMs < rules.timeoutMs) return { _tag: "Open" }
+  if (rules.start !== "manual" && quorum) return { _tag: "Formed", ranks: joinedRanks }
+  if (elapsedMs < rules.maxTimeoutMs) return { _tag: "Open" }
+  if (rules.start === "manual" && quorum) {
+    return { _tag: "Failed", reason: `operator start not received (POST /start) within ${rules.maxTimeoutMs} ms` }
+  }
+  return { _tag: "Failed", reason: `quorum not met: ${joinedRanks}/${rules.minRanks} ranks` }
+}
