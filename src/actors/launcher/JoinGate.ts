@@ -1,0 +1,227 @@
+/**
+ * JoinGate: the launcher's join window.
+ *
+ * It owns the mux's join channel. Each connection gets a handshake budget to
+ * send a `Hello`. A valid one is checked: the host is declared (or admission
+ * is open), not already in, and it brings the devices it was declared with.
+ * It is then admitted with the next contiguous ranks, or told why not
+ * (`Reject{reason}`). A connection whose frames fail authentication gets no
+ * reply at all. Every refusal counts towards the flood guard.
+ *
+ * The window's verdict (`joinVerdict`) is taken on every admission and at
+ * each deadline, with time from `Clock`. Once it forms, the members and their
+ * open links (the hosts' control links) are handed over. A member whose link
+ * ends before that fails the window at once: an agent that died while
+ * joining must not leave the launcher waiting out the hard cap.
+ */
+import * as Clock from "effect/Clock"
+import * as Deferred from "effect/Deferred"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Ref from "effect/Ref"
+import type * as Scope from "effect/Scope"
+import * as Actor from "../Actor.ts"
+import type { Accepted } from "../PortMux.ts"
+import * as Codec from "../../wire/Codec.ts"
+import { Accept, Hello, JoinMessage, Reject } from "../../wire/JoinMessages.ts"
+import { saltToHex } from "../../wire/Keys.ts"
+import * as Link from "../../wire/Link.ts"
+import { type Admission, joinSalt } from "../../wire/Trust.ts"
+import { FLOOD_LIMIT, type JoinRules, joinVerdict } from "./joinVerdict.ts"
+
+export const joinCodec = Codec.make("join", JoinMessage)
+
+export type JoinLink = Link.Link<JoinMessage, JoinMessage>
+
+export interface Member {
+  readonly host: string
+  readonly ranks: ReadonlyArray<number>
+  readonly devices: ReadonlyArray<number>
+  readonly deviceLabels: ReadonlyArray<string>
+  readonly pid: number
+  /** Stays open after formation: the host's control link. */
+  readonly link: JoinLink
+}
+
+export type Formation =
+  | { readonly _tag: "Formed"; readonly members: ReadonlyArray<Member>; readonly worldSize: number }
+  | { readonly _tag: "Failed"; readonly reason: string }
+
+export interface JoinGateOptions {
+  readonly rules: JoinRules
+  /** Declared hosts and how many devices each brings (undefined: probed, any count). */
+  readonly declared: ReadonlyMap<string, number | undefined>
+  readonly admission: Admission
+  readonly salt: Uint8Array
+  readonly version: string
+  /** Time a connection has to send its Hello (already scaled). */
+  readonly handshakeMs: number
+  readonly floodLimit?: number
+}
+
+export interface JoinGate {
+  /** Give this to the PortMux as its `join` owner. */
+  readonly owner: Actor.ActorRef<Accepted>
+  /** Waits for the window's outcome. */
+  readonly formation: Effect.Effect<Formation>
+  readonly members: Effect.Effect<ReadonlyArray<Omit<Member, "link">>>
+  /** Arm an operator start (`POST /start`). */
+  readonly arm: Effect.Effect<{ readonly armed: true } | { readonly armed: false; readonly reason: string }>
+}
+
+interface Window {
+  readonly members: ReadonlyArray<Member>
+  readonly rejected: number
+  readonly armed: boolean
+  readonly outcome: Formation | undefined
+}
+
+export const make = (options: JoinGateOptions): Effect.Effect<JoinGate, never, Scope.Scope> =>
+  Effect.gen(function*() {
+    const { rules } = options
+    const floodLimit = options.floodLimit ?? FLOOD_LIMIT
+    const openedAt = yield* Clock.currentTimeMillis
+    const window = yield* Ref.make<Window>({ members: [], rejected: 0, armed: false, outcome: undefined })
+    const outcome = yield* Deferred.make<Formation>()
+    const keyed = joinSalt(options.admission, options.salt)
+
+    /** Take the verdict now; a final one is recorded once and announced. */
+    const settle = Effect.gen(function*() {
+      const now = yield* Clock.currentTimeMillis
+      const state = yield* Ref.get(window)
+      if (state.outcome !== undefined) return
+      const joinedRanks = state.members.reduce((sum, member) => sum + member.ranks.length, 0)
+      const verdict = state.rejected >= floodLimit
+        ? { _tag: "Failed" as const, reason: `${state.rejected} joins were rejected: refusing to go on (flood guard)` }
+        : joinVerdict(rules, { joinedRanks, rejected: 0, startArmed: state.armed, elapsedMs: now - openedAt })
+      if (verdict._tag === "Open") return
+      yield* conclude(verdict._tag === "Formed"
+        ? { _tag: "Formed", members: state.members, worldSize: joinedRanks }
+        : { _tag: "Failed", reason: verdict.reason })
+    })
+
+    /** Record the window's outcome; the first one stands. */
+    const conclude = (formation: Formation) =>
+      Effect.flatMap(
+        Ref.modify(window, (state) =>
+          state.outcome === undefined ? [true, { ...state, outcome: formation }] as const : [false, state] as const),
+        (first) => (first ? Deferred.succeed(outcome, formation) : Effect.succeed(false))
+      )
+
+    const refuse = (link: JoinLink, reason: string) =>
+      Effect.gen(function*() {
+        yield* Ref.update(window, (state) => ({ ...state, rejected: state.rejected + 1 }))
+        yield* Effect.logWarning(`refused a join from ${link.peer}: ${reason}`)
+        yield* Effect.ignore(link.send(new Reject({ reason })))
+        yield* link.close
+        yield* settle
+      })
+
+    /** Why a Hello cannot be admitted, or undefined when it can. */
+    const problem = (hello: Hello, state: Window): string | undefined => {
+      if (state.outcome !== undefined) return "the cohort has already formed"
+      if (hello.version !== options.version) {
+        return `version skew: the launcher runs cohort ${options.version}, this agent ${hello.version}`
+      }
+      if (state.members.some((member) => member.host === hello.host)) return `host ${hello.host} has already joined`
+      const declared = options.declared.get(hello.host)
+      if (!options.declared.has(hello.host) && options.admission.mode !== "open") {
+        return `host ${hello.host} is not among the workers of this run (${[...options.declared.keys()].join(", ")})`
+      }
+      if (hello.devices.length === 0 || hello.devices.length > 256) return `expected 1 to 256 devices, got ${hello.devices.length}`
+      if (new Set(hello.devices).size !== hello.devices.length) return "a device is listed twice"
+      if (declared !== undefined && hello.devices.length !== declared) {
+        return `host ${hello.host} was declared with ${declared} devices but brings ${hello.devices.length}`
+      }
+      return undefined
+    }
+
+    const admit = (link: JoinLink, hello: Hello) =>
+      Effect.gen(function*() {
+        const now = yield* Clock.currentTimeMillis
+        const member = yield* Ref.modify(window, (state): readonly [Member | string, Window] => {
+          const why = problem(hello, state)
+          if (why !== undefined) return [why, state]
+          const first = state.members.reduce((sum, existing) => sum + existing.ranks.length, 0)
+          const joined: Member = {
+            host: hello.host,
+            ranks: hello.devices.map((_, index) => first + index),
+            devices: hello.devices,
+            deviceLabels: hello.deviceLabels,
+            pid: hello.pid,
+            link
+          }
+          return [joined, { ...state, members: [...state.members, joined] }]
+        })
+        if (typeof member === "string") return yield* refuse(link, member)
+        const accepted = yield* Effect.either(link.send(
+          new Accept({
+            ranks: member.ranks,
+            saltHex: options.admission.mode === "open" ? saltToHex(options.salt) : undefined,
+            formationWaitMs: Math.max(0, openedAt + rules.maxTimeoutMs - now)
+          })
+        ))
+        if (accepted._tag === "Left") {
+          // The Accept never left: the admission is rolled back, ranks and all.
+          yield* Ref.update(window, (state) => ({ ...state, members: state.members.filter((other) => other !== member) }))
+          return
+        }
+        if (options.admission.mode === "open") yield* link.rekey(options.salt)
+        yield* Effect.logInfo(`${hello.host} joined with ranks ${member.ranks.join(", ")}`)
+        yield* settle
+        // Until the window closes, the member's link ending fails it at once. The
+        // watch stops at the outcome: from then on the link belongs to whoever runs the cohort.
+        yield* Effect.forkScoped(Effect.raceFirst(
+          Effect.flatMap(Effect.flip(Effect.forever(link.receive)), (ended) =>
+            conclude({ _tag: "Failed", reason: `${hello.host} left before the cohort formed: ${ended.detail}` })),
+          Deferred.await(outcome)
+        ))
+      })
+
+    const serve = (connection: Accepted["connection"]) =>
+      Effect.gen(function*() {
+        const link = yield* Link.accept(connection, { channel: "join", salt: keyed, inbound: joinCodec, outbound: joinCodec })
+        const first = yield* link.receive.pipe(
+          Effect.timeoutFail({
+            duration: Duration.millis(options.handshakeMs),
+            onTimeout: () => new Link.LinkError({ channel: "join", peer: link.peer, reason: "handshake", detail: `no Hello within ${options.handshakeMs} ms` })
+          })
+        )
+        if (first._tag !== "Hello") return yield* refuse(link, `expected Hello first, got ${first._tag}`)
+        yield* admit(link, first)
+      }).pipe(
+        // A frame that fails authentication (or never comes) gets no answer: only the count.
+        Effect.catchAll((error) =>
+          Effect.zipRight(Ref.update(window, (state) => ({ ...state, rejected: state.rejected + 1 })), Effect.zipRight(Effect.logWarning(`dropped a join connection: ${error.message}`), settle))
+        )
+      )
+
+    const owner = yield* Actor.spawn<Accepted, Scope.Scope>({
+      name: "join-gate",
+      handlers: { Accepted: ({ connection }) => Effect.asVoid(Effect.forkScoped(serve(connection))) }
+    })
+
+    // The deadlines: the window itself, then the hard cap.
+    yield* Effect.forkScoped(Effect.gen(function*() {
+      for (const at of [rules.timeoutMs, rules.maxTimeoutMs]) {
+        const now = yield* Clock.currentTimeMillis
+        yield* Effect.sleep(Duration.millis(Math.max(0, openedAt + at - now)))
+        yield* settle
+      }
+    }))
+
+    return {
+      owner,
+      formation: Deferred.await(outcome),
+      members: Effect.map(Ref.get(window), (state) => state.members.map(({ link: _link, ...member }) => member)),
+      arm: Effect.gen(function*() {
+        const state = yield* Ref.get(window)
+        if (rules.start === "auto") return { armed: false as const, reason: "this window starts by itself (start: auto)" }
+        if (state.outcome !== undefined) return { armed: false as const, reason: "the join window is closed" }
+        if (state.armed) return { armed: false as const, reason: "already armed" }
+        yield* Ref.set(window, { ...state, armed: true })
+        yield* settle
+        return { armed: true as const }
+      })
+    }
+  })

@@ -1,0 +1,134 @@
+/**
+ * The join window over real sockets: admissions, refusals with reasons,
+ * silence for bad MACs, the flood guard, deadlines and departures.
+ */
+import { describe, expect } from "bun:test"
+import * as Effect from "effect/Effect"
+import * as JoinGate from "../src/actors/launcher/JoinGate.ts"
+import type { JoinRules } from "../src/actors/launcher/joinVerdict.ts"
+import * as PortMux from "../src/actors/PortMux.ts"
+import { Hello, type JoinMessage, Reject, WorldFormed } from "../src/wire/JoinMessages.ts"
+import { newSalt, OPEN_SALT, saltFromHex } from "../src/wire/Keys.ts"
+import * as Link from "../src/wire/Link.ts"
+import { effect } from "./support/effect.ts"
+
+const rules = (overrides: Partial<JoinRules> = {}): JoinRules => ({
+  minRanks: 5,
+  targetRanks: 5,
+  timeoutMs: 5_000,
+  maxTimeoutMs: 10_000,
+  start: "auto",
+  ...overrides
+})
+
+const setup = (options: { rules?: JoinRules; open?: boolean; floodLimit?: number } = {}) =>
+  Effect.gen(function*() {
+    const salt = newSalt()
+    const gate = yield* JoinGate.make({
+      rules: options.rules ?? rules(),
+      declared: new Map([["a", 2], ["b", 3]]),
+      admission: options.open ? { mode: "open", warning: undefined } : { mode: "pre-shared" },
+      salt,
+      version: "0.1.0",
+      handshakeMs: 2_000,
+      ...(options.floodLimit === undefined ? {} : { floodLimit: options.floodLimit })
+    })
+    const mux = yield* PortMux.start({ address: "127.0.0.1", port: 0, magicDeadlineMs: 2_000, owners: { join: gate.owner } })
+    return { gate, mux, salt }
+  })
+
+const hello = (host: string, devices: number, version = "0.1.0") =>
+  new Hello({ host, devices: Array.from({ length: devices }, (_, i) => i), deviceLabels: Array.from({ length: devices }, () => "cpu"), pid: 1, version })
+
+/** Dial, say hello, and return the first answer with the link. */
+const join = (port: number, salt: Uint8Array, message: Hello, open = false) =>
+  Effect.gen(function*() {
+    const link = yield* Link.dial({
+      host: "127.0.0.1",
+      port,
+      channel: "join",
+      salt: open ? OPEN_SALT : salt,
+      inbound: JoinGate.joinCodec,
+      outbound: JoinGate.joinCodec,
+      ...(open ? { rekeyOn: (m: JoinMessage) => (m._tag === "Accept" && m.saltHex ? saltFromHex(m.saltHex) : undefined) } : {})
+    })
+    yield* link.send(message)
+    const answer = yield* Effect.either(link.receive)
+    return { answer, link }
+  })
+
+describe("JoinGate", () => {
+  effect.live("declared hosts are admitted with contiguous ranks and the target forms the world at once", () =>
+    Effect.gen(function*() {
+      const { gate, mux, salt } = yield* setup()
+      const a = yield* join(mux.port, salt, hello("a", 2))
+      expect(a.answer).toEqual(expect.objectContaining({ right: expect.objectContaining({ _tag: "Accept", ranks: [0, 1] }) }))
+      const b = yield* join(mux.port, salt, hello("b", 3))
+      expect(b.answer._tag === "Right" && b.answer.right._tag === "Accept" && b.answer.right.ranks).toEqual([2, 3, 4])
+      const formation = yield* gate.formation
+      expect(formation._tag).toBe("Formed")
+      if (formation._tag !== "Formed") return
+      expect(formation.worldSize).toBe(5)
+      expect(formation.members.map(({ host, ranks }) => ({ host, ranks }))).toEqual([{ host: "a", ranks: [0, 1] }, { host: "b", ranks: [2, 3, 4] }])
+      // The join link stays open as the host's control link.
+      yield* formation.members[0]!.link.send(new WorldFormed({ worldSize: 5, hosts: [] }))
+      expect(yield* a.link.receive).toEqual(new WorldFormed({ worldSize: 5, hosts: [] }))
+    }))
+
+  effect.live("refusals say why when the MAC was good; a bad MAC gets no reply", () =>
+    Effect.gen(function*() {
+      const { mux, salt } = yield* setup()
+      yield* join(mux.port, salt, hello("a", 2))
+      expect((yield* join(mux.port, salt, hello("a", 2))).answer).toEqual(expect.objectContaining({ right: new Reject({ reason: "host a has already joined" }) }))
+      expect((yield* join(mux.port, salt, hello("c", 1))).answer).toEqual(
+        expect.objectContaining({ right: new Reject({ reason: "host c is not among the workers of this run (a, b)" }) })
+      )
+      expect((yield* join(mux.port, salt, hello("b", 2))).answer).toEqual(
+        expect.objectContaining({ right: new Reject({ reason: "host b was declared with 3 devices but brings 2" }) })
+      )
+      expect((yield* join(mux.port, salt, hello("b", 3, "9.9.9"))).answer).toEqual(
+        expect.objectContaining({ right: new Reject({ reason: "version skew: the launcher runs cohort 0.1.0, this agent 9.9.9" }) })
+      )
+      const forged = (yield* join(mux.port, newSalt(), hello("b", 3))).answer
+      expect(forged._tag === "Left" && forged.left.reason).toBe("closed")
+    }))
+
+  effect.live("a flood of refused joins fails the window", () =>
+    Effect.gen(function*() {
+      const { gate, mux, salt } = yield* setup({ floodLimit: 5 })
+      for (let i = 0; i < 5; i++) yield* join(mux.port, salt, hello(`stranger-${i}`, 1))
+      expect(yield* gate.formation).toEqual({ _tag: "Failed", reason: "5 joins were rejected: refusing to go on (flood guard)" })
+    }))
+
+  effect.live("a member that leaves before formation fails the window at once", () =>
+    Effect.gen(function*() {
+      const { gate, mux, salt } = yield* setup()
+      yield* Effect.scoped(join(mux.port, salt, hello("a", 2)))
+      const formation = yield* gate.formation
+      expect(formation._tag).toBe("Failed")
+      if (formation._tag === "Failed") expect(formation.reason).toStartWith("a left before the cohort formed:")
+    }))
+
+  effect.live("the quorum forms at the window's end; without it the window fails at the hard cap", () =>
+    Effect.gen(function*() {
+      const quorum = yield* setup({ rules: rules({ minRanks: 2, timeoutMs: 150, maxTimeoutMs: 300 }) })
+      yield* join(quorum.mux.port, quorum.salt, hello("a", 2))
+      const formed = yield* quorum.gate.formation
+      expect(formed._tag === "Formed" && formed.worldSize).toBe(2)
+      const short = yield* setup({ rules: rules({ minRanks: 3, timeoutMs: 100, maxTimeoutMs: 200 }) })
+      yield* join(short.mux.port, short.salt, hello("a", 2))
+      expect(yield* short.gate.formation).toEqual({ _tag: "Failed", reason: "quorum not met: 2/3 ranks" })
+    }))
+
+  effect.live("open admission: the Accept carries the salt, and the link is keyed by it from then on", () =>
+    Effect.gen(function*() {
+      const { gate, mux, salt } = yield* setup({ open: true })
+      const a = yield* join(mux.port, salt, hello("a", 2), true)
+      expect(a.answer._tag === "Right" && a.answer.right._tag === "Accept" && saltFromHex(a.answer.right.saltHex ?? "")).toEqual(salt)
+      yield* join(mux.port, salt, hello("b", 3), true)
+      const formation = yield* gate.formation
+      if (formation._tag !== "Formed") throw new Error(`not formed: ${JSON.stringify(formation)}`)
+      yield* formation.members[0]!.link.send(new WorldFormed({ worldSize: 5, hosts: [] }))
+      expect(yield* a.link.receive).toEqual(new WorldFormed({ worldSize: 5, hosts: [] }))
+    }))
+})
