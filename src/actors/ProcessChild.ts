@@ -110,18 +110,22 @@ const start = (spec: ProcessSpec): ProcessChild => {
     ])
 
   const alive = () => proc.exitCode === null && proc.signalCode === null
+  /** Signal the child's process group; false when the group is already empty. */
+  const signalGroup = (sig: NodeJS.Signals): boolean => {
+    try {
+      process.kill(-pid, sig)
+      return true
+    } catch {
+      return false
+    }
+  }
   /**
    * Signal the child's whole group while the child is unreaped: until Bun
    * reaps it, its pid (and so its group id) cannot be handed to anyone else.
    */
   const signal = (sig: NodeJS.Signals) => {
-    if (!alive()) return
-    try {
-      process.kill(-pid, sig)
-    } catch {
-      // The group is gone but the leader is not reaped yet: signal it alone.
-      proc.kill(sig)
-    }
+    // A group already gone while the leader is not reaped yet: signal the leader alone.
+    if (alive() && !signalGroup(sig)) proc.kill(sig)
   }
 
   // When the child ends, whatever it started in its group goes too: a rank's
@@ -131,11 +135,7 @@ const start = (spec: ProcessSpec): ProcessChild => {
   // output trails the verdict; a pipe held open by an escaped descendant
   // delays the report by at most a second.
   const ended = proc.exited.then(async () => {
-    try {
-      process.kill(-pid, "SIGKILL")
-    } catch {
-      // Nothing was left in the group.
-    }
+    signalGroup("SIGKILL")
     let timer: ReturnType<typeof setTimeout> | undefined
     await Promise.race([forwarded, new Promise((resolve) => (timer = setTimeout(resolve, 1_000)))])
     clearTimeout(timer)

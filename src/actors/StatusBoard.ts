@@ -22,6 +22,7 @@ import type * as Scope from "effect/Scope"
 import * as Actor from "./Actor.ts"
 import type { Accepted } from "./PortMux.ts"
 import type { Connection } from "../wire/Connection.ts"
+import { isLoopbackAddress } from "../wire/Trust.ts"
 
 export type Phase = "waiting" | "forming" | "training" | "done" | "failed"
 
@@ -94,9 +95,6 @@ const respond = (connection: Connection, status: number, body: unknown): Promise
   return done
 }
 
-const isLoopback = (address: string): boolean =>
-  address === "::1" || address.startsWith("127.") || address.startsWith("::ffff:127.")
-
 const tokenMatches = (token: string | null, salt: Uint8Array): boolean => {
   if (token === null || !/^[0-9a-f]{32}$/i.test(token)) return false
   return timingSafeEqual(Buffer.from(token.toLowerCase(), "hex"), salt)
@@ -119,7 +117,7 @@ export const make = (options: StatusBoardOptions): Effect.Effect<StatusBoard, ne
       }
       if (url.pathname === "/start") {
         if (method !== "POST") return respond(connection, 405, { error: "use POST /start", paths })
-        if (!isLoopback(connection.address) && !tokenMatches(url.searchParams.get("token"), options.salt)) {
+        if (!isLoopbackAddress(connection.address) && !tokenMatches(url.searchParams.get("token"), options.salt)) {
           return respond(connection, 403, { error: "POST /start from another host needs ?token=<the run's salt in hex>" })
         }
         const start = options.onStart ?? (() => Effect.succeed<StartOutcome>({ armed: false, reason: "this run has no manual start" }))

@@ -152,10 +152,7 @@ export class FrameDecoder {
     let at = 0
     while (at < bytes.length) {
       if (this.stage === "header") {
-        const take = Math.min(HEADER_BYTES - this.filled, bytes.length - at)
-        this.head.set(bytes.subarray(at, at + take), this.filled)
-        this.filled += take
-        at += take
+        at = this.fill(this.head, bytes, at)
         if (this.filled < HEADER_BYTES) break
         const problem = this.startPayload()
         if (problem !== undefined) return this.fail(problem)
@@ -182,10 +179,7 @@ export class FrameDecoder {
           this.filled = 0
         }
       } else {
-        const take = Math.min(MAC_BYTES - this.filled, bytes.length - at)
-        this.mac.set(bytes.subarray(at, at + take), this.filled)
-        this.filled += take
-        at += take
+        at = this.fill(this.mac, bytes, at)
         if (this.filled < MAC_BYTES) break
         const frame = this.finish()
         if (frame instanceof FrameError) return this.fail(frame)
@@ -193,6 +187,14 @@ export class FrameDecoder {
       }
     }
     return undefined
+  }
+
+  /** Copy what fits of `bytes` (from `at`) into a fixed-size field; returns where the copy stopped. */
+  private fill(field: Uint8Array, bytes: Uint8Array, at: number): number {
+    const take = Math.min(field.length - this.filled, bytes.length - at)
+    field.set(bytes.subarray(at, at + take), this.filled)
+    this.filled += take
+    return at + take
   }
 
   private startPayload(): FrameError | undefined {

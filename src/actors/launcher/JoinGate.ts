@@ -108,13 +108,18 @@ export const make = (options: JoinGateOptions): Effect.Effect<JoinGate, never, S
         (first) => (first ? Deferred.succeed(outcome, formation) : Effect.succeed(false))
       )
 
+    /** Every refusal counts towards the flood guard, answered or not. */
+    const countRefusal = (message: string) =>
+      Ref.update(window, (state) => ({ ...state, rejected: state.rejected + 1 })).pipe(
+        Effect.zipRight(Effect.logWarning(message)),
+        Effect.zipRight(settle)
+      )
+
     const refuse = (link: JoinLink, reason: string) =>
       Effect.gen(function*() {
-        yield* Ref.update(window, (state) => ({ ...state, rejected: state.rejected + 1 }))
-        yield* Effect.logWarning(`refused a join from ${link.peer}: ${reason}`)
         yield* Effect.ignore(link.send(new Reject({ reason })))
         yield* link.close
-        yield* settle
+        yield* countRefusal(`refused a join from ${link.peer}: ${reason}`)
       })
 
     /** Why a Hello cannot be admitted, or undefined when it can. */
@@ -191,9 +196,7 @@ export const make = (options: JoinGateOptions): Effect.Effect<JoinGate, never, S
         yield* admit(link, first)
       }).pipe(
         // A frame that fails authentication (or never comes) gets no answer: only the count.
-        Effect.catchAll((error) =>
-          Effect.zipRight(Ref.update(window, (state) => ({ ...state, rejected: state.rejected + 1 })), Effect.zipRight(Effect.logWarning(`dropped a join connection: ${error.message}`), settle))
-        )
+        Effect.catchAll((error) => countRefusal(`dropped a join connection: ${error.message}`))
       )
 
     const owner = yield* Actor.spawn<Accepted, Scope.Scope>({
