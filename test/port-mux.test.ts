@@ -27,6 +27,7 @@ import { FrameDecoder, FrameError, frameBytes, HEADER_BYTES, MAC_BYTES, MAX_LENG
 import { Abort, Hello, JoinMessage } from "../src/wire/JoinMessages.ts"
 import { type ConnectionKeys, deriveKeys, NONCE_BYTES, newSalt } from "../src/wire/Keys.ts"
 import * as Link from "../src/wire/Link.ts"
+import { echoOwner as linkOwner } from "./support/echo-owner.ts"
 import { effect, eventually } from "./support/effect.ts"
 
 const join = Codec.make("join", JoinMessage)
@@ -225,42 +226,6 @@ const captureLogs = () => {
     warnings: (fragment: string) => lines.filter((line) => line.level === "WARN" && line.message.includes(fragment))
   }
 }
-
-interface OwnerHooks {
-  /** The owner was handed a connection from `peer` (before its handshake). */
-  readonly taken?: (peer: string) => void
-  /** The link with `peer` ended (every link ends with a LinkError, EOF included). */
-  readonly ended?: (peer: string, error: Link.LinkError) => void
-}
-
-/**
- * An owner for `channel` that runs the listener's side of a Link (with the
- * join codec) on every connection it is handed, answers each Hello with
- * Abort{reason: "hello <host>"}, and reports how the link ended. The peer is
- * read when the connection is handed over, while it is still open.
- */
-const linkOwner = (channel: ChannelName, salt: Uint8Array, hooks: OwnerHooks = {}) =>
-  Actor.spawn<PortMux.Accepted, Scope.Scope>({
-    name: `${channel}-owner`,
-    handlers: {
-      Accepted: ({ connection }) => {
-        const peer = connection.peer
-        hooks.taken?.(peer)
-        return Effect.gen(function*() {
-          const link = yield* Link.accept(connection, { channel, salt, inbound: join, outbound: join, handshakeMs: 5_000 })
-          while (true) {
-            const message = yield* link.receive
-            // A send can fail only once the link has ended; the next receive says why it ended.
-            if (message._tag === "Hello") yield* Effect.ignore(link.send(new Abort({ reason: `hello ${message.host}` })))
-          }
-        }).pipe(
-          Effect.catchAll((error) => Effect.sync(() => hooks.ended?.(peer, error))),
-          Effect.forkScoped,
-          Effect.asVoid
-        )
-      }
-    }
-  })
 
 class RoundTripTimeout extends Error {}
 
