@@ -34,7 +34,7 @@ describe("bun run demo", () => {
     const { code, stderr, stdout } = await runDemo(
       config("  after_formation: { elastic: { max_failure: 50% } }", "{ rank: 2, at: 350ms, exit: 1 }")
     )
-    expect(stderr).toContain("run completed DEGRADED: 1 of 4 ranks lost along the way")
+    expect(stderr).toContain("run completed DEGRADED (1 of 4 ranks lost")
     expect(code).toBe(0)
     for (const rank of [0, 1, 3]) expect(stdout).toContain(`[rank ${rank}] step 4/4`)
     expect(stdout).not.toContain("[rank 2] step 4/4")
@@ -42,7 +42,7 @@ describe("bun run demo", () => {
 
   test("a fault before formation under kill_all: FAILED with the root cause, status 1", async () => {
     const { code, stderr } = await runDemo(config("  before_formation: kill_all", "{ rank: 1, at: 10ms, exit: 7 }"))
-    expect(stderr).toContain("run FAILED: rank 1 exited with status 7")
+    expect(stderr).toContain("run failed: rank 1 exited with status 7")
     expect(code).toBe(1)
   }, 10_000)
 
@@ -50,7 +50,7 @@ describe("bun run demo", () => {
     const { code, stderr } = await runDemo(
       config("  after_formation: { elastic: { max_failure: 1 } }", "{ rank: 0, at: 300ms, exit: 3 }")
     )
-    expect(stderr).toContain("run FAILED: max_failure exceeded: 1/4 ranks dead, threshold 1")
+    expect(stderr).toContain("run failed: max_failure exceeded: 1/4 ranks dead, threshold 1")
     expect(code).toBe(1)
   }, 10_000)
 

@@ -71,8 +71,8 @@ describe("JoinGate", () => {
       expect(formation.worldSize).toBe(5)
       expect(formation.members.map(({ host, ranks }) => ({ host, ranks }))).toEqual([{ host: "a", ranks: [0, 1] }, { host: "b", ranks: [2, 3, 4] }])
       // The join link stays open as the host's control link.
-      yield* formation.members[0]!.link.send(new WorldFormed({ worldSize: 5, hosts: [] }))
-      expect(yield* a.link.receive).toEqual(new WorldFormed({ worldSize: 5, hosts: [] }))
+      yield* formation.members[0]!.link.send(new WorldFormed({ worldSize: 5, hosts: [], master: { addr: "127.0.0.1", port: 29500 } }))
+      expect(yield* a.link.receive).toEqual(new WorldFormed({ worldSize: 5, hosts: [], master: { addr: "127.0.0.1", port: 29500 } }))
     }))
 
   effect.live("refusals say why when the MAC was good; a bad MAC gets no reply", () =>
@@ -128,7 +128,7 @@ describe("JoinGate", () => {
       yield* join(mux.port, salt, hello("b", 3), true)
       const formation = yield* gate.formation
       if (formation._tag !== "Formed") throw new Error(`not formed: ${JSON.stringify(formation)}`)
-      yield* formation.members[0]!.link.send(new WorldFormed({ worldSize: 5, hosts: [] }))
-      expect(yield* a.link.receive).toEqual(new WorldFormed({ worldSize: 5, hosts: [] }))
+      yield* formation.members[0]!.link.send(new WorldFormed({ worldSize: 5, hosts: [], master: { addr: "127.0.0.1", port: 29500 } }))
+      expect(yield* a.link.receive).toEqual(new WorldFormed({ worldSize: 5, hosts: [], master: { addr: "127.0.0.1", port: 29500 } }))
     }))
 })

@@ -25,6 +25,6 @@ test.each([
   expect(Either.isLeft(out)).toBe(true)
   if (Either.isLeft(out)) {
     expect(out.left.message).toContain(named)
-    expect(out.left.message).toStartWith("cohort: inconsistent role variables:")
+    expect(out.left.message).toStartWith("inconsistent role variables:")
   }
 })

@@ -53,7 +53,7 @@ describe("admission", () => {
               yield* link.send(new Accept({ ranks: [0, 1], saltHex: saltToHex(salt), formationWaitMs: 1_000 }))
               yield* link.rekey(salt)
               // Sent straight after the Accept: it may share a TCP segment with it.
-              yield* link.send(new WorldFormed({ worldSize: 2, hosts: [{ host: hello.host, ranks: [0, 1] }] }))
+              yield* link.send(new WorldFormed({ worldSize: 2, hosts: [{ host: hello.host, ranks: [0, 1] }], master: { addr: "127.0.0.1", port: 29500 } }))
             }).pipe(Effect.ignore, Effect.forkScoped, Effect.asVoid)
         }
       })
@@ -70,7 +70,7 @@ describe("admission", () => {
       yield* link.send(new Hello({ host: "node-b", devices: [0, 1], deviceLabels: ["cpu", "cpu"], pid: 7, version: "0.1.0" }))
       const accept = yield* link.receive
       expect(accept).toEqual(new Accept({ ranks: [0, 1], saltHex: saltToHex(salt), formationWaitMs: 1_000 }))
-      expect(yield* link.receive).toEqual(new WorldFormed({ worldSize: 2, hosts: [{ host: "node-b", ranks: [0, 1] }] }))
+      expect(yield* link.receive).toEqual(new WorldFormed({ worldSize: 2, hosts: [{ host: "node-b", ranks: [0, 1] }], master: { addr: "127.0.0.1", port: 29500 } }))
       expect(hosts).toEqual(["node-b"])
     }))
 })

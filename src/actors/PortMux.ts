@@ -41,7 +41,12 @@ export interface MuxStats {
 }
 
 class Sniffed extends Data.TaggedClass("Sniffed")<{ readonly connection: Connection; readonly route: Route }> {}
-class Dropped extends Data.TaggedClass("Dropped")<{ readonly peer: string; readonly address: string; readonly reason: string }> {}
+class Dropped extends Data.TaggedClass("Dropped")<{
+  readonly peer: string
+  readonly address: string
+  readonly reason: string
+  readonly quiet: boolean
+}> {}
 type MuxMessage = Sniffed | Dropped
 
 export interface PortMuxOptions {
@@ -69,13 +74,19 @@ export const start = (options: PortMuxOptions): Effect.Effect<PortMux, BindError
     const dropped: Record<string, number> = {}
     const logged = new Set<string>()
 
-    const dropOnce = (address: string, peer: string, reason: string) =>
+    /**
+     * Count every drop; log the first per peer address and reason. A dialer
+     * that closes before saying anything (a port probe, a process stopped
+     * while connecting) is only a debug line: it harms no one.
+     */
+    const dropOnce = (address: string, peer: string, reason: string, quiet = false) =>
       Effect.suspend(() => {
         dropped[reason] = (dropped[reason] ?? 0) + 1
         const key = `${address}\u0000${reason}`
         if (logged.has(key)) return Effect.void
         logged.add(key)
-        return Effect.logWarning(`closed a connection from ${peer}: ${reason} (further ones from ${address} for this reason are not logged)`)
+        const line = `closed a connection from ${peer}: ${reason} (further ones from ${address} for this reason are not logged)`
+        return quiet ? Effect.logDebug(line) : Effect.logWarning(line)
       })
 
     const hand = (connection: Connection, owner: Owner | undefined, name: string) =>
@@ -107,7 +118,7 @@ export const start = (options: PortMuxOptions): Effect.Effect<PortMux, BindError
               return dropOnce(connection.address, connection.peer, "unknown channel magic")
           }
         },
-        Dropped: ({ address, peer, reason }) => dropOnce(address, peer, reason)
+        Dropped: ({ address, peer, quiet, reason }) => dropOnce(address, peer, reason, quiet)
       }
     })
     const tell = (message: MuxMessage) => runFork(Effect.ignore(mux.tell(message)))
@@ -118,9 +129,9 @@ export const start = (options: PortMuxOptions): Effect.Effect<PortMux, BindError
       void connection.take(MAGIC_BYTES, options.magicDeadlineMs).then((first) => {
         if (first === "timeout") {
           connection.reset()
-          tell(new Dropped({ address: connection.address, peer: connection.peer, reason: `no channel magic within ${options.magicDeadlineMs} ms` }))
+          tell(new Dropped({ address: connection.address, peer: connection.peer, reason: `no channel magic within ${options.magicDeadlineMs} ms`, quiet: false }))
         } else if (first === "closed") {
-          tell(new Dropped({ address: connection.address, peer: connection.peer, reason: "closed before sending its channel magic" }))
+          tell(new Dropped({ address: connection.address, peer: connection.peer, reason: "closed before sending its channel magic", quiet: true }))
         } else {
           const where = route(first)
           // The connection stays parked until its owner takes it; HTTP keeps the method bytes.

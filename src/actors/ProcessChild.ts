@@ -32,8 +32,12 @@ type Stdio = "inherit" | "pipe" | "ignore"
 export interface ProcessSpec {
   readonly cmd: ReadonlyArray<string>
   readonly cwd?: string | undefined
-  /** Added to (not instead of) this process's environment. */
+  /** Added to this process's environment, or (with `inheritEnv: false`) the whole environment. */
   readonly env?: Readonly<Record<string, string>> | undefined
+  /** Start from this process's environment (default true); false when `env` is complete and scrubbed. */
+  readonly inheritEnv?: boolean | undefined
+  /** Open an IPC channel to a Bun child: its messages arrive here, and it sees `disconnect` when we go. */
+  readonly ipc?: ((message: unknown) => void) | undefined
   readonly stdin?: Stdio | undefined
   readonly stdout?: Stdio | undefined
   readonly stderr?: Stdio | undefined
@@ -94,11 +98,12 @@ const start = (spec: ProcessSpec): ProcessChild => {
   const proc = Bun.spawn([...cmd], {
     cwd: spec.cwd,
     // Bun.spawn's env replaces the whole environment: merge explicitly.
-    env: spec.env === undefined ? process.env : { ...process.env, ...spec.env },
+    env: spec.inheritEnv === false ? { ...spec.env } : { ...process.env, ...spec.env },
     stdin: spec.stdin ?? "ignore",
     stdout: spec.onLine !== undefined ? "pipe" : spec.stdout ?? "inherit",
     stderr: spec.onLine !== undefined ? "pipe" : spec.stderr ?? "inherit",
-    detached: true
+    detached: true,
+    ...(spec.ipc === undefined ? {} : { ipc: (message: unknown) => spec.ipc!(message) })
   })
   const pid = proc.pid
   const onLine = spec.onLine

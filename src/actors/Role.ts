@@ -8,7 +8,6 @@
  * otherwise run the wrong code quietly: it is refused with every variable
  * named, set or missing.
  */
-import * as Data from "effect/Data"
 import * as Either from "effect/Either"
 
 export const roleVariables = {
@@ -24,10 +23,14 @@ export type Role =
   | { readonly _tag: "Relay"; readonly spec: string }
   | { readonly _tag: "Rank"; readonly envelope: string; readonly slot: number }
 
-export class RoleError extends Data.TaggedError("RoleError")<{ readonly problem: string }> {
-  override get message(): string {
-    return `cohort: inconsistent role variables: ${this.problem}. These are set by cohort for its own ` +
-      "processes; unset them (or start the process through cohort) and try again."
+/** A plain Error (not effect's Data): role detection is on every rank's start-up path and must load fast. */
+export class RoleError extends Error {
+  readonly _tag = "RoleError"
+  constructor(readonly problem: string) {
+    super(
+      `inconsistent role variables: ${problem}. These are set by cohort for its own ` +
+        "processes; unset them (or start the process through cohort) and try again."
+    )
   }
 }
 
@@ -46,9 +49,9 @@ export const detectRole = (env: Readonly<Record<string, string | undefined>>): E
   if (present.length === 2 && set(roleVariables.rankEnvelope) && set(roleVariables.rankSlot)) {
     const slot = Number(env[roleVariables.rankSlot])
     if (!Number.isInteger(slot) || slot < 0) {
-      return Either.left(new RoleError({ problem: `${roleVariables.rankSlot} must be a slot number ≥ 0, got "${env[roleVariables.rankSlot]}"` }))
+      return Either.left(new RoleError(`${roleVariables.rankSlot} must be a slot number ≥ 0, got "${env[roleVariables.rankSlot]}"`))
     }
     return Either.right({ _tag: "Rank", envelope: env[roleVariables.rankEnvelope]!, slot })
   }
-  return Either.left(new RoleError({ problem: describe() }))
+  return Either.left(new RoleError(describe()))
 }

@@ -12,6 +12,7 @@
 import * as Data from "effect/Data"
 
 export type FailureKind =
+  | "join"
   | "coordinator"
   | "child-failed"
   | "restart-intensity"
@@ -39,18 +40,27 @@ export const Verdict = Data.taggedEnum<Verdict>()
 export const exitCode = (verdict: Verdict): number =>
   verdict._tag === "Completed" ? 0 : verdict.kind === "aborted" ? 130 : 1
 
-/** The one line a person reads at the end of a run. */
-export const describeVerdict = (verdict: Verdict): string =>
+/** A rank lost along the way, and why: "rank 2 exited with status 3". */
+export interface Loss {
+  readonly ranks: ReadonlyArray<number>
+  readonly cause: string
+}
+
+/**
+ * The one line a person reads at the end of a run (after `cohort: `):
+ * `run completed`, `run completed DEGRADED (d of w ranks lost: …)` or
+ * `run failed: <root cause>`.
+ */
+export const describeVerdict = (verdict: Verdict, losses: ReadonlyArray<Loss> = []): string =>
   Verdict.$match(verdict, {
-    Failed: ({ message }) => `run FAILED: ${message}`,
-    Completed: ({ dead, world, tolerated }) => {
+    Failed: ({ message }) => `run failed: ${message}`,
+    Completed: ({ dead, tolerated, world }) => {
       if (dead > 0) {
-        return `run completed DEGRADED: ${dead} of ${world} ranks lost along the way ` +
-          `(tolerated by elastic membership); survivors carried the work`
+        const why = losses.length === 0 ? "" : `: ${losses.map((loss) => loss.cause).join("; ")}`
+        return `run completed DEGRADED (${dead} of ${world} ranks lost${why})`
       }
       if (tolerated > 0) {
-        return `run completed; ${tolerated} non-zero exit(s) after the run drained were tolerated ` +
-          `(not rank deaths: nothing was redistributed)`
+        return `run completed (${tolerated} non-zero exit(s) after the run drained were tolerated)`
       }
       return "run completed"
     }

@@ -11,16 +11,20 @@ import * as LogLevel from "effect/LogLevel"
 const render = (message: unknown): string =>
   Array.isArray(message) ? message.map(render).join(" ") : typeof message === "string" ? message : String(message)
 
-export const lineLogger = Logger.make(({ cause, logLevel, message }) => {
+export const lineLogger = (prefix: string) => Logger.make(({ cause, logLevel, message }) => {
   const level = LogLevel.greaterThanEqual(logLevel, LogLevel.Error)
     ? "error: "
     : LogLevel.greaterThanEqual(logLevel, LogLevel.Warning)
     ? "warning: "
     : ""
   const detail = Cause.isEmpty(cause) ? "" : `\n${Cause.pretty(cause)}`
-  process.stderr.write(`cohort: ${level}${render(message)}${detail}\n`)
+  process.stderr.write(`${prefix}${level}${render(message)}${detail}\n`)
 })
 
-/** Replace Effect's default logger with `lineLogger`, showing `minimum` and above. */
-export const layer = (minimum: LogLevel.LogLevel = LogLevel.Info) =>
-  Layer.merge(Logger.replace(Logger.defaultLogger, lineLogger), Logger.minimumLogLevel(minimum))
+/**
+ * Replace Effect's default logger with `lineLogger`, showing `minimum` and
+ * above. A relay or rank logs with no prefix of its own: its agent prefixes
+ * every line it forwards.
+ */
+export const layer = (minimum: LogLevel.LogLevel = LogLevel.Info, prefix = "cohort: ") =>
+  Layer.merge(Logger.replace(Logger.defaultLogger, lineLogger(prefix)), Logger.minimumLogLevel(minimum))

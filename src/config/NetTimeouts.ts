@@ -28,5 +28,7 @@ export const deadlines = {
   /** A new connection must name its channel within this. */
   magicMs: 5_000,
   /** An HTTP client must send its request line within this. */
-  httpRequestMs: 5_000
+  httpRequestMs: 5_000,
+  /** A link's nonce exchange and first message (Hello, RelayHello) must complete within this. */
+  handshakeMs: 10_000
 } as const

@@ -1,7 +1,13 @@
 /**
  * The join channel's messages. The join connection stays open after
- * admission as the host's control link: `WorldFormed` and `Abort` go down it,
- * `RankExited` comes up it, and its EOF means the host is gone.
+ * admission as the host's control link. Down it go `WorldFormed`, the orders
+ * for each rank (`StartRank`, `StopRank`), `RunEnded` and `Abort`; up it come
+ * what became of each rank (`RankStarted`, `RankRunning`, `RankExited`). Its
+ * EOF means the host is gone.
+ *
+ * The launcher holds the failure policy; an agent only carries out orders and
+ * reports. Every rank message names the incarnation it is about, so a late
+ * report from a rank that was restarted is never taken for its successor.
  */
 import * as Schema from "effect/Schema"
 
@@ -30,21 +36,73 @@ export class Reject extends Schema.TaggedClass<Reject>()("Reject", {
   reason: Schema.String
 }) {}
 
+const Rank = Schema.Int.pipe(Schema.nonNegative())
+const Incarnation = Schema.Int.pipe(Schema.nonNegative())
+
+/** The join window closed: the world as formed, and where rank 0's store (torchrun's MASTER) listens. */
 export class WorldFormed extends Schema.TaggedClass<WorldFormed>()("WorldFormed", {
   worldSize: Schema.Int.pipe(Schema.positive()),
-  hosts: Schema.Array(Schema.Struct({ host: Schema.String, ranks: Schema.Array(Schema.Int) }))
+  hosts: Schema.Array(Schema.Struct({ host: Schema.String, ranks: Schema.Array(Schema.Int) })),
+  master: Schema.Struct({ addr: Schema.String, port: Schema.Int.pipe(Schema.between(1, 65_535)) })
 }) {}
 
+/** How a rank ended: an exit status, a signal, or (`detail`) why it could not even start. */
 export class RankExited extends Schema.TaggedClass<RankExited>()("RankExited", {
-  rank: Schema.Int.pipe(Schema.nonNegative()),
+  rank: Rank,
+  incarnation: Incarnation,
   code: Schema.NullOr(Schema.Int),
-  signal: Schema.NullOr(Schema.String)
+  signal: Schema.NullOr(Schema.String),
+  detail: Schema.optional(Schema.String)
 }) {}
 
 export class Abort extends Schema.TaggedClass<Abort>()("Abort", {
   reason: Schema.String
 }) {}
 
+/** Start (or restart) one of the host's ranks. */
+export class StartRank extends Schema.TaggedClass<StartRank>()("StartRank", {
+  rank: Rank,
+  incarnation: Incarnation
+}) {}
+
+/** Stop one rank: `kill` at once, or `graceful` (SIGTERM, SIGKILL after `graceMs`). */
+export class StopRank extends Schema.TaggedClass<StopRank>()("StopRank", {
+  rank: Rank,
+  incarnation: Incarnation,
+  mode: Schema.Literal("kill", "graceful"),
+  graceMs: Schema.Int.pipe(Schema.nonNegative())
+}) {}
+
+/** The rank's process exists. */
+export class RankStarted extends Schema.TaggedClass<RankStarted>()("RankStarted", {
+  rank: Rank,
+  incarnation: Incarnation,
+  pid: Schema.Int
+}) {}
+
+/** The rank runs the user's code (an `entry:` rank checked in; a `command:` rank was started). */
+export class RankRunning extends Schema.TaggedClass<RankRunning>()("RankRunning", {
+  rank: Rank,
+  incarnation: Incarnation
+}) {}
+
+/** Every rank has ended and the verdict is in: the agent stops its relay and leaves. */
+export class RunEnded extends Schema.TaggedClass<RunEnded>()("RunEnded", {
+  verdict: Schema.String
+}) {}
+
 /** In kind order: a message's kind byte is its index here, so never reorder, only append. */
-export const JoinMessage = Schema.Union(Hello, Accept, Reject, WorldFormed, RankExited, Abort)
+export const JoinMessage = Schema.Union(
+  Hello,
+  Accept,
+  Reject,
+  WorldFormed,
+  RankExited,
+  Abort,
+  StartRank,
+  StopRank,
+  RankStarted,
+  RankRunning,
+  RunEnded
+)
 export type JoinMessage = typeof JoinMessage.Type

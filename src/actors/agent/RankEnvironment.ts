@@ -9,7 +9,9 @@
  * script runs under cohort.
  */
 
-export type RankDevice = { readonly kind: "cpu"; readonly slot: number } | { readonly kind: "gpu"; readonly index: number }
+import type { RankDevice } from "../rank/RankContext.ts"
+
+export type { RankDevice }
 
 export interface RankPlacement {
   readonly rank: number
@@ -24,10 +26,14 @@ export interface RankPlacement {
 /** Inherited variables that must not reach a rank: cohort's internals and device scoping set elsewhere. */
 const scrubbedKeys = ["ROCR_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"]
 
+/** cohort's variables that are the user's knobs, not its internals: they reach every process. */
+const userKnobs = ["COHORT_NET_TIMEOUT_SCALE"]
+
 export const scrub = (env: Readonly<Record<string, string | undefined>>): Record<string, string> => {
   const out: Record<string, string> = {}
   for (const [key, value] of Object.entries(env)) {
-    if (value === undefined || key.startsWith("COHORT_") || scrubbedKeys.includes(key)) continue
+    const internal = key.startsWith("COHORT_") && !userKnobs.includes(key)
+    if (value === undefined || internal || scrubbedKeys.includes(key)) continue
     out[key] = value
   }
   return out

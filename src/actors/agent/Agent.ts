@@ -1,0 +1,264 @@
+/**
+ * The agent: one per host. It joins the run through the launcher's join
+ * channel, and once the world has formed it starts the host's relay, then
+ * carries out the launcher's orders for the host's ranks (`StartRank`,
+ * `StopRank`) and reports what becomes of each one (`RankStarted`,
+ * `RankRunning`, `RankExited`). The failure policy is the launcher's: an
+ * agent decides nothing about the run.
+ *
+ * It stops every child it started on `Abort`, when the join link ends (the
+ * launcher is gone), when its relay dies under running ranks, and when its
+ * own Scope closes. A launcher-local host runs its agent inside the launcher,
+ * joining over loopback exactly as a remote agent would.
+ */
+import { resolve } from "node:path"
+import * as Data from "effect/Data"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as ExecutionStrategy from "effect/ExecutionStrategy"
+import * as Runtime from "effect/Runtime"
+import * as Scope from "effect/Scope"
+import { describe as describeExit } from "../ChildExit.ts"
+import * as ProcessChild from "../ProcessChild.ts"
+import { roleVariables } from "../Role.ts"
+import type { Job } from "../../config/ClusterConfig.ts"
+import { type Accept, Hello, type JoinMessage, RankExited, RankRunning, RankStarted, type StartRank, type StopRank, type WorldFormed } from "../../wire/JoinMessages.ts"
+import { OPEN_SALT, saltFromHex, saltToHex } from "../../wire/Keys.ts"
+import * as Link from "../../wire/Link.ts"
+import { joinCodec, type JoinLink } from "../launcher/JoinGate.ts"
+import { deviceIndex, deviceTag, type HostDevices } from "./Devices.ts"
+import { type HostEnvelope, toEnvironment } from "./Envelope.ts"
+import { rankEnvironment, scrub } from "./RankEnvironment.ts"
+
+export class AgentError extends Data.TaggedError("AgentError")<{ readonly host: string; readonly reason: string }> {
+  override get message(): string {
+    return `agent of ${this.host}: ${this.reason}`
+  }
+}
+
+export type OutputSink = (line: string, stream: "stdout" | "stderr") => void
+
+export interface AgentOptions {
+  readonly run: string
+  readonly host: string
+  readonly devices: HostDevices
+  /** Where the launcher's port is, as this host reaches it. */
+  readonly controller: { readonly host: string; readonly port: number }
+  /** Pre-shared admission: the run's salt. Absent: open admission, and the `Accept` brings it. */
+  readonly salt?: Uint8Array | undefined
+  readonly version: string
+  /** The project checkout on this host: ranks run there. */
+  readonly path: string
+  readonly job: Job
+  readonly clusterEnv: Readonly<Record<string, string>>
+  readonly hostEnv: Readonly<Record<string, string>>
+  /** The environment ranks start from (scrubbed of cohort's internals). */
+  readonly inheritedEnv: Readonly<Record<string, string | undefined>>
+  readonly graceMs: number
+  readonly handshakeMs: number
+  /** Where the children's prefixed lines go. */
+  readonly output: OutputSink
+}
+
+const cliDirectory = resolve(import.meta.dir, "../../cli")
+
+interface RankProcess {
+  readonly incarnation: number
+  readonly child: ProcessChild.ProcessChild
+}
+
+/** Join, then serve the host until the run ends. */
+export const run = (options: AgentOptions): Effect.Effect<void, AgentError, Scope.Scope> =>
+  Effect.gen(function*() {
+    const { host } = options
+    const failWith = (reason: string) => new AgentError({ host, reason })
+    const link: JoinLink = yield* Link.dial({
+      channel: "join",
+      host: options.controller.host,
+      port: options.controller.port,
+      salt: options.salt ?? OPEN_SALT,
+      inbound: joinCodec,
+      outbound: joinCodec,
+      handshakeMs: options.handshakeMs,
+      rekeyOn: (message: JoinMessage) => (message._tag === "Accept" && message.saltHex !== undefined ? saltFromHex(message.saltHex) : undefined)
+    }).pipe(Effect.mapError((error) => failWith(error.message)))
+    const next = (within: number, waiting: string) =>
+      link.receive.pipe(
+        Effect.timeoutFail({ duration: Duration.millis(within), onTimeout: () => failWith(`no ${waiting} from the launcher within ${within} ms`) }),
+        Effect.mapError((error) => (error._tag === "AgentError" ? error : failWith(error.message)))
+      )
+
+    yield* link.send(new Hello({
+      host,
+      devices: options.devices.devices.map(deviceIndex),
+      deviceLabels: options.devices.labels,
+      pid: process.pid,
+      version: options.version
+    })).pipe(Effect.mapError((error) => failWith(error.message)))
+    const answer = yield* next(options.handshakeMs, "answer to the Hello")
+    if (answer._tag === "Reject") return yield* failWith(`the launcher refused this host: ${answer.reason}`)
+    if (answer._tag !== "Accept") return yield* failWith(`expected Accept or Reject, got ${answer._tag}`)
+    const salt = options.salt ?? (answer.saltHex === undefined ? undefined : saltFromHex(answer.saltHex))
+    if (salt === undefined) return yield* failWith("open admission, but the Accept carried no salt")
+
+    const formed = yield* next(answer.formationWaitMs + options.handshakeMs, "WorldFormed")
+    if (formed._tag === "Abort") return yield* Effect.logWarning(`${host}: the launcher aborted before the world formed: ${formed.reason}`)
+    if (formed._tag !== "WorldFormed") return yield* failWith(`expected WorldFormed, got ${formed._tag}`)
+    yield* serve(options, link, answer, formed, salt)
+  })
+
+/** After formation: the relay, then the ranks as ordered, until the run ends. */
+const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: WorldFormed, salt: Uint8Array) =>
+  Effect.gen(function*() {
+    const { host } = options
+    const scope = yield* Effect.scope
+    const runFork = Runtime.runFork(yield* Effect.runtime<never>())
+    const grace = Duration.millis(options.graceMs)
+    const cwd = resolve(options.path)
+    const entry = options.job.program._tag === "Entry" ? options.job.program.entry : undefined
+    const envelope: HostEnvelope = {
+      run: options.run,
+      host,
+      groupRank: Math.max(0, world.hosts.findIndex((member) => member.host === host)),
+      worldSize: world.worldSize,
+      ranks: accept.ranks,
+      devices: options.devices.devices,
+      controller: options.controller,
+      saltHex: saltToHex(salt),
+      entry,
+      args: options.job.args,
+      backend: options.job.backend
+    }
+    const envelopeText = toEnvironment(envelope)
+    const ranks = new Map<number, RankProcess>()
+    let ending = false
+    const report = (message: JoinMessage) => Effect.ignore(link.send(message))
+
+    const stopAll = (why: string) =>
+      Effect.gen(function*() {
+        if (ranks.size > 0) yield* Effect.logWarning(`${host}: stopping ${ranks.size} rank(s): ${why}`)
+        yield* Effect.forEach([...ranks.values()], ({ child }) => child.stop("graceful", grace), { concurrency: "unbounded", discard: true })
+      })
+
+    // The relay first: the ranks' data plane goes through it.
+    const relay = yield* ProcessChild.spawn({
+      cmd: [process.execPath, `${cliDirectory}/relay.ts`],
+      cwd,
+      env: { ...scrub(options.inheritedEnv), [roleVariables.relay]: toEnvironment({ host, ranks: accept.ranks, controller: options.controller, saltHex: saltToHex(salt) }) },
+      inheritEnv: false,
+      ipc: () => undefined,
+      onLine: (line, stream) => options.output(`[${host}:relay] ${line}`, stream),
+      grace
+    }).pipe(Effect.mapError((error) => new AgentError({ host, reason: `cannot start the relay: ${error.message}` })))
+    yield* Effect.forkScoped(Effect.flatMap(relay.exited, (exit) =>
+      ending || (exit._tag === "Exited" && exit.code === 0)
+        ? Effect.void
+        : Effect.zipRight(
+          Effect.logError(`${host}: the relay exited with ${describeExit(exit)}`),
+          stopAll("the host's relay is gone")
+        )))
+
+    const start = ({ incarnation, rank }: StartRank) =>
+      Effect.gen(function*() {
+        const slot = accept.ranks.indexOf(rank)
+        const device = options.devices.devices[slot]
+        if (slot < 0 || device === undefined) {
+          return yield* report(new RankExited({ rank, incarnation, code: null, signal: null, detail: `rank ${rank} is not on host ${host}` }))
+        }
+        if (ranks.has(rank)) {
+          return yield* report(new RankExited({ rank, incarnation, code: null, signal: null, detail: `rank ${rank} is already running on ${host}` }))
+        }
+        const prefix = `[${host}:${deviceTag(device)}:r${rank}] `
+        const program = options.job.program
+        const env = rankEnvironment({
+          inherited: options.inheritedEnv,
+          clusterEnv: options.clusterEnv,
+          hostEnv: options.hostEnv,
+          placement: {
+            rank,
+            localRank: slot,
+            worldSize: world.worldSize,
+            localWorldSize: accept.ranks.length,
+            groupRank: envelope.groupRank,
+            device
+          },
+          torchrun: program._tag === "Command" ? world.master : undefined,
+          internal: {
+            [roleVariables.rankEnvelope]: envelopeText,
+            [roleVariables.rankSlot]: String(slot),
+            COHORT_RESTART_COUNT: String(incarnation),
+            ...(program._tag === "Command" ? { TORCHELASTIC_RESTART_COUNT: String(incarnation) } : {})
+          }
+        })
+        const incarnationScope = yield* Scope.fork(scope, ExecutionStrategy.sequential)
+        const spawned = yield* ProcessChild.spawn({
+          cmd: program._tag === "Entry" ? [process.execPath, `${cliDirectory}/rank.ts`] : [...program.command, ...options.job.args],
+          cwd,
+          env,
+          inheritEnv: false,
+          // An entry rank checks in over IPC when it runs user code; the channel closing is its link to us ending.
+          ipc: program._tag === "Entry"
+            ? (message) => {
+              if ((message as { _tag?: unknown })?._tag === "Running") runFork(report(new RankRunning({ rank, incarnation })))
+            }
+            : undefined,
+          onLine: (line, stream) => options.output(prefix + line, stream),
+          grace
+        }).pipe(Scope.extend(incarnationScope), Effect.either)
+        if (spawned._tag === "Left") {
+          yield* Scope.close(incarnationScope, Exit.void)
+          return yield* report(new RankExited({ rank, incarnation, code: null, signal: null, detail: spawned.left.message }))
+        }
+        const child = spawned.right
+        ranks.set(rank, { incarnation, child })
+        yield* report(new RankStarted({ rank, incarnation, pid: child.pid }))
+        // A command: rank runs user code from its first instruction.
+        if (program._tag === "Command") yield* report(new RankRunning({ rank, incarnation }))
+        yield* Effect.forkIn(
+          Effect.gen(function*() {
+            const exit = yield* child.exited
+            if (ranks.get(rank)?.child === child) ranks.delete(rank)
+            yield* Scope.close(incarnationScope, Exit.void)
+            yield* report(new RankExited({
+              rank,
+              incarnation,
+              code: exit._tag === "Exited" ? exit.code : null,
+              signal: exit._tag === "Signaled" ? exit.signal : null,
+              detail: exit._tag === "Crashed" ? exit.detail : undefined
+            }))
+          }),
+          scope
+        )
+      })
+
+    const stop = ({ graceMs, incarnation, mode, rank }: StopRank) => {
+      const current = ranks.get(rank)
+      if (current === undefined || current.incarnation !== incarnation) return Effect.void
+      return Effect.asVoid(Effect.forkIn(current.child.stop(mode, Duration.millis(graceMs)), scope))
+    }
+
+    while (true) {
+      const message = yield* Effect.either(link.receive)
+      if (message._tag === "Left") {
+        ending = true
+        return yield* stopAll(`lost the launcher (${message.left.detail})`)
+      }
+      switch (message.right._tag) {
+        case "StartRank":
+          yield* start(message.right)
+          break
+        case "StopRank":
+          yield* stop(message.right)
+          break
+        case "Abort":
+          ending = true
+          return yield* stopAll(`the launcher aborted the run: ${message.right.reason}`)
+        case "RunEnded":
+          ending = true
+          return yield* stopAll("the run has ended")
+        default:
+          yield* Effect.logWarning(`${host}: ignored an unexpected ${message.right._tag} from the launcher`)
+      }
+    }
+  })

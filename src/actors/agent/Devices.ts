@@ -1,0 +1,51 @@
+/**
+ * A host's devices, from its `devices:` entry: CPU slots, the listed GPU
+ * indices, or (`all`) every GPU the host has, asked of `nvidia-smi` (the
+ * agent must not initialise CUDA itself: that would pin memory on every GPU).
+ */
+import type { Devices } from "../../config/ClusterConfig.ts"
+import type { RankDevice } from "../rank/RankContext.ts"
+
+export interface HostDevices {
+  readonly devices: ReadonlyArray<RankDevice>
+  /** For people and the status page: "cpu", "NVIDIA H200", … */
+  readonly labels: ReadonlyArray<string>
+}
+
+/** The index a device is known by in Hello, prefixes and status. */
+export const deviceIndex = (device: RankDevice): number => (device.kind === "gpu" ? device.index : device.slot)
+
+/** `3` for GPU 3, `cpu` for a CPU slot: the `dev` of `[host:dev:rN]`. */
+export const deviceTag = (device: RankDevice): string => (device.kind === "gpu" ? String(device.index) : "cpu")
+
+const probeGpus = (): ReadonlyArray<{ index: number; name: string }> | string => {
+  const smi = Bun.which("nvidia-smi")
+  if (smi === null) return "nvidia-smi is not on PATH"
+  const result = Bun.spawnSync([smi, "--query-gpu=index,name", "--format=csv,noheader"], { stdout: "pipe", stderr: "pipe" })
+  if (result.exitCode !== 0) return `nvidia-smi failed: ${result.stderr.toString().trim() || `status ${result.exitCode}`}`
+  return result.stdout.toString().split("\n").filter((line) => line.trim() !== "").map((line) => {
+    const [index, ...name] = line.split(",")
+    return { index: Number(index), name: name.join(",").trim() }
+  })
+}
+
+/** Resolve a host's devices, or say why they cannot be. */
+export const resolveDevices = (host: string, devices: Devices): HostDevices | string => {
+  switch (devices._tag) {
+    case "Count":
+      return {
+        devices: Array.from({ length: devices.count }, (_, slot) => ({ kind: "cpu" as const, slot })),
+        labels: Array.from({ length: devices.count }, () => "cpu")
+      }
+    case "Indices":
+      return { devices: devices.indices.map((index) => ({ kind: "gpu" as const, index })), labels: devices.indices.map((index) => `gpu ${index}`) }
+    case "All": {
+      const gpus = probeGpus()
+      if (typeof gpus === "string" || gpus.length === 0) {
+        return `host ${host} has devices: all, but no GPU was found there (${typeof gpus === "string" ? gpus : "nvidia-smi lists none"}); ` +
+          "give a number of CPU ranks (devices: 4) or the GPU indices (devices: [0, 1])"
+      }
+      return { devices: gpus.map(({ index }) => ({ kind: "gpu" as const, index })), labels: gpus.map(({ name }) => name) }
+    }
+  }
+}

@@ -1,0 +1,131 @@
+/**
+ * What a host's children are told about the run, in their environment
+ * (`COHORT_RANK_ENVELOPE`, `COHORT_RELAY_SPEC`): JSON, checked on the way
+ * in. The salt travels here, never in argv.
+ *
+ * One envelope per host, shared by its ranks; each rank adds its local slot
+ * (`COHORT_LOCAL_SLOT`) to find its own rank and device in it.
+ *
+ * This module imports nothing from effect on purpose: it is on every rank's
+ * start-up path, and loading `effect/Schema` costs a rank ~0.2 s.
+ */
+import type { RankDevice } from "../rank/RankContext.ts"
+
+export interface Endpoint {
+  readonly host: string
+  readonly port: number
+}
+
+export interface HostEnvelope {
+  readonly run: string
+  readonly host: string
+  /** The host's position among the hosts: torchrun's GROUP_RANK. */
+  readonly groupRank: number
+  readonly worldSize: number
+  /** The host's global ranks, by local slot. */
+  readonly ranks: ReadonlyArray<number>
+  /** The device of each local slot. */
+  readonly devices: ReadonlyArray<RankDevice>
+  readonly controller: Endpoint
+  readonly saltHex: string
+  /** An `entry:` job's module (resolved against the rank's working directory); absent for `command:` jobs. */
+  readonly entry?: string | undefined
+  readonly args: ReadonlyArray<string>
+  readonly backend: string
+}
+
+export interface RelaySpec {
+  readonly host: string
+  readonly ranks: ReadonlyArray<number>
+  readonly controller: Endpoint
+  readonly saltHex: string
+}
+
+class Invalid extends Error {}
+
+type Json = Record<string, unknown>
+
+const object = (value: unknown, at: string): Json => {
+  if (typeof value !== "object" || value === null || Array.isArray(value)) throw new Invalid(`${at} must be an object`)
+  return value as Json
+}
+const string = (value: unknown, at: string): string => {
+  if (typeof value !== "string") throw new Invalid(`${at} must be a string`)
+  return value
+}
+const count = (value: unknown, at: string, min = 0, max = Number.MAX_SAFE_INTEGER): number => {
+  if (typeof value !== "number" || !Number.isInteger(value) || value < min || value > max) {
+    throw new Invalid(`${at} must be a whole number from ${min} to ${max}`)
+  }
+  return value
+}
+const list = <A>(value: unknown, at: string, item: (value: unknown, at: string) => A): ReadonlyArray<A> => {
+  if (!Array.isArray(value)) throw new Invalid(`${at} must be a list`)
+  return value.map((element, index) => item(element, `${at}[${index}]`))
+}
+const endpoint = (value: unknown, at: string): Endpoint => {
+  const fields = object(value, at)
+  return { host: string(fields.host, `${at}.host`), port: count(fields.port, `${at}.port`, 1, 65_535) }
+}
+const salt = (value: unknown, at: string): string => {
+  const hex = string(value, at)
+  if (!/^[0-9a-f]{32}$/i.test(hex)) throw new Invalid(`${at} must be 32 hex digits`)
+  return hex
+}
+const device = (value: unknown, at: string): RankDevice => {
+  const fields = object(value, at)
+  if (fields.kind === "cpu") return { kind: "cpu", slot: count(fields.slot, `${at}.slot`) }
+  if (fields.kind === "gpu") return { kind: "gpu", index: count(fields.index, `${at}.index`) }
+  throw new Invalid(`${at}.kind must be "cpu" or "gpu"`)
+}
+
+const hostEnvelope = (value: unknown): HostEnvelope => {
+  const fields = object(value, "the envelope")
+  const ranks = list(fields.ranks, "ranks", (rank, at) => count(rank, at))
+  const devices = list(fields.devices, "devices", device)
+  if (devices.length !== ranks.length) throw new Invalid(`devices must have one entry per rank (${ranks.length}), got ${devices.length}`)
+  return {
+    run: string(fields.run, "run"),
+    host: string(fields.host, "host"),
+    groupRank: count(fields.groupRank, "groupRank"),
+    worldSize: count(fields.worldSize, "worldSize", 1),
+    ranks,
+    devices,
+    controller: endpoint(fields.controller, "controller"),
+    saltHex: salt(fields.saltHex, "saltHex"),
+    entry: fields.entry === undefined ? undefined : string(fields.entry, "entry"),
+    args: list(fields.args, "args", string),
+    backend: string(fields.backend, "backend")
+  }
+}
+
+const relaySpec = (value: unknown): RelaySpec => {
+  const fields = object(value, "the spec")
+  return {
+    host: string(fields.host, "host"),
+    ranks: list(fields.ranks, "ranks", (rank, at) => count(rank, at)),
+    controller: endpoint(fields.controller, "controller"),
+    saltHex: salt(fields.saltHex, "saltHex")
+  }
+}
+
+/** Read a spec from an environment variable: the value, or a message naming the variable. */
+const read = <A>(check: (value: unknown) => A) => (variable: string, text: string): A | string => {
+  let raw: unknown
+  try {
+    raw = JSON.parse(text)
+  } catch {
+    return `${variable} is not JSON: it is set by cohort for its own processes; do not set it by hand`
+  }
+  try {
+    return check(raw)
+  } catch (error) {
+    if (error instanceof Invalid) return `${variable} is not a valid cohort spec: ${error.message}`
+    throw error
+  }
+}
+
+export const readHostEnvelope = read(hostEnvelope)
+export const readRelaySpec = read(relaySpec)
+
+export const toEnvironment = (spec: HostEnvelope | RelaySpec): string => JSON.stringify(spec)

@@ -1,0 +1,92 @@
+/**
+ * ControlGate: the launcher's end of the control channel.
+ *
+ * Once the world has formed, each host's relay dials in and registers the
+ * ranks it serves. A relay is accepted once, for a host of this world and
+ * exactly that host's ranks; anything else is told why and closed. The
+ * accepted links stay open until the run ends (`closeAll`): their EOF is the
+ * relays' signal to leave.
+ */
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Ref from "effect/Ref"
+import type * as Scope from "effect/Scope"
+import * as Actor from "../Actor.ts"
+import type { Accepted } from "../PortMux.ts"
+import * as Codec from "../../wire/Codec.ts"
+import { ControlMessage, RelayAccepted, RelayRejected } from "../../wire/ControlMessages.ts"
+import * as Link from "../../wire/Link.ts"
+
+export const controlCodec = Codec.make("control", ControlMessage)
+
+export type ControlLink = Link.Link<ControlMessage, ControlMessage>
+
+export interface ControlGate {
+  readonly owner: Actor.ActorRef<Accepted>
+  /** The hosts whose relay has registered. */
+  readonly registered: Effect.Effect<ReadonlySet<string>>
+  /** Close every relay link: the run is over. */
+  readonly closeAll: Effect.Effect<void>
+}
+
+export interface ControlGateOptions {
+  readonly salt: Uint8Array
+  /** The world: each host and its ranks. */
+  readonly hosts: Effect.Effect<ReadonlyMap<string, ReadonlyArray<number>>>
+  readonly handshakeMs: number
+}
+
+export const make = (options: ControlGateOptions): Effect.Effect<ControlGate, never, Scope.Scope> =>
+  Effect.gen(function*() {
+    const links = yield* Ref.make(new Map<string, ControlLink>())
+
+    const problem = (hello: { host: string; ranks: ReadonlyArray<number> }, world: ReadonlyMap<string, ReadonlyArray<number>>, registered: ReadonlyMap<string, ControlLink>) => {
+      const ranks = world.get(hello.host)
+      if (ranks === undefined) return `host ${hello.host} is not in this world`
+      if (registered.has(hello.host)) return `the relay of ${hello.host} has already registered`
+      if (ranks.join(",") !== hello.ranks.join(",")) {
+        return `the relay of ${hello.host} claims ranks ${hello.ranks.join(", ")}, but the host has ${ranks.join(", ")}`
+      }
+      return undefined
+    }
+
+    const serve = (connection: Accepted["connection"]) =>
+      Effect.gen(function*() {
+        const link = yield* Link.accept(connection, { channel: "control", salt: options.salt, inbound: controlCodec, outbound: controlCodec })
+        const hello = yield* link.receive.pipe(
+          Effect.timeoutFail({
+            duration: Duration.millis(options.handshakeMs),
+            onTimeout: () => new Link.LinkError({ channel: "control", peer: link.peer, reason: "handshake", detail: `no RelayHello within ${options.handshakeMs} ms` })
+          })
+        )
+        const world = yield* options.hosts
+        const why = hello._tag !== "RelayHello"
+          ? `expected RelayHello first, got ${hello._tag}`
+          : yield* Ref.modify(links, (current) => {
+            const refused = problem(hello, world, current)
+            return refused === undefined ? [undefined, new Map([...current, [hello.host, link]])] : [refused, current]
+          })
+        if (why !== undefined) {
+          yield* Effect.ignore(link.send(new RelayRejected({ reason: why })))
+          yield* link.close
+          return yield* Effect.logWarning(`refused a relay from ${link.peer}: ${why}`)
+        }
+        yield* link.send(new RelayAccepted())
+        if (hello._tag === "RelayHello") yield* Effect.logDebug(`relay of ${hello.host} registered`)
+      }).pipe(Effect.catchAll((error) => Effect.logWarning(`dropped a control connection: ${error.message}`)))
+
+    const owner = yield* Actor.spawn<Accepted, Scope.Scope>({
+      name: "control-gate",
+      handlers: { Accepted: ({ connection }) => Effect.asVoid(Effect.forkScoped(serve(connection))) }
+    })
+    const closeAll: Effect.Effect<void> = Effect.flatMap(
+      Ref.getAndSet(links, new Map<string, ControlLink>()),
+      (current) => Effect.forEach([...current.values()], (link) => link.close, { discard: true })
+    )
+    yield* Effect.addFinalizer(() => closeAll)
+    return {
+      owner,
+      registered: Effect.map(Ref.get(links), (current) => new Set(current.keys())),
+      closeAll
+    }
+  })

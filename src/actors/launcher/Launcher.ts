@@ -1,0 +1,334 @@
+/**
+ * The launcher tree: one run, from a checked plan to a verdict.
+ *
+ * PortMux owns the one port and hands each channel to its owner: the
+ * JoinGate (join window), the ControlGate (relays) and the StatusBoard
+ * (HTTP). FanOut starts an agent for every host; this machine's agent runs
+ * in-process and joins over loopback through the real join channel. Once the
+ * window forms, every host is told the world, and the RankSupervisor (the
+ * kernel's Supervisor over remote rank children) applies the failure policy:
+ * kill-all until every rank runs user code (the cohort has formed), then the
+ * strategy after formation. The verdict, the ranks it lost and each rank's
+ * exits make the run's result.
+ */
+import * as Deferred from "effect/Deferred"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Fiber from "effect/Fiber"
+import * as Ref from "effect/Ref"
+import type * as Scope from "effect/Scope"
+import * as Agent from "../agent/Agent.ts"
+import { deviceTag } from "../agent/Devices.ts"
+import { type ChildExit, describe as describeExit } from "../ChildExit.ts"
+import { SupervisionEvent } from "../decide.ts"
+import * as PortMux from "../PortMux.ts"
+import { onSignals } from "../signals.ts"
+import * as StatusBoard from "../StatusBoard.ts"
+import * as Supervisor from "../Supervisor.ts"
+import { describeVerdict, exitCode, type Loss, Verdict } from "../Verdict.ts"
+import { deadlines, netTimeoutScale, scaled } from "../../config/NetTimeouts.ts"
+import { VERSION } from "../../version.ts"
+import { WorldFormed, RunEnded, Abort } from "../../wire/JoinMessages.ts"
+import { newSalt } from "../../wire/Keys.ts"
+import { admission as admissionFor } from "../../wire/Trust.ts"
+import * as ControlGate from "./ControlGate.ts"
+import * as JoinGate from "./JoinGate.ts"
+import { LaunchInputError, type Plan } from "./Plan.ts"
+import * as RemoteRanks from "./RemoteRanks.ts"
+
+export type Outcome = "completed" | "degraded" | "failed" | "interrupted"
+
+export interface RankReport {
+  readonly rank: number
+  readonly host: string
+  /** The device index, or `cpu`. */
+  readonly device: string
+  /** The last incarnation's pid. */
+  readonly pid: number | null
+  /** How each incarnation ended, oldest first: "status 0", "signal SIGKILL", … */
+  readonly exits: ReadonlyArray<string>
+}
+
+export interface RunResult {
+  readonly run: string
+  readonly outcome: Outcome
+  /** 0 completed (degraded included), 1 failed, 130 interrupted. */
+  readonly exitCode: 0 | 1 | 130
+  /** The final line, after `cohort: `. */
+  readonly summary: string
+  readonly rootCause: string | undefined
+  readonly world: number
+  readonly lost: ReadonlyArray<Loss>
+  readonly ranks: ReadonlyArray<RankReport>
+  readonly port: number
+}
+
+export interface LaunchOptions {
+  /** Where rank and relay lines go (default: this process's stdout and stderr). */
+  readonly output?: Agent.OutputSink
+  /** Turn SIGINT, SIGTERM and SIGHUP into an orderly stop (the CLI does). */
+  readonly handleSignals?: boolean
+  /** Told the port once the mux listens. */
+  readonly onListening?: (port: number) => void
+  /** Stop the run from outside: resolving it is like a SIGINT. */
+  readonly interrupt?: Promise<string>
+}
+
+const defaultOutput: Agent.OutputSink = (line, stream) => {
+  ;(stream === "stdout" ? process.stdout : process.stderr).write(`${line}\n`)
+}
+
+/** A free TCP port on this machine, for rank 0's store (torchrun's MASTER_PORT). */
+const freePort = (address: string): number => {
+  const probe = Bun.listen({ hostname: address, port: 0, socket: { data() {} } })
+  const port = probe.port
+  probe.stop(true)
+  return port
+}
+
+interface RankBook {
+  host: string
+  device: string
+  pid: number | null
+  state: StatusBoard.RankStatus["state"]
+  exits: Array<string>
+  running: boolean
+}
+
+export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunResult, LaunchInputError | PortMux.BindError, Scope.Scope> =>
+  Effect.gen(function*() {
+    const { config } = plan
+    const output = options.output ?? defaultOutput
+    const scale = yield* Effect.try({
+      try: () => netTimeoutScale(),
+      catch: (error) => new LaunchInputError({ problems: [(error as Error).message] })
+    })
+    const salt = newSalt()
+    const admission = admissionFor({ bindAddress: plan.bindAddress, openAdmission: config.controller.join.openAdmission })
+    if (admission.mode === "open" && admission.warning !== undefined) yield* Effect.logWarning(admission.warning)
+    const handshakeMs = scaled(deadlines.handshakeMs, scale)
+    const graceMs = config.failurePolicy.grace
+    const join = config.controller.join
+
+    // The run's state, as the status page shows it.
+    const phase = yield* Ref.make<StatusBoard.Phase>("waiting")
+    const book = new Map<number, RankBook>()
+    const openedAt = Date.now()
+    let formedAt: number | undefined
+
+    let gate: JoinGate.JoinGate | undefined
+    const board = yield* StatusBoard.make({
+      salt,
+      requestDeadlineMs: scaled(deadlines.httpRequestMs, scale),
+      onStart: () => gate?.arm ?? Effect.succeed({ armed: false as const, reason: "the run is still starting" })
+    })
+    const publish = Effect.gen(function*() {
+      const members = gate === undefined ? [] : yield* gate.members
+      const now = formedAt ?? Date.now()
+      const current = yield* Ref.get(phase)
+      const waiting = current === "waiting"
+      yield* board.publish({
+        phase: current,
+        joinedRanks: members.reduce((sum, member) => sum + member.ranks.length, 0),
+        joinedHosts: members.length,
+        windowRemainingMs: waiting ? Math.max(0, openedAt + join.timeoutMs - now) : null,
+        capRemainingMs: waiting ? Math.max(0, openedAt + join.maxTimeoutMs - now) : null,
+        ranks: [...book.entries()].sort(([a], [b]) => a - b).map(([rank, entry]) => ({
+          rank,
+          host: entry.host,
+          device: entry.device,
+          pid: entry.pid,
+          state: entry.state,
+          exit: entry.exits.at(-1) ?? null
+        }))
+      })
+    })
+    const enter = (next: StatusBoard.Phase) => Effect.zipRight(Ref.set(phase, next), publish)
+
+    gate = yield* JoinGate.make({
+      rules: {
+        minRanks: join.minRanks ?? plan.world,
+        targetRanks: join.targetRanks,
+        timeoutMs: join.timeoutMs,
+        maxTimeoutMs: join.maxTimeoutMs,
+        start: join.start
+      },
+      declared: new Map(plan.hosts.map(({ devices, worker }) => [worker.host, devices.devices.length])),
+      admission,
+      salt,
+      version: VERSION,
+      handshakeMs
+    })
+    const world = yield* Ref.make(new Map<string, ReadonlyArray<number>>())
+    const control = yield* ControlGate.make({ salt, hosts: Ref.get(world), handshakeMs })
+    const mux = yield* PortMux.start({
+      address: plan.bindAddress,
+      port: config.controller.port,
+      magicDeadlineMs: scaled(deadlines.magicMs, scale),
+      owners: { join: gate.owner, control: control.owner, http: board.owner }
+    })
+    options.onListening?.(mux.port)
+    yield* Effect.logInfo(
+      `${config.name}: listening on ${plan.bindAddress}:${mux.port} (status: http://${plan.bindAddress}:${mux.port}/state.json); ` +
+        `waiting for ${plan.world} rank(s) on ${plan.hosts.length} host(s)`
+    )
+    yield* publish
+    // The window's countdowns move while it is open.
+    yield* Effect.forkScoped(Effect.gen(function*() {
+      while ((yield* Ref.get(phase)) === "waiting") {
+        yield* Effect.sleep(Duration.millis(500))
+        yield* publish
+      }
+    }))
+
+    // Interruption: before formation it ends the window; after, the Supervisor stops the ranks in order.
+    const interrupted = yield* Deferred.make<string>()
+    let supervisor: Supervisor.Supervisor | undefined
+    const interrupt = (reason: string) =>
+      supervisor === undefined
+        ? Effect.asVoid(Deferred.succeed(interrupted, reason))
+        : supervisor.send(SupervisionEvent.AbortRequested({ reason }))
+    if (options.handleSignals === true) {
+      yield* onSignals(["SIGINT", "SIGTERM", "SIGHUP"], (signal) => interrupt(`interrupted by ${signal}`))
+    }
+    if (options.interrupt !== undefined) {
+      yield* Effect.forkScoped(Effect.flatMap(Effect.promise(() => options.interrupt!), interrupt))
+    }
+
+    // FanOut: this machine's agents, in-process, over loopback.
+    const agentFailed = yield* Deferred.make<string>()
+    const agents = yield* Effect.forEach(plan.hosts, ({ devices, worker }) =>
+      Agent.run({
+        run: config.name,
+        host: worker.host,
+        devices,
+        controller: { host: plan.dialAddress, port: mux.port },
+        salt: admission.mode === "open" ? undefined : salt,
+        version: VERSION,
+        path: worker.path,
+        job: config.job,
+        clusterEnv: config.env,
+        hostEnv: worker.env,
+        inheritedEnv: process.env,
+        graceMs,
+        handshakeMs,
+        output
+      }).pipe(
+        Effect.scoped,
+        Effect.catchAll((error) => Deferred.succeed(agentFailed, error.message)),
+        Effect.forkScoped
+      ))
+
+    const formation = yield* Effect.raceAll([
+      gate.formation,
+      Effect.map(Deferred.await(agentFailed), (reason): JoinGate.Formation => ({ _tag: "Failed", reason })),
+      Effect.map(Deferred.await(interrupted), (reason): JoinGate.Formation => ({ _tag: "Failed", reason: `${reason} before the cohort formed` }))
+    ])
+
+    const finish = (verdict: Verdict, lost: ReadonlyArray<Loss>): Effect.Effect<RunResult> =>
+      Effect.gen(function*() {
+        const summary = describeVerdict(verdict, lost)
+        yield* enter(verdict._tag === "Completed" ? "done" : "failed")
+        const code = exitCode(verdict) as 0 | 1 | 130
+        return {
+          run: config.name,
+          outcome: verdict._tag === "Failed"
+            ? (code === 130 ? "interrupted" : "failed")
+            : verdict.dead > 0 ? "degraded" : "completed",
+          exitCode: code,
+          summary,
+          rootCause: verdict._tag === "Failed" ? verdict.message : undefined,
+          world: plan.world,
+          lost,
+          ranks: [...book.entries()].sort(([a], [b]) => a - b).map(([rank, entry]) => ({
+            rank,
+            host: entry.host,
+            device: entry.device,
+            pid: entry.pid,
+            exits: entry.exits
+          })),
+          port: mux.port
+        }
+      })
+
+    if (formation._tag === "Failed") {
+      const wasInterrupted = yield* Deferred.isDone(interrupted)
+      return yield* finish(
+        Verdict.Failed({ kind: wasInterrupted ? "aborted" : "join", message: wasInterrupted ? formation.reason : `the join window failed: ${formation.reason}` }),
+        []
+      )
+    }
+
+    const { members, worldSize } = formation
+    yield* Ref.set(world, new Map(members.map((member) => [member.host, member.ranks])))
+    for (const member of members) {
+      member.ranks.forEach((rank, slot) =>
+        book.set(rank, { host: member.host, device: member.devices[slot] === undefined ? "?" : deviceLabel(plan, member.host, slot), pid: null, state: "starting", exits: [], running: false }))
+    }
+    yield* Effect.logInfo(`world formed: ${worldSize} rank(s) on ${members.length} host(s) (${members.map((member) => `${member.host}: ${member.ranks.join(", ")}`).join("; ")})`)
+    const worldFormed = new WorldFormed({
+      worldSize,
+      hosts: members.map((member) => ({ host: member.host, ranks: member.ranks })),
+      master: { addr: plan.dialAddress, port: freePort(plan.bindAddress) }
+    })
+    yield* Effect.forEach(members, (member) => Effect.ignore(member.link.send(worldFormed)), { discard: true })
+    yield* enter("forming")
+
+    // Formed once every rank runs user code. Told to the Supervisor from the
+    // link's reader itself, so it precedes any exit reported after it.
+    let formed = false
+    const formCohort = Effect.gen(function*() {
+      if (formed || supervisor === undefined) return
+      formed = true
+      formedAt = Date.now()
+      yield* Effect.logInfo(`cohort formed: all ${worldSize} rank(s) run user code`)
+      yield* supervisor.send(SupervisionEvent.CohortFormed())
+      yield* enter("training")
+    })
+    const remote = yield* RemoteRanks.make(members, {
+      started: (rank, pid) => Effect.suspend(() => {
+        const entry = book.get(rank)!
+        entry.pid = pid
+        entry.state = "running"
+        return publish
+      }),
+      running: (rank) => Effect.suspend(() => {
+        book.get(rank)!.running = true
+        return [...book.values()].every((entry) => entry.running) ? formCohort : Effect.void
+      }),
+      exited: (rank, exit) => Effect.suspend(() => {
+        const entry = book.get(rank)!
+        entry.exits.push(describeExit(exit))
+        entry.state = isCleanExit(exit) ? "exited" : "dead"
+        return publish
+      })
+    }, graceMs)
+
+    const lost: Array<Loss> = []
+    supervisor = yield* Supervisor.start({
+      name: "rank-supervisor",
+      strategy: config.failurePolicy.strategy,
+      children: remote.children,
+      grace: Duration.millis(graceMs),
+      onDirective: (directive) =>
+        directive._tag === "ReportDead" ? Effect.sync(() => lost.push({ ranks: directive.ranks, cause: directive.cause })) : Effect.void
+    })
+    // An interruption that raced formation still stops the ranks.
+    if (yield* Deferred.isDone(interrupted)) yield* interrupt(yield* Deferred.await(interrupted))
+
+    const verdict = yield* supervisor.verdict
+    yield* Effect.forEach(members, (member) => Effect.ignore(member.link.send(
+      verdict._tag === "Failed" ? new Abort({ reason: verdict.message }) : new RunEnded({ verdict: describeVerdict(verdict) })
+    )), { discard: true })
+    yield* control.closeAll
+    // The agents stop their relays and leave; each has the grace period to do so.
+    yield* Effect.forEach(agents, (agent) => Effect.timeout(Fiber.await(agent), Duration.millis(graceMs + 1_000)), { discard: true }).pipe(Effect.ignore)
+    return yield* finish(verdict, lost)
+  })
+
+const isCleanExit = (exit: ChildExit) => exit._tag === "Exited" && exit.code === 0
+
+const deviceLabel = (plan: Plan, host: string, slot: number): string => {
+  const device = plan.hosts.find(({ worker }) => worker.host === host)?.devices.devices[slot]
+  return device === undefined ? "?" : deviceTag(device)
+}

@@ -1,0 +1,142 @@
+/**
+ * The plan of a run, before anything starts: which hosts, which devices,
+ * which ranks (numbered in declaration order, which is the admission order
+ * when every host joins promptly), what each rank runs and with which
+ * environment. `--dry-run` prints it; the launcher checks it first, so that
+ * every mistake a file cannot show (a missing entry module, a command not on
+ * PATH, a host that is not this machine) is a clear input error before any
+ * process starts.
+ */
+import { existsSync, statSync } from "node:fs"
+import { hostname, networkInterfaces } from "node:os"
+import { resolve } from "node:path"
+import * as Data from "effect/Data"
+import * as Either from "effect/Either"
+import type { ClusterConfig, Worker } from "../../config/ClusterConfig.ts"
+import { formatDuration } from "../../config/Duration.ts"
+import { strategyToYaml } from "../../config/FailurePolicy.ts"
+import { isLoopbackAddress } from "../../wire/Trust.ts"
+import { deviceTag, type HostDevices, resolveDevices } from "../agent/Devices.ts"
+import { rankEnvironment } from "../agent/RankEnvironment.ts"
+import { roleVariables } from "../Role.ts"
+
+/** A mistake in what the user gave (file, arguments, environment): exit status 2. */
+export class LaunchInputError extends Data.TaggedError("LaunchInputError")<{ readonly problems: ReadonlyArray<string> }> {
+  override get message(): string {
+    return this.problems.join("\n")
+  }
+}
+
+export interface HostPlan {
+  readonly worker: Worker
+  readonly devices: HostDevices
+  /** The first of the host's ranks, if hosts join in declaration order. */
+  readonly firstRank: number
+}
+
+export interface Plan {
+  readonly config: ClusterConfig
+  readonly hosts: ReadonlyArray<HostPlan>
+  readonly world: number
+  /** Where the mux listens: loopback when every worker is this machine. */
+  readonly bindAddress: string
+  /** The address this machine's agents dial. */
+  readonly dialAddress: string
+}
+
+/** Whether `host` names this machine: loopback, its host name, or one of its addresses. */
+export const isThisHost = (host: string): boolean => {
+  if (isLoopbackAddress(host)) return true
+  const name = hostname()
+  if (host === name || host === name.split(".")[0]) return true
+  return Object.values(networkInterfaces()).some((addresses) => addresses?.some((address) => address.address === host))
+}
+
+const checkProgram = (config: ClusterConfig, worker: Worker, where: string): string | undefined => {
+  const cwd = resolve(worker.path)
+  if (!existsSync(cwd) || !statSync(cwd).isDirectory()) {
+    return `${where}.path: ${worker.path} is not a directory on ${worker.host} (resolved to ${cwd}); give the project checkout's path`
+  }
+  const program = config.job.program
+  if (program._tag === "Entry") {
+    const file = resolve(cwd, program.entry)
+    return existsSync(file) ? undefined : `job.entry: ${program.entry} does not exist (looked for ${file}); give the path of a TypeScript module, relative to the worker's path`
+  }
+  const command = program.command[0]!
+  const found = command.includes("/") ? existsSync(resolve(cwd, command)) : Bun.which(command, { cwd }) !== null
+  return found ? undefined : `job.command: "${command}" is not found ${command.includes("/") ? `(looked in ${cwd})` : "on PATH"}; install it or give its full path`
+}
+
+export const makePlan = (config: ClusterConfig): Either.Either<Plan, LaunchInputError> => {
+  const problems: Array<string> = []
+  const hosts: Array<HostPlan> = []
+  let next = 0
+  config.workers.forEach((worker, index) => {
+    const where = `workers[${index}]`
+    if (!isThisHost(worker.host) || worker.ssh !== undefined) {
+      problems.push(
+        `${where}.host: ${worker.host} is not this machine. This version of cohort launches on this machine only ` +
+          `(localhost, 127.0.0.1, ${hostname()}); hosts reached over ssh come with multi-host support`
+      )
+      return
+    }
+    const devices = resolveDevices(worker.host, worker.devices)
+    if (typeof devices === "string") {
+      problems.push(`${where}.devices: ${devices}`)
+      return
+    }
+    const program = checkProgram(config, worker, where)
+    if (program !== undefined && !problems.includes(program)) problems.push(program)
+    hosts.push({ worker, devices, firstRank: next })
+    next += devices.devices.length
+  })
+  if (problems.length > 0) return Either.left(new LaunchInputError({ problems }))
+  const world = next
+  const { minRanks, targetRanks } = config.controller.join
+  if (minRanks !== undefined && minRanks > world) {
+    return Either.left(new LaunchInputError({ problems: [`controller.join.min_ranks: ${minRanks} ranks can never join: the workers bring ${world}`] }))
+  }
+  if (targetRanks !== undefined && targetRanks > world) {
+    return Either.left(new LaunchInputError({ problems: [`controller.join.target_ranks: ${targetRanks} ranks can never join: the workers bring ${world}`] }))
+  }
+  return Either.right({ config, hosts, world, bindAddress: "127.0.0.1", dialAddress: "127.0.0.1" })
+}
+
+const quote = (word: string) => (/^[\w@%+=:,./-]+$/.test(word) ? word : `'${word.replaceAll("'", "'\\''")}'`)
+
+/** The plan as `--dry-run` prints it. */
+export const describePlan = (plan: Plan): string => {
+  const { config } = plan
+  const join = config.controller.join
+  const lines = [
+    `run ${config.name}: ${plan.world} rank(s) on ${plan.hosts.length} host(s)`,
+    `port: ${plan.bindAddress}:${config.controller.port === 0 ? "<a free port, printed at start>" : config.controller.port}`,
+    `join window: min ${join.minRanks ?? plan.world}, target ${join.targetRanks ?? "none"}, timeout ${formatDuration(join.timeoutMs)}, ` +
+      `max ${formatDuration(join.maxTimeoutMs)}, start ${join.start}`,
+    `backend: ${config.job.backend}`,
+    "ranks (numbered in the order hosts join; this is declaration order):"
+  ]
+  const program = config.job.program
+  for (const { devices, firstRank, worker } of plan.hosts) {
+    devices.devices.forEach((device, slot) => {
+      const rank = firstRank + slot
+      const command = program._tag === "Entry"
+        ? ["bun", "<cohort>/src/cli/rank.ts", `(entry ${program.entry})`, ...config.job.args]
+        : [...program.command, ...config.job.args]
+      const env = rankEnvironment({
+        inherited: {},
+        clusterEnv: config.env,
+        hostEnv: worker.env,
+        placement: { rank, localRank: slot, worldSize: plan.world, localWorldSize: devices.devices.length, groupRank: plan.hosts.findIndex((host) => host.worker === worker), device },
+        torchrun: program._tag === "Command" ? { addr: plan.dialAddress, port: 1 } : undefined,
+        internal: { [roleVariables.rankEnvelope]: "<host envelope>", [roleVariables.rankSlot]: String(slot) }
+      })
+      if (env.MASTER_PORT !== undefined) env.MASTER_PORT = "<a free port, picked at start>"
+      lines.push(`  [${worker.host}:${deviceTag(device)}:r${rank}] in ${resolve(worker.path)}: ${command.map(quote).join(" ")}`)
+      for (const [key, value] of Object.entries(env)) lines.push(`      ${key}=${value}`)
+    })
+  }
+  lines.push(`failure policy (grace ${formatDuration(config.failurePolicy.grace)}):`)
+  for (const line of strategyToYaml(config.failurePolicy.strategy).trimEnd().split("\n")) lines.push(`  ${line}`)
+  return lines.join("\n")
+}

@@ -1,0 +1,146 @@
+/**
+ * The launcher's hold on ranks that run under agents: each rank becomes a
+ * supervised child whose start, stop and exit travel over its host's join
+ * link (now the host's control link). The launcher's Supervisor applies the
+ * failure policy to them exactly as it would to local processes.
+ *
+ * Every order names an incarnation, so a late report from a rank that has
+ * since been restarted is never taken for its successor. When a host's link
+ * ends, every rank it still had is reported ended (the agent is gone, and its
+ * ranks with it: they die with their agent).
+ */
+import * as Deferred from "effect/Deferred"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import type * as Scope from "effect/Scope"
+import type { ChildHandle, StopMode } from "../ChildHandle.ts"
+import { ChildExit } from "../ChildExit.ts"
+import type { SupervisedChild } from "../Supervisor.ts"
+import { rankChild } from "../Supervisor.ts"
+import { StartRank, StopRank } from "../../wire/JoinMessages.ts"
+import type { Member } from "./JoinGate.ts"
+
+export interface RankObserver {
+  readonly started: (rank: number, pid: number) => Effect.Effect<void>
+  /** The rank runs user code (an entry rank checked in, a command rank was started). */
+  readonly running: (rank: number) => Effect.Effect<void>
+  readonly exited: (rank: number, exit: ChildExit) => Effect.Effect<void>
+}
+
+interface Incarnation {
+  readonly number: number
+  readonly started: Deferred.Deferred<number, string>
+  readonly exited: Deferred.Deferred<ChildExit>
+}
+
+export interface RemoteRanks {
+  /** Every rank of the world as a supervised child, in rank order. */
+  readonly children: ReadonlyArray<SupervisedChild>
+}
+
+export const make = (
+  members: ReadonlyArray<Member>,
+  observer: RankObserver,
+  /** How long a rank still running when its incarnation's Scope closes gets after SIGTERM. */
+  graceMs: number
+): Effect.Effect<RemoteRanks, never, Scope.Scope> =>
+  Effect.gen(function*() {
+    const hostOf = new Map<number, Member>()
+    for (const member of members) for (const rank of member.ranks) hostOf.set(rank, member)
+    const current = new Map<number, Incarnation>()
+    const lost = new Map<string, string>()
+
+    const find = (rank: number, number: number) => {
+      const incarnation = current.get(rank)
+      return incarnation !== undefined && incarnation.number === number ? incarnation : undefined
+    }
+
+    const endIncarnation = (rank: number, incarnation: Incarnation, exit: ChildExit) =>
+      Effect.gen(function*() {
+        const detail = exit._tag === "Crashed" ? exit.detail : undefined
+        // Never started: the start fails with why; the Supervisor records the crash.
+        if (yield* Deferred.fail(incarnation.started, detail ?? "ended before it started")) return
+        if (yield* Deferred.succeed(incarnation.exited, exit)) yield* observer.exited(rank, exit)
+      })
+
+    const listen = (member: Member) =>
+      Effect.gen(function*() {
+        while (true) {
+          const message = yield* member.link.receive
+          switch (message._tag) {
+            case "RankStarted": {
+              const incarnation = find(message.rank, message.incarnation)
+              if (incarnation !== undefined && (yield* Deferred.succeed(incarnation.started, message.pid))) {
+                yield* observer.started(message.rank, message.pid)
+              }
+              break
+            }
+            case "RankRunning":
+              if (find(message.rank, message.incarnation) !== undefined) yield* observer.running(message.rank)
+              break
+            case "RankExited": {
+              const incarnation = find(message.rank, message.incarnation)
+              if (incarnation === undefined) break
+              const exit = message.detail !== undefined
+                ? ChildExit.Crashed({ detail: message.detail })
+                : message.signal !== null
+                ? ChildExit.Signaled({ signal: message.signal })
+                : ChildExit.Exited({ code: message.code ?? -1 })
+              yield* endIncarnation(message.rank, incarnation, exit)
+              break
+            }
+            default:
+              yield* Effect.logWarning(`ignored an unexpected ${message._tag} from the agent of ${member.host}`)
+          }
+        }
+      }).pipe(
+        Effect.catchAll((ended) =>
+          Effect.gen(function*() {
+            const why = `lost the agent of ${member.host} (${ended.detail})`
+            lost.set(member.host, why)
+            for (const rank of member.ranks) {
+              const incarnation = current.get(rank)
+              if (incarnation !== undefined) yield* endIncarnation(rank, incarnation, ChildExit.Crashed({ detail: why }))
+            }
+          })
+        )
+      )
+
+    yield* Effect.forEach(members, (member) => Effect.forkScoped(listen(member)), { discard: true })
+
+    const start = (rank: number, member: Member): SupervisedChild["start"] =>
+      Effect.gen(function*() {
+        const gone = lost.get(member.host)
+        if (gone !== undefined) return yield* Effect.fail(gone)
+        const number = (current.get(rank)?.number ?? -1) + 1
+        const incarnation: Incarnation = {
+          number,
+          started: yield* Deferred.make<number, string>(),
+          exited: yield* Deferred.make<ChildExit>()
+        }
+        current.set(rank, incarnation)
+        yield* member.link.send(new StartRank({ rank, incarnation: number })).pipe(
+          Effect.catchAll((error) => Effect.fail(`cannot reach the agent of ${member.host}: ${error.message}`))
+        )
+        const pid = yield* Deferred.await(incarnation.started)
+        const stop = (mode: StopMode, grace: Duration.DurationInput) =>
+          Effect.gen(function*() {
+            if (yield* Deferred.isDone(incarnation.exited)) return
+            const graceMs = Math.round(Duration.toMillis(grace))
+            yield* Effect.ignore(member.link.send(new StopRank({ rank, incarnation: number, mode, graceMs })))
+            yield* Deferred.await(incarnation.exited)
+          })
+        yield* Effect.addFinalizer(() => stop("graceful", Duration.millis(graceMs)))
+        const handle: ChildHandle = {
+          describe: `pid ${pid} on ${member.host}`,
+          exited: Deferred.await(incarnation.exited),
+          stop
+        }
+        return handle
+      })
+
+    const children = [...hostOf.entries()]
+      .sort(([a], [b]) => a - b)
+      .map(([rank, member]) => rankChild(rank, start(rank, member), member.host))
+    return { children }
+  })

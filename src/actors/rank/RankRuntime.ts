@@ -1,0 +1,97 @@
+/**
+ * The rank runtime: the process an `entry:` rank runs in.
+ *
+ * It reads its identity from the host envelope and its local slot, imports
+ * the user's module, checks in with its agent (the rank now runs user code:
+ * this is what forms the cohort), and calls the module's default export with
+ * a `RankContext`. The export's outcome is the exit status: returning is 0,
+ * throwing is 1 with the error printed.
+ *
+ * It ends with its agent: the IPC channel closing is the control link's EOF
+ * (and PR_SET_PDEATHSIG covers a SIGKILLed agent).
+ */
+import { pathToFileURL } from "node:url"
+import { resolve } from "node:path"
+import type { HostEnvelope } from "../agent/Envelope.ts"
+import type { RankContext } from "./RankContext.ts"
+
+export interface RuntimeOptions {
+  readonly envelope: HostEnvelope
+  readonly slot: number
+  readonly restartCount: number
+  readonly cwd: string
+  /** Tell the agent the rank runs user code. */
+  readonly checkIn: () => void
+}
+
+/** The context for a slot, or why there is none. */
+export const contextFor = (
+  envelope: HostEnvelope,
+  slot: number,
+  restartCount: number,
+  signal: AbortSignal,
+  onSignalRead: () => void
+): RankContext | string => {
+  const rank = envelope.ranks[slot]
+  const device = envelope.devices[slot]
+  if (rank === undefined || device === undefined) {
+    return `COHORT_LOCAL_SLOT ${slot} is out of range: host ${envelope.host} has ${envelope.ranks.length} slot(s)`
+  }
+  return {
+    run: envelope.run,
+    rank,
+    worldSize: envelope.worldSize,
+    localRank: slot,
+    localWorldSize: envelope.ranks.length,
+    groupRank: envelope.groupRank,
+    host: envelope.host,
+    device,
+    args: envelope.args,
+    backend: envelope.backend,
+    restartCount,
+    get signal() {
+      onSignalRead()
+      return signal
+    }
+  }
+}
+
+const fail = (message: string): never => {
+  console.error(`cohort rank: ${message}`)
+  process.exit(1)
+}
+
+/** Run the user's entry; resolves with the exit status. */
+export const runRank = async (options: RuntimeOptions): Promise<number> => {
+  const { envelope } = options
+  if (envelope.entry === undefined) return fail("the envelope names no entry module (a command: job does not use the rank runtime)")
+  const shutdown = new AbortController()
+  let handlesShutdown = false
+  const context = contextFor(envelope, options.slot, options.restartCount, shutdown.signal, () => (handlesShutdown = true))
+  if (typeof context === "string") return fail(context)
+
+  process.on("SIGTERM", () => {
+    shutdown.abort(new Error("cohort is stopping this rank"))
+    // Code that never looked at the signal cannot wind down: end now.
+    if (!handlesShutdown) process.exit(143)
+  })
+
+  const path = resolve(options.cwd, envelope.entry)
+  let module: { default?: unknown }
+  try {
+    module = await import(pathToFileURL(path).href)
+  } catch (error) {
+    return fail(`cannot load the entry module ${envelope.entry} (${path}): ${error instanceof Error ? error.stack ?? error.message : String(error)}`)
+  }
+  if (typeof module.default !== "function") {
+    return fail(`${envelope.entry} has no default export function: write \`export default async (ctx: RankContext) => { … }\``)
+  }
+  options.checkIn()
+  try {
+    await module.default(context)
+    return 0
+  } catch (error) {
+    console.error(`rank ${context.rank} failed: ${error instanceof Error ? error.stack ?? error.message : String(error)}`)
+    return 1
+  }
+}

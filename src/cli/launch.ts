@@ -1,0 +1,68 @@
+/**
+ * `bun run launch <cluster.yml> [--dry-run]`: run a cluster.
+ *
+ * Exit status: 0 completed (degraded included), 1 failed by the policy,
+ * 2 bad input (file, arguments, environment), 130 interrupted. The last line
+ * on stderr is the verdict. A second Ctrl-C stops waiting for the grace
+ * period: the launcher exits at once and its children die with it.
+ */
+import * as Effect from "effect/Effect"
+import { describePlan } from "../actors/launcher/Plan.ts"
+import { launchEffect, planCluster } from "../launch.ts"
+import * as Log from "./logger.ts"
+
+const usage = `usage: bun run launch <cluster.yml> [--dry-run]
+
+Runs the job of a cluster file: one port, an agent per host, a rank per device,
+supervised under the file's failure_policy.
+
+  --dry-run   print the plan (hosts, ranks, devices, commands, env, policy) and start nothing
+  -h, --help  show this help
+
+Exit status: 0 completed (also DEGRADED), 1 failed, 2 bad input, 130 interrupted.
+Example: bun run launch examples/local.yml`
+
+const fail = (message: string): never => {
+  process.stderr.write(`cohort: ${message}\n`)
+  process.exit(2)
+}
+
+const args = process.argv.slice(2)
+if (args.includes("--help") || args.includes("-h")) {
+  console.log(usage)
+  process.exit(0)
+}
+const flags = args.filter((arg) => arg.startsWith("-"))
+const files = args.filter((arg) => !arg.startsWith("-"))
+const unknown = flags.filter((flag) => flag !== "--dry-run")
+if (unknown.length > 0) fail(`unknown option ${unknown.join(", ")}\n\n${usage}`)
+if (files.length !== 1) fail(`${files.length === 0 ? "no cluster file given" : `one cluster file at a time, got ${files.join(", ")}`}\n\n${usage}`)
+const file = files[0]!
+
+if (flags.includes("--dry-run")) {
+  const plan = await Effect.runPromise(Effect.either(planCluster(file)))
+  if (plan._tag === "Left") fail(plan.left.message)
+  else console.log(describePlan(plan.right))
+  process.exit(0)
+}
+
+// A second signal while stopping: the operator insists. Children die with us (PR_SET_PDEATHSIG).
+let signals = 0
+for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"] as const) {
+  process.on(signal, () => {
+    signals += 1
+    if (signals > 1) {
+      process.stderr.write("cohort: run failed: interrupted again: exiting now without waiting for the ranks\n")
+      process.exit(130)
+    }
+  })
+}
+
+const result = await Effect.runPromise(
+  Effect.either(launchEffect(file, { handleSignals: true })).pipe(Effect.provide(Log.layer()))
+)
+if (result._tag === "Left") fail(result.left.message)
+else {
+  process.stderr.write(`cohort: ${result.right.summary}\n`)
+  process.exit(result.right.exitCode)
+}

@@ -1,0 +1,34 @@
+/**
+ * A host's relay process, started by its agent with `COHORT_RELAY_SPEC`.
+ * Not for people: it refuses to run without that variable.
+ */
+import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
+import * as LogLevel from "effect/LogLevel"
+import * as Relay from "../actors/relay/Relay.ts"
+import { readRelaySpec } from "../actors/agent/Envelope.ts"
+import { detectRole, roleVariables } from "../actors/Role.ts"
+import { deadlines, netTimeoutScale, scaled } from "../config/NetTimeouts.ts"
+import * as Log from "./logger.ts"
+
+const role = detectRole(process.env)
+if (Either.isLeft(role) || role.right._tag !== "Relay") {
+  console.error(Either.isLeft(role) ? role.left.message : `cohort relay: ${roleVariables.relay} is not set: the relay is started by a cohort agent, not by hand`)
+  process.exit(2)
+}
+const spec = readRelaySpec(roleVariables.relay, role.right.spec)
+if (typeof spec === "string") {
+  console.error(`cohort relay: ${spec}`)
+  process.exit(2)
+}
+// The agent is gone (its IPC channel closed): so is the run on this host.
+process.on("disconnect", () => process.exit(1))
+process.on("SIGTERM", () => process.exit(0))
+
+const program = Relay.run(spec, scaled(deadlines.handshakeMs, netTimeoutScale())).pipe(
+  Effect.scoped,
+  Effect.as(0),
+  Effect.catchAll((error) => Effect.as(Effect.logError(error.message), 1)),
+  Effect.provide(Log.layer(LogLevel.Warning, ""))
+)
+process.exit(await Effect.runPromise(program))
