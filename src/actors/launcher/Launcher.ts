@@ -70,6 +70,8 @@ export interface LaunchOptions {
   readonly handleSignals?: boolean
   /** Told the port once the mux listens. */
   readonly onListening?: (port: number) => void
+  /** Told each phase as the run enters it (the status page's `phase`). */
+  readonly onPhase?: (phase: StatusBoard.Phase) => void
   /** Stop the run from outside: resolving it is like a SIGINT. */
   readonly interrupt?: Promise<string>
 }
@@ -143,7 +145,8 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
         }))
       })
     })
-    const enter = (next: StatusBoard.Phase) => Effect.zipRight(Ref.set(phase, next), publish)
+    const enter = (next: StatusBoard.Phase) =>
+      Effect.zipRight(Ref.set(phase, next), Effect.zipRight(Effect.sync(() => options.onPhase?.(next)), publish))
 
     gate = yield* JoinGate.make({
       rules: {
@@ -168,6 +171,7 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
       owners: { join: gate.owner, control: control.owner, http: board.owner }
     })
     options.onListening?.(mux.port)
+    options.onPhase?.("waiting")
     yield* Effect.logInfo(
       `${config.name}: listening on ${plan.bindAddress}:${mux.port} (status: http://${plan.bindAddress}:${mux.port}/state.json); ` +
         `waiting for ${plan.world} rank(s) on ${plan.hosts.length} host(s)`
@@ -189,7 +193,7 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
         ? Effect.asVoid(Deferred.succeed(interrupted, reason))
         : supervisor.send(SupervisionEvent.AbortRequested({ reason }))
     if (options.handleSignals === true) {
-      yield* onSignals(["SIGINT", "SIGTERM", "SIGHUP"], (signal) => interrupt(`interrupted by ${signal}`))
+      yield* onSignals(["SIGINT", "SIGTERM", "SIGHUP"], (signal) => interrupt(`received ${signal}`))
     }
     if (options.interrupt !== undefined) {
       yield* Effect.forkScoped(Effect.flatMap(Effect.promise(() => options.interrupt!), interrupt))
@@ -222,7 +226,7 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
     const formation = yield* Effect.raceAll([
       gate.formation,
       Effect.map(Deferred.await(agentFailed), (reason): JoinGate.Formation => ({ _tag: "Failed", reason })),
-      Effect.map(Deferred.await(interrupted), (reason): JoinGate.Formation => ({ _tag: "Failed", reason: `${reason} before the cohort formed` }))
+      Effect.map(Deferred.await(interrupted), (reason): JoinGate.Formation => ({ _tag: "Failed", reason: `${reason} before the world formed` }))
     ])
 
     const finish = (verdict: Verdict, lost: ReadonlyArray<Loss>): Effect.Effect<RunResult> =>
@@ -254,7 +258,7 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
     if (formation._tag === "Failed") {
       const wasInterrupted = yield* Deferred.isDone(interrupted)
       return yield* finish(
-        Verdict.Failed({ kind: wasInterrupted ? "aborted" : "join", message: wasInterrupted ? formation.reason : `the join window failed: ${formation.reason}` }),
+        Verdict.Failed({ kind: wasInterrupted ? "aborted" : "join", message: wasInterrupted ? `aborted: ${formation.reason}` : `the join window failed: ${formation.reason}` }),
         []
       )
     }

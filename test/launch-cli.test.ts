@@ -1,0 +1,131 @@
+/**
+ * `bun run launch` as an operator uses it: a real launcher process, signals
+ * from outside, /proc looked at directly. SIGINT stops everything in order
+ * (exit 130), SIGKILL leaves nothing behind either, the salt never shows in
+ * any process's argv, and a `command:` job gets torchrun's variables.
+ */
+import { afterEach, describe, expect, test } from "bun:test"
+import { readdirSync, readFileSync, writeFileSync } from "node:fs"
+import { join } from "node:path"
+import { clusterFile, repoRoot } from "./support/launch-scenario.ts"
+import { collectLines, isRunning, waitFor } from "./support/processes.ts"
+import { mkdtempSync } from "node:fs"
+import { tmpdir } from "node:os"
+
+const launched: Array<Bun.Subprocess> = []
+afterEach(() => {
+  for (const proc of launched.splice(0)) proc.kill("SIGKILL")
+})
+
+const launch = (text: string) => {
+  const dir = mkdtempSync(join(tmpdir(), "cohort-cli-"))
+  const file = join(dir, "cluster.yml")
+  writeFileSync(file, text.replaceAll("$DIR", dir))
+  const proc = Bun.spawn([process.execPath, "src/cli/launch.ts", file], { cwd: repoRoot, stdout: "pipe", stderr: "pipe" })
+  launched.push(proc)
+  return {
+    dir,
+    proc,
+    stdout: collectLines(proc.stdout),
+    stderr: collectLines(proc.stderr),
+    pids: () => readdirSync(dir).filter((name) => name.endsWith(".pid")).map((name) => Number(readFileSync(join(dir, name), "utf8")))
+  }
+}
+
+const holdCluster = (dir: string) => clusterFile({ devices: 3, args: ["hold"] }, dir)
+
+/** Every process whose parent is `pid`, by /proc. */
+const childrenOf = (pid: number): Array<number> =>
+  readdirSync("/proc").filter((name) => /^\d+$/.test(name)).map(Number).filter((candidate) => {
+    try {
+      const stat = readFileSync(`/proc/${candidate}/stat`, "utf8")
+      return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]) === pid
+    } catch {
+      return false
+    }
+  })
+
+const cmdline = (pid: number) => {
+  try {
+    return readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0").join(" ")
+  } catch {
+    return ""
+  }
+}
+
+const environ = (pid: number): Record<string, string> =>
+  Object.fromEntries(readFileSync(`/proc/${pid}/environ`, "utf8").split("\0").filter(Boolean).map((entry) => {
+    const at = entry.indexOf("=")
+    return [entry.slice(0, at), entry.slice(at + 1)]
+  }))
+
+/** Wait for the three held ranks, and find the relay among the launcher's children. */
+const running = async (run: ReturnType<typeof launch>) => {
+  await waitFor(() => run.pids().length === 3, "three ranks running user code", 10_000)
+  let relay: number | undefined
+  await waitFor(() => (relay = childrenOf(run.proc.pid).find((pid) => cmdline(pid).includes("src/cli/relay.ts"))) !== undefined, "the relay running")
+  return { ranks: run.pids(), relay: relay! }
+}
+
+describe("the launch CLI and its processes", () => {
+  test("SIGINT mid-run: the ranks are stopped gracefully, exit 130, the last line says why, no process is left", async () => {
+    const run = launch(holdCluster("$DIR"))
+    const { ranks, relay } = await running(run)
+    run.proc.kill("SIGINT")
+    expect(await run.proc.exited).toBe(130)
+    await Promise.all([run.stdout.done, run.stderr.done])
+    expect(run.stderr.lines.at(-1)).toBe("cohort: run failed: aborted: received SIGINT")
+    for (const rank of [0, 1, 2]) expect(run.stdout.lines).toContain(`[localhost:cpu:r${rank}] rank ${rank}: stopped by cohort`)
+    await waitFor(() => [...ranks, relay].every((pid) => !isRunning(pid)), "no rank and no relay left")
+  }, 20_000)
+
+  test("SIGKILL of the launcher: its ranks and relay die with it", async () => {
+    const run = launch(holdCluster("$DIR"))
+    const { ranks, relay } = await running(run)
+    run.proc.kill("SIGKILL")
+    await run.proc.exited
+    await waitFor(() => [...ranks, relay].every((pid) => !isRunning(pid)), "no rank and no relay left after SIGKILL")
+  }, 20_000)
+
+  test("the run's salt reaches the ranks and the relay in their environment, never in any process's argv", async () => {
+    const run = launch(holdCluster("$DIR"))
+    const { ranks, relay } = await running(run)
+    const salt = JSON.parse(environ(ranks[0]!).COHORT_RANK_ENVELOPE!).saltHex as string
+    expect(salt).toMatch(/^[0-9a-f]{32}$/)
+    expect(JSON.parse(environ(relay).COHORT_RELAY_SPEC!).saltHex).toBe(salt)
+    const everyArgv = readdirSync("/proc").filter((name) => /^\d+$/.test(name)).map((pid) => cmdline(Number(pid)).toLowerCase())
+    expect(everyArgv.length).toBeGreaterThan(5)
+    expect(everyArgv.filter((argv) => argv.includes(salt))).toEqual([])
+    run.proc.kill("SIGTERM")
+    expect(await run.proc.exited).toBe(130)
+  }, 20_000)
+
+  test("a command: job gets torchrun's variables, consistent across ranks, and its args", async () => {
+    const run = launch(`
+workers:
+  - host: localhost
+    devices: 3
+    path: ${repoRoot}
+job:
+  command: ["${process.execPath}", "test/fixtures/torchrun-env-fixture.ts"]
+  args: ["--epochs", "2"]
+`)
+    expect(await run.proc.exited).toBe(0)
+    await run.stdout.done
+    const seen = run.stdout.lines.map((line) => {
+      const match = /^\[localhost:cpu:r(\d)\] (\{.*\})$/.exec(line)
+      expect(match).not.toBeNull()
+      return { prefix: Number(match![1]), env: JSON.parse(match![2]!) }
+    }).sort((a, b) => a.prefix - b.prefix)
+    expect(seen.map(({ env, prefix }) => [prefix, env.RANK, env.LOCAL_RANK, env.COHORT_LOCAL_SLOT])).toEqual([
+      [0, "0", "0", "0"],
+      [1, "1", "1", "1"],
+      [2, "2", "2", "2"]
+    ])
+    for (const { env } of seen) {
+      expect(env).toMatchObject({ WORLD_SIZE: "3", LOCAL_WORLD_SIZE: "3", GROUP_RANK: "0", MASTER_ADDR: "127.0.0.1", TORCHELASTIC_RESTART_COUNT: "0", args: ["--epochs", "2"] })
+      expect(env.MASTER_PORT).toBe(seen[0]!.env.MASTER_PORT)
+      expect(Number(env.MASTER_PORT)).toBeGreaterThan(0)
+    }
+  }, 20_000)
+})

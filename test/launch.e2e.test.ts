@@ -1,0 +1,138 @@
+/**
+ * The local cluster end to end, with the real launcher, agent, relay and
+ * rank processes: every verdict the failure policy can give, the status
+ * endpoint following the run, and no process left behind.
+ */
+import { describe, expect, test } from "bun:test"
+import { writeFileSync } from "node:fs"
+import { join } from "node:path"
+import { isRunning, waitFor } from "./support/processes.ts"
+import { startScenario, waitForPhase } from "./support/launch-scenario.ts"
+
+const noSurvivor = async (pids: ReadonlyArray<number>) => {
+  await waitFor(() => pids.every((pid) => !isRunning(pid)), `no rank left running (${pids.join(", ")})`)
+}
+
+describe("bun run launch, local cluster", () => {
+  test("every rank succeeds: completed, exit 0, every line prefixed, stdout and stderr kept apart", async () => {
+    const run = startScenario({ devices: 4, args: ["work=100"] })
+    const result = await run.result
+    expect(result.outcome).toBe("completed")
+    expect(result.exitCode).toBe(0)
+    expect(result.summary).toBe("run completed")
+    expect(result.ranks.map((rank) => rank.exits)).toEqual([["status 0"], ["status 0"], ["status 0"], ["status 0"]])
+    for (const rank of [0, 1, 2, 3]) {
+      expect(run.lines).toContainEqual({ line: `[localhost:cpu:r${rank}] rank ${rank}: finished its work`, stream: "stdout" })
+      expect(run.lines).toContainEqual({ line: `[localhost:cpu:r${rank}] step 4/4`, stream: "stdout" })
+    }
+    await noSurvivor(run.pids())
+  }, 20_000)
+
+  test("a rank that fails before formation: kill_all, exit 1, the root cause named, no survivor", async () => {
+    const run = startScenario({ devices: 4, args: ["crash-at-load=1", "work=20000"] })
+    const result = await run.result
+    expect(result.outcome).toBe("failed")
+    expect(result.exitCode).toBe(1)
+    expect(result.rootCause).toBe("rank 1 of localhost exited with status 1")
+    expect(result.summary).toBe("run failed: rank 1 of localhost exited with status 1")
+    expect(run.lines.some(({ line, stream }) => stream === "stderr" && line.startsWith("[localhost:cpu:r1] ") && line.includes("simulated crash while loading"))).toBe(true)
+    // The others were stopped, not left to finish 20 s of work.
+    expect(run.lines.some(({ line }) => line.includes("finished its work"))).toBe(false)
+    await noSurvivor(run.pids())
+  }, 20_000)
+
+  test("elastic with max_failure 50%: one of 4 ranks exits 3 after formation; DEGRADED, exit 0, the other 3 finish", async () => {
+    const run = startScenario({
+      devices: 4,
+      args: ["fail=2:3", "trigger=$DIR/go", "wait-trigger", "work=100"],
+      policy: "  after_formation:\n    elastic: { max_failure: 50% }\n  grace: 2s"
+    })
+    const port = await run.port
+    const training = await waitForPhase(port, "training")
+    expect(training.ranks.map((rank) => [rank.rank, rank.host, rank.device, rank.state])).toEqual([
+      [0, "localhost", "cpu", "running"],
+      [1, "localhost", "cpu", "running"],
+      [2, "localhost", "cpu", "running"],
+      [3, "localhost", "cpu", "running"]
+    ])
+    expect(training.ranks.every((rank) => typeof rank.pid === "number" && rank.pid > 0)).toBe(true)
+    writeFileSync(join(run.dir, "go"), "")
+    const result = await run.result
+    expect(result.outcome).toBe("degraded")
+    expect(result.exitCode).toBe(0)
+    expect(result.summary).toBe("run completed DEGRADED (1 of 4 ranks lost: rank 2 of localhost exited with status 3)")
+    for (const rank of [0, 1, 3]) expect(run.lines.map(({ line }) => line)).toContain(`[localhost:cpu:r${rank}] rank ${rank}: finished its work`)
+    expect(result.ranks[2]!.exits).toEqual(["status 3"])
+    await noSurvivor(run.pids())
+  }, 20_000)
+
+  test("elastic with max_failure 1: two deaths fail the run, exit 1, naming the threshold", async () => {
+    const run = startScenario({
+      devices: 4,
+      args: ["fail=1:3,2:4", "trigger=$DIR/go", "hold"],
+      policy: "  after_formation:\n    elastic: { max_failure: 1 }\n  grace: 2s"
+    })
+    await waitForPhase(await run.port, "training")
+    writeFileSync(join(run.dir, "go"), "")
+    const result = await run.result
+    expect(result.outcome).toBe("failed")
+    expect(result.exitCode).toBe(1)
+    expect(result.rootCause).toMatch(/^max_failure exceeded: [12]\/4 ranks dead, threshold 1$/)
+    await noSurvivor(run.pids())
+  }, 20_000)
+
+  test("restart: a failing rank comes back and the run completes", async () => {
+    const restart = "restart: { max_restarts: 3, within: 1m, backoff: { initial: 10ms, max: 50ms, factor: 2, jitter: 0 } }"
+    const run = startScenario({
+      devices: 3,
+      args: ["fail=1:5", "fail-times=2", "work=100"],
+      policy: `  before_formation:\n    ${restart}\n  after_formation:\n    ${restart}\n  grace: 2s`
+    })
+    const result = await run.result
+    expect(result.outcome).toBe("completed")
+    expect(result.ranks[1]!.exits).toEqual(["status 5", "status 5", "status 0"])
+    expect(run.lines.map(({ line }) => line)).toContain("[localhost:cpu:r1] rank 1 of 3 up (local 1/3, restart 2)")
+    await noSurvivor(run.pids())
+  }, 20_000)
+
+  test("restart: past its intensity the failure escalates, exit 1, naming the rank and the count", async () => {
+    const restart = "restart: { max_restarts: 2, within: 1m, backoff: { initial: 10ms, max: 50ms, factor: 2, jitter: 0 } }"
+    const run = startScenario({
+      devices: 3,
+      args: ["fail=1:5", "hold"],
+      policy: `  before_formation:\n    ${restart}\n  after_formation:\n    ${restart}\n  grace: 2s`
+    })
+    const result = await run.result
+    expect(result.outcome).toBe("failed")
+    expect(result.exitCode).toBe(1)
+    expect(result.rootCause).toContain("restart intensity exceeded: rank 1 of localhost would be restart 3")
+    expect(result.ranks[1]!.exits).toEqual(["status 5", "status 5", "status 5"])
+    // The held ranks were stopped through their signal, gracefully.
+    expect(run.lines.map(({ line }) => line)).toContain("[localhost:cpu:r0] rank 0: stopped by cohort")
+    await noSurvivor(run.pids())
+  }, 20_000)
+})
+
+describe("the status endpoint follows the run", () => {
+  test("waiting (manual start) → forming → training → done, with the window's countdowns and every rank's pid", async () => {
+    const run = startScenario({ devices: 2, args: ["work=100"], join: "{ start: manual, timeout: 30s, max_timeout: 60s }" })
+    const port = await run.port
+    let waiting = await waitForPhase(port, "waiting")
+    while (waiting.joinedRanks < 2) waiting = (await waitForPhase(port, "waiting"))
+    expect(waiting).toMatchObject({ phase: "waiting", joinedRanks: 2, joinedHosts: 1, ranks: [] })
+    expect(waiting.windowRemainingMs).toBeGreaterThan(20_000)
+    expect(waiting.capRemainingMs).toBeGreaterThan(waiting.windowRemainingMs!)
+    const started = await fetch(`http://127.0.0.1:${port}/start`, { method: "POST" })
+    expect(started.status).toBe(200)
+    const result = await run.result
+    expect(result.outcome).toBe("completed")
+    expect(run.phases).toEqual(["waiting", "forming", "training", "done"])
+    expect(result.ranks.map((rank) => typeof rank.pid)).toEqual(["number", "number"])
+  }, 20_000)
+
+  test("a failed run ends in phase failed", async () => {
+    const run = startScenario({ devices: 2, args: ["crash-at-load=0"] })
+    expect((await run.result).outcome).toBe("failed")
+    expect(run.phases).toEqual(["waiting", "forming", "failed"])
+  }, 20_000)
+})

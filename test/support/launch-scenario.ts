@@ -1,0 +1,94 @@
+/**
+ * Running a local cluster from a test through the library entry: a cluster
+ * file of the rank fixture in a temp dir, every line the ranks print, the
+ * port (for the status endpoint), and the run's result.
+ */
+import { mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join, resolve } from "node:path"
+import * as Effect from "effect/Effect"
+import * as Logger from "effect/Logger"
+import * as LogLevel from "effect/LogLevel"
+import { launchEffect } from "../../src/launch.ts"
+import type { RunResult } from "../../src/actors/launcher/Launcher.ts"
+import type { RunState } from "../../src/actors/StatusBoard.ts"
+
+export const repoRoot = resolve(import.meta.dir, "../..")
+
+export interface ScenarioSpec {
+  readonly devices: number
+  readonly args: ReadonlyArray<string>
+  /** The `failure_policy` section, as YAML lines under it. */
+  readonly policy?: string
+  readonly name?: string
+  /** The `controller.join` section, as a flow mapping. */
+  readonly join?: string
+}
+
+export interface Scenario {
+  readonly dir: string
+  readonly file: string
+  readonly lines: Array<{ readonly line: string; readonly stream: "stdout" | "stderr" }>
+  readonly port: Promise<number>
+  /** Every phase the run entered, in order. */
+  readonly phases: Array<string>
+  readonly result: Promise<RunResult>
+  /** The pids the ranks wrote (with the `pidfile` option). */
+  readonly pids: () => ReadonlyArray<number>
+}
+
+export const clusterFile = (spec: ScenarioSpec, dir: string): string => `
+name: ${spec.name ?? "e2e"}
+${spec.join === undefined ? "" : `controller:\n  join: ${spec.join}`}
+workers:
+  - host: localhost
+    devices: ${spec.devices}
+    path: ${repoRoot}
+job:
+  entry: test/fixtures/rank-fixture.ts
+  args: ${JSON.stringify([...spec.args.map((arg) => arg.replaceAll("$DIR", dir)), `pidfile=${dir}`])}
+failure_policy:
+${spec.policy ?? "  grace: 2s"}
+`
+
+const quiet = process.env.COHORT_TEST_LOGS ? Logger.pretty : Logger.minimumLogLevel(LogLevel.None)
+
+export const startScenario = (spec: ScenarioSpec): Scenario => {
+  const dir = mkdtempSync(join(tmpdir(), "cohort-e2e-"))
+  const file = join(dir, "cluster.yml")
+  writeFileSync(file, clusterFile(spec, dir))
+  const lines: Scenario["lines"] = []
+  const phases: Array<string> = []
+  let listening!: (port: number) => void
+  const port = new Promise<number>((resolve) => (listening = resolve))
+  const result = Effect.runPromise(
+    launchEffect(file, {
+      output: (line, stream) => lines.push({ line, stream }),
+      onListening: listening,
+      onPhase: (phase) => phases.push(phase)
+    }).pipe(Effect.provide(quiet))
+  )
+  const pids = () =>
+    readdirSync(dir).filter((name) => name.endsWith(".pid")).map((name) => Number(readFileSync(join(dir, name), "utf8")))
+  return { dir, file, lines, port, phases, result, pids }
+}
+
+export const fetchState = async (port: number): Promise<RunState | undefined> => {
+  try {
+    const response = await fetch(`http://127.0.0.1:${port}/state.json`)
+    return response.status === 200 ? (await response.json()) as RunState : undefined
+  } catch {
+    return undefined
+  }
+}
+
+/** Wait until the status endpoint shows `phase`. */
+export const waitForPhase = async (port: number, phase: RunState["phase"], timeoutMs = 10_000): Promise<RunState> => {
+  const deadline = performance.now() + timeoutMs
+  while (performance.now() < deadline) {
+    const state = await fetchState(port)
+    if (state?.phase === phase) return state
+    await Bun.sleep(10)
+  }
+  throw new Error(`the run never reached phase ${phase} within ${timeoutMs} ms`)
+}
