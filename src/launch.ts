@@ -75,5 +75,9 @@ export const launchEffect = (
   }))
 
 /** Run a cluster; resolves with the result, rejects on a mistake of input. Logs `cohort: …` lines on stderr. */
-export const launch = (input: ClusterInput, options: Launcher.LaunchOptions = {}): Promise<Launcher.RunResult> =>
-  Effect.runPromise(launchEffect(input, options).pipe(Effect.provide(Log.layer())))
+export const launch = async (input: ClusterInput, options: Launcher.LaunchOptions = {}): Promise<Launcher.RunResult> => {
+  const outcome = await Effect.runPromise(Effect.either(launchEffect(input, options)).pipe(Effect.provide(Log.layer())))
+  // Reject with the error itself (its class and message), not Effect's wrapper.
+  if (Either.isLeft(outcome)) throw outcome.left
+  return outcome.right
+}

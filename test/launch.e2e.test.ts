@@ -7,7 +7,7 @@ import { describe, expect, test } from "bun:test"
 import { writeFileSync } from "node:fs"
 import { join } from "node:path"
 import { isRunning, waitFor } from "./support/processes.ts"
-import { startScenario, waitForPhase } from "./support/launch-scenario.ts"
+import { repoRoot, startScenario, waitForPhase } from "./support/launch-scenario.ts"
 
 const noSurvivor = async (pids: ReadonlyArray<number>) => {
   await waitFor(() => pids.every((pid) => !isRunning(pid)), `no rank left running (${pids.join(", ")})`)
@@ -134,5 +134,27 @@ describe("the status endpoint follows the run", () => {
     const run = startScenario({ devices: 2, args: ["crash-at-load=0"] })
     expect((await run.result).outcome).toBe("failed")
     expect(run.phases).toEqual(["waiting", "forming", "failed"])
+  }, 20_000)
+})
+
+describe("the library entry", () => {
+  test("`launch` from \"cohort\" takes a config object, and a second concurrent run is refused", async () => {
+    const { launch, RunInProgress, VERSION } = await import("cohort")
+    expect(VERSION).toBe((await Bun.file(`${repoRoot}/package.json`).json()).version)
+    const lines: Array<string> = []
+    const config = {
+      name: "library",
+      workers: [{ host: "127.0.0.1", devices: 2, path: repoRoot }],
+      job: { entry: "test/fixtures/rank-fixture.ts", args: ["work=300"] }
+    }
+    const first = launch(config, { output: (line) => lines.push(line) })
+    const second = await launch(config).then(() => undefined, (error: unknown) => error)
+    expect(second).toBeInstanceOf(RunInProgress)
+    expect((second as Error).message).toContain("already in progress")
+    const result = await first
+    expect(result).toMatchObject({ run: "library", outcome: "completed", exitCode: 0, world: 2, lost: [] })
+    expect(lines).toContain("[127.0.0.1:cpu:r1] rank 1: finished its work")
+    // Once it is over, the next run may start.
+    expect((await launch(config, { output: () => undefined })).outcome).toBe("completed")
   }, 20_000)
 })

@@ -37,8 +37,22 @@ export const resolveDevices = (host: string, devices: Devices): HostDevices | st
         devices: Array.from({ length: devices.count }, (_, slot) => ({ kind: "cpu" as const, slot })),
         labels: Array.from({ length: devices.count }, () => "cpu")
       }
-    case "Indices":
-      return { devices: devices.indices.map((index) => ({ kind: "gpu" as const, index })), labels: devices.indices.map((index) => `gpu ${index}`) }
+    case "Indices": {
+      // A listed GPU must exist: a rank scoped to a missing device would fail late and obscurely.
+      const gpus = probeGpus()
+      if (typeof gpus === "string") {
+        return `host ${host} lists GPU indices [${devices.indices.join(", ")}], but its GPUs cannot be listed (${gpus}); ` +
+          "give a number of CPU ranks (devices: 4) on a machine without GPUs"
+      }
+      const missing = devices.indices.filter((index) => !gpus.some((gpu) => gpu.index === index))
+      if (missing.length > 0) {
+        return `host ${host} has no GPU ${missing.join(", ")} (it has ${gpus.length === 0 ? "none" : gpus.map((gpu) => gpu.index).join(", ")})`
+      }
+      return {
+        devices: devices.indices.map((index) => ({ kind: "gpu" as const, index })),
+        labels: devices.indices.map((index) => gpus.find((gpu) => gpu.index === index)!.name)
+      }
+    }
     case "All": {
       const gpus = probeGpus()
       if (typeof gpus === "string" || gpus.length === 0) {
