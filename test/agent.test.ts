@@ -1,0 +1,130 @@
+/**
+ * The agent against a real launcher front (PortMux, JoinGate, ControlGate)
+ * over loopback, with real relay and rank processes: it carries out
+ * StartRank / StopRank, reports what became of each rank, and stops every
+ * child it started on Abort, on the link's EOF and when its relay dies.
+ */
+import { describe, expect } from "bun:test"
+import * as Effect from "effect/Effect"
+import * as Fiber from "effect/Fiber"
+import { mkdtempSync, readdirSync, readFileSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import * as Agent from "../src/actors/agent/Agent.ts"
+import * as ControlGate from "../src/actors/launcher/ControlGate.ts"
+import * as JoinGate from "../src/actors/launcher/JoinGate.ts"
+import * as PortMux from "../src/actors/PortMux.ts"
+import { VERSION } from "../src/version.ts"
+import { Abort, type JoinMessage, StartRank, StopRank, WorldFormed } from "../src/wire/JoinMessages.ts"
+import { newSalt } from "../src/wire/Keys.ts"
+import { effect, eventually } from "./support/effect.ts"
+import { repoRoot } from "./support/launch-scenario.ts"
+import { isRunning } from "./support/processes.ts"
+
+/** A launcher front with one declared two-rank host, the agent joined, and the world formed. */
+const joinedAgent = Effect.gen(function*() {
+  const salt = newSalt()
+  const dir = mkdtempSync(join(tmpdir(), "cohort-agent-"))
+  const gate = yield* JoinGate.make({
+    rules: { minRanks: 2, targetRanks: 2, timeoutMs: 10_000, maxTimeoutMs: 20_000, start: "auto" },
+    declared: new Map([["localhost", 2]]),
+    admission: { mode: "open", warning: undefined },
+    salt,
+    version: VERSION,
+    handshakeMs: 5_000
+  })
+  const control = yield* ControlGate.make({ salt, hosts: Effect.succeed(new Map([["localhost", [0, 1]]])), handshakeMs: 5_000 })
+  const mux = yield* PortMux.start({ address: "127.0.0.1", port: 0, magicDeadlineMs: 5_000, owners: { join: gate.owner, control: control.owner } })
+  const lines: Array<string> = []
+  const agent = yield* Effect.forkScoped(Effect.scoped(Agent.run({
+    run: "agent-test",
+    host: "localhost",
+    devices: { devices: [{ kind: "cpu", slot: 0 }, { kind: "cpu", slot: 1 }], labels: ["cpu", "cpu"] },
+    controller: { host: "127.0.0.1", port: mux.port },
+    version: VERSION,
+    path: repoRoot,
+    job: { program: { _tag: "Entry", entry: "test/fixtures/rank-fixture.ts" }, args: ["hold", `pidfile=${dir}`], backend: "cpu_sync" },
+    clusterEnv: {},
+    hostEnv: {},
+    inheritedEnv: process.env,
+    graceMs: 2_000,
+    handshakeMs: 5_000,
+    output: (line) => lines.push(line)
+  })))
+  const formation = yield* gate.formation
+  if (formation._tag !== "Formed") return yield* Effect.dieMessage(`the window failed: ${formation.reason}`)
+  const link = formation.members[0]!.link
+  yield* link.send(new WorldFormed({ worldSize: 2, hosts: [{ host: "localhost", ranks: [0, 1] }], master: { addr: "127.0.0.1", port: 29_500 } }))
+  const received: Array<JoinMessage> = []
+  yield* Effect.forkScoped(Effect.forever(Effect.flatMap(link.receive, (message) => Effect.sync(() => received.push(message)))).pipe(Effect.ignore))
+  const pids = () => readdirSync(dir).filter((name) => name.endsWith(".pid")).map((name) => Number(readFileSync(join(dir, name), "utf8")))
+  return { agent, control, dir, lines, link, pids, port: mux.port, received }
+})
+
+type Joined = Effect.Effect.Success<typeof joinedAgent>
+
+const startBoth = ({ link, pids, received }: Joined) =>
+  Effect.gen(function*() {
+    yield* link.send(new StartRank({ rank: 0, incarnation: 0 }))
+    yield* link.send(new StartRank({ rank: 1, incarnation: 0 }))
+    yield* eventually(Effect.sync(() => received.filter((message) => message._tag === "RankRunning").length === 2 && pids().length === 2), "both ranks running user code", 10_000)
+    return pids()
+  })
+
+describe("the agent", () => {
+  effect.live("starts ranks as ordered, reports started, running and exited; a StopRank for another incarnation is ignored", () =>
+    Effect.gen(function*() {
+      const joined = yield* joinedAgent
+      const [first, second] = yield* startBoth(joined)
+      expect(joined.received.filter((message) => message._tag === "RankStarted").map((message) => message._tag === "RankStarted" && message.rank).sort()).toEqual([0, 1])
+      yield* eventually(Effect.map(joined.control.registered, (hosts) => hosts.has("localhost")), "the relay registered with the launcher")
+      yield* joined.link.send(new StopRank({ rank: 1, incarnation: 7, mode: "kill", graceMs: 0 }))
+      yield* joined.link.send(new StopRank({ rank: 0, incarnation: 0, mode: "graceful", graceMs: 2_000 }))
+      yield* eventually(Effect.sync(() => joined.received.some((message) => message._tag === "RankExited" && message.rank === 0)), "rank 0's exit reported")
+      // Rank 0 honoured its signal and returned: status 0. Rank 1 still runs.
+      expect(joined.received.find((message) => message._tag === "RankExited")).toMatchObject({ rank: 0, incarnation: 0, code: 0, signal: null })
+      expect(joined.lines).toContain("[localhost:cpu:r0] rank 0: stopped by cohort")
+      expect([first, second].filter((pid) => isRunning(pid!)).length).toBe(1)
+      yield* joined.link.send(new StopRank({ rank: 1, incarnation: 0, mode: "kill", graceMs: 0 }))
+      yield* eventually(Effect.sync(() => joined.received.filter((message) => message._tag === "RankExited").length === 2), "rank 1's exit reported")
+      expect(joined.received.filter((message) => message._tag === "RankExited").at(-1)).toMatchObject({ rank: 1, signal: "SIGKILL" })
+    }), 20_000)
+
+  effect.live("Abort: every rank is stopped and the agent ends", () =>
+    Effect.gen(function*() {
+      const joined = yield* joinedAgent
+      const pids = yield* startBoth(joined)
+      yield* joined.link.send(new Abort({ reason: "test" }))
+      yield* Fiber.join(joined.agent)
+      expect(pids.every((pid) => !isRunning(pid))).toBe(true)
+    }), 20_000)
+
+  effect.live("the launcher's link ends: every rank is stopped and the agent ends", () =>
+    Effect.gen(function*() {
+      const joined = yield* joinedAgent
+      const pids = yield* startBoth(joined)
+      yield* joined.link.close
+      yield* Fiber.join(joined.agent)
+      expect(pids.every((pid) => !isRunning(pid))).toBe(true)
+    }), 20_000)
+
+  effect.live("the relay dies under running ranks: the host's ranks are stopped and reported", () =>
+    Effect.gen(function*() {
+      const joined = yield* joinedAgent
+      const pids = yield* startBoth(joined)
+      // This agent's relay: the one whose spec names this test's port.
+      const relay = readdirSync("/proc").filter((name) => /^\d+$/.test(name)).map(Number).find((pid) => {
+        try {
+          return readFileSync(`/proc/${pid}/cmdline`, "utf8").includes("src/cli/relay.ts") &&
+            readFileSync(`/proc/${pid}/environ`, "utf8").includes(`"port":${joined.port}`)
+        } catch {
+          return false
+        }
+      })
+      expect(relay).toBeDefined()
+      process.kill(relay!, "SIGKILL")
+      yield* eventually(Effect.sync(() => joined.received.filter((message) => message._tag === "RankExited").length === 2), "both ranks' exits reported")
+      expect(pids.every((pid) => !isRunning(pid))).toBe(true)
+      expect(joined.lines.some((line) => line.includes("stopped by cohort"))).toBe(true)
+    }), 20_000)
+})
