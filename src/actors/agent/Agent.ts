@@ -29,7 +29,7 @@ import * as Link from "../../wire/Link.ts"
 import { joinCodec, type JoinLink } from "../launcher/JoinGate.ts"
 import { deviceIndex, deviceTag, type HostDevices } from "./Devices.ts"
 import { type HostEnvelope, toEnvironment } from "./Envelope.ts"
-import { rankEnvironment, scrub } from "./RankEnvironment.ts"
+import { internalEnvironment, rankEnvironment, scrub } from "./RankEnvironment.ts"
 
 export class AgentError extends Data.TaggedError("AgentError")<{ readonly host: string; readonly reason: string }> {
   override get message(): string {
@@ -184,12 +184,7 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
             device
           },
           torchrun: program._tag === "Command" ? world.master : undefined,
-          internal: {
-            [roleVariables.rankEnvelope]: envelopeText,
-            [roleVariables.rankSlot]: String(slot),
-            COHORT_RESTART_COUNT: String(incarnation),
-            ...(program._tag === "Command" ? { TORCHELASTIC_RESTART_COUNT: String(incarnation) } : {})
-          }
+          internal: internalEnvironment({ envelope: envelopeText, slot, incarnation, command: program._tag === "Command" })
         })
         const incarnationScope = yield* Scope.fork(scope, ExecutionStrategy.sequential)
         const spawned = yield* ProcessChild.spawn({

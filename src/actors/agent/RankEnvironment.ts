@@ -10,6 +10,7 @@
  */
 
 import type { RankDevice } from "../rank/RankContext.ts"
+import { roleVariables } from "../Role.ts"
 
 export type { RankDevice }
 
@@ -83,4 +84,17 @@ export const rankEnvironment = (input: RankEnvironmentInput): Record<string, str
   ...deviceEnvironment(input.placement.device),
   ...(input.torchrun === undefined ? {} : torchrunEnvironment(input.placement, input.torchrun)),
   ...input.internal
+})
+
+/** cohort's own variables for a rank: its host envelope, its slot and its restart count (torchrun's name too, for commands). */
+export const internalEnvironment = (input: {
+  readonly envelope: string
+  readonly slot: number
+  readonly incarnation: number
+  readonly command: boolean
+}): Record<string, string> => ({
+  [roleVariables.rankEnvelope]: input.envelope,
+  [roleVariables.rankSlot]: String(input.slot),
+  COHORT_RESTART_COUNT: String(input.incarnation),
+  ...(input.command ? { TORCHELASTIC_RESTART_COUNT: String(input.incarnation) } : {})
 })

@@ -17,8 +17,7 @@ import { formatDuration } from "../../config/Duration.ts"
 import { strategyToYaml } from "../../config/FailurePolicy.ts"
 import { isLoopbackAddress } from "../../wire/Trust.ts"
 import { deviceTag, type HostDevices, resolveDevices } from "../agent/Devices.ts"
-import { rankEnvironment } from "../agent/RankEnvironment.ts"
-import { roleVariables } from "../Role.ts"
+import { internalEnvironment, rankEnvironment } from "../agent/RankEnvironment.ts"
 
 /** A mistake in what the user gave (file, arguments, environment): exit status 2. */
 export class LaunchInputError extends Data.TaggedError("LaunchInputError")<{ readonly problems: ReadonlyArray<string> }> {
@@ -121,18 +120,18 @@ export const describePlan = (plan: Plan): string => {
     devices.devices.forEach((device, slot) => {
       const rank = firstRank + slot
       const command = program._tag === "Entry"
-        ? ["bun", "<cohort>/src/cli/rank.ts", `(entry ${program.entry})`, ...config.job.args]
-        : [...program.command, ...config.job.args]
+        ? `bun ${resolve(import.meta.dir, "../../cli/rank.ts")}  # runs ${program.entry}${config.job.args.length === 0 ? "" : ` with args ${config.job.args.map(quote).join(" ")}`}`
+        : [...program.command, ...config.job.args].map(quote).join(" ")
       const env = rankEnvironment({
         inherited: {},
         clusterEnv: config.env,
         hostEnv: worker.env,
         placement: { rank, localRank: slot, worldSize: plan.world, localWorldSize: devices.devices.length, groupRank: plan.hosts.findIndex((host) => host.worker === worker), device },
         torchrun: program._tag === "Command" ? { addr: plan.dialAddress, port: 1 } : undefined,
-        internal: { [roleVariables.rankEnvelope]: "<host envelope>", [roleVariables.rankSlot]: String(slot) }
+        internal: internalEnvironment({ envelope: "<host envelope>", slot, incarnation: 0, command: program._tag === "Command" })
       })
       if (env.MASTER_PORT !== undefined) env.MASTER_PORT = "<a free port, picked at start>"
-      lines.push(`  [${worker.host}:${deviceTag(device)}:r${rank}] in ${resolve(worker.path)}: ${command.map(quote).join(" ")}`)
+      lines.push(`  [${worker.host}:${deviceTag(device)}:r${rank}] in ${resolve(worker.path)}: ${command}`)
       for (const [key, value] of Object.entries(env)) lines.push(`      ${key}=${value}`)
     })
   }
