@@ -11,16 +11,18 @@
  * fail the call; what happens to the ranks is the result. One run at a time
  * per process.
  */
+import { existsSync, statSync } from "node:fs"
 import * as Data from "effect/Data"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import { stringify } from "yaml"
-import * as Launcher from "./actors/launcher/Launcher.ts"
-import { type LaunchInputError, makePlan, type Plan } from "./actors/launcher/Plan.ts"
+import type * as Launcher from "./actors/launcher/Launcher.ts"
+import { LaunchInputError, makePlan, type Plan } from "./actors/launcher/Plan.ts"
 import type { BindError } from "./actors/PortMux.ts"
-import { detectRole, type RoleError } from "./actors/Role.ts"
+import { detectRole, RoleError, roleVariables } from "./actors/Role.ts"
 import { type ClusterConfig, parseCluster } from "./config/ClusterConfig.ts"
 import { ConfigError } from "./config/ConfigError.ts"
+import { netTimeoutScale } from "./config/NetTimeouts.ts"
 import { ConfigErrors } from "./config/Yaml.ts"
 import * as Log from "./cli/logger.ts"
 
@@ -32,25 +34,53 @@ export class RunInProgress extends Data.TaggedError("RunInProgress")<{}> {
 
 export type LaunchError = ConfigErrors | LaunchInputError | BindError | RoleError | RunInProgress
 
+/**
+ * This process may launch: it is not one of cohort's own processes (role
+ * variables) and its network deadline scale is valid.
+ */
+export const checkEnvironment = Effect.suspend((): Effect.Effect<void, RoleError | LaunchInputError> => {
+  const role = detectRole(process.env)
+  if (Either.isLeft(role)) return Effect.fail(role.left)
+  if (role.right._tag !== "User") {
+    const set = Object.values(roleVariables).filter((name) => process.env[name] !== undefined && process.env[name] !== "")
+    return Effect.fail(new RoleError(
+      `${set.join(", ")} ${set.length === 1 ? "is" : "are"} set, so this is a cohort ${role.right._tag.toLowerCase()}'s environment, not a launcher's`
+    ))
+  }
+  try {
+    netTimeoutScale()
+    return Effect.void
+  } catch (error) {
+    return Effect.fail(new LaunchInputError({ problems: [(error as Error).message] }))
+  }
+})
+
 /** A cluster file's path, or the same content as an object. */
 export type ClusterInput = string | Readonly<Record<string, unknown>>
 
 /** Read and check a cluster file (or object) without starting anything. */
-export const loadCluster = (input: ClusterInput): Effect.Effect<ClusterConfig, ConfigErrors> =>
-  typeof input === "string"
-    ? Effect.flatMap(
-      Effect.tryPromise({
-        try: () => Bun.file(input).text(),
-        catch: () =>
-          new ConfigErrors({ errors: [new ConfigError({ file: input, path: "", problem: "cannot read the file: does it exist? give the path of a cluster file" })] })
-      }),
-      (text) => parseCluster(text, input)
-    )
-    : parseCluster(stringify(input), "<cluster object>")
+export const loadCluster = (input: ClusterInput): Effect.Effect<ClusterConfig, ConfigErrors> => {
+  if (typeof input !== "string") return parseCluster(stringify(input), "<cluster object>")
+  const unreadable = (problem: string) => new ConfigErrors({ errors: [new ConfigError({ file: input, path: "", problem })] })
+  if (!existsSync(input)) return Effect.fail(unreadable("no such file: give the path of a cluster file (like examples/local.yml)"))
+  if (statSync(input).isDirectory()) return Effect.fail(unreadable("this is a directory: give the path of a cluster file inside it"))
+  return Effect.flatMap(
+    Effect.tryPromise({
+      try: () => Bun.file(input).text(),
+      catch: (error) => unreadable(`cannot read the file: ${error instanceof Error ? error.message : String(error)}`)
+    }),
+    (text) => parseCluster(text, input)
+  )
+}
 
 /** The checked plan of a run: `--dry-run` prints it. */
 export const planCluster = (input: ClusterInput): Effect.Effect<Plan, ConfigErrors | LaunchInputError> =>
-  Effect.flatMap(loadCluster(input), (config) => Either.match(makePlan(config), { onLeft: Effect.fail, onRight: Effect.succeed }))
+  Effect.flatMap(loadCluster(input), (config) =>
+    Either.match(makePlan(config), {
+      // Name the file, as the decoder's errors do.
+      onLeft: (error) => Effect.fail(typeof input === "string" ? new LaunchInputError({ problems: error.problems.map((problem) => `${input}: ${problem}`) }) : error),
+      onRight: Effect.succeed
+    }))
 
 let busy = false
 const oneRunAtATime = Effect.acquireRelease(
@@ -68,10 +98,11 @@ export const launchEffect = (
 ): Effect.Effect<Launcher.RunResult, LaunchError> =>
   Effect.scoped(Effect.gen(function*() {
     yield* oneRunAtATime
-    const role = detectRole(process.env)
-    if (Either.isLeft(role)) return yield* Effect.fail(role.left)
+    yield* checkEnvironment
     const plan = yield* planCluster(input)
-    return yield* Launcher.run(plan, options)
+    // Loaded on demand: reading and checking a file should not pay for the whole launcher.
+    const { run } = yield* Effect.promise(() => import("./actors/launcher/Launcher.ts"))
+    return yield* run(plan, options)
   }))
 
 /** Run a cluster; resolves with the result, rejects on a mistake of input. Logs `cohort: …` lines on stderr. */

@@ -5,11 +5,11 @@
  * 2 bad input (file, arguments, environment), 130 interrupted. The last line
  * on stderr is the verdict. A second Ctrl-C stops waiting for the grace
  * period: the launcher exits at once and its children die with it.
+ *
+ * The arguments are read before the launcher is loaded (effect and its
+ * Schema take a few hundred milliseconds to load): `--help` and a bad
+ * argument answer at once.
  */
-import * as Effect from "effect/Effect"
-import { describePlan } from "../actors/launcher/Plan.ts"
-import { launchEffect, planCluster } from "../launch.ts"
-import * as Log from "./logger.ts"
 
 const usage = `usage: bun run launch <cluster.yml> [--dry-run]
 
@@ -39,8 +39,15 @@ if (unknown.length > 0) fail(`unknown option ${unknown.join(", ")}\n\n${usage}`)
 if (files.length !== 1) fail(`${files.length === 0 ? "no cluster file given" : `one cluster file at a time, got ${files.join(", ")}`}\n\n${usage}`)
 const file = files[0]!
 
+const [Effect, { describePlan }, { checkEnvironment, launchEffect, planCluster }, Log] = await Promise.all([
+  import("effect/Effect"),
+  import("../actors/launcher/Plan.ts"),
+  import("../launch.ts"),
+  import("./logger.ts")
+])
+
 if (flags.includes("--dry-run")) {
-  const plan = await Effect.runPromise(Effect.either(planCluster(file)))
+  const plan = await Effect.runPromise(Effect.either(Effect.zipRight(checkEnvironment, planCluster(file))))
   if (plan._tag === "Left") fail(plan.left.message)
   else console.log(describePlan(plan.right))
   process.exit(0)

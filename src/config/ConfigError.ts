@@ -15,8 +15,11 @@ export class ConfigError extends Data.TaggedError("ConfigError")<{
   readonly problem: string
 }> {
   override get message(): string {
-    const where = this.line === undefined ? "" : ` (line ${this.line}, col ${this.col})`
+    // Both or neither: Bun puts a \`line\` of its own (where the Error was made) on every Error.
+    const where = typeof this.line === "number" && typeof this.col === "number" ? ` (line ${this.line}, col ${this.col})` : ""
     const file = this.file === undefined ? "" : `${this.file}: `
-    return `${file}${this.path || "(top level)"}${where}: ${this.problem}`
+    // A problem with the file itself (it cannot be read) has no place inside it.
+    const place = this.path === "" && where === "" ? "" : `${this.path || "(top level)"}${where}: `
+    return `${file}${place}${this.problem}`
   }
 }
