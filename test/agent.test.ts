@@ -112,16 +112,18 @@ describe("the agent", () => {
     Effect.gen(function*() {
       const joined = yield* joinedAgent
       const pids = yield* startBoth(joined)
-      // This agent's relay: the one whose spec names this test's port.
-      const relay = readdirSync("/proc").filter((name) => /^\d+$/.test(name)).map(Number).find((pid) => {
-        try {
-          return readFileSync(`/proc/${pid}/cmdline`, "utf8").includes("src/cli/relay.ts") &&
-            readFileSync(`/proc/${pid}/environ`, "utf8").includes(`"port":${joined.port}`)
-        } catch {
-          return false
-        }
-      })
-      expect(relay).toBeDefined()
+      // This agent's relay (the one whose spec names this test's port): it starts once both ranks run.
+      const findRelay = () =>
+        readdirSync("/proc").filter((name) => /^\d+$/.test(name)).map(Number).find((pid) => {
+          try {
+            return readFileSync(`/proc/${pid}/cmdline`, "utf8").includes("/relay.") &&
+              readFileSync(`/proc/${pid}/environ`, "utf8").includes(`"port":${joined.port}`)
+          } catch {
+            return false
+          }
+        })
+      yield* eventually(Effect.sync(() => findRelay() !== undefined), "the relay started")
+      const relay = findRelay()
       process.kill(relay!, "SIGKILL")
       yield* eventually(Effect.sync(() => joined.received.filter((message) => message._tag === "RankExited").length === 2), "both ranks' exits reported")
       expect(pids.every((pid) => !isRunning(pid))).toBe(true)

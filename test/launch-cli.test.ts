@@ -63,7 +63,7 @@ const environ = (pid: number): Record<string, string> =>
 const running = async (run: ReturnType<typeof launch>) => {
   await waitFor(() => run.pids().length === 3, "three ranks running user code", 10_000)
   let relay: number | undefined
-  await waitFor(() => (relay = childrenOf(run.proc.pid).find((pid) => cmdline(pid).includes("src/cli/relay.ts"))) !== undefined, "the relay running")
+  await waitFor(() => (relay = childrenOf(run.proc.pid).find((pid) => /\/relay\.(ts|js)\b/.test(cmdline(pid)))) !== undefined, "the relay running")
   return { ranks: run.pids(), relay: relay! }
 }
 

@@ -1,10 +1,11 @@
 /**
  * The agent: one per host. It joins the run through the launcher's join
- * channel, and once the world has formed it starts the host's relay, then
- * carries out the launcher's orders for the host's ranks (`StartRank`,
- * `StopRank`) and reports what becomes of each one (`RankStarted`,
- * `RankRunning`, `RankExited`). The failure policy is the launcher's: an
- * agent decides nothing about the run.
+ * channel; once the world has formed it carries out the launcher's orders
+ * for the host's ranks (`StartRank`, `StopRank`) and reports what becomes of
+ * each one (`RankStarted`, `RankRunning`, `RankExited`). It starts the host's
+ * relay once every rank of the host runs user code: loading a relay takes a
+ * few hundred milliseconds of CPU that the ranks' own start-up needs more.
+ * The failure policy is the launcher's: an agent decides nothing about the run.
  *
  * It stops every child it started on `Abort`, when the join link ends (the
  * launcher is gone), when its relay dies under running ranks, and when its
@@ -27,6 +28,7 @@ import { type Accept, Hello, type JoinMessage, RankExited, RankRunning, RankStar
 import { OPEN_SALT, saltFromHex, saltToHex } from "../../wire/Keys.ts"
 import * as Link from "../../wire/Link.ts"
 import { joinCodec, type JoinLink } from "../launcher/JoinGate.ts"
+import { rankEntry, relayEntry } from "../../cli/entryPoints.ts"
 import { deviceIndex, deviceTag, type HostDevices } from "./Devices.ts"
 import { type HostEnvelope, toEnvironment } from "./Envelope.ts"
 import { internalEnvironment, rankEnvironment, scrub } from "./RankEnvironment.ts"
@@ -61,7 +63,6 @@ export interface AgentOptions {
   readonly output: OutputSink
 }
 
-const cliDirectory = resolve(import.meta.dir, "../../cli")
 
 interface RankProcess {
   readonly incarnation: number
@@ -108,7 +109,7 @@ export const run = (options: AgentOptions): Effect.Effect<void, AgentError, Scop
     yield* serve(options, link, answer, formed, salt)
   })
 
-/** After formation: the relay, then the ranks as ordered, until the run ends. */
+/** After formation: the ranks as ordered, then the relay, until the run ends. */
 const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: WorldFormed, salt: Uint8Array) =>
   Effect.gen(function*() {
     const { host } = options
@@ -141,23 +142,35 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
         yield* Effect.forEach([...ranks.values()], ({ child }) => child.stop("graceful", grace), { concurrency: "unbounded", discard: true })
       })
 
-    // The relay first: the ranks' data plane goes through it.
-    const relay = yield* ProcessChild.spawn({
-      cmd: [process.execPath, `${cliDirectory}/relay.ts`],
-      cwd,
-      env: { ...scrub(options.inheritedEnv), [roleVariables.relay]: toEnvironment({ host, ranks: accept.ranks, controller: options.controller, saltHex: saltToHex(salt) }) },
-      inheritEnv: false,
-      ipc: () => undefined,
-      onLine: (line, stream) => options.output(`[${host}:relay] ${line}`, stream),
-      grace
-    }).pipe(Effect.mapError((error) => new AgentError({ host, reason: `cannot start the relay: ${error.message}` })))
-    yield* Effect.forkScoped(Effect.flatMap(relay.exited, (exit) =>
-      ending || (exit._tag === "Exited" && exit.code === 0)
-        ? Effect.void
-        : Effect.zipRight(
-          Effect.logError(`${host}: the relay exited with ${describeExit(exit)}`),
-          stopAll("the host's relay is gone")
-        )))
+    /** The relay: started once, when every rank of the host first runs user code. */
+    const running = new Set<number>()
+    let relayStarted = false
+    const startRelay = Effect.gen(function*() {
+      const relay = yield* ProcessChild.spawn({
+        cmd: [process.execPath, relayEntry],
+        cwd,
+        env: { ...scrub(options.inheritedEnv), [roleVariables.relay]: toEnvironment({ host, ranks: accept.ranks, controller: options.controller, saltHex: saltToHex(salt) }) },
+        inheritEnv: false,
+        ipc: () => undefined,
+        onLine: (line, stream) => options.output(`[${host}:relay] ${line}`, stream),
+        grace
+      }).pipe(Scope.extend(scope))
+      yield* Effect.forkIn(
+        Effect.flatMap(relay.exited, (exit) =>
+          ending || (exit._tag === "Exited" && exit.code === 0)
+            ? Effect.void
+            : Effect.zipRight(Effect.logError(`${host}: the relay exited with ${describeExit(exit)}`), stopAll("the host's relay is gone"))),
+        scope
+      )
+    }).pipe(Effect.catchAll((error) => Effect.zipRight(Effect.logError(`${host}: cannot start the relay: ${error.message}`), stopAll("the host has no relay"))))
+    const markRunning = (rank: number, incarnation: number) =>
+      Effect.gen(function*() {
+        yield* report(new RankRunning({ rank, incarnation }))
+        running.add(rank)
+        if (relayStarted || ending || !accept.ranks.every((each) => running.has(each))) return
+        relayStarted = true
+        yield* startRelay
+      })
 
     const start = ({ incarnation, rank }: StartRank) =>
       Effect.gen(function*() {
@@ -188,14 +201,14 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
         })
         const incarnationScope = yield* Scope.fork(scope, ExecutionStrategy.sequential)
         const spawned = yield* ProcessChild.spawn({
-          cmd: program._tag === "Entry" ? [process.execPath, `${cliDirectory}/rank.ts`] : [...program.command, ...options.job.args],
+          cmd: program._tag === "Entry" ? [process.execPath, rankEntry] : [...program.command, ...options.job.args],
           cwd,
           env,
           inheritEnv: false,
           // An entry rank checks in over IPC when it runs user code; the channel closing is its link to us ending.
           ipc: program._tag === "Entry"
             ? (message) => {
-              if ((message as { _tag?: unknown })?._tag === "Running") runFork(report(new RankRunning({ rank, incarnation })))
+              if ((message as { _tag?: unknown })?._tag === "Running") runFork(markRunning(rank, incarnation))
             }
             : undefined,
           onLine: (line, stream) => options.output(prefix + line, stream),
@@ -209,7 +222,7 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
         ranks.set(rank, { incarnation, child })
         yield* report(new RankStarted({ rank, incarnation, pid: child.pid }))
         // A command: rank runs user code from its first instruction.
-        if (program._tag === "Command") yield* report(new RankRunning({ rank, incarnation }))
+        if (program._tag === "Command") yield* markRunning(rank, incarnation)
         yield* Effect.forkIn(
           Effect.gen(function*() {
             const exit = yield* child.exited

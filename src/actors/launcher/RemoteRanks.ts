@@ -5,7 +5,9 @@
  * failure policy to them exactly as it would to local processes.
  *
  * Every order names an incarnation, so a late report from a rank that has
- * since been restarted is never taken for its successor. When a host's link
+ * since been restarted is never taken for its successor. A start does not
+ * wait for the agent's answer: a host's ranks are all ordered at once and
+ * start side by side; one that cannot be started comes back as an exit. When a host's link
  * ends, every rank it still had is reported ended (the agent is gone, and its
  * ranks with it: they die with their agent).
  */
@@ -29,7 +31,6 @@ export interface RankObserver {
 
 interface Incarnation {
   readonly number: number
-  readonly started: Deferred.Deferred<number, string>
   readonly exited: Deferred.Deferred<ChildExit>
 }
 
@@ -56,25 +57,16 @@ export const make = (
     }
 
     const endIncarnation = (rank: number, incarnation: Incarnation, exit: ChildExit) =>
-      Effect.gen(function*() {
-        const detail = exit._tag === "Crashed" ? exit.detail : undefined
-        // Never started: the start fails with why; the Supervisor records the crash.
-        if (yield* Deferred.fail(incarnation.started, detail ?? "ended before it started")) return
-        if (yield* Deferred.succeed(incarnation.exited, exit)) yield* observer.exited(rank, exit)
-      })
+      Effect.flatMap(Deferred.succeed(incarnation.exited, exit), (first) => (first ? observer.exited(rank, exit) : Effect.void))
 
     const listen = (member: Member) =>
       Effect.gen(function*() {
         while (true) {
           const message = yield* member.link.receive
           switch (message._tag) {
-            case "RankStarted": {
-              const incarnation = find(message.rank, message.incarnation)
-              if (incarnation !== undefined && (yield* Deferred.succeed(incarnation.started, message.pid))) {
-                yield* observer.started(message.rank, message.pid)
-              }
+            case "RankStarted":
+              if (find(message.rank, message.incarnation) !== undefined) yield* observer.started(message.rank, message.pid)
               break
-            }
             case "RankRunning":
               if (find(message.rank, message.incarnation) !== undefined) yield* observer.running(message.rank)
               break
@@ -113,16 +105,11 @@ export const make = (
         const gone = lost.get(member.host)
         if (gone !== undefined) return yield* Effect.fail(gone)
         const number = (current.get(rank)?.number ?? -1) + 1
-        const incarnation: Incarnation = {
-          number,
-          started: yield* Deferred.make<number, string>(),
-          exited: yield* Deferred.make<ChildExit>()
-        }
+        const incarnation: Incarnation = { number, exited: yield* Deferred.make<ChildExit>() }
         current.set(rank, incarnation)
         yield* member.link.send(new StartRank({ rank, incarnation: number })).pipe(
           Effect.catchAll((error) => Effect.fail(`cannot reach the agent of ${member.host}: ${error.message}`))
         )
-        const pid = yield* Deferred.await(incarnation.started)
         const stop = (mode: StopMode, grace: Duration.DurationInput) =>
           Effect.gen(function*() {
             if (yield* Deferred.isDone(incarnation.exited)) return
@@ -132,7 +119,7 @@ export const make = (
           })
         yield* Effect.addFinalizer(() => stop("graceful", Duration.millis(graceMs)))
         const handle: ChildHandle = {
-          describe: `pid ${pid} on ${member.host}`,
+          describe: `rank ${rank} (incarnation ${number}) on ${member.host}`,
           exited: Deferred.await(incarnation.exited),
           stop
         }
