@@ -1,8 +1,11 @@
 /** `bun run bench`: every benchmark, one after the other; paste the output into bench/README.md. */
 import { failureReaction } from "./failure-reaction.ts"
 import { frameThroughput } from "./frame-throughput.ts"
+import { launchLatency } from "./launch-latency.ts"
 
 console.log(`bun ${Bun.version}, ${navigator.hardwareConcurrency} cores, ${new Date().toISOString()}\n`)
 console.log(await failureReaction())
 console.log()
 console.log(await frameThroughput())
+console.log()
+console.log(await launchLatency())

@@ -17,7 +17,7 @@ import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import { stringify } from "yaml"
 import type * as Launcher from "./actors/launcher/Launcher.ts"
-import { LaunchInputError, makePlan, type Plan } from "./actors/launcher/Plan.ts"
+import { describePlan, LaunchInputError, makePlan, type Plan } from "./actors/launcher/Plan.ts"
 import type { BindError } from "./actors/PortMux.ts"
 import { detectRole, RoleError, roleVariables } from "./actors/Role.ts"
 import { type ClusterConfig, parseCluster } from "./config/ClusterConfig.ts"
@@ -111,4 +111,11 @@ export const launch = async (input: ClusterInput, options: Launcher.LaunchOption
   // Reject with the error itself (its class and message), not Effect's wrapper.
   if (Either.isLeft(outcome)) throw outcome.left
   return outcome.right
+}
+
+/** `--dry-run`: the plan as text, after the same checks a launch makes; rejects on a mistake of input. */
+export const dryRun = async (input: ClusterInput): Promise<string> => {
+  const outcome = await Effect.runPromise(Effect.either(Effect.zipRight(checkEnvironment, planCluster(input))))
+  if (Either.isLeft(outcome)) throw outcome.left
+  return describePlan(outcome.right)
 }

@@ -67,6 +67,15 @@ const running = async (run: ReturnType<typeof launch>) => {
   return { ranks: run.pids(), relay: relay! }
 }
 
+test("`bun run launch` runs from its bundle: the relay and the ranks are the bundle's programs", async () => {
+  const run = launch(holdCluster("$DIR"))
+  const { ranks, relay } = await running(run)
+  expect(cmdline(relay).trim()).toMatch(/\/\.cohort\/bundle-[^/]+\/relay\.js$/)
+  for (const rank of ranks) expect(cmdline(rank).trim()).toMatch(/\/\.cohort\/bundle-[^/]+\/rank\.js$/)
+  run.proc.kill("SIGTERM")
+  expect(await run.proc.exited).toBe(130)
+}, 20_000)
+
 describe("the launch CLI and its processes", () => {
   test("SIGINT mid-run: the ranks are stopped gracefully, exit 130, the last line says why, no process is left", async () => {
     const run = launch(holdCluster("$DIR"))

@@ -8,8 +8,10 @@
  *
  * The arguments are read before the launcher is loaded (effect and its
  * Schema take a few hundred milliseconds to load): `--help` and a bad
- * argument answer at once.
+ * argument answer at once. The launcher itself comes from its bundle
+ * (`bundle.ts`).
  */
+import { loadLibrary } from "./bundle.ts"
 
 const usage = `usage: bun run launch <cluster.yml> [--dry-run]
 
@@ -39,17 +41,17 @@ if (unknown.length > 0) fail(`unknown option ${unknown.join(", ")}\n\n${usage}`)
 if (files.length !== 1) fail(`${files.length === 0 ? "no cluster file given" : `one cluster file at a time, got ${files.join(", ")}`}\n\n${usage}`)
 const file = files[0]!
 
-const [Effect, { describePlan }, { checkEnvironment, launchEffect, planCluster }, Log] = await Promise.all([
-  import("effect/Effect"),
-  import("../actors/launcher/Plan.ts"),
-  import("../launch.ts"),
-  import("./logger.ts")
-])
+const cohort = await loadLibrary()
+
+/** A mistake of input is exit 2 with its message; anything else is a bug in cohort: its whole story, exit 1. */
+const refuse = (error: unknown): never => {
+  if (typeof error === "object" && error !== null && "_tag" in error && error instanceof Error) fail(error.message)
+  console.error("cohort: internal error (please report it):", error)
+  process.exit(1)
+}
 
 if (flags.includes("--dry-run")) {
-  const plan = await Effect.runPromise(Effect.either(Effect.zipRight(checkEnvironment, planCluster(file))))
-  if (plan._tag === "Left") fail(plan.left.message)
-  else console.log(describePlan(plan.right))
+  console.log(await cohort.dryRun(file).catch(refuse))
   process.exit(0)
 }
 
@@ -65,11 +67,6 @@ for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"] as const) {
   })
 }
 
-const result = await Effect.runPromise(
-  Effect.either(launchEffect(file, { handleSignals: true })).pipe(Effect.provide(Log.layer()))
-)
-if (result._tag === "Left") fail(result.left.message)
-else {
-  process.stderr.write(`cohort: ${result.right.summary}\n`)
-  process.exit(result.right.exitCode)
-}
+const result = await cohort.launch(file, { handleSignals: true }).catch(refuse)
+process.stderr.write(`cohort: ${result.summary}\n`)
+process.exit(result.exitCode)

@@ -1,0 +1,102 @@
+/**
+ * The launcher's bundle: `bun run launch` loads cohort from one bundle
+ * instead of a few hundred modules. Loading is most of a launch on a small
+ * machine (effect and its Schema alone take ~0.25 s as separate modules; the
+ * bundle loads in about half the time), and the agent starts the relay and
+ * the ranks from the same bundle.
+ *
+ * The bundle is built on first use into `.cohort/bundle-<key>/`, where the
+ * key is the newest modification time of the sources, `package.json` and
+ * `bun.lock`, and Bun's version: an edit makes a new one, never a stale run.
+ * One launch builds (a lock file says which), into a private folder renamed
+ * into place, so no launch sees half a bundle; launches that meanwhile find
+ * the lock taken load the sources. Where it cannot be built (a read-only
+ * checkout) or `COHORT_NO_BUNDLE=1` is set, the sources are loaded as they are.
+ */
+import { closeSync, existsSync, mkdirSync, openSync, readdirSync, renameSync, rmSync, statSync } from "node:fs"
+import { join, resolve } from "node:path"
+
+type Library = typeof import("../launch.ts")
+
+const root = resolve(import.meta.dir, "../..")
+const sources = join(root, "src")
+const home = join(root, ".cohort")
+
+const newestSource = (dir: string): number =>
+  readdirSync(dir, { withFileTypes: true }).reduce((newest, entry) => {
+    const path = join(dir, entry.name)
+    if (entry.isDirectory()) return Math.max(newest, newestSource(path))
+    return entry.name.endsWith(".ts") ? Math.max(newest, statSync(path).mtimeMs) : newest
+  }, 0)
+
+const bundleKey = (): string => {
+  const inputs = [newestSource(sources), ...["package.json", "bun.lock"].map((file) => {
+    const path = join(root, file)
+    return existsSync(path) ? statSync(path).mtimeMs : 0
+  })]
+  return `${Math.floor(Math.max(...inputs))}-${Bun.version}`
+}
+
+/** A build that has held the lock this long died without removing it. */
+const STALE_LOCK_MS = 60_000
+
+/** Build unless another launch is building; true when the bundle is there. */
+const buildOnce = async (target: string): Promise<boolean> => {
+  const lock = `${target}.lock`
+  try {
+    closeSync(openSync(lock, "wx"))
+  } catch {
+    if (Date.now() - statSync(lock).mtimeMs < STALE_LOCK_MS) return false
+    rmSync(lock, { force: true })
+    return buildOnce(target)
+  }
+  try {
+    return await build(target)
+  } finally {
+    rmSync(lock, { force: true })
+  }
+}
+
+const build = async (target: string): Promise<boolean> => {
+  const scratch = `${target}.building-${process.pid}`
+  const result = await Bun.build({
+    entrypoints: [join(sources, "launch.ts"), join(sources, "cli/relay.ts"), join(sources, "cli/rank.ts")],
+    root: sources,
+    outdir: scratch,
+    target: "bun",
+    splitting: true,
+    naming: { entry: "[name].[ext]", chunk: "chunk-[hash].[ext]" }
+  })
+  if (!result.success) {
+    rmSync(scratch, { recursive: true, force: true })
+    return false
+  }
+  try {
+    renameSync(scratch, target)
+  } catch {
+    // Another launch built the same bundle first: use theirs.
+    rmSync(scratch, { recursive: true, force: true })
+  }
+  // Older bundles are of no further use.
+  for (const entry of readdirSync(home)) {
+    if (entry.startsWith("bundle-") && !entry.startsWith(target.slice(home.length + 1)) && !/\.(building-\d+|lock)$/.test(entry)) {
+      rmSync(join(home, entry), { recursive: true, force: true })
+    }
+  }
+  return existsSync(join(target, "launch.js"))
+}
+
+/** cohort's library, from the bundle when it can be had, else from the sources. */
+export const loadLibrary = async (): Promise<Library> => {
+  if (process.env.COHORT_NO_BUNDLE !== "1") {
+    try {
+      const target = join(home, `bundle-${bundleKey()}`)
+      if (existsSync(join(target, "launch.js")) || (mkdirSync(home, { recursive: true }), await buildOnce(target))) {
+        return await import(join(target, "launch.js")) as Library
+      }
+    } catch {
+      // Unbuildable here (read-only, no space): the sources work the same, only slower to load.
+    }
+  }
+  return await import("../launch.ts")
+}
