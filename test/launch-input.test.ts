@@ -386,7 +386,7 @@ describe("bun run launch, the good paths", () => {
         "join window: min 4, target 4, timeout 1m, max 2m, start auto",
         "backend: cpu_sync",
         `[localhost:cpu:r0] in ${root}: bun `,
-        "src/cli/rank.ts",
+        "/rank.",
         "examples/train.ts",
         "[localhost:cpu:r3]",
         "OMP_NUM_THREADS=1",

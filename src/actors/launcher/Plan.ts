@@ -18,6 +18,7 @@ import { strategyToYaml } from "../../config/FailurePolicy.ts"
 import { isLoopbackAddress } from "../../wire/Trust.ts"
 import { deviceTag, type HostDevices, resolveDevices } from "../agent/Devices.ts"
 import { internalEnvironment, rankEnvironment } from "../agent/RankEnvironment.ts"
+import { rankEntry } from "../../cli/entryPoints.ts"
 
 /** A mistake in what the user gave (file, arguments, environment): exit status 2. */
 export class LaunchInputError extends Data.TaggedError("LaunchInputError")<{ readonly problems: ReadonlyArray<string> }> {
@@ -120,7 +121,7 @@ export const describePlan = (plan: Plan): string => {
     devices.devices.forEach((device, slot) => {
       const rank = firstRank + slot
       const command = program._tag === "Entry"
-        ? `bun ${resolve(import.meta.dir, "../../cli/rank.ts")}  # runs ${program.entry}${config.job.args.length === 0 ? "" : ` with args ${config.job.args.map(quote).join(" ")}`}`
+        ? `bun ${rankEntry}  # runs ${program.entry}${config.job.args.length === 0 ? "" : ` with args ${config.job.args.map(quote).join(" ")}`}`
         : [...program.command, ...config.job.args].map(quote).join(" ")
       const env = rankEnvironment({
         inherited: {},
