@@ -7,6 +7,10 @@ import * as Either from "effect/Either"
 import { readHostEnvelope } from "../actors/agent/Envelope.ts"
 import { runRank } from "../actors/rank/RankRuntime.ts"
 import { detectRole, roleVariables } from "../actors/Role.ts"
+import { dieWithParent } from "../native/library.ts"
+
+// Die with the agent even if it is SIGKILLed (setpriv does it too where it exists; this needs no setpriv).
+if (dieWithParent(process.ppid) === "parent-gone") process.exit(1)
 
 const role = detectRole(process.env)
 if (Either.isLeft(role) || role.right._tag !== "Rank") {

@@ -9,6 +9,7 @@ import * as Relay from "../actors/relay/Relay.ts"
 import { readRelaySpec } from "../actors/agent/Envelope.ts"
 import { detectRole, roleVariables } from "../actors/Role.ts"
 import { deadlines, netTimeoutScale, scaled } from "../config/NetTimeouts.ts"
+import { dieWithParent } from "../native/library.ts"
 import * as Log from "./logger.ts"
 
 const role = detectRole(process.env)
@@ -21,7 +22,8 @@ if (typeof spec === "string") {
   console.error(`cohort relay: ${spec}`)
   process.exit(2)
 }
-// The agent is gone (its IPC channel closed): so is the run on this host.
+// Die with the agent even if it is SIGKILLed, and when its IPC channel closes.
+if (dieWithParent(process.ppid) === "parent-gone") process.exit(1)
 process.on("disconnect", () => process.exit(1))
 process.on("SIGTERM", () => process.exit(0))
 

@@ -1,0 +1,337 @@
+/**
+ * cohort's native library as typed Effect services.
+ *
+ * `Native` is loaded once per process (a `Layer`); its parts:
+ * - `kernels`: CPU reductions over typed arrays (synchronous: they are
+ *   memory-bound and split across Rust threads for large buffers);
+ * - `process`: parent-death signal, parent pid, CLOCK_MONOTONIC;
+ * - `cuda`: device count, names, UUIDs and memory, and device buffers and
+ *   streams whose lifetime is a Scope;
+ * - `nccl`: version, unique ids, and communicators (a Scope destroys them;
+ *   `abort` ends one at once after a peer's death).
+ *
+ * Every failure is a typed error that says what to do; nothing throws and
+ * nothing crashes. A device pointer or handle is a bigint, only ever passed
+ * back to the library.
+ */
+import { type Pointer, ptr } from "bun:ffi"
+import * as Context from "effect/Context"
+import * as Data from "effect/Data"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import type * as Scope from "effect/Scope"
+import { ABI_VERSION, libraryPath, type OpenLibrary, openLibrary, status, type Symbols } from "./library.ts"
+
+export class NativeLibraryMissing extends Data.TaggedError("NativeLibraryMissing")<{ readonly path: string; readonly reason: string }> {
+  override get message(): string {
+    return `cohort's native library cannot be loaded from ${this.path} (${this.reason}); build it with \`bun run build:native\` (needs cargo), or point COHORT_NATIVE_LIB at it`
+  }
+}
+
+export class NativeAbiMismatch extends Data.TaggedError("NativeAbiMismatch")<{ readonly path: string; readonly found: number; readonly expected: number }> {
+  override get message(): string {
+    return `cohort's native library at ${this.path} speaks ABI ${this.found}, this cohort needs ${this.expected}: it is left from another version; rebuild it with \`bun run build:native\``
+  }
+}
+
+export class CudaUnavailable extends Data.TaggedError("CudaUnavailable")<{ readonly reason: string }> {
+  override get message(): string {
+    return `CUDA is not usable here: ${this.reason}`
+  }
+}
+
+export class NcclUnavailable extends Data.TaggedError("NcclUnavailable")<{ readonly searched: string }> {
+  override get message(): string {
+    return this.searched
+  }
+}
+
+export class NcclError extends Data.TaggedError("NcclError")<{ readonly code: number; readonly detail: string }> {
+  override get message(): string {
+    return `NCCL error ${this.code}: ${this.detail}`
+  }
+}
+
+export type Element = "f32" | "bf16"
+type Buffer<E extends Element> = E extends "f32" ? Float32Array : Uint16Array
+
+export interface Kernels {
+  /** out[i] = inputs[0][i] + inputs[1][i] + …, in that order (out may be one of the inputs). */
+  readonly sum: <E extends Element>(element: E, inputs: ReadonlyArray<Buffer<E>>, out: Buffer<E>) => void
+  /** The sum divided by the number of inputs. */
+  readonly average: <E extends Element>(element: E, inputs: ReadonlyArray<Buffer<E>>, out: Buffer<E>) => void
+  /** acc[i] += x[i]. */
+  readonly add: <E extends Element>(element: E, acc: Buffer<E>, x: Buffer<E>) => void
+  /** buffer[i] *= factor. */
+  readonly scale: <E extends Element>(element: E, buffer: Buffer<E>, factor: number) => void
+}
+
+export interface ProcessHelpers {
+  /**
+   * Have the kernel send `signal` to this process when its parent dies.
+   * "parent-gone" when the parent already died before the call (exit then).
+   */
+  readonly dieWithParent: (signal: number, expectedParent: number) => "armed" | "parent-gone" | string
+  readonly parentPid: () => number
+  readonly monotonicNs: () => number
+  /** One empty call into the library (the FFI overhead benchmark). */
+  readonly noop: () => number
+}
+
+export interface DeviceInfo {
+  readonly index: number
+  readonly name: string
+  readonly uuid: string
+  readonly totalBytes: bigint
+}
+
+export interface DeviceBuffer {
+  readonly device: number
+  readonly address: bigint
+  readonly bytes: number
+  readonly upload: (from: Uint8Array | Float32Array | Uint16Array) => Effect.Effect<void, CudaUnavailable>
+  readonly download: (into: Uint8Array | Float32Array | Uint16Array) => Effect.Effect<void, CudaUnavailable>
+}
+
+export interface Cuda {
+  /** Always asked of the runtime: loading libcudart does not mean a GPU exists. */
+  readonly deviceCount: Effect.Effect<number, CudaUnavailable>
+  readonly device: (index: number) => Effect.Effect<DeviceInfo, CudaUnavailable>
+  readonly memory: (index: number) => Effect.Effect<{ readonly free: bigint; readonly total: bigint }, CudaUnavailable>
+  /** A buffer on `device`, freed when the Scope closes. */
+  readonly allocate: (device: number, bytes: number) => Effect.Effect<DeviceBuffer, CudaUnavailable, Scope.Scope>
+  /** A stream on the current device, destroyed when the Scope closes. */
+  readonly stream: Effect.Effect<bigint, CudaUnavailable, Scope.Scope>
+  readonly synchronize: (stream: bigint) => Effect.Effect<void, CudaUnavailable>
+}
+
+export interface Communicator {
+  readonly rank: number
+  readonly worldSize: number
+  readonly allReduce: (
+    send: DeviceBuffer,
+    receive: DeviceBuffer,
+    element: Element,
+    op: "sum" | "average",
+    stream: bigint
+  ) => Effect.Effect<void, NcclError | NcclUnavailable>
+  /** The communicator's asynchronous error: a dead peer surfaces here instead of as a hang. */
+  readonly asyncError: Effect.Effect<number, NcclError | NcclUnavailable>
+  /** End it at once (a peer died); the Scope then has nothing left to destroy. */
+  readonly abort: Effect.Effect<void, NcclError | NcclUnavailable>
+}
+
+export interface Nccl {
+  readonly libraryPath: Effect.Effect<string, NcclUnavailable>
+  /** e.g. 22304 for 2.23.4. */
+  readonly version: Effect.Effect<number, NcclUnavailable | NcclError>
+  /** A fresh 128-byte unique id (the generator rank's job). */
+  readonly uniqueId: Effect.Effect<Uint8Array, NcclUnavailable | NcclError>
+  /** Join the communicator of `id`; destroyed when the Scope closes unless aborted. */
+  readonly communicator: (rank: number, worldSize: number, id: Uint8Array) => Effect.Effect<Communicator, NcclUnavailable | NcclError, Scope.Scope>
+}
+
+export interface NativeLibrary {
+  readonly path: string
+  readonly kernels: Kernels
+  readonly process: ProcessHelpers
+  readonly cuda: Cuda
+  readonly nccl: Nccl
+}
+
+export class Native extends Context.Tag("cohort/Native")<Native, NativeLibrary>() {}
+
+const text = (read: (out: Pointer, capacity: number) => number, capacity = 256): { status: number; value: string } => {
+  const out = new Uint8Array(capacity)
+  const code = read(ptr(out), capacity)
+  const end = out.indexOf(0)
+  return { status: code, value: new TextDecoder().decode(out.subarray(0, end === -1 ? capacity : end)) }
+}
+
+/** Wrap the open library in the services. */
+export const fromLibrary = (library: OpenLibrary): NativeLibrary => {
+  const native: Symbols = library.symbols
+  const check = (code: number, what: string) => {
+    // Kernel arguments are checked here first: a refusal from the library is a bug of ours.
+    if (code !== status.ok) throw new Error(`cohort native ${what} failed: ${library.lastError()}`)
+  }
+  const pointers = (inputs: ReadonlyArray<Float32Array | Uint16Array>) => new BigUint64Array(inputs.map((input) => BigInt(ptr(input))))
+  const sameLength = (inputs: ReadonlyArray<ArrayBufferView & { length: number }>, out: { length: number }, what: string) => {
+    if (inputs.length === 0) throw new RangeError(`${what} needs at least one input`)
+    for (const input of inputs) {
+      if (input.length !== out.length) throw new RangeError(`${what}: every buffer must have ${out.length} elements, one has ${input.length}`)
+    }
+  }
+  const reduce = (what: "sum" | "average") => <E extends Element>(element: E, inputs: ReadonlyArray<Buffer<E>>, out: Buffer<E>) => {
+    sameLength(inputs, out, what)
+    if (out.length === 0) return
+    const table = pointers(inputs)
+    const call = element === "f32"
+      ? (what === "sum" ? native.cohort_sum_f32 : native.cohort_average_f32)
+      : (what === "sum" ? native.cohort_sum_bf16 : native.cohort_average_bf16)
+    check(call(ptr(table), inputs.length, out.length, ptr(out)), what)
+  }
+  const kernels: Kernels = {
+    sum: reduce("sum"),
+    average: reduce("average"),
+    add: (element, acc, x) => {
+      sameLength([x], acc, "add")
+      if (acc.length === 0) return
+      check((element === "f32" ? native.cohort_add_f32 : native.cohort_add_bf16)(ptr(acc), ptr(x), acc.length), "add")
+    },
+    scale: (element, buffer, factor) => {
+      if (buffer.length === 0) return
+      check((element === "f32" ? native.cohort_scale_f32 : native.cohort_scale_bf16)(ptr(buffer), buffer.length, factor), "scale")
+    }
+  }
+
+  const processHelpers: ProcessHelpers = {
+    dieWithParent: (signal, expectedParent) => {
+      const code = native.cohort_set_parent_death_signal(signal, expectedParent)
+      return code === 0 ? "armed" : code === 1 ? "parent-gone" : library.lastError()
+    },
+    parentPid: () => native.cohort_getppid(),
+    monotonicNs: () => native.cohort_monotonic_ns(),
+    noop: () => native.cohort_noop()
+  }
+
+  const cudaCall = (code: number): Effect.Effect<void, CudaUnavailable> =>
+    code === status.ok ? Effect.void : Effect.fail(new CudaUnavailable({ reason: library.lastError() }))
+  const out64 = () => new BigUint64Array(1)
+  const cuda: Cuda = {
+    deviceCount: Effect.suspend(() => {
+      const count = native.cohort_cuda_device_count()
+      return count >= 0 ? Effect.succeed(count) : Effect.fail(new CudaUnavailable({ reason: library.lastError() }))
+    }),
+    device: (index) =>
+      Effect.gen(function*() {
+        const name = text((out, capacity) => native.cohort_cuda_device_name(index, out, capacity))
+        yield* cudaCall(name.status)
+        const uuid = new Uint8Array(16)
+        yield* cudaCall(native.cohort_cuda_device_uuid(index, ptr(uuid)))
+        const total = out64()
+        yield* cudaCall(native.cohort_cuda_device_total_memory(index, ptr(total)))
+        const hex = Buffer.from(uuid).toString("hex")
+        return {
+          index,
+          name: name.value,
+          uuid: `GPU-${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`,
+          totalBytes: total[0]!
+        }
+      }),
+    memory: (index) =>
+      Effect.gen(function*() {
+        const [free, total] = [out64(), out64()]
+        yield* cudaCall(native.cohort_cuda_memory_info(index, ptr(free), ptr(total)))
+        return { free: free[0]!, total: total[0]! }
+      }),
+    allocate: (device, bytes) =>
+      Effect.acquireRelease(
+        Effect.gen(function*() {
+          yield* cudaCall(native.cohort_cuda_set_device(device))
+          const address = out64()
+          yield* cudaCall(native.cohort_cuda_malloc(BigInt(bytes), ptr(address)))
+          const buffer: DeviceBuffer = {
+            device,
+            address: address[0]!,
+            bytes,
+            upload: (from) =>
+              from.byteLength > bytes
+                ? Effect.fail(new CudaUnavailable({ reason: `upload of ${from.byteLength} bytes into a ${bytes}-byte buffer` }))
+                : cudaCall(native.cohort_cuda_copy_to_device(address[0]!, ptr(from), BigInt(from.byteLength))),
+            download: (into) =>
+              into.byteLength > bytes
+                ? Effect.fail(new CudaUnavailable({ reason: `download of ${into.byteLength} bytes from a ${bytes}-byte buffer` }))
+                : cudaCall(native.cohort_cuda_copy_to_host(ptr(into), address[0]!, BigInt(into.byteLength)))
+          }
+          return buffer
+        }),
+        (buffer) => Effect.ignore(cudaCall(native.cohort_cuda_free(buffer.address)))
+      ),
+    stream: Effect.acquireRelease(
+      Effect.gen(function*() {
+        const handle = out64()
+        yield* cudaCall(native.cohort_cuda_stream_create(ptr(handle)))
+        return handle[0]!
+      }),
+      (stream) => Effect.ignore(cudaCall(native.cohort_cuda_stream_destroy(stream)))
+    ),
+    synchronize: (stream) => cudaCall(native.cohort_cuda_stream_synchronize(stream))
+  }
+
+  const ncclCall = (code: number): Effect.Effect<void, NcclError | NcclUnavailable> => {
+    if (code === status.ok) return Effect.void
+    const detail = library.lastError()
+    if (code === status.unavailable) return Effect.fail(new NcclUnavailable({ searched: detail }))
+    const nccl = /ncclResult_t (\d+)|code (\d+)/.exec(detail)
+    return Effect.fail(new NcclError({ code: Number(nccl?.[1] ?? nccl?.[2] ?? code), detail }))
+  }
+  const unavailableOnly = <A>(effect: Effect.Effect<A, NcclError | NcclUnavailable>): Effect.Effect<A, NcclUnavailable> =>
+    Effect.catchTag(effect, "NcclError", (error) => Effect.fail(new NcclUnavailable({ searched: error.detail })))
+  const nccl: Nccl = {
+    libraryPath: unavailableOnly(Effect.suspend(() => {
+      const path = text((out, capacity) => native.cohort_nccl_library_path(out, capacity), 4096)
+      return Effect.as(ncclCall(path.status), path.value)
+    })),
+    version: Effect.suspend(() => {
+      const version = new Int32Array(1)
+      return Effect.as(ncclCall(native.cohort_nccl_version(ptr(version))), version[0]!)
+    }),
+    uniqueId: Effect.suspend(() => {
+      const id = new Uint8Array(128)
+      return Effect.as(ncclCall(native.cohort_nccl_get_unique_id(ptr(id))), id)
+    }),
+    communicator: (rank, worldSize, id) =>
+      Effect.gen(function*() {
+        if (id.length !== 128) return yield* new NcclError({ code: 4, detail: `a unique id has 128 bytes, got ${id.length}` })
+        let aborted = false
+        const handle = yield* Effect.acquireRelease(
+          Effect.suspend(() => {
+            const out = out64()
+            return Effect.as(ncclCall(native.cohort_nccl_comm_init_rank(ptr(out), worldSize, ptr(id), rank)), out[0]!)
+          }),
+          (comm) => (aborted ? Effect.void : Effect.ignore(ncclCall(native.cohort_nccl_comm_destroy(comm))))
+        )
+        const communicator: Communicator = {
+          rank,
+          worldSize,
+          allReduce: (send, receive, element, op, stream) =>
+            ncclCall(native.cohort_nccl_all_reduce(
+              send.address,
+              receive.address,
+              BigInt(Math.floor(Math.min(send.bytes, receive.bytes) / (element === "f32" ? 4 : 2))),
+              element === "f32" ? 0 : 1,
+              op === "sum" ? 0 : 1,
+              handle,
+              stream
+            )),
+          asyncError: Effect.suspend(() => {
+            const code = new Int32Array(1)
+            return Effect.as(ncclCall(native.cohort_nccl_comm_get_async_error(handle, ptr(code))), code[0]!)
+          }),
+          abort: Effect.suspend(() => {
+            if (aborted) return Effect.void
+            aborted = true
+            return ncclCall(native.cohort_nccl_comm_abort(handle))
+          })
+        }
+        return communicator
+      })
+  }
+
+  return { path: library.path, kernels, process: processHelpers, cuda, nccl }
+}
+
+/** Load the library (default: `libraryPath()`), checking its ABI. */
+export const load = (path: string = libraryPath()): Effect.Effect<NativeLibrary, NativeLibraryMissing | NativeAbiMismatch> =>
+  Effect.suspend((): Effect.Effect<NativeLibrary, NativeLibraryMissing | NativeAbiMismatch> => {
+    const opened = openLibrary(path)
+    if ("_tag" in opened) {
+      return opened._tag === "Missing"
+        ? Effect.fail(new NativeLibraryMissing({ path: opened.path, reason: opened.reason }))
+        : Effect.fail(new NativeAbiMismatch({ path: opened.path, found: opened.found, expected: ABI_VERSION }))
+    }
+    return Effect.succeed(fromLibrary(opened))
+  })
+
+export const layer = (path?: string): Layer.Layer<Native, NativeLibraryMissing | NativeAbiMismatch> => Layer.effect(Native, load(path))
