@@ -242,17 +242,24 @@ const rows: ReadonlyArray<BadInput> = [
     says: ["controller.join.min_ranks: 5 ranks can never join: the workers bring 2"]
   },
   {
-    // PATH holds only bun's own folder, so the row means the same on a GPU machine.
-    name: "devices: all where nvidia-smi is not on PATH",
+    // No native library and PATH holding only bun's own folder: the row means the same on a GPU machine.
+    name: "devices: all without the native library, where nvidia-smi is not on PATH",
     yaml: lines("workers:", "  - { host: localhost, devices: all }", entry),
-    env: { PATH: dirname(process.execPath) },
+    env: { PATH: dirname(process.execPath), COHORT_NATIVE_LIB: "/nonexistent/libcohort_native.so" },
     says: ["workers[0].devices: host localhost has devices: all, but no GPU was found there (nvidia-smi is not on PATH)", "give a number of CPU ranks (devices: 4)"]
   },
   {
-    name: "GPU indices where nvidia-smi is not on PATH",
+    name: "GPU indices without the native library, where nvidia-smi is not on PATH",
     yaml: lines("workers:", "  - { host: localhost, devices: [0, 1] }", entry),
-    env: { PATH: dirname(process.execPath) },
+    env: { PATH: dirname(process.execPath), COHORT_NATIVE_LIB: "/nonexistent/libcohort_native.so" },
     says: ["workers[0].devices: host localhost lists GPU indices [0, 1], but its GPUs cannot be listed (nvidia-smi is not on PATH)", "give a number of CPU ranks (devices: 4)"]
+  },
+  {
+    // Probed through the native library, with a CUDA runtime that cannot be loaded: the same on any machine.
+    name: "devices: all where the CUDA runtime cannot be loaded",
+    yaml: lines("workers:", "  - { host: localhost, devices: all }", entry),
+    env: { COHORT_CUDART_LIB: "/nonexistent/libcudart.so" },
+    says: ["workers[0].devices: host localhost has devices: all, but no GPU was found there (", "/nonexistent/libcudart.so", "COHORT_CUDART_LIB", "give a number of CPU ranks (devices: 4)"]
   },
   // The launcher's environment.
   {

@@ -1,9 +1,13 @@
 /**
  * A host's devices, from its `devices:` entry: CPU slots, the listed GPU
- * indices, or (`all`) every GPU the host has, asked of `nvidia-smi` (the
- * agent must not initialise CUDA itself: that would pin memory on every GPU).
+ * indices, or (`all`) every GPU the host has. GPUs are asked of cohort's
+ * native library (the CUDA runtime's device count, the driver's names: no
+ * context is created, so no GPU memory is taken), or of `nvidia-smi` where
+ * the library is not built.
  */
+import * as Effect from "effect/Effect"
 import type { Devices } from "../../config/ClusterConfig.ts"
+import * as Native from "../../native/Native.ts"
 import type { RankDevice } from "../rank/RankContext.ts"
 
 export interface HostDevices {
@@ -18,7 +22,21 @@ export const deviceIndex = (device: RankDevice): number => (device.kind === "gpu
 /** `3` for GPU 3, `cpu` for a CPU slot: the `dev` of `[host:dev:rN]`. */
 export const deviceTag = (device: RankDevice): string => (device.kind === "gpu" ? String(device.index) : "cpu")
 
-const probeGpus = (): ReadonlyArray<{ index: number; name: string }> | string => {
+type Gpus = ReadonlyArray<{ index: number; name: string }> | string
+
+/** The GPUs through the native library; undefined when the library is not there. */
+const probeNative = (): Gpus | undefined => {
+  const loaded = Effect.runSync(Effect.either(Native.load()))
+  if (loaded._tag === "Left") return undefined
+  const { cuda } = loaded.right
+  return Effect.runSync(Effect.gen(function*() {
+    const count = yield* cuda.deviceCount
+    return yield* Effect.forEach(Array.from({ length: count }, (_, index) => index), (index) =>
+      Effect.map(cuda.device(index), (device) => ({ index, name: device.name })))
+  }).pipe(Effect.catchAll((error) => Effect.succeed(error.reason))))
+}
+
+const probeSmi = (): Gpus => {
   const smi = Bun.which("nvidia-smi")
   if (smi === null) return "nvidia-smi is not on PATH"
   const result = Bun.spawnSync([smi, "--query-gpu=index,name", "--format=csv,noheader"], { stdout: "pipe", stderr: "pipe" })
@@ -28,6 +46,8 @@ const probeGpus = (): ReadonlyArray<{ index: number; name: string }> | string =>
     return { index: Number(index), name: name.join(",").trim() }
   })
 }
+
+const probeGpus = (): Gpus => probeNative() ?? probeSmi()
 
 /** Resolve a host's devices, or say why they cannot be. */
 export const resolveDevices = (host: string, devices: Devices): HostDevices | string => {
