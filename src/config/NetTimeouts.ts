@@ -30,5 +30,7 @@ export const deadlines = {
   /** An HTTP client must send its request line within this. */
   httpRequestMs: 5_000,
   /** A link's nonce exchange and first message (Hello, RelayHello) must complete within this. */
-  handshakeMs: 10_000
+  handshakeMs: 10_000,
+  /** The NCCL generator rank must provide a unique id within this. */
+  rendezvousIdMs: 30_000
 } as const

@@ -35,6 +35,7 @@ import * as ControlGate from "./ControlGate.ts"
 import * as JoinGate from "./JoinGate.ts"
 import { LaunchInputError, type Plan } from "./Plan.ts"
 import * as RemoteRanks from "./RemoteRanks.ts"
+import * as RendezvousGate from "./RendezvousGate.ts"
 
 export type Outcome = "completed" | "degraded" | "failed" | "interrupted"
 
@@ -164,11 +165,21 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
     })
     const world = yield* Ref.make(new Map<string, ReadonlyArray<number>>())
     const control = yield* ControlGate.make({ salt, hosts: Ref.get(world), handshakeMs })
+    // Interruption and the rank supervisor come later; the rendezvous reports to whichever exists.
+    let supervisor: Supervisor.Supervisor | undefined
+    const rendezvous = config.job.backend === "nccl"
+      ? yield* RendezvousGate.make({
+        salt,
+        handshakeMs,
+        idTimeoutMs: scaled(deadlines.rendezvousIdMs, scale),
+        onFailure: (reason) => supervisor === undefined ? Effect.void : supervisor.send(SupervisionEvent.CoordinatorFailed({ reason }))
+      })
+      : undefined
     const mux = yield* PortMux.start({
       address: plan.bindAddress,
       port: config.controller.port,
       magicDeadlineMs: scaled(deadlines.magicMs, scale),
-      owners: { join: gate.owner, control: control.owner, http: board.owner }
+      owners: { join: gate.owner, control: control.owner, http: board.owner, ...(rendezvous === undefined ? {} : { rendezvous: rendezvous.owner }) }
     })
     options.onListening?.(mux.port)
     options.onPhase?.("waiting")
@@ -187,7 +198,6 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
 
     // Interruption: before formation it ends the window; after, the Supervisor stops the ranks in order.
     const interrupted = yield* Deferred.make<string>()
-    let supervisor: Supervisor.Supervisor | undefined
     const interrupt = (reason: string) =>
       supervisor === undefined
         ? Effect.asVoid(Deferred.succeed(interrupted, reason))
@@ -275,6 +285,8 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
       hosts: members.map((member) => ({ host: member.host, ranks: member.ranks })),
       master: { addr: plan.dialAddress, port: freePort(plan.bindAddress) }
     })
+    // Every rank of this version runs on the launcher's machine: any live one may generate ids.
+    if (rendezvous !== undefined) yield* rendezvous.begin([...book.keys()], new Set(book.keys()))
     yield* Effect.forEach(members, (member) => Effect.ignore(member.link.send(worldFormed)), { discard: true })
     yield* enter("forming")
 
@@ -315,7 +327,13 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
       children: remote.children,
       grace: Duration.millis(graceMs),
       onDirective: (directive) =>
-        directive._tag === "ReportDead" ? Effect.sync(() => lost.push({ ranks: directive.ranks, cause: directive.cause })) : Effect.void
+        directive._tag === "ReportDead"
+          ? Effect.zipRight(
+            Effect.sync(() => lost.push({ ranks: directive.ranks, cause: directive.cause })),
+            // The survivors re-rendezvous: a new NCCL communicator without the dead.
+            rendezvous?.lose(directive.ranks, directive.cause) ?? Effect.void
+          )
+          : Effect.void
     })
     // An interruption that raced formation still stops the ranks.
     if (yield* Deferred.isDone(interrupted)) yield* interrupt(yield* Deferred.await(interrupted))

@@ -11,6 +11,30 @@
  */
 export type RankDevice = { readonly kind: "cpu"; readonly slot: number } | { readonly kind: "gpu"; readonly index: number }
 
+/** One generation of the NCCL membership: build a communicator with `id`, `rank` and `worldSize`. */
+export interface NcclMembership {
+  readonly generation: number
+  /** The 128-byte ncclUniqueId shared by every member. */
+  readonly id: Uint8Array
+  /** The members' global ranks, ascending. */
+  readonly members: ReadonlyArray<number>
+  /** This rank's NCCL rank: its position in `members`. */
+  readonly rank: number
+  readonly worldSize: number
+}
+
+/**
+ * The NCCL rendezvous of a `backend: nccl` job. `next()` waits for the next
+ * generation this rank belongs to; `onReform` is told when the current one
+ * ends (a member died or came back): abort its communicator, then call
+ * `next()` again and carry on with the survivors.
+ */
+export interface Rendezvous {
+  readonly next: () => Promise<NcclMembership>
+  readonly onReform: (listener: (generation: number, reason: string) => void) => void
+  readonly close: () => Promise<void>
+}
+
 export interface RankContext {
   readonly run: string
   readonly rank: number
@@ -33,4 +57,6 @@ export interface RankContext {
    * Code that never reads it is ended at once.
    */
   readonly signal: AbortSignal
+  /** Present for `backend: nccl` jobs. */
+  readonly rendezvous?: Rendezvous | undefined
 }

@@ -13,7 +13,7 @@
 import { pathToFileURL } from "node:url"
 import { resolve } from "node:path"
 import type { HostEnvelope } from "../agent/Envelope.ts"
-import type { RankContext } from "./RankContext.ts"
+import type { RankContext, Rendezvous } from "./RankContext.ts"
 
 export interface RuntimeOptions {
   readonly envelope: HostEnvelope
@@ -30,7 +30,8 @@ export const contextFor = (
   slot: number,
   restartCount: number,
   signal: AbortSignal,
-  onSignalRead: () => void
+  onSignalRead: () => void,
+  rendezvous?: Rendezvous
 ): RankContext | string => {
   const rank = envelope.ranks[slot]
   const device = envelope.devices[slot]
@@ -49,6 +50,7 @@ export const contextFor = (
     args: envelope.args,
     backend: envelope.backend,
     restartCount,
+    rendezvous,
     get signal() {
       onSignalRead()
       return signal
@@ -67,7 +69,18 @@ export const runRank = async (options: RuntimeOptions): Promise<number> => {
   if (envelope.entry === undefined) return fail("the envelope names no entry module (a command: job does not use the rank runtime)")
   const shutdown = new AbortController()
   let handlesShutdown = false
-  const context = contextFor(envelope, options.slot, options.restartCount, shutdown.signal, () => (handlesShutdown = true))
+  const rank = envelope.ranks[options.slot]
+  let rendezvous: Rendezvous | undefined
+  if (envelope.backend === "nccl" && rank !== undefined) {
+    // Only NCCL ranks pay for the wire: the module is loaded here, not at start.
+    const { connect, ncclUniqueId } = await import("./Rendezvous.ts")
+    try {
+      rendezvous = await connect({ envelope, rank, incarnation: options.restartCount, makeId: ncclUniqueId })
+    } catch (error) {
+      return fail(`cannot join the NCCL rendezvous: ${error instanceof Error ? error.message : String(error)}`)
+    }
+  }
+  const context = contextFor(envelope, options.slot, options.restartCount, shutdown.signal, () => (handlesShutdown = true), rendezvous)
   if (typeof context === "string") return fail(context)
 
   process.on("SIGTERM", () => {
@@ -89,6 +102,7 @@ export const runRank = async (options: RuntimeOptions): Promise<number> => {
   options.checkIn()
   try {
     await module.default(context)
+    await rendezvous?.close()
     return 0
   } catch (error) {
     console.error(`rank ${context.rank} failed: ${error instanceof Error ? error.stack ?? error.message : String(error)}`)

@@ -1,0 +1,203 @@
+/**
+ * RendezvousGate: the launcher's end of the rendezvous channel (backend
+ * `nccl`). Every rank dials in and joins. Once every live rank has, a
+ * generation starts: one rank (the generator: a rank on the launcher's own
+ * host if one lives, else the lowest) is asked for a fresh NCCL unique id,
+ * and the id goes to every member with the members in ascending global
+ * order (a member's NCCL rank is its position there).
+ *
+ * Membership changes (ranks reported dead, a member's link ending because
+ * its process did) end the generation: the survivors are told to abort
+ * their communicator (`Reform`), and a new generation forms from whoever
+ * lives and has joined, so the survivors carry on with a smaller world.
+ */
+import * as Deferred from "effect/Deferred"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import type * as Scope from "effect/Scope"
+import * as Actor from "../Actor.ts"
+import type { Accepted } from "../PortMux.ts"
+import * as Codec from "../../wire/Codec.ts"
+import * as Link from "../../wire/Link.ts"
+import { ProvideId, Ready, Reform, RendezvousMessage } from "../../wire/RendezvousMessages.ts"
+
+export const rendezvousCodec = Codec.make("rendezvous", RendezvousMessage)
+
+type RendezvousLink = Link.Link<RendezvousMessage, RendezvousMessage>
+
+export interface Generation {
+  readonly generation: number
+  readonly members: ReadonlyArray<number>
+  readonly generator: number
+}
+
+export interface RendezvousGateOptions {
+  readonly salt: Uint8Array
+  readonly handshakeMs: number
+  /** How long the generator has to provide an id. */
+  readonly idTimeoutMs: number
+  /** No id could be had: the cohort cannot form (the launcher fails the run with this). */
+  readonly onFailure: (reason: string) => Effect.Effect<void>
+}
+
+export interface RendezvousGate {
+  readonly owner: Actor.ActorRef<Accepted>
+  /**
+   * The world has formed: these ranks may join (before, every join is
+   * refused). A live rank of `localRanks` (the launcher's own host) is
+   * preferred as the generator.
+   */
+  readonly begin: (world: ReadonlyArray<number>, localRanks: ReadonlySet<number>) => Effect.Effect<void>
+  /** These ranks are dead: the survivors re-rendezvous. */
+  readonly lose: (ranks: ReadonlyArray<number>, reason: string) => Effect.Effect<void>
+  /** The generation in force, if one has formed. */
+  readonly current: Effect.Effect<Generation | undefined>
+  /** Every generation that formed, oldest first. */
+  readonly history: Effect.Effect<ReadonlyArray<Generation>>
+}
+
+export const make = (options: RendezvousGateOptions): Effect.Effect<RendezvousGate, never, Scope.Scope> =>
+  Effect.gen(function*() {
+    const scope = yield* Effect.scope
+    const lock = yield* Effect.makeSemaphore(1)
+    const serial = <A, E>(effect: Effect.Effect<A, E>) => lock.withPermits(1)(effect)
+    const live = new Set<number>()
+    let localRanks: ReadonlySet<number> = new Set()
+    const links = new Map<number, RendezvousLink>()
+    const history: Array<Generation> = []
+    let formed: Generation | undefined
+    let forming: { readonly generation: number; readonly id: Deferred.Deferred<Uint8Array, string> } | undefined
+    let next = 0
+    let failed = false
+
+    const broadcast = (message: RendezvousMessage, ranks: Iterable<number>) =>
+      Effect.forEach([...ranks], (rank) => Effect.ignore(links.get(rank)?.send(message) ?? Effect.void), { discard: true })
+
+    /** The current generation is over: its members abort their communicators. */
+    const dissolve = (reason: string) =>
+      Effect.gen(function*() {
+        if (formed !== undefined) {
+          const ended = formed
+          formed = undefined
+          yield* Effect.logInfo(`rendezvous generation ${ended.generation} dissolved: ${reason}`)
+          yield* broadcast(new Reform({ generation: ended.generation, reason }), ended.members)
+        }
+      })
+
+    /** Start a generation once every live rank has joined (and none is forming or formed). */
+    const advance: Effect.Effect<void> = Effect.suspend(() => {
+      if (failed || forming !== undefined || formed !== undefined || live.size === 0) return Effect.void
+      if (![...live].every((rank) => links.has(rank))) return Effect.void
+      const members = [...live].sort((a, b) => a - b)
+      const generator = members.find((rank) => localRanks.has(rank)) ?? members[0]!
+      const generation = next++
+      return Effect.gen(function*() {
+        const id = yield* Deferred.make<Uint8Array, string>()
+        forming = { generation, id }
+        yield* Effect.ignore(links.get(generator)!.send(new ProvideId({ generation })))
+        yield* Effect.forkIn(awaitId(generation, generator, members, id), scope)
+      })
+    })
+
+    const awaitId = (generation: number, generator: number, members: ReadonlyArray<number>, id: Deferred.Deferred<Uint8Array, string>) =>
+      Deferred.await(id).pipe(
+        Effect.timeoutFail({ duration: Duration.millis(options.idTimeoutMs), onTimeout: () => `rank ${generator} gave no NCCL unique id within ${options.idTimeoutMs} ms` }),
+        Effect.matchEffect({
+          onFailure: (reason) =>
+            serial(Effect.gen(function*() {
+              if (forming?.generation !== generation) return
+              forming = undefined
+              // A member (the generator included) that left meanwhile is a membership change, not a failure: retry.
+              if (members.some((rank) => !live.has(rank) || !links.has(rank))) return yield* advance
+              failed = true
+              yield* options.onFailure(`the NCCL rendezvous failed: ${reason}`)
+            })),
+          onSuccess: (bytes) =>
+            serial(Effect.gen(function*() {
+              if (forming?.generation !== generation) return
+              forming = undefined
+              // Someone left while the id was made: this generation is stillborn; start over.
+              if (members.some((rank) => !live.has(rank) || !links.has(rank))) return yield* advance
+              formed = { generation, members, generator }
+              history.push(formed)
+              yield* Effect.logInfo(`rendezvous generation ${generation}: ${members.length} rank(s), id from rank ${generator}`)
+              yield* broadcast(new Ready({ generation, id: bytes, members }), members)
+            }))
+        })
+      )
+
+    const listen = (rank: number, link: RendezvousLink) =>
+      Effect.gen(function*() {
+        while (true) {
+          const message = yield* link.receive
+          if ((message._tag === "IdProvided" || message._tag === "IdFailed") && forming?.generation === message.generation) {
+            yield* message._tag === "IdProvided"
+              ? Deferred.succeed(forming.id, message.id)
+              : Deferred.fail(forming.id, `rank ${rank} could not make an NCCL unique id: ${message.reason}`)
+          }
+        }
+      }).pipe(
+        Effect.catchAll(() =>
+          serial(Effect.gen(function*() {
+            if (links.get(rank) !== link) return
+            links.delete(rank)
+            if (formed?.members.includes(rank)) yield* dissolve(`rank ${rank} left`)
+            if (forming !== undefined) yield* Deferred.fail(forming.id, `rank ${rank} left while the id was made`)
+          }))
+        )
+      )
+
+    const serve = (connection: Accepted["connection"]) =>
+      Effect.gen(function*() {
+        const link = yield* Link.accept(connection, { channel: "rendezvous", salt: options.salt, inbound: rendezvousCodec, outbound: rendezvousCodec })
+        const first = yield* link.receive.pipe(
+          Effect.timeoutFail({
+            duration: Duration.millis(options.handshakeMs),
+            onTimeout: () => new Link.LinkError({ channel: "rendezvous", peer: link.peer, reason: "handshake", detail: `no Join within ${options.handshakeMs} ms` })
+          })
+        )
+        if (first._tag !== "Join" || !live.has(first.rank)) {
+          yield* link.close
+          return yield* Effect.logWarning(`refused a rendezvous from ${link.peer}: ${first._tag === "Join" ? `rank ${first.rank} is not a live rank of this world` : `expected Join, got ${first._tag}`}`)
+        }
+        yield* serial(Effect.gen(function*() {
+          const previous = links.get(first.rank)
+          links.set(first.rank, link)
+          if (previous !== undefined) yield* previous.close
+          // A member coming back (a restart) makes the formed generation stale.
+          if (formed?.members.includes(first.rank)) yield* dissolve(`rank ${first.rank} rejoined`)
+          yield* advance
+        }))
+        yield* Effect.forkScoped(listen(first.rank, link))
+      }).pipe(Effect.catchAll((error) => Effect.logWarning(`dropped a rendezvous connection: ${error.message}`)))
+
+    const owner = yield* Actor.spawn<Accepted, Scope.Scope>({
+      name: "rendezvous-gate",
+      handlers: { Accepted: ({ connection }) => Effect.asVoid(Effect.forkScoped(serve(connection))) }
+    })
+
+    return {
+      owner,
+      begin: (world, local) =>
+        serial(Effect.gen(function*() {
+          for (const rank of world) live.add(rank)
+          localRanks = local
+          yield* advance
+        })),
+      lose: (ranks, reason) =>
+        serial(Effect.gen(function*() {
+          const gone = ranks.filter((rank) => live.has(rank))
+          if (gone.length === 0) return
+          for (const rank of gone) {
+            live.delete(rank)
+            yield* Effect.ignore(links.get(rank)?.close ?? Effect.void)
+            links.delete(rank)
+          }
+          yield* dissolve(reason)
+          if (forming !== undefined) yield* Deferred.fail(forming.id, reason)
+          yield* advance
+        })),
+      current: Effect.sync(() => formed),
+      history: Effect.sync(() => [...history])
+    }
+  })

@@ -1,0 +1,129 @@
+/**
+ * The NCCL rendezvous on the launcher, with scripted ranks over real
+ * loopback links: one id per generation from the preferred generator, the
+ * same id and member list for everyone, and a new generation of the
+ * survivors after a death, a departure or a restart.
+ */
+import { describe, expect } from "bun:test"
+import * as Deferred from "effect/Deferred"
+import * as Effect from "effect/Effect"
+import * as Queue from "effect/Queue"
+import * as RendezvousGate from "../src/actors/launcher/RendezvousGate.ts"
+import * as PortMux from "../src/actors/PortMux.ts"
+import { newSalt } from "../src/wire/Keys.ts"
+import * as Link from "../src/wire/Link.ts"
+import { IdFailed, IdProvided, Join, type RendezvousMessage } from "../src/wire/RendezvousMessages.ts"
+import { effect, eventually } from "./support/effect.ts"
+
+const idOf = (byte: number) => new Uint8Array(128).fill(byte)
+
+const gateWith = (world: ReadonlyArray<number>, local: ReadonlyArray<number>) =>
+  Effect.gen(function*() {
+    const salt = newSalt()
+    const failures: Array<string> = []
+    const gate = yield* RendezvousGate.make({
+      salt,
+      handshakeMs: 5_000,
+      idTimeoutMs: 2_000,
+      onFailure: (reason) => Effect.sync(() => failures.push(reason))
+    })
+    const mux = yield* PortMux.start({ address: "127.0.0.1", port: 0, magicDeadlineMs: 5_000, owners: { rendezvous: gate.owner } })
+    yield* gate.begin(world, new Set(local))
+    /** A scripted rank: its link and every message it received, in order. */
+    const rank = (rank: number, incarnation = 0) =>
+      Effect.gen(function*() {
+        const link = yield* Link.dial({
+          channel: "rendezvous",
+          host: "127.0.0.1",
+          port: mux.port,
+          salt,
+          inbound: RendezvousGate.rendezvousCodec,
+          outbound: RendezvousGate.rendezvousCodec
+        })
+        const inbox = yield* Queue.unbounded<RendezvousMessage>()
+        const ended = yield* Deferred.make<void>()
+        yield* Effect.forkScoped(Effect.forever(Effect.flatMap(link.receive, (message) => Queue.offer(inbox, message))).pipe(
+          Effect.ignore,
+          Effect.zipRight(Deferred.succeed(ended, undefined))
+        ))
+        yield* link.send(new Join({ rank, incarnation }))
+        return { link, next: Queue.take(inbox), pending: Queue.size(inbox), ended: Deferred.await(ended) }
+      })
+    return { failures, gate, rank }
+  })
+
+describe("RendezvousGate", () => {
+  effect.live("once every rank has joined, the local generator's id reaches every member with the same member list", () =>
+    Effect.gen(function*() {
+      const { gate, rank } = yield* gateWith([0, 1, 2], [2])
+      const [r0, r1] = [yield* rank(0), yield* rank(1)]
+      expect(yield* r0.pending).toBe(0) // nobody is asked while rank 2 is missing
+      const r2 = yield* rank(2)
+      // Rank 2 is on the launcher's host: it generates, though 0 is lower.
+      expect(yield* r2.next).toMatchObject({ _tag: "ProvideId", generation: 0 })
+      yield* r2.link.send(new IdProvided({ generation: 0, id: idOf(7) }))
+      for (const member of [r0, r1, r2]) {
+        const ready = yield* member.next
+        expect(ready).toMatchObject({ _tag: "Ready", generation: 0, members: [0, 1, 2] })
+        expect(ready._tag === "Ready" && [...ready.id]).toEqual([...idOf(7)])
+      }
+      expect(yield* gate.current).toEqual({ generation: 0, members: [0, 1, 2], generator: 2 })
+    }), 10_000)
+
+  effect.live("a death dissolves the generation; the survivors re-rendezvous in ascending order", () =>
+    Effect.gen(function*() {
+      const { gate, rank } = yield* gateWith([0, 1, 2], [])
+      const ranks = [yield* rank(0), yield* rank(1), yield* rank(2)]
+      expect(yield* ranks[0]!.next).toMatchObject({ _tag: "ProvideId", generation: 0 })
+      yield* ranks[0]!.link.send(new IdProvided({ generation: 0, id: idOf(1) }))
+      for (const member of ranks) expect((yield* member.next)._tag).toBe("Ready")
+
+      yield* gate.lose([0], "rank 0 exited with status 3")
+      for (const member of [ranks[1]!, ranks[2]!]) {
+        expect(yield* member.next).toEqual(expect.objectContaining({ _tag: "Reform", generation: 0, reason: "rank 0 exited with status 3" }))
+      }
+      // Rank 0 is gone: the lowest survivor generates the next id.
+      expect(yield* ranks[1]!.next).toMatchObject({ _tag: "ProvideId", generation: 1 })
+      yield* ranks[1]!.link.send(new IdProvided({ generation: 1, id: idOf(2) }))
+      for (const member of [ranks[1]!, ranks[2]!]) expect(yield* member.next).toMatchObject({ _tag: "Ready", generation: 1, members: [1, 2] })
+      expect((yield* gate.history).map(({ members }) => members)).toEqual([[0, 1, 2], [1, 2]])
+    }), 10_000)
+
+  effect.live("a member whose link ends (its process died) and comes back as a restart gets a new generation", () =>
+    Effect.gen(function*() {
+      const { gate, rank } = yield* gateWith([0, 1], [])
+      const [r0, r1] = [yield* rank(0), yield* rank(1)]
+      expect((yield* r0.next)._tag).toBe("ProvideId")
+      yield* r0.link.send(new IdProvided({ generation: 0, id: idOf(1) }))
+      expect((yield* r0.next)._tag).toBe("Ready")
+      expect((yield* r1.next)._tag).toBe("Ready")
+      yield* r1.link.close
+      expect(yield* r0.next).toMatchObject({ _tag: "Reform", generation: 0 })
+      yield* eventually(Effect.map(gate.current, (current) => current === undefined), "the generation dissolved")
+      const again = yield* rank(1, 1)
+      expect(yield* r0.next).toMatchObject({ _tag: "ProvideId", generation: 1 })
+      yield* r0.link.send(new IdProvided({ generation: 1, id: idOf(3) }))
+      expect(yield* again.next).toMatchObject({ _tag: "Ready", generation: 1, members: [0, 1] })
+    }), 10_000)
+
+  effect.live("a generator that cannot make an id fails the rendezvous with its reason", () =>
+    Effect.gen(function*() {
+      const { failures, rank } = yield* gateWith([0], [])
+      const r0 = yield* rank(0)
+      expect((yield* r0.next)._tag).toBe("ProvideId")
+      yield* r0.link.send(new IdFailed({ generation: 0, reason: "NCCL not found; searched: x" }))
+      yield* eventually(Effect.sync(() => failures.length === 1), "the failure reported")
+      expect(failures[0]).toBe("the NCCL rendezvous failed: rank 0 could not make an NCCL unique id: NCCL not found; searched: x")
+    }), 10_000)
+
+  effect.live("a join for a rank outside the world is refused and asks nothing of anyone", () =>
+    Effect.gen(function*() {
+      const { gate, rank } = yield* gateWith([0], [])
+      const stranger = yield* rank(5)
+      yield* stranger.ended // the gate closed its link
+      expect(yield* stranger.pending).toBe(0)
+      expect(yield* gate.current).toBeUndefined()
+      const r0 = yield* rank(0)
+      expect((yield* r0.next)._tag).toBe("ProvideId")
+    }), 10_000)
+})
