@@ -1,0 +1,103 @@
+/**
+ * `backend: nccl` end to end with real launcher, agent and rank processes:
+ * the ranks rendezvous through the launcher, the generator makes the id
+ * through the native library, and after a death the survivors get a new
+ * generation without the dead. NCCL itself is a small C stand-in (built
+ * here, pointed at with COHORT_NCCL_LIB) exporting what the rendezvous
+ * calls; without a C compiler that test says so and skips. Where no NCCL
+ * is found at all, the run fails with the search in its root cause.
+ */
+import { beforeAll, describe, expect, test } from "bun:test"
+import { mkdtempSync, writeFileSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { repoRoot } from "./support/launch-scenario.ts"
+import { collectLines, waitFor } from "./support/processes.ts"
+
+const dir = mkdtempSync(join(tmpdir(), "cohort-nccl-"))
+const stub = join(dir, "libnccl.so.2")
+let stubProblem: string | undefined
+
+beforeAll(() => {
+  const cc = Bun.which("cc") ?? Bun.which("gcc")
+  if (cc === null) {
+    stubProblem = "no C compiler (cc) to build the NCCL stand-in"
+    return
+  }
+  const built = Bun.spawnSync([cc, "-shared", "-fPIC", "-O2", "-o", stub, join(import.meta.dir, "fixtures/nccl-stub.c")], { stderr: "pipe" })
+  if (built.exitCode !== 0) stubProblem = `building the NCCL stand-in failed: ${built.stderr.toString()}`
+})
+
+const launch = (args: ReadonlyArray<string>, env: Record<string, string>) => {
+  const file = join(dir, `cluster-${Math.random().toString(36).slice(2)}.yml`)
+  writeFileSync(file, `
+workers:
+  - host: localhost
+    devices: 3
+    path: ${repoRoot}
+job:
+  entry: test/fixtures/nccl-rank-fixture.ts
+  backend: nccl
+  args: ${JSON.stringify(args)}
+failure_policy:
+  after_formation:
+    elastic: { max_failure: 2 }
+  grace: 2s
+`)
+  const proc = Bun.spawn([process.execPath, "src/cli/launch.ts", file], {
+    cwd: repoRoot,
+    env: { ...process.env, ...env },
+    stdout: "pipe",
+    stderr: "pipe"
+  })
+  return { proc, stdout: collectLines(proc.stdout), stderr: collectLines(proc.stderr) }
+}
+
+describe("backend nccl", () => {
+  test("the ranks share one id per generation; after a death the survivors re-rendezvous without it", async () => {
+    if (stubProblem !== undefined) {
+      console.warn(`skipping: ${stubProblem}`)
+      return
+    }
+    const trigger = join(dir, "go")
+    const run = launch(["fail=1", `trigger=${trigger}`, "generations=2"], { COHORT_NCCL_LIB: stub })
+    const generation = (lines: ReadonlyArray<string>, g: number) => lines.filter((line) => line.includes(`] generation ${g}:`))
+    await waitFor(() => generation(run.stdout.lines, 0).length === 3, "every rank in generation 0", 15_000)
+    writeFileSync(trigger, "")
+    expect(await run.proc.exited).toBe(0)
+    await Promise.all([run.stdout.done, run.stderr.done])
+    const first = generation(run.stdout.lines, 0)
+    // One id for everyone; each rank's NCCL rank is its position among the members.
+    expect(new Set(first.map((line) => line.split(" id ")[1])).size).toBe(1)
+    for (const rank of [0, 1, 2]) expect(first.some((line) => line.startsWith(`[localhost:cpu:r${rank}] generation 0: nccl rank ${rank}/3 members 0,1,2 id `))).toBe(true)
+    const second = generation(run.stdout.lines, 1)
+    expect(second.map((line) => line.replace(/ id \w+$/, "")).sort()).toEqual([
+      "[localhost:cpu:r0] generation 1: nccl rank 0/2 members 0,2",
+      "[localhost:cpu:r2] generation 1: nccl rank 1/2 members 0,2"
+    ])
+    expect(new Set(second.map((line) => line.split(" id ")[1])).size).toBe(1)
+    expect(second[0]!.split(" id ")[1]).not.toBe(first[0]!.split(" id ")[1])
+    // Both survivors dropped generation 0: told when rank 1's link ended, or when its death was reported.
+    const reforms = run.stdout.lines.filter((line) => line.includes("] reform 0: "))
+    expect(reforms.map((line) => line.slice(0, line.indexOf("]") + 1)).sort()).toEqual(["[localhost:cpu:r0]", "[localhost:cpu:r2]"])
+    for (const line of reforms) expect(line).toMatch(/reform 0: rank 1 (left|of localhost exited with status 3)$/)
+    expect(run.stderr.lines.at(-1)).toBe("cohort: run completed DEGRADED (1 of 3 ranks lost: rank 1 of localhost exited with status 3)")
+  }, 30_000)
+
+  test("without NCCL the run fails, naming where NCCL was looked for", async () => {
+    const empty = mkdtempSync(join(tmpdir(), "cohort-no-nccl-"))
+    const run = launch([], { COHORT_NCCL_LIB: join(empty, "libnccl.so.2"), LD_LIBRARY_PATH: empty })
+    const code = await run.proc.exited
+    await run.stderr.done
+    const last = run.stderr.lines.at(-1) ?? ""
+    if (code === 0) {
+      // A machine with a system NCCL: the search found it after the missing override.
+      expect(last).toBe("cohort: run completed")
+      return
+    }
+    expect(code).toBe(1)
+    expect(last).toStartWith("cohort: run failed: coordinator failed: the NCCL rendezvous failed: rank 0 could not make an NCCL unique id: NCCL not found; searched: ")
+    expect(last).toContain(join(empty, "libnccl.so.2"))
+    expect(last).toContain("set COHORT_NCCL_LIB")
+  }, 30_000)
+})
