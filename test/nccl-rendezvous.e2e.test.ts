@@ -2,9 +2,9 @@
  * `backend: nccl` end to end with real launcher, agent and rank processes:
  * the ranks rendezvous through the launcher, the generator makes the id
  * through the native library, and after a death the survivors get a new
- * generation without the dead. NCCL itself is a small C stand-in (built
- * here, pointed at with COHORT_NCCL_LIB) exporting what the rendezvous
- * calls; without a C compiler that test says so and skips. Where no NCCL
+ * generation without the dead. NCCL itself is a small C stand-in
+ * (fixtures/fake-gpu/nccl.c, built here, pointed at with COHORT_NCCL_LIB);
+ * without a C compiler that test says so and skips. Where no NCCL
  * is found at all, the run fails with the search in its root cause.
  */
 import { beforeAll, describe, expect, test } from "bun:test"
@@ -24,7 +24,7 @@ beforeAll(() => {
     stubProblem = "no C compiler (cc) to build the NCCL stand-in"
     return
   }
-  const built = Bun.spawnSync([cc, "-shared", "-fPIC", "-O2", "-o", stub, join(import.meta.dir, "fixtures/nccl-stub.c")], { stderr: "pipe" })
+  const built = Bun.spawnSync([cc, "-shared", "-fPIC", "-O2", "-o", stub, join(import.meta.dir, "fixtures/fake-gpu/nccl.c")], { stderr: "pipe" })
   if (built.exitCode !== 0) stubProblem = `building the NCCL stand-in failed: ${built.stderr.toString()}`
 })
 

@@ -195,8 +195,9 @@ export const fromLibrary = (library: OpenLibrary): NativeLibrary => {
     noop: () => native.cohort_noop()
   }
 
-  const cudaCall = (code: number): Effect.Effect<void, CudaUnavailable> =>
-    code === status.ok ? Effect.void : Effect.fail(new CudaUnavailable({ reason: library.lastError() }))
+  /** Call the library when the Effect runs (never when it is built), and type its failure. */
+  const cudaCall = (call: () => number): Effect.Effect<void, CudaUnavailable> =>
+    Effect.suspend(() => (call() === status.ok ? Effect.void : Effect.fail(new CudaUnavailable({ reason: library.lastError() }))))
   const out64 = () => new BigUint64Array(1)
   const cuda: Cuda = {
     deviceCount: Effect.suspend(() => {
@@ -206,11 +207,11 @@ export const fromLibrary = (library: OpenLibrary): NativeLibrary => {
     device: (index) =>
       Effect.gen(function*() {
         const name = text((out, capacity) => native.cohort_cuda_device_name(index, out, capacity))
-        yield* cudaCall(name.status)
+        yield* cudaCall(() => name.status)
         const uuid = new Uint8Array(16)
-        yield* cudaCall(native.cohort_cuda_device_uuid(index, ptr(uuid)))
+        yield* cudaCall(() => native.cohort_cuda_device_uuid(index, ptr(uuid)))
         const total = out64()
-        yield* cudaCall(native.cohort_cuda_device_total_memory(index, ptr(total)))
+        yield* cudaCall(() => native.cohort_cuda_device_total_memory(index, ptr(total)))
         const hex = Buffer.from(uuid).toString("hex")
         return {
           index,
@@ -222,15 +223,15 @@ export const fromLibrary = (library: OpenLibrary): NativeLibrary => {
     memory: (index) =>
       Effect.gen(function*() {
         const [free, total] = [out64(), out64()]
-        yield* cudaCall(native.cohort_cuda_memory_info(index, ptr(free), ptr(total)))
+        yield* cudaCall(() => native.cohort_cuda_memory_info(index, ptr(free), ptr(total)))
         return { free: free[0]!, total: total[0]! }
       }),
     allocate: (device, bytes) =>
       Effect.acquireRelease(
         Effect.gen(function*() {
-          yield* cudaCall(native.cohort_cuda_set_device(device))
+          yield* cudaCall(() => native.cohort_cuda_set_device(device))
           const address = out64()
-          yield* cudaCall(native.cohort_cuda_malloc(BigInt(bytes), ptr(address)))
+          yield* cudaCall(() => native.cohort_cuda_malloc(BigInt(bytes), ptr(address)))
           const buffer: DeviceBuffer = {
             device,
             address: address[0]!,
@@ -238,48 +239,50 @@ export const fromLibrary = (library: OpenLibrary): NativeLibrary => {
             upload: (from) =>
               from.byteLength > bytes
                 ? Effect.fail(new CudaUnavailable({ reason: `upload of ${from.byteLength} bytes into a ${bytes}-byte buffer` }))
-                : cudaCall(native.cohort_cuda_copy_to_device(address[0]!, ptr(from), BigInt(from.byteLength))),
+                : cudaCall(() => native.cohort_cuda_copy_to_device(address[0]!, ptr(from), BigInt(from.byteLength))),
             download: (into) =>
               into.byteLength > bytes
                 ? Effect.fail(new CudaUnavailable({ reason: `download of ${into.byteLength} bytes from a ${bytes}-byte buffer` }))
-                : cudaCall(native.cohort_cuda_copy_to_host(ptr(into), address[0]!, BigInt(into.byteLength)))
+                : cudaCall(() => native.cohort_cuda_copy_to_host(ptr(into), address[0]!, BigInt(into.byteLength)))
           }
           return buffer
         }),
-        (buffer) => Effect.ignore(cudaCall(native.cohort_cuda_free(buffer.address)))
+        (buffer) => Effect.ignore(cudaCall(() => native.cohort_cuda_free(buffer.address)))
       ),
     stream: Effect.acquireRelease(
       Effect.gen(function*() {
         const handle = out64()
-        yield* cudaCall(native.cohort_cuda_stream_create(ptr(handle)))
+        yield* cudaCall(() => native.cohort_cuda_stream_create(ptr(handle)))
         return handle[0]!
       }),
-      (stream) => Effect.ignore(cudaCall(native.cohort_cuda_stream_destroy(stream)))
+      (stream) => Effect.ignore(cudaCall(() => native.cohort_cuda_stream_destroy(stream)))
     ),
-    synchronize: (stream) => cudaCall(native.cohort_cuda_stream_synchronize(stream))
+    synchronize: (stream) => cudaCall(() => native.cohort_cuda_stream_synchronize(stream))
   }
 
-  const ncclCall = (code: number): Effect.Effect<void, NcclError | NcclUnavailable> => {
-    if (code === status.ok) return Effect.void
-    const detail = library.lastError()
-    if (code === status.unavailable) return Effect.fail(new NcclUnavailable({ searched: detail }))
-    const nccl = /ncclResult_t (\d+)|code (\d+)/.exec(detail)
-    return Effect.fail(new NcclError({ code: Number(nccl?.[1] ?? nccl?.[2] ?? code), detail }))
-  }
+  const ncclCall = (call: () => number): Effect.Effect<void, NcclError | NcclUnavailable> =>
+    Effect.suspend((): Effect.Effect<void, NcclError | NcclUnavailable> => {
+      const code = call()
+      if (code === status.ok) return Effect.void
+      const detail = library.lastError()
+      if (code === status.unavailable) return Effect.fail(new NcclUnavailable({ searched: detail }))
+      const nccl = /ncclResult_t (\d+)|code (\d+)/.exec(detail)
+      return Effect.fail(new NcclError({ code: Number(nccl?.[1] ?? nccl?.[2] ?? code), detail }))
+    })
   const unavailableOnly = <A>(effect: Effect.Effect<A, NcclError | NcclUnavailable>): Effect.Effect<A, NcclUnavailable> =>
     Effect.catchTag(effect, "NcclError", (error) => Effect.fail(new NcclUnavailable({ searched: error.detail })))
   const nccl: Nccl = {
     libraryPath: unavailableOnly(Effect.suspend(() => {
       const path = text((out, capacity) => native.cohort_nccl_library_path(out, capacity), 4096)
-      return Effect.as(ncclCall(path.status), path.value)
+      return Effect.as(ncclCall(() => path.status), path.value)
     })),
     version: Effect.suspend(() => {
       const version = new Int32Array(1)
-      return Effect.as(ncclCall(native.cohort_nccl_version(ptr(version))), version[0]!)
+      return Effect.map(ncclCall(() => native.cohort_nccl_version(ptr(version))), () => version[0]!)
     }),
     uniqueId: Effect.suspend(() => {
       const id = new Uint8Array(128)
-      return Effect.as(ncclCall(native.cohort_nccl_get_unique_id(ptr(id))), id)
+      return Effect.as(ncclCall(() => native.cohort_nccl_get_unique_id(ptr(id))), id)
     }),
     communicator: (rank, worldSize, id) =>
       Effect.gen(function*() {
@@ -288,15 +291,15 @@ export const fromLibrary = (library: OpenLibrary): NativeLibrary => {
         const handle = yield* Effect.acquireRelease(
           Effect.suspend(() => {
             const out = out64()
-            return Effect.as(ncclCall(native.cohort_nccl_comm_init_rank(ptr(out), worldSize, ptr(id), rank)), out[0]!)
+            return Effect.map(ncclCall(() => native.cohort_nccl_comm_init_rank(ptr(out), worldSize, ptr(id), rank)), () => out[0]!)
           }),
-          (comm) => (aborted ? Effect.void : Effect.ignore(ncclCall(native.cohort_nccl_comm_destroy(comm))))
+          (comm) => (aborted ? Effect.void : Effect.ignore(ncclCall(() => native.cohort_nccl_comm_destroy(comm))))
         )
         const communicator: Communicator = {
           rank,
           worldSize,
           allReduce: (send, receive, element, op, stream) =>
-            ncclCall(native.cohort_nccl_all_reduce(
+            ncclCall(() => native.cohort_nccl_all_reduce(
               send.address,
               receive.address,
               BigInt(Math.floor(Math.min(send.bytes, receive.bytes) / (element === "f32" ? 4 : 2))),
@@ -307,12 +310,12 @@ export const fromLibrary = (library: OpenLibrary): NativeLibrary => {
             )),
           asyncError: Effect.suspend(() => {
             const code = new Int32Array(1)
-            return Effect.as(ncclCall(native.cohort_nccl_comm_get_async_error(handle, ptr(code))), code[0]!)
+            return Effect.map(ncclCall(() => native.cohort_nccl_comm_get_async_error(handle, ptr(code))), () => code[0]!)
           }),
           abort: Effect.suspend(() => {
             if (aborted) return Effect.void
             aborted = true
-            return ncclCall(native.cohort_nccl_comm_abort(handle))
+            return ncclCall(() => native.cohort_nccl_comm_abort(handle))
           })
         }
         return communicator

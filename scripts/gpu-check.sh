@@ -1,0 +1,208 @@
+#!/usr/bin/env bash
+# The native library's GPU check, for a lent GPU machine (one H200, 16 cores,
+# no network, the repo copied there with ignored paths carried explicitly).
+#
+# CARRY: pass exactly this as the device tool's `carry`:
+#
+#   ["node_modules/.cohort-gpu-carry.tar.xz", "src/native/target/release/libcohort_native.so"]
+#
+# and run it as:  bash scripts/gpu-check.sh        (timeout_s 540; it ends within 8 minutes)
+#
+# node_modules itself cannot travel: `du -sh node_modules` is 219M, over the
+# 64 MiB limit, and Bun's binary alone is 107 MB (node_modules/bun/bin/bun.exe,
+# hard-linked again as bunx.exe). So prepare the carry here first, once:
+#
+#   bash scripts/gpu-check.sh --prepare
+#
+# which builds the native library if it is missing and packs what the GPU
+# check needs (Bun's binary and the .bin/bun link; effect's package.json,
+# dist/esm and its own node_modules; @standard-schema; fast-check; pure-rand)
+# into node_modules/.cohort-gpu-carry.tar.xz, xz-compressed: 39 MiB (40 MiB
+# travelling in all with the 0.5 MiB library and the 1 MiB working tree).
+# node_modules/ is ignored by git, so it travels only as carried. It prints
+# what will travel in all (tracked and untracked files plus the carry) and
+# refuses if that is over 64 MiB.
+#
+# On the device machine the script: unpacks the carry; prints nvidia-smi -L;
+# rebuilds the native library with cargo only if it is missing and cargo
+# exists; finds libcudart and NCCL (the torch venv's wheel) when the library's
+# own search does not; runs the native tests (GPU, kernels, errors); runs
+# bench/nccl-allreduce.ts. Everything goes to stdout and to $OUT/gpu-check.txt.
+# A failing step is recorded and the next one runs; the exit status is 1 when
+# any step failed. Every step has a time limit inside an overall budget.
+set -u
+
+cd "$(dirname "$0")/.." || exit 2
+ROOT=$PWD
+CARRY=node_modules/.cohort-gpu-carry.tar.xz
+LIB=src/native/target/release/libcohort_native.so
+BUN=node_modules/.bin/bun
+LIMIT_MIB=64
+
+prepare() {
+  set -o pipefail
+  if [ ! -f "$LIB" ]; then
+    echo "building the native library ($LIB is missing)"
+    "$BUN" run build:native || return 1
+  fi
+  local parts=(
+    node_modules/bun/bin/bun.exe node_modules/bun/package.json node_modules/.bin/bun
+    node_modules/effect/package.json node_modules/effect/dist/esm node_modules/effect/node_modules
+    node_modules/@standard-schema node_modules/fast-check node_modules/pure-rand
+  )
+  local part
+  for part in "${parts[@]}"; do
+    [ -e "$part" ] || [ -L "$part" ] || { echo "missing $part: run bun install first"; return 1; }
+  done
+  if [ -f "$CARRY" ] && [ -z "$(find "${parts[@]}" -newer "$CARRY" -print -quit)" ]; then
+    echo "$CARRY is up to date"
+  else
+    echo "packing ${parts[*]} into $CARRY (xz, a minute or two)"
+    rm -f "$CARRY"
+    XZ_OPT="-6 -T0" tar --owner=0 --group=0 -cJf "$CARRY" "${parts[@]}" || return 1
+  fi
+  local tree carry total
+  tree=$(git ls-files -z -co --exclude-standard | du -cb --files0-from=- 2>/dev/null | tail -1 | cut -f1)
+  carry=$(du -cbL "$CARRY" "$LIB" | tail -1 | cut -f1)
+  total=$((tree + carry))
+  printf 'carry: %s %s MiB, %s %s MiB; working tree %s MiB; travelling in all %s MiB (limit %s MiB)\n' \
+    "$CARRY" "$(( $(stat -c %s "$CARRY") >> 20 ))" "$LIB" "$(( $(stat -c %s "$LIB") >> 20 ))" \
+    "$(( tree >> 20 ))" "$(( total >> 20 ))" "$LIMIT_MIB"
+  if [ "$total" -gt $((LIMIT_MIB << 20)) ]; then
+    echo "too big to travel: carry less"
+    return 1
+  fi
+  echo "carry: [\"$CARRY\", \"$LIB\"]"
+}
+
+if [ "${1:-}" = "--prepare" ]; then
+  prepare
+  exit
+fi
+
+# ---- on the device machine ----
+
+OUT=${OUT:-$ROOT/.scratch/gpu-check}
+mkdir -p "$OUT"
+LOG=$OUT/gpu-check.txt
+BUDGET_S=${GPU_CHECK_BUDGET_S:-450}
+RESULTS=()
+FAILED=0
+
+# step NAME LIMIT_S COMMAND...: run it within its limit and what is left of the budget; record how it went.
+step() {
+  local name=$1 limit=$2
+  shift 2
+  local left=$((BUDGET_S - SECONDS))
+  if [ "$left" -lt 5 ]; then
+    RESULTS+=("SKIP  $name (the ${BUDGET_S}s budget is spent)")
+    FAILED=1
+    return 1
+  fi
+  [ "$limit" -gt "$left" ] && limit=$left
+  echo
+  echo "=== $name (limit ${limit}s, at ${SECONDS}s) ==="
+  local start=$SECONDS rc
+  if declare -F "$1" >/dev/null; then
+    "$@"
+  else
+    timeout -k 5 "$limit" "$@"
+  fi
+  rc=$?
+  local took=$((SECONDS - start))
+  if [ "$rc" -eq 0 ]; then
+    RESULTS+=("ok    $name (${took}s)")
+  else
+    [ "$rc" -eq 124 ] && RESULTS+=("FAIL  $name: timed out after ${limit}s") || RESULTS+=("FAIL  $name: exit $rc (${took}s)")
+    FAILED=1
+  fi
+  return "$rc"
+}
+
+unpack() {
+  if [ -x "$BUN" ] && "$BUN" --version >/dev/null 2>&1; then
+    echo "node_modules already holds a working bun"
+  elif [ -f "$CARRY" ]; then
+    ls -la "$CARRY"
+    if ! timeout 120 tar -xJf "$CARRY"; then
+      echo "tar -xJf failed; unpacking with Python's lzma"
+      timeout 120 python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1], "r:xz").extractall(".")' "$CARRY" || return 1
+    fi
+  else
+    echo "no $CARRY and no $BUN: carry [\"$CARRY\", \"$LIB\"] (made by: bash scripts/gpu-check.sh --prepare)"
+    return 1
+  fi
+  echo "bun $("$BUN" --version)"
+}
+
+native_library() {
+  if [ -f "$LIB" ]; then
+    ls -la "$LIB"
+    return 0
+  fi
+  if ! command -v cargo >/dev/null; then
+    echo "$LIB is missing and cargo is not here: carry it"
+    return 1
+  fi
+  echo "$LIB is missing: building it with cargo"
+  CARGO_NET_OFFLINE=true timeout 240 cargo build --release --quiet --manifest-path src/native/Cargo.toml && ls -la "$LIB"
+}
+
+# Point COHORT_CUDART_LIB and COHORT_NCCL_LIB at the libraries when the library's own search would miss them.
+locate_libraries() {
+  echo "--- what the library finds by itself:"
+  timeout 30 "$BUN" bench/nccl-allreduce.ts --probe
+  local prefix
+  prefix=$(timeout 20 python3 -c 'import sys; print(sys.prefix)' 2>/dev/null)
+  if [ -n "$prefix" ] && [ -z "${VIRTUAL_ENV:-}" ]; then
+    echo "--- with VIRTUAL_ENV=$prefix (python3's environment; the search looks for the nvidia-nccl wheel there):"
+    VIRTUAL_ENV=$prefix timeout 30 "$BUN" bench/nccl-allreduce.ts --probe
+  fi
+  if [ -z "${COHORT_CUDART_LIB:-}" ] && ! ldconfig -p 2>/dev/null | grep -q 'libcudart\.so'; then
+    local cudart
+    cudart=$(timeout 20 find /usr/local /opt /usr/lib -name 'libcudart.so*' -type f 2>/dev/null | sort | head -1)
+    [ -n "$cudart" ] && export COHORT_CUDART_LIB=$cudart && echo "COHORT_CUDART_LIB=$cudart (libcudart is not in ld.so.cache)"
+  fi
+  if [ -z "${COHORT_NCCL_LIB:-}" ]; then
+    local nccl
+    nccl=$(timeout 20 python3 -c '
+import glob, os
+try:
+    import nvidia.nccl as m
+    for d in m.__path__:
+        for p in sorted(glob.glob(os.path.join(d, "lib", "libnccl.so*"))):
+            print(p)
+except Exception:
+    pass' 2>/dev/null | head -1)
+    [ -z "$nccl" ] && nccl=$(ldconfig -p 2>/dev/null | awk '/libnccl\.so\.2 /{print $NF; exit}')
+    [ -z "$nccl" ] && nccl=$(timeout 20 find /opt /usr/local /usr/lib -name 'libnccl.so.2*' 2>/dev/null | sort | head -1)
+    if [ -n "$nccl" ]; then
+      export COHORT_NCCL_LIB=$nccl
+      echo "COHORT_NCCL_LIB=$nccl"
+    else
+      echo "no libnccl.so.2 found on this machine"
+    fi
+  fi
+  echo "--- with those settings:"
+  timeout 30 "$BUN" bench/nccl-allreduce.ts --probe
+}
+
+main() {
+  # NCCL says why, if it fails.
+  export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
+  echo "gpu-check: $(date -u +%FT%TZ) on ${HOSTNAME:-?}, $(uname -srm), $(nproc) cores, in $ROOT"
+  step "nvidia-smi" 30 nvidia-smi -L
+  timeout 20 nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv 2>/dev/null
+  step "unpack the carried Bun and packages" 150 unpack
+  step "native library" 260 native_library
+  step "locate libcudart and NCCL" 150 locate_libraries
+  step "bun test (native GPU, kernels, errors)" 240 "$BUN" test test/native.gpu.test.ts test/native-kernels.test.ts test/native-errors.test.ts
+  step "NCCL all-reduce benchmark" 180 "$BUN" bench/nccl-allreduce.ts
+  echo
+  echo "=== summary (${SECONDS}s) ==="
+  printf '%s\n' "${RESULTS[@]}"
+  return "$FAILED"
+}
+
+main 2>&1 | tee "$LOG"
+exit "${PIPESTATUS[0]}"
