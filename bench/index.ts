@@ -2,6 +2,7 @@
 import { failureReaction } from "./failure-reaction.ts"
 import { frameThroughput } from "./frame-throughput.ts"
 import { launchLatency } from "./launch-latency.ts"
+import { nativeKernels } from "./native-kernels.ts"
 
 console.log(`bun ${Bun.version}, ${navigator.hardwareConcurrency} cores, ${new Date().toISOString()}\n`)
 console.log(await failureReaction())
@@ -9,3 +10,5 @@ console.log()
 console.log(await frameThroughput())
 console.log()
 console.log(await launchLatency())
+console.log()
+console.log(await nativeKernels())

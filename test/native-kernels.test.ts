@@ -136,6 +136,19 @@ describe("native CPU kernels", () => {
     )
   }, 60_000)
 
+  test("f32 outputs large enough for streaming stores: same values, any offset, in place too", () => {
+    const length = (1 << 20) + 37
+    for (const [offset, inPlace] of [[1, false], [2, true], [3, false]] as const) {
+      for (const op of ["sum", "average"] as const) {
+        const inputs = [0, 1, 2].map((k) => f32View(offset + k, length, (i) => valueAt(99 + k, i)))
+        const expected = referenceF32(op, inputs, length)
+        const out = inPlace ? inputs[1]! : f32View(offset, length, () => 7)
+        native.kernels[op]("f32", inputs, out)
+        sameF32(out, expected)
+      }
+    }
+  }, 30_000)
+
   test("bf16 rounding: exact halves go to even, NaN stays NaN, infinities stay infinite", () => {
     const one = f32ToBf16(1)
     const inputs = [new Uint16Array([one, 0x7f80, 0x7fc0, 0xff80]), new Uint16Array([0, 0, one, 0])]

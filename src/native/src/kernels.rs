@@ -93,6 +93,114 @@ fn split(len: usize, work: impl Fn(usize, usize) + Sync) {
     });
 }
 
+/// Elements reduced together: small enough to stay in registers, long enough to vectorise.
+const LANES: usize = 32;
+
+/// out[from..to] = the sum (or average) of the inputs, in input order.
+///
+/// A chunk of every input is read before the chunk of the output is written,
+/// so an output that is one of the inputs is fine; and the per-element order
+/// of the additions is the same as one element at a time.
+#[inline(always)]
+fn reduce_range<T: Element, const AVERAGE: bool>(sources: &[usize], out: usize, from: usize, to: usize) {
+    let out = out as *mut T;
+    let first = sources[0] as *const T;
+    let rest = &sources[1..];
+    let divisor = sources.len() as f32;
+    let mut at = from;
+    while at + LANES <= to {
+        let mut acc = [0f32; LANES];
+        let head = unsafe { first.add(at) };
+        for (k, slot) in acc.iter_mut().enumerate() {
+            *slot = T::load(unsafe { head.add(k) });
+        }
+        for &source in rest {
+            let chunk = unsafe { (source as *const T).add(at) };
+            for (k, slot) in acc.iter_mut().enumerate() {
+                *slot += T::load(unsafe { chunk.add(k) });
+            }
+        }
+        let chunk = unsafe { out.add(at) };
+        for (k, value) in acc.iter().enumerate() {
+            T::store(unsafe { chunk.add(k) }, if AVERAGE { *value / divisor } else { *value });
+        }
+        at += LANES;
+    }
+    for i in at..to {
+        let mut acc = T::load(unsafe { first.add(i) });
+        for &source in rest {
+            acc += T::load(unsafe { (source as *const T).add(i) });
+        }
+        T::store(unsafe { out.add(i) }, if AVERAGE { acc / divisor } else { acc });
+    }
+}
+
+/// Outputs at least this large (in elements) are written with streaming stores:
+/// they bypass the cache, so the output's lines are not read first, and a
+/// 64 MiB result would not stay in cache anyway.
+#[cfg(target_arch = "x86_64")]
+const STREAM_MIN: usize = 1 << 20;
+
+/// `reduce_range` for f32 on x86_64, writing whole chunks with non-temporal
+/// stores (SSE, part of every x86_64). The values are the same; only the
+/// way they reach memory differs.
+#[cfg(target_arch = "x86_64")]
+fn reduce_range_streaming<const AVERAGE: bool>(sources: &[usize], out: usize, from: usize, to: usize) {
+    use std::arch::x86_64::{_mm_loadu_ps, _mm_sfence, _mm_stream_ps};
+    let target = out as *mut f32;
+    // A scalar head until the output is 16-byte aligned, as streaming stores need.
+    let mut at = from;
+    while at < to && (unsafe { target.add(at) } as usize) % 16 != 0 {
+        at += 1;
+    }
+    reduce_range::<f32, AVERAGE>(sources, out, from, at);
+    let first = sources[0] as *const f32;
+    let rest = &sources[1..];
+    let divisor = sources.len() as f32;
+    while at + LANES <= to {
+        let mut acc = [0f32; LANES];
+        let head = unsafe { first.add(at) };
+        for (k, slot) in acc.iter_mut().enumerate() {
+            *slot = f32::load(unsafe { head.add(k) });
+        }
+        for &source in rest {
+            let chunk = unsafe { (source as *const f32).add(at) };
+            for (k, slot) in acc.iter_mut().enumerate() {
+                *slot += f32::load(unsafe { chunk.add(k) });
+            }
+        }
+        if AVERAGE {
+            for slot in acc.iter_mut() {
+                *slot /= divisor;
+            }
+        }
+        for quad in 0..LANES / 4 {
+            unsafe { _mm_stream_ps(target.add(at + 4 * quad), _mm_loadu_ps(acc.as_ptr().add(4 * quad))) };
+        }
+        at += LANES;
+    }
+    // Streaming stores are weakly ordered: fence them before anyone reads the output.
+    unsafe { _mm_sfence() };
+    reduce_range::<f32, AVERAGE>(sources, out, at, to);
+}
+
+fn reduce_f32(inputs: *const *const f32, count: usize, len: usize, out: *mut f32, how: Reduce) -> i32 {
+    #[cfg(target_arch = "x86_64")]
+    if len >= STREAM_MIN && count > 0 && !inputs.is_null() && !out.is_null() {
+        let sources: Vec<usize> = (0..count).map(|i| unsafe { *inputs.add(i) } as usize).collect();
+        if sources.contains(&0) {
+            return fail(status::INVALID, "an input pointer is null");
+        }
+        let out = out as usize;
+        match how {
+            Reduce::Sum => split(len, |from, to| reduce_range_streaming::<false>(&sources, out, from, to)),
+            Reduce::Average => split(len, |from, to| reduce_range_streaming::<true>(&sources, out, from, to)),
+        }
+        return status::OK;
+    }
+    reduce(inputs, count, len, out, how)
+}
+
 fn reduce<T: Element>(inputs: *const *const T, count: usize, len: usize, out: *mut T, how: Reduce) -> i32 {
     if count == 0 || inputs.is_null() || (len > 0 && out.is_null()) {
         return fail(status::INVALID, "a reduction needs at least one input and an output");
@@ -102,20 +210,10 @@ fn reduce<T: Element>(inputs: *const *const T, count: usize, len: usize, out: *m
         return fail(status::INVALID, "an input pointer is null");
     }
     let out = out as usize;
-    let divisor = count as f32;
-    split(len, |from, to| {
-        let out = out as *mut T;
-        for i in from..to {
-            let mut acc = T::load(unsafe { (sources[0] as *const T).add(i) });
-            for &source in &sources[1..] {
-                acc += T::load(unsafe { (source as *const T).add(i) });
-            }
-            if let Reduce::Average = how {
-                acc /= divisor;
-            }
-            T::store(unsafe { out.add(i) }, acc);
-        }
-    });
+    match how {
+        Reduce::Sum => split(len, |from, to| reduce_range::<T, false>(&sources, out, from, to)),
+        Reduce::Average => split(len, |from, to| reduce_range::<T, true>(&sources, out, from, to)),
+    }
     status::OK
 }
 
@@ -151,12 +249,12 @@ fn scale<T: Element>(buffer: *mut T, len: usize, factor: f32) -> i32 {
 
 #[no_mangle]
 pub extern "C" fn cohort_sum_f32(inputs: *const *const f32, count: usize, len: usize, out: *mut f32) -> i32 {
-    reduce(inputs, count, len, out, Reduce::Sum)
+    reduce_f32(inputs, count, len, out, Reduce::Sum)
 }
 
 #[no_mangle]
 pub extern "C" fn cohort_average_f32(inputs: *const *const f32, count: usize, len: usize, out: *mut f32) -> i32 {
-    reduce(inputs, count, len, out, Reduce::Average)
+    reduce_f32(inputs, count, len, out, Reduce::Average)
 }
 
 #[no_mangle]
