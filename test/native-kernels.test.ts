@@ -138,9 +138,10 @@ describe("native CPU kernels", () => {
 
   test("f32 outputs large enough for streaming stores: same values, any offset, in place too", () => {
     const length = (1 << 20) + 37
-    for (const [offset, inPlace] of [[1, false], [2, true], [3, false]] as const) {
+    // Three inputs take the SSE path, seven the AVX one (where the CPU has AVX).
+    for (const [offset, inPlace, count] of [[1, false, 3], [2, true, 3], [3, false, 7], [1, true, 7]] as const) {
       for (const op of ["sum", "average"] as const) {
-        const inputs = [0, 1, 2].map((k) => f32View(offset + k, length, (i) => valueAt(99 + k, i)))
+        const inputs = Array.from({ length: count }, (_, k) => f32View(offset + k, length, (i) => valueAt(99 + k, i)))
         const expected = referenceF32(op, inputs, length)
         const out = inPlace ? inputs[1]! : f32View(offset, length, () => 7)
         native.kernels[op]("f32", inputs, out)

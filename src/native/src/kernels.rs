@@ -184,6 +184,44 @@ fn reduce_range_streaming<const AVERAGE: bool>(sources: &[usize], out: usize, fr
     reduce_range::<f32, AVERAGE>(sources, out, at, to);
 }
 
+/// The same with AVX: eight lanes a load, 32-byte aligned streaming stores.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx")]
+unsafe fn reduce_range_streaming_avx<const AVERAGE: bool>(sources: &[usize], out: usize, from: usize, to: usize) {
+    use std::arch::x86_64::{__m256, _mm256_add_ps, _mm256_div_ps, _mm256_loadu_ps, _mm256_set1_ps, _mm256_stream_ps, _mm_sfence};
+    let target = out as *mut f32;
+    let mut at = from;
+    while at < to && (target.add(at) as usize) % 32 != 0 {
+        at += 1;
+    }
+    reduce_range::<f32, AVERAGE>(sources, out, from, at);
+    let first = sources[0] as *const f32;
+    let rest = &sources[1..];
+    let divisor = _mm256_set1_ps(sources.len() as f32);
+    while at + LANES <= to {
+        let head = first.add(at);
+        let mut acc: [__m256; LANES / 8] = [
+            _mm256_loadu_ps(head),
+            _mm256_loadu_ps(head.add(8)),
+            _mm256_loadu_ps(head.add(16)),
+            _mm256_loadu_ps(head.add(24)),
+        ];
+        for &source in rest {
+            let chunk = (source as *const f32).add(at);
+            for (q, lane) in acc.iter_mut().enumerate() {
+                *lane = _mm256_add_ps(*lane, _mm256_loadu_ps(chunk.add(8 * q)));
+            }
+        }
+        for (q, lane) in acc.iter().enumerate() {
+            let value = if AVERAGE { _mm256_div_ps(*lane, divisor) } else { *lane };
+            _mm256_stream_ps(target.add(at + 8 * q), value);
+        }
+        at += LANES;
+    }
+    _mm_sfence();
+    reduce_range::<f32, AVERAGE>(sources, out, at, to);
+}
+
 fn reduce_f32(inputs: *const *const f32, count: usize, len: usize, out: *mut f32, how: Reduce) -> i32 {
     #[cfg(target_arch = "x86_64")]
     if len >= STREAM_MIN && count > 0 && !inputs.is_null() && !out.is_null() {
@@ -192,9 +230,15 @@ fn reduce_f32(inputs: *const *const f32, count: usize, len: usize, out: *mut f32
             return fail(status::INVALID, "an input pointer is null");
         }
         let out = out as usize;
-        match how {
-            Reduce::Sum => split(len, |from, to| reduce_range_streaming::<false>(&sources, out, from, to)),
-            Reduce::Average => split(len, |from, to| reduce_range_streaming::<true>(&sources, out, from, to)),
+        // Measured here (bench/README.md): AVX pays off with many inputs (N = 8: 0.83–0.87 of the
+        // machine's streaming bandwidth against 0.75–0.77 with SSE), SSE with few (N = 4: 0.76–0.80
+        // against 0.70–0.75). The values are the same either way.
+        let avx = count >= 6 && std::is_x86_feature_detected!("avx");
+        match (how, avx) {
+            (Reduce::Sum, true) => split(len, |from, to| unsafe { reduce_range_streaming_avx::<false>(&sources, out, from, to) }),
+            (Reduce::Average, true) => split(len, |from, to| unsafe { reduce_range_streaming_avx::<true>(&sources, out, from, to) }),
+            (Reduce::Sum, false) => split(len, |from, to| reduce_range_streaming::<false>(&sources, out, from, to)),
+            (Reduce::Average, false) => split(len, |from, to| reduce_range_streaming::<true>(&sources, out, from, to)),
         }
         return status::OK;
     }
