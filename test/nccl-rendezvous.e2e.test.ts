@@ -21,12 +21,17 @@ let stubProblem: string | undefined
 beforeAll(() => {
   const cc = Bun.which("cc") ?? Bun.which("gcc")
   if (cc === null) {
-    stubProblem = "no C compiler (cc) to build the NCCL stand-in"
+    stubProblem = "no C compiler (cc) to build the NCCL and CUDA stand-ins"
     return
   }
-  const built = Bun.spawnSync([cc, "-shared", "-fPIC", "-O2", "-o", stub, join(import.meta.dir, "fixtures/fake-gpu/nccl.c")], { stderr: "pipe" })
-  if (built.exitCode !== 0) stubProblem = `building the NCCL stand-in failed: ${built.stderr.toString()}`
+  for (const [source, library] of [["nccl", "libnccl.so.2"], ["cudart", "libcudart.so"], ["cuda", "libcuda.so.1"]] as const) {
+    const built = Bun.spawnSync([cc, "-shared", "-fPIC", "-O2", "-o", join(dir, library), join(import.meta.dir, `fixtures/fake-gpu/${source}.c`)], { stderr: "pipe" })
+    if (built.exitCode !== 0) stubProblem = `building the ${source} stand-in failed: ${built.stderr.toString()}`
+  }
 })
+
+/** The environment that makes the native library find the stand-ins. */
+const standIns = () => ({ COHORT_NCCL_LIB: stub, COHORT_CUDART_LIB: join(dir, "libcudart.so"), LD_LIBRARY_PATH: dir })
 
 const launch = (args: ReadonlyArray<string>, env: Record<string, string>) => {
   const file = join(dir, `cluster-${Math.random().toString(36).slice(2)}.yml`)
@@ -60,7 +65,7 @@ describe("backend nccl", () => {
       return
     }
     const trigger = join(dir, "go")
-    const run = launch(["fail=1", `trigger=${trigger}`, "generations=2"], { COHORT_NCCL_LIB: stub })
+    const run = launch(["fail=1", `trigger=${trigger}`, "generations=2"], standIns())
     const generation = (lines: ReadonlyArray<string>, g: number) => lines.filter((line) => line.includes(`] generation ${g}:`))
     await waitFor(() => generation(run.stdout.lines, 0).length === 3, "every rank in generation 0", 15_000)
     writeFileSync(trigger, "")
@@ -82,6 +87,22 @@ describe("backend nccl", () => {
     expect(reforms.map((line) => line.slice(0, line.indexOf("]") + 1)).sort()).toEqual(["[localhost:cpu:r0]", "[localhost:cpu:r2]"])
     for (const line of reforms) expect(line).toMatch(/reform 0: rank 1 (left|of localhost exited with status 3)$/)
     expect(run.stderr.lines.at(-1)).toBe("cohort: run completed DEGRADED (1 of 3 ranks lost: rank 1 of localhost exited with status 3)")
+  }, 30_000)
+
+  test("ctx.rendezvous.communicator(): cohort builds each generation's communicator, and aborts it when the generation dissolves", async () => {
+    if (stubProblem !== undefined) {
+      console.warn(`skipping: ${stubProblem}`)
+      return
+    }
+    const trigger = join(dir, "go-communicator")
+    const run = launch(["communicator", "fail=2", `trigger=${trigger}`, "generations=2"], standIns())
+    await waitFor(() => run.stdout.lines.filter((line) => line.includes("] communicator 0: async error 0")).length === 3, "three communicators of generation 0", 15_000)
+    writeFileSync(trigger, "")
+    expect(await run.proc.exited).toBe(0)
+    await Promise.all([run.stdout.done, run.stderr.done])
+    expect(run.stdout.lines.filter((line) => line.includes("] communicator 1: async error 0")).map((line) => line.slice(0, line.indexOf("]") + 1)).sort())
+      .toEqual(["[localhost:cpu:r0]", "[localhost:cpu:r1]"])
+    expect(run.stderr.lines.at(-1)).toBe("cohort: run completed DEGRADED (1 of 3 ranks lost: rank 2 of localhost exited with status 3)")
   }, 30_000)
 
   test("without NCCL the run fails, naming where NCCL was looked for", async () => {

@@ -98,6 +98,8 @@ export interface Cuda {
   readonly deviceCount: Effect.Effect<number, CudaUnavailable>
   readonly device: (index: number) => Effect.Effect<DeviceInfo, CudaUnavailable>
   readonly memory: (index: number) => Effect.Effect<{ readonly free: bigint; readonly total: bigint }, CudaUnavailable>
+  /** Make `index` this thread's current device (NCCL builds its communicator on the current device). */
+  readonly setDevice: (index: number) => Effect.Effect<void, CudaUnavailable>
   /** A buffer on `device`, freed when the Scope closes. */
   readonly allocate: (device: number, bytes: number) => Effect.Effect<DeviceBuffer, CudaUnavailable, Scope.Scope>
   /** A stream on the current device, destroyed when the Scope closes. */
@@ -226,6 +228,7 @@ export const fromLibrary = (library: OpenLibrary): NativeLibrary => {
         yield* cudaCall(() => native.cohort_cuda_memory_info(index, ptr(free), ptr(total)))
         return { free: free[0]!, total: total[0]! }
       }),
+    setDevice: (index) => cudaCall(() => native.cohort_cuda_set_device(index)),
     allocate: (device, bytes) =>
       Effect.acquireRelease(
         Effect.gen(function*() {

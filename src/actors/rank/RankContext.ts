@@ -29,8 +29,25 @@ export interface NcclMembership {
  * ends (a member died or came back): abort its communicator, then call
  * `next()` again and carry on with the survivors.
  */
+/** A communicator of one generation, built by cohort; aborted by cohort when the generation dissolves. */
+export interface RankCommunicator {
+  readonly membership: NcclMembership
+  /** The native communicator (see `src/native/Native.ts`): all-reduce on device buffers, as Effects. */
+  readonly communicator: import("../../native/Native.ts").Communicator
+  /** NCCL's asynchronous error of this communicator (0: none): poll it, a dead peer shows here, not as a hang. */
+  readonly asyncError: () => Promise<number>
+  /** Destroy it (the rank is done with this generation). */
+  readonly close: () => Promise<void>
+}
+
 export interface Rendezvous {
   readonly next: () => Promise<NcclMembership>
+  /**
+   * The next generation with this rank's NCCL communicator already built on
+   * its device (ncclCommInitRank); when the generation dissolves, cohort
+   * aborts it before telling `onReform`.
+   */
+  readonly communicator: () => Promise<RankCommunicator>
   readonly onReform: (listener: (generation: number, reason: string) => void) => void
   readonly close: () => Promise<void>
 }

@@ -17,7 +17,7 @@ import { saltFromHex } from "../../wire/Keys.ts"
 import * as Link from "../../wire/Link.ts"
 import { IdFailed, IdProvided, Join } from "../../wire/RendezvousMessages.ts"
 import type { HostEnvelope } from "../agent/Envelope.ts"
-import type { NcclMembership, Rendezvous } from "./RankContext.ts"
+import type { NcclMembership, RankCommunicator, Rendezvous } from "./RankContext.ts"
 
 export interface RendezvousOptions {
   readonly envelope: HostEnvelope
@@ -43,6 +43,8 @@ export const connect = async (options: RendezvousOptions): Promise<Rendezvous> =
   }).pipe(Scope.extend(scope)))
   const generations = Effect.runSync(Queue.unbounded<NcclMembership>())
   const reformListeners: Array<(generation: number, reason: string) => void> = []
+  // Communicators cohort built, by generation: aborted when their generation dissolves.
+  const built = new Map<number, RankCommunicator>()
   let ended: string | undefined
   const waiting: Array<(error: Error) => void> = []
 
@@ -71,9 +73,13 @@ export const connect = async (options: RendezvousOptions): Promise<Rendezvous> =
           }
           break
         }
-        case "Reform":
+        case "Reform": {
+          const communicator = built.get(message.generation)
+          built.delete(message.generation)
+          if (communicator !== undefined) yield* Effect.ignore(communicator.communicator.abort)
           for (const listener of reformListeners) listener(message.generation, message.reason)
           break
+        }
         default:
           break
       }
@@ -84,18 +90,50 @@ export const connect = async (options: RendezvousOptions): Promise<Rendezvous> =
   })))
   Effect.runFork(serve)
 
+  const next = (): Promise<NcclMembership> =>
+    ended !== undefined
+      ? Promise.reject(new Error(`the rendezvous link ended: ${ended}`))
+      : new Promise<NcclMembership>((resolve, reject) => {
+        waiting.push(reject)
+        void Effect.runPromise(Queue.take(generations)).then((membership) => {
+          waiting.splice(waiting.indexOf(reject), 1)
+          resolve(membership)
+        })
+      })
+
   return {
-    next: () =>
-      ended !== undefined
-        ? Promise.reject(new Error(`the rendezvous link ended: ${ended}`))
-        : new Promise<NcclMembership>((resolve, reject) => {
-          waiting.push(reject)
-          void Effect.runPromise(Queue.take(generations)).then((membership) => {
-            waiting.splice(waiting.indexOf(reject), 1)
-            resolve(membership)
-          })
-        }),
+    next,
+    communicator: async () => {
+      const membership = await next()
+      const communicator = await buildCommunicator(membership)
+      built.set(membership.generation, communicator)
+      return communicator
+    },
     onReform: (listener) => void reformListeners.push(listener),
+    close: async () => {
+      for (const communicator of built.values()) await communicator.close()
+      await Effect.runPromise(Scope.close(scope, Exit.void))
+    }
+  }
+}
+
+/** ncclCommInitRank for a membership, on this rank's device (the only one it sees: index 0). */
+const buildCommunicator = async (membership: NcclMembership): Promise<RankCommunicator> => {
+  const Native = await import("../../native/Native.ts")
+  const scope = Effect.runSync(Scope.make(ExecutionStrategy.sequential))
+  const made = await Effect.runPromise(Effect.either(Effect.gen(function*() {
+    const native = yield* Native.load()
+    yield* native.cuda.setDevice(0)
+    return yield* native.nccl.communicator(membership.rank, membership.worldSize, membership.id).pipe(Scope.extend(scope))
+  })))
+  if (made._tag === "Left") {
+    await Effect.runPromise(Scope.close(scope, Exit.void))
+    throw new Error(`cannot build the NCCL communicator of generation ${membership.generation}: ${made.left.message}`)
+  }
+  return {
+    membership,
+    communicator: made.right,
+    asyncError: () => Effect.runPromise(Effect.orDie(made.right.asyncError)),
     close: () => Effect.runPromise(Scope.close(scope, Exit.void))
   }
 }
