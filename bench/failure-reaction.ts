@@ -19,6 +19,7 @@ import * as LogLevel from "effect/LogLevel"
 import * as ProcessChild from "../src/actors/ProcessChild.ts"
 import { KillAll } from "../src/actors/Strategy.ts"
 import * as Supervisor from "../src/actors/Supervisor.ts"
+import { median, percentile } from "./stats.ts"
 
 const CHILDREN = 8
 const RUNS = Number(process.env.BENCH_RUNS ?? 30)
@@ -61,13 +62,6 @@ const floorRun = async () => {
   return performance.now() - start
 }
 
-const median = (values: ReadonlyArray<number>) => {
-  const sorted = [...values].sort((a, b) => a - b)
-  const mid = sorted.length >> 1
-  return sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2
-}
-const percentile = (values: ReadonlyArray<number>, p: number) =>
-  [...values].sort((a, b) => a - b)[Math.min(values.length - 1, Math.floor(p * values.length))]!
 
 export const failureReaction = async () => {
   const cohort: Array<number> = []

@@ -8,6 +8,7 @@
 import type { Socket } from "bun"
 import { Connection, forwardingHandlers, type SocketData } from "../src/wire/Connection.ts"
 import { frameParts } from "../src/wire/Frame.ts"
+import { median } from "./stats.ts"
 
 const key = new Uint8Array(32).fill(9)
 const RUNS = Number(process.env.BENCH_RUNS ?? 5)
@@ -16,11 +17,6 @@ const cases = [
   { label: "64 MiB", bytes: 64 << 20, frames: 4 }
 ]
 
-const median = (values: ReadonlyArray<number>) => {
-  const sorted = [...values].sort((a, b) => a - b)
-  const mid = sorted.length >> 1
-  return sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2
-}
 
 const batch = async (port: number, mode: "A" | "R", payload: Uint8Array, frames: number): Promise<number> => {
   let ack: (byte: number) => void = () => {}

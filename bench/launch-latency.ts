@@ -41,6 +41,7 @@
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { loadavg, tmpdir } from "node:os"
 import { join, resolve } from "node:path"
+import { median, percentile } from "./stats.ts"
 
 const RUNS = Number(process.env.BENCH_RUNS ?? 10)
 /** torchrun takes seconds a run: it runs in the first rounds only, so the whole benchmark stays within minutes. */
@@ -192,14 +193,6 @@ const runOnce = async (contender: Contender, n: number, scratch: string, memory:
   }
 }
 
-const median = (values: ReadonlyArray<number>) => {
-  const sorted = [...values].sort((a, b) => a - b)
-  const mid = sorted.length >> 1
-  return sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2
-}
-/** Nearest rank: the smallest sample with at least p of the samples at or below it. */
-const percentile = (values: ReadonlyArray<number>, p: number) =>
-  [...values].sort((a, b) => a - b)[Math.max(0, Math.ceil(p * values.length) - 1)]!
 const medianOf = (values: ReadonlyArray<number | undefined>) => {
   const present = values.filter((value): value is number => value !== undefined && Number.isFinite(value))
   return present.length === 0 ? undefined : median(present)

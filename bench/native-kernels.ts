@@ -29,6 +29,7 @@ import { join } from "node:path"
 import * as Effect from "effect/Effect"
 import { openLibrary } from "../src/native/library.ts"
 import * as Native from "../src/native/Native.ts"
+import { median, percentile } from "./stats.ts"
 
 const RUNS = Number(process.env.BENCH_RUNS ?? 10)
 const PASSES = 5
@@ -37,13 +38,6 @@ const ELEMENTS = (MIB << 20) / 4
 const BYTES = MIB << 20
 const CALLS = 1_000_000
 
-const median = (values: ReadonlyArray<number>) => {
-  const sorted = [...values].sort((a, b) => a - b)
-  const mid = sorted.length >> 1
-  return sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2
-}
-const percentile = (values: ReadonlyArray<number>, p: number) =>
-  [...values].sort((a, b) => a - b)[Math.min(values.length - 1, Math.floor(p * values.length))]!
 
 /** The average as a TypeScript loop: the kernel's order of additions and its f32 rounding. */
 const tsAverage = (inputs: ReadonlyArray<Float32Array>, out: Float32Array) => {

@@ -17,6 +17,7 @@
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as Native from "../src/native/Native.ts"
+import { median } from "./stats.ts"
 
 const MiB = 1 << 20
 const SIZES = [1, 4, 16, 64, 256, 1024].map((mib) => mib * MiB)
@@ -24,11 +25,6 @@ const WARMUP = 3
 const ITERATIONS = 10
 const WORLD = 1
 
-const median = (values: ReadonlyArray<number>) => {
-  const sorted = [...values].sort((a, b) => a - b)
-  const mid = sorted.length >> 1
-  return sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2
-}
 
 const label = (bytes: number) => (bytes >= 1 << 30 ? `${bytes / (1 << 30)} GiB` : `${bytes / MiB} MiB`)
 

@@ -9,6 +9,7 @@
  * bad MAC is never answered.
  */
 import * as Data from "effect/Data"
+import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as Queue from "effect/Queue"
@@ -38,6 +39,8 @@ export interface Link<In, Out> {
   readonly send: (message: Out) => Effect.Effect<void, LinkError>
   /** The next message; fails once the link has ended. */
   readonly receive: Effect.Effect<In, LinkError>
+  /** The next message within `ms`, or a handshake error saying that `what` never came. */
+  readonly receiveWithin: (ms: number, what: string) => Effect.Effect<In, LinkError>
   readonly close: Effect.Effect<void>
   /**
    * Open admission, on the listener: from now on both directions are keyed by
@@ -123,6 +126,11 @@ const open = <In, Out>(
       close: () => end(new LinkError({ channel, peer, reason: "closed", detail: "the peer closed the connection" }))
     })
     let sequence = 0n
+    const receive: Effect.Effect<In, LinkError> = Effect.flatMap(Queue.take(inbox), (next) => {
+      // An ending stays in the inbox for every later reader.
+      if (Either.isLeft(next)) Queue.unsafeOffer(inbox, next)
+      return next
+    })
     const link: Link<In, Out> = {
       peer,
       send: (message) =>
@@ -135,11 +143,12 @@ const open = <In, Out>(
           sequence += 1n
           return Effect.promise(() => connection.write(...parts))
         }),
-      receive: Effect.flatMap(Queue.take(inbox), (next) => {
-        // An ending stays in the inbox for every later reader.
-        if (Either.isLeft(next)) Queue.unsafeOffer(inbox, next)
-        return next
-      }),
+      receive,
+      receiveWithin: (ms, what) =>
+        Effect.timeoutFail(receive, {
+          duration: Duration.millis(ms),
+          onTimeout: () => new LinkError({ channel, peer, reason: "handshake", detail: `no ${what} within ${ms} ms` })
+        }),
       close: Effect.sync(() => connection.end()),
       rekey: (salt) => Effect.sync(() => switchTo(salt))
     }

@@ -7,7 +7,6 @@
  * accepted links stay open until the run ends (`closeAll`): their EOF is the
  * relays' signal to leave.
  */
-import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Ref from "effect/Ref"
 import type * as Scope from "effect/Scope"
@@ -53,12 +52,7 @@ export const make = (options: ControlGateOptions): Effect.Effect<ControlGate, ne
     const serve = (connection: Accepted["connection"]) =>
       Effect.gen(function*() {
         const link = yield* Link.accept(connection, { channel: "control", salt: options.salt, inbound: controlCodec, outbound: controlCodec })
-        const hello = yield* link.receive.pipe(
-          Effect.timeoutFail({
-            duration: Duration.millis(options.handshakeMs),
-            onTimeout: () => new Link.LinkError({ channel: "control", peer: link.peer, reason: "handshake", detail: `no RelayHello within ${options.handshakeMs} ms` })
-          })
-        )
+        const hello = yield* link.receiveWithin(options.handshakeMs, "RelayHello")
         const world = yield* options.hosts
         const why = hello._tag !== "RelayHello"
           ? `expected RelayHello first, got ${hello._tag}`

@@ -186,12 +186,7 @@ export const make = (options: JoinGateOptions): Effect.Effect<JoinGate, never, S
     const serve = (connection: Accepted["connection"]) =>
       Effect.gen(function*() {
         const link = yield* Link.accept(connection, { channel: "join", salt: keyed, inbound: joinCodec, outbound: joinCodec })
-        const first = yield* link.receive.pipe(
-          Effect.timeoutFail({
-            duration: Duration.millis(options.handshakeMs),
-            onTimeout: () => new Link.LinkError({ channel: "join", peer: link.peer, reason: "handshake", detail: `no Hello within ${options.handshakeMs} ms` })
-          })
-        )
+        const first = yield* link.receiveWithin(options.handshakeMs, "Hello")
         if (first._tag !== "Hello") return yield* refuse(link, `expected Hello first, got ${first._tag}`)
         yield* admit(link, first)
       }).pipe(

@@ -150,12 +150,7 @@ export const make = (options: RendezvousGateOptions): Effect.Effect<RendezvousGa
     const serve = (connection: Accepted["connection"]) =>
       Effect.gen(function*() {
         const link = yield* Link.accept(connection, { channel: "rendezvous", salt: options.salt, inbound: rendezvousCodec, outbound: rendezvousCodec })
-        const first = yield* link.receive.pipe(
-          Effect.timeoutFail({
-            duration: Duration.millis(options.handshakeMs),
-            onTimeout: () => new Link.LinkError({ channel: "rendezvous", peer: link.peer, reason: "handshake", detail: `no Join within ${options.handshakeMs} ms` })
-          })
-        )
+        const first = yield* link.receiveWithin(options.handshakeMs, "Join")
         if (first._tag !== "Join" || !live.has(first.rank)) {
           yield* link.close
           return yield* Effect.logWarning(`refused a rendezvous from ${link.peer}: ${first._tag === "Join" ? `rank ${first.rank} is not a live rank of this world` : `expected Join, got ${first._tag}`}`)
