@@ -19,7 +19,7 @@ import * as Ref from "effect/Ref"
 import type * as Scope from "effect/Scope"
 import * as Agent from "../agent/Agent.ts"
 import { deviceTag } from "../agent/Devices.ts"
-import { type ChildExit, describe as describeExit } from "../ChildExit.ts"
+import { describe as describeExit, isClean } from "../ChildExit.ts"
 import { SupervisionEvent } from "../decide.ts"
 import * as PortMux from "../PortMux.ts"
 import { onSignals } from "../signals.ts"
@@ -117,7 +117,6 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
     const phase = yield* Ref.make<StatusBoard.Phase>("waiting")
     const book = new Map<number, RankBook>()
     const openedAt = Date.now()
-    let formedAt: number | undefined
 
     let gate: JoinGate.JoinGate | undefined
     const board = yield* StatusBoard.make({
@@ -127,7 +126,7 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
     })
     const publish = Effect.gen(function*() {
       const members = gate === undefined ? [] : yield* gate.members
-      const now = formedAt ?? Date.now()
+      const now = Date.now()
       const current = yield* Ref.get(phase)
       const waiting = current === "waiting"
       yield* board.publish({
@@ -277,7 +276,7 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
     yield* Ref.set(world, new Map(members.map((member) => [member.host, member.ranks])))
     for (const member of members) {
       member.ranks.forEach((rank, slot) =>
-        book.set(rank, { host: member.host, device: member.devices[slot] === undefined ? "?" : deviceLabel(plan, member.host, slot), pid: null, state: "starting", exits: [], running: false }))
+        book.set(rank, { host: member.host, device: deviceLabel(plan, member.host, slot), pid: null, state: "starting", exits: [], running: false }))
     }
     yield* Effect.logInfo(`world formed: ${worldSize} rank(s) on ${members.length} host(s) (${members.map((member) => `${member.host}: ${member.ranks.join(", ")}`).join("; ")})`)
     const worldFormed = new WorldFormed({
@@ -296,7 +295,6 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
     const formCohort = Effect.gen(function*() {
       if (formed || supervisor === undefined) return
       formed = true
-      formedAt = Date.now()
       yield* Effect.logInfo(`cohort formed: all ${worldSize} rank(s) run user code`)
       yield* supervisor.send(SupervisionEvent.CohortFormed())
       yield* enter("training")
@@ -315,7 +313,7 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
       exited: (rank, exit) => Effect.suspend(() => {
         const entry = book.get(rank)!
         entry.exits.push(describeExit(exit))
-        entry.state = isCleanExit(exit) ? "exited" : "dead"
+        entry.state = isClean(exit) ? "exited" : "dead"
         return publish
       })
     }, graceMs)
@@ -347,8 +345,6 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
     yield* Effect.forEach(agents, (agent) => Effect.timeout(Fiber.await(agent), Duration.millis(graceMs + 1_000)), { discard: true }).pipe(Effect.ignore)
     return yield* finish(verdict, lost)
   })
-
-const isCleanExit = (exit: ChildExit) => exit._tag === "Exited" && exit.code === 0
 
 const deviceLabel = (plan: Plan, host: string, slot: number): string => {
   const device = plan.hosts.find(({ worker }) => worker.host === host)?.devices.devices[slot]
