@@ -20,7 +20,7 @@ import * as Exit from "effect/Exit"
 import * as ExecutionStrategy from "effect/ExecutionStrategy"
 import * as Runtime from "effect/Runtime"
 import * as Scope from "effect/Scope"
-import { describe as describeExit } from "../ChildExit.ts"
+import { describe as describeExit, isClean } from "../ChildExit.ts"
 import * as ProcessChild from "../ProcessChild.ts"
 import { roleVariables } from "../Role.ts"
 import type { Job } from "../../config/ClusterConfig.ts"
@@ -149,7 +149,7 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
       const relay = yield* ProcessChild.spawn({
         cmd: [process.execPath, relayEntry],
         cwd,
-        env: { ...scrub(options.inheritedEnv), [roleVariables.relay]: toEnvironment({ host, ranks: accept.ranks, controller: options.controller, saltHex: saltToHex(salt) }) },
+        env: { ...scrub(options.inheritedEnv), [roleVariables.relay]: toEnvironment({ host, ranks: accept.ranks, controller: options.controller, saltHex: envelope.saltHex }) },
         inheritEnv: false,
         ipc: () => undefined,
         onLine: (line, stream) => options.output(`[${host}:relay] ${line}`, stream),
@@ -157,7 +157,7 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
       }).pipe(Scope.extend(scope))
       yield* Effect.forkIn(
         Effect.flatMap(relay.exited, (exit) =>
-          ending || (exit._tag === "Exited" && exit.code === 0)
+          ending || isClean(exit)
             ? Effect.void
             : Effect.zipRight(Effect.logError(`${host}: the relay exited with ${describeExit(exit)}`), stopAll("the host's relay is gone"))),
         scope
