@@ -63,15 +63,20 @@ const environ = (pid: number): Record<string, string> =>
 const running = async (run: ReturnType<typeof launch>) => {
   await waitFor(() => run.pids().length === 3, "three ranks running user code", 10_000)
   let relay: number | undefined
-  await waitFor(() => (relay = childrenOf(run.proc.pid).find((pid) => /\/relay\.(ts|js)\b/.test(cmdline(pid)))) !== undefined, "the relay running")
-  return { ranks: run.pids(), relay: relay! }
+  let relayCommand = ""
+  await waitFor(() => {
+    relay = childrenOf(run.proc.pid).find((pid) => /\/relay\.(ts|js)\b/.test(relayCommand = cmdline(pid)))
+    return relay !== undefined
+  }, "the relay running")
+  return { ranks: run.pids(), relay: relay!, relayCommand: relayCommand.trim() }
 }
 
 test("`bun run launch` runs from its bundle: the relay and the ranks are the bundle's programs", async () => {
   const run = launch(holdCluster("$DIR"))
-  const { ranks, relay } = await running(run)
-  expect(cmdline(relay).trim()).toMatch(/\/\.cohort\/bundle-[^/]+\/relay\.js$/)
-  for (const rank of ranks) expect(cmdline(rank).trim()).toMatch(/\/\.cohort\/bundle-[^/]+\/rank\.js$/)
+  const { ranks, relayCommand } = await running(run)
+  // Read while each runs: a process's command line is empty once it has ended.
+  expect(relayCommand, run.stderr.lines.join("\n")).toMatch(/\/\.cohort\/bundle-[^/]+\/relay\.js$/)
+  for (const rank of ranks) expect(cmdline(rank).trim(), run.stderr.lines.join("\n")).toMatch(/\/\.cohort\/bundle-[^/]+\/rank\.js$/)
   run.proc.kill("SIGTERM")
   expect(await run.proc.exited).toBe(130)
 }, 20_000)
