@@ -102,25 +102,51 @@ struct Runtime {
 }
 
 impl Runtime {
+    /// The first candidate that opens and that the installed driver supports.
+    ///
+    /// A runtime too new for the driver (error 35) gives way to an older soname
+    /// further down the list; it is kept only when none does better, so that
+    /// the error then says what to upgrade.
     fn load(candidates: &[String]) -> Result<Runtime, String> {
-        let lib = open_first(
-            "the CUDA runtime (libcudart)",
-            candidates,
-            "install the CUDA runtime or set COHORT_CUDART_LIB to libcudart.so's full path",
-        )?;
+        let mut tried = Vec::new();
+        let mut too_new: Option<Runtime> = None;
+        for candidate in candidates {
+            let runtime = match Library::open(candidate).and_then(|library| Runtime::bind(&library)) {
+                Ok(runtime) => runtime,
+                Err(why) => {
+                    tried.push(format!("{candidate} ({why})"));
+                    continue;
+                }
+            };
+            let mut count = 0;
+            if unsafe { (runtime.get_device_count)(&mut count) } != CUDA_ERROR_INSUFFICIENT_DRIVER {
+                return Ok(runtime);
+            }
+            too_new.get_or_insert(runtime);
+        }
+        too_new.ok_or_else(|| {
+            format!(
+                "cannot load the CUDA runtime (libcudart); tried: {}; install the CUDA runtime \
+                 or set COHORT_CUDART_LIB to libcudart.so's full path",
+                tried.join(", ")
+            )
+        })
+    }
+
+    fn bind(lib: &Library) -> Result<Runtime, String> {
         unsafe {
             Ok(Runtime {
-                get_device_count: dl::function(&lib, "cudaGetDeviceCount")?,
-                get_error_string: dl::function(&lib, "cudaGetErrorString")?,
-                set_device: dl::function(&lib, "cudaSetDevice")?,
-                mem_get_info: dl::function(&lib, "cudaMemGetInfo")?,
-                malloc: dl::function(&lib, "cudaMalloc")?,
-                free: dl::function(&lib, "cudaFree")?,
-                memcpy: dl::function(&lib, "cudaMemcpy")?,
-                stream_create_with_flags: dl::function(&lib, "cudaStreamCreateWithFlags")?,
-                stream_destroy: dl::function(&lib, "cudaStreamDestroy")?,
-                stream_synchronize: dl::function(&lib, "cudaStreamSynchronize")?,
-                device_synchronize: dl::function(&lib, "cudaDeviceSynchronize")?,
+                get_device_count: dl::function(lib, "cudaGetDeviceCount")?,
+                get_error_string: dl::function(lib, "cudaGetErrorString")?,
+                set_device: dl::function(lib, "cudaSetDevice")?,
+                mem_get_info: dl::function(lib, "cudaMemGetInfo")?,
+                malloc: dl::function(lib, "cudaMalloc")?,
+                free: dl::function(lib, "cudaFree")?,
+                memcpy: dl::function(lib, "cudaMemcpy")?,
+                stream_create_with_flags: dl::function(lib, "cudaStreamCreateWithFlags")?,
+                stream_destroy: dl::function(lib, "cudaStreamDestroy")?,
+                stream_synchronize: dl::function(lib, "cudaStreamSynchronize")?,
+                device_synchronize: dl::function(lib, "cudaDeviceSynchronize")?,
             })
         }
     }
@@ -484,6 +510,40 @@ pub(crate) mod tests {
         assert!(message.contains(path), "{message}");
         assert!(message.contains("cannot open shared object file"), "{message}");
         assert!(message.contains("COHORT_CUDART_LIB"), "{message}");
+    }
+
+    /// Build the C stand-in for libcudart into `dir` (too new for the driver, or not); None without cc.
+    fn stand_in(dir: &std::path::Path, name: &str, too_new: bool) -> Option<String> {
+        let source = concat!(env!("CARGO_MANIFEST_DIR"), "/../../test/fixtures/fake-gpu/cudart.c");
+        let out = dir.join(name);
+        let mut cc = std::process::Command::new("cc");
+        cc.args(["-shared", "-fPIC", "-o"]).arg(&out).arg(source);
+        if too_new {
+            cc.arg("-DCOHORT_FAKE_TOO_NEW");
+        }
+        cc.status().ok().filter(|done| done.success())?;
+        Some(out.to_string_lossy().into_owned())
+    }
+
+    #[test]
+    fn a_runtime_too_new_for_the_driver_gives_way_to_an_older_one() {
+        let dir = std::env::temp_dir().join(format!("cohort-cudart-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (Some(newer), Some(older)) = (stand_in(&dir, "libcudart.so.13", true), stand_in(&dir, "libcudart.so.12", false)) else {
+            eprintln!("skipping: no C compiler (cc) for the libcudart stand-ins");
+            return;
+        };
+        let count = |runtime: &Runtime| {
+            let mut count = -1;
+            let code = unsafe { (runtime.get_device_count)(&mut count) };
+            (code, count)
+        };
+        let chosen = Runtime::load(&[newer.clone(), older]).unwrap();
+        assert_eq!(count(&chosen), (0, 1));
+        // With nothing better, the too-new runtime stays: its error says what to upgrade.
+        let alone = Runtime::load(&[newer]).unwrap();
+        assert_eq!(count(&alone).0, CUDA_ERROR_INSUFFICIENT_DRIVER);
+        std::fs::remove_dir_all(&dir).ok();
     }
 
     #[test]
