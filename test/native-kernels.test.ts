@@ -138,7 +138,7 @@ describe("native CPU kernels", () => {
 
   test("f32 outputs large enough for streaming stores: same values, any offset, in place too", () => {
     const length = (1 << 20) + 37
-    // Fewer than six inputs take the SSE path, more the AVX one (where the CPU has AVX).
+    // The streaming (AVX) path where the CPU has AVX, the chunked loop elsewhere.
     for (const [offset, inPlace, count] of [[1, false, 3], [2, true, 4], [3, false, 7], [1, true, 8]] as const) {
       for (const op of ["sum", "average"] as const) {
         const inputs = Array.from({ length: count }, (_, k) => f32View(offset + k, length, (i) => valueAt(99 + k, i)))

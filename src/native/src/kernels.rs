@@ -141,53 +141,12 @@ fn reduce_range<T: Element, const AVERAGE: bool>(sources: &[usize], out: usize, 
 #[cfg(target_arch = "x86_64")]
 const STREAM_MIN: usize = 1 << 20;
 
-/// `reduce_range` for f32 on x86_64, writing whole chunks with non-temporal
-/// stores (SSE, part of every x86_64). The values are the same; only the
-/// way they reach memory differs.
-#[cfg(target_arch = "x86_64")]
-fn reduce_range_streaming<const AVERAGE: bool>(sources: &[usize], out: usize, from: usize, to: usize) {
-    use std::arch::x86_64::{_mm_loadu_ps, _mm_sfence, _mm_stream_ps};
-    let target = out as *mut f32;
-    // A scalar head until the output is 16-byte aligned, as streaming stores need.
-    let mut at = from;
-    while at < to && (unsafe { target.add(at) } as usize) % 16 != 0 {
-        at += 1;
-    }
-    reduce_range::<f32, AVERAGE>(sources, out, from, at);
-    let first = sources[0] as *const f32;
-    let rest = &sources[1..];
-    let divisor = sources.len() as f32;
-    while at + LANES <= to {
-        let mut acc = [0f32; LANES];
-        let head = unsafe { first.add(at) };
-        for (k, slot) in acc.iter_mut().enumerate() {
-            *slot = f32::load(unsafe { head.add(k) });
-        }
-        for &source in rest {
-            let chunk = unsafe { (source as *const f32).add(at) };
-            for (k, slot) in acc.iter_mut().enumerate() {
-                *slot += f32::load(unsafe { chunk.add(k) });
-            }
-        }
-        if AVERAGE {
-            for slot in acc.iter_mut() {
-                *slot /= divisor;
-            }
-        }
-        for quad in 0..LANES / 4 {
-            unsafe { _mm_stream_ps(target.add(at + 4 * quad), _mm_loadu_ps(acc.as_ptr().add(4 * quad))) };
-        }
-        at += LANES;
-    }
-    // Streaming stores are weakly ordered: fence them before anyone reads the output.
-    unsafe { _mm_sfence() };
-    reduce_range::<f32, AVERAGE>(sources, out, at, to);
-}
-
-/// The same with AVX: eight lanes a load, 32-byte aligned streaming stores.
+/// `reduce_range` for f32 with AVX, writing whole chunks with non-temporal
+/// (streaming) stores, 32-byte aligned. The values are the same; only the way
+/// they reach memory differs.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx")]
-unsafe fn reduce_range_streaming_avx<const AVERAGE: bool>(sources: &[usize], out: usize, from: usize, to: usize) {
+unsafe fn reduce_range_streaming<const AVERAGE: bool>(sources: &[usize], out: usize, from: usize, to: usize) {
     use std::arch::x86_64::{__m256, _mm256_add_ps, _mm256_div_ps, _mm256_loadu_ps, _mm256_set1_ps, _mm256_stream_ps, _mm_sfence};
     let target = out as *mut f32;
     let mut at = from;
@@ -223,22 +182,17 @@ unsafe fn reduce_range_streaming_avx<const AVERAGE: bool>(sources: &[usize], out
 }
 
 fn reduce_f32(inputs: *const *const f32, count: usize, len: usize, out: *mut f32, how: Reduce) -> i32 {
+    // Streaming needs AVX (every x86_64 of the last decade); elsewhere the chunked loop does.
     #[cfg(target_arch = "x86_64")]
-    if len >= STREAM_MIN && count > 0 && !inputs.is_null() && !out.is_null() {
+    if len >= STREAM_MIN && count > 0 && !inputs.is_null() && !out.is_null() && std::is_x86_feature_detected!("avx") {
         let sources: Vec<usize> = (0..count).map(|i| unsafe { *inputs.add(i) } as usize).collect();
         if sources.contains(&0) {
             return fail(status::INVALID, "an input pointer is null");
         }
         let out = out as usize;
-        // Measured here (bench/README.md): AVX pays off with many inputs (N = 8: 0.83–0.87 of the
-        // machine's streaming bandwidth against 0.75–0.77 with SSE), SSE with few (N = 4: 0.76–0.80
-        // against 0.70–0.75). The values are the same either way.
-        let avx = count >= 6 && std::is_x86_feature_detected!("avx");
-        match (how, avx) {
-            (Reduce::Sum, true) => split(len, |from, to| unsafe { reduce_range_streaming_avx::<false>(&sources, out, from, to) }),
-            (Reduce::Average, true) => split(len, |from, to| unsafe { reduce_range_streaming_avx::<true>(&sources, out, from, to) }),
-            (Reduce::Sum, false) => split(len, |from, to| reduce_range_streaming::<false>(&sources, out, from, to)),
-            (Reduce::Average, false) => split(len, |from, to| reduce_range_streaming::<true>(&sources, out, from, to)),
+        match how {
+            Reduce::Sum => split(len, |from, to| unsafe { reduce_range_streaming::<false>(&sources, out, from, to) }),
+            Reduce::Average => split(len, |from, to| unsafe { reduce_range_streaming::<true>(&sources, out, from, to) }),
         }
         return status::OK;
     }
