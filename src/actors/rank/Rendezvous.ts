@@ -6,6 +6,7 @@
  *
  * Loaded only by `nccl` ranks: it brings effect and the wire with it.
  */
+import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as ExecutionStrategy from "effect/ExecutionStrategy"
 import * as Exit from "effect/Exit"
@@ -45,8 +46,7 @@ export const connect = async (options: RendezvousOptions): Promise<Rendezvous> =
   const reformListeners: Array<(generation: number, reason: string) => void> = []
   // Communicators cohort built, by generation: aborted when their generation dissolves.
   const built = new Map<number, RankCommunicator>()
-  let ended: string | undefined
-  const waiting: Array<(error: Error) => void> = []
+  const ended = Effect.runSync(Deferred.make<never, Error>())
 
   const serve = Effect.gen(function*() {
     yield* link.send(new Join({ rank: options.rank, incarnation: options.incarnation }))
@@ -84,22 +84,12 @@ export const connect = async (options: RendezvousOptions): Promise<Rendezvous> =
           break
       }
     }
-  }).pipe(Effect.catchAll((error) => Effect.sync(() => {
-    ended = error.message
-    for (const reject of waiting.splice(0)) reject(new Error(`the rendezvous link ended: ${error.message}`))
-  })))
+  }).pipe(Effect.catchAll((error) => Deferred.fail(ended, new Error(`the rendezvous link ended: ${error.message}`))))
   Effect.runFork(serve)
 
+  /** The next generation, or why none will come. */
   const next = (): Promise<NcclMembership> =>
-    ended !== undefined
-      ? Promise.reject(new Error(`the rendezvous link ended: ${ended}`))
-      : new Promise<NcclMembership>((resolve, reject) => {
-        waiting.push(reject)
-        void Effect.runPromise(Queue.take(generations)).then((membership) => {
-          waiting.splice(waiting.indexOf(reject), 1)
-          resolve(membership)
-        })
-      })
+    Effect.runPromise(Effect.raceFirst(Queue.take(generations), Deferred.await(ended)))
 
   return {
     next,
