@@ -7,7 +7,7 @@
 import { describe, expect } from "bun:test"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
-import { mkdtempSync, readdirSync, readFileSync } from "node:fs"
+import { mkdtempSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import * as Agent from "../src/actors/agent/Agent.ts"
@@ -19,7 +19,7 @@ import { Abort, type JoinMessage, StartRank, StopRank, WorldFormed } from "../sr
 import { newSalt } from "../src/wire/Keys.ts"
 import { effect, eventually } from "./support/effect.ts"
 import { repoRoot } from "./support/launch-scenario.ts"
-import { isRunning } from "./support/processes.ts"
+import { allPids, commandLine, environment, isRunning, pidFiles } from "./support/processes.ts"
 
 /** A launcher front with one declared two-rank host, the agent joined, and the world formed. */
 const joinedAgent = Effect.gen(function*() {
@@ -57,7 +57,7 @@ const joinedAgent = Effect.gen(function*() {
   yield* link.send(new WorldFormed({ worldSize: 2, hosts: [{ host: "localhost", ranks: [0, 1] }], master: { addr: "127.0.0.1", port: 29_500 } }))
   const received: Array<JoinMessage> = []
   yield* Effect.forkScoped(Effect.forever(Effect.flatMap(link.receive, (message) => Effect.sync(() => received.push(message)))).pipe(Effect.ignore))
-  const pids = () => readdirSync(dir).filter((name) => name.endsWith(".pid")).map((name) => Number(readFileSync(join(dir, name), "utf8")))
+  const pids = () => pidFiles(dir)
   return { agent, control, dir, lines, link, pids, port: mux.port, received }
 })
 
@@ -114,10 +114,9 @@ describe("the agent", () => {
       const pids = yield* startBoth(joined)
       // This agent's relay (the one whose spec names this test's port): it starts once both ranks run.
       const findRelay = () =>
-        readdirSync("/proc").filter((name) => /^\d+$/.test(name)).map(Number).find((pid) => {
+        allPids().find((pid) => {
           try {
-            return readFileSync(`/proc/${pid}/cmdline`, "utf8").includes("/relay.") &&
-              readFileSync(`/proc/${pid}/environ`, "utf8").includes(`"port":${joined.port}`)
+            return commandLine(pid).includes("/relay.") && (environment(pid).COHORT_RELAY_SPEC ?? "").includes(`"port":${joined.port}`)
           } catch {
             return false
           }

@@ -5,10 +5,10 @@
  * any process's argv, and a `command:` job gets torchrun's variables.
  */
 import { afterEach, describe, expect, test } from "bun:test"
-import { readdirSync, readFileSync, writeFileSync } from "node:fs"
+import { writeFileSync } from "node:fs"
 import { join } from "node:path"
 import { clusterFile, repoRoot } from "./support/launch-scenario.ts"
-import { collectLines, isRunning, waitFor } from "./support/processes.ts"
+import { allPids, childrenOf, collectLines, commandLine as cmdline, environment as environ, isRunning, pidFiles, waitFor } from "./support/processes.ts"
 import { mkdtempSync } from "node:fs"
 import { tmpdir } from "node:os"
 
@@ -28,36 +28,11 @@ const launch = (text: string) => {
     proc,
     stdout: collectLines(proc.stdout),
     stderr: collectLines(proc.stderr),
-    pids: () => readdirSync(dir).filter((name) => name.endsWith(".pid")).map((name) => Number(readFileSync(join(dir, name), "utf8")))
+    pids: () => pidFiles(dir)
   }
 }
 
 const holdCluster = (dir: string) => clusterFile({ devices: 3, args: ["hold"] }, dir)
-
-/** Every process whose parent is `pid`, by /proc. */
-const childrenOf = (pid: number): Array<number> =>
-  readdirSync("/proc").filter((name) => /^\d+$/.test(name)).map(Number).filter((candidate) => {
-    try {
-      const stat = readFileSync(`/proc/${candidate}/stat`, "utf8")
-      return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]) === pid
-    } catch {
-      return false
-    }
-  })
-
-const cmdline = (pid: number) => {
-  try {
-    return readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0").join(" ")
-  } catch {
-    return ""
-  }
-}
-
-const environ = (pid: number): Record<string, string> =>
-  Object.fromEntries(readFileSync(`/proc/${pid}/environ`, "utf8").split("\0").filter(Boolean).map((entry) => {
-    const at = entry.indexOf("=")
-    return [entry.slice(0, at), entry.slice(at + 1)]
-  }))
 
 /** Wait for the three held ranks, and find the relay among the launcher's children. */
 const running = async (run: ReturnType<typeof launch>) => {
@@ -107,7 +82,7 @@ describe("the launch CLI and its processes", () => {
     const salt = JSON.parse(environ(ranks[0]!).COHORT_RANK_ENVELOPE!).saltHex as string
     expect(salt).toMatch(/^[0-9a-f]{32}$/)
     expect(JSON.parse(environ(relay).COHORT_RELAY_SPEC!).saltHex).toBe(salt)
-    const everyArgv = readdirSync("/proc").filter((name) => /^\d+$/.test(name)).map((pid) => cmdline(Number(pid)).toLowerCase())
+    const everyArgv = allPids().map((pid) => cmdline(pid).toLowerCase())
     expect(everyArgv.length).toBeGreaterThan(5)
     expect(everyArgv.filter((argv) => argv.includes(salt))).toEqual([])
     run.proc.kill("SIGTERM")

@@ -11,11 +11,11 @@
  * (fixtures/native-fixture.ts), which prints one JSON line.
  */
 import { afterAll, describe, expect, test } from "bun:test"
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { ABI_VERSION, libraryPath } from "../src/native/library.ts"
-import { collectLines, isRunning, jsonLines, processState, waitFor } from "./support/processes.ts"
+import { collectLines, isRunning, jsonLines, parentOf, processState, waitFor } from "./support/processes.ts"
 
 const fixture = join(import.meta.dir, "fixtures/native-fixture.ts")
 const scratch = mkdtempSync(join(tmpdir(), "cohort-native-errors-"))
@@ -180,16 +180,6 @@ describe("process helpers through the library", () => {
     expect((report.after as number) - (report.before as number)).toBeGreaterThanOrEqual(2e6)
     expect((report.after as number) - (report.before as number)).toBeLessThan(60e9)
   })
-
-  /** The parent pid of `pid`, from /proc. */
-  const parentOf = (pid: number): number | undefined => {
-    try {
-      const stat = readFileSync(`/proc/${pid}/stat`, "utf8")
-      return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1])
-    } catch {
-      return undefined
-    }
-  }
 
   /** Start `parent MODE`: a fixture that starts `child MODE` with plain Bun.spawn (no setpriv) and reports it. */
   const family = async (mode: string) => {

@@ -3,13 +3,14 @@
  * file of the rank fixture in a temp dir, every line the ranks print, the
  * port (for the status endpoint), and the run's result.
  */
-import { mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs"
+import { mkdtempSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join, resolve } from "node:path"
 import * as Effect from "effect/Effect"
 import * as Logger from "effect/Logger"
 import * as LogLevel from "effect/LogLevel"
 import { launchEffect } from "../../src/launch.ts"
+import { pidFiles } from "./processes.ts"
 import type { RunResult } from "../../src/actors/launcher/Launcher.ts"
 import type { RunState } from "../../src/actors/StatusBoard.ts"
 
@@ -68,9 +69,7 @@ export const startScenario = (spec: ScenarioSpec): Scenario => {
       onPhase: (phase) => phases.push(phase)
     }).pipe(Effect.provide(quiet))
   )
-  const pids = () =>
-    readdirSync(dir).filter((name) => name.endsWith(".pid")).map((name) => Number(readFileSync(join(dir, name), "utf8")))
-  return { dir, file, lines, port, phases, result, pids }
+  return { dir, file, lines, port, phases, result, pids: () => pidFiles(dir) }
 }
 
 export const fetchState = async (port: number): Promise<RunState | undefined> => {

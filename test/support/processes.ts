@@ -2,18 +2,49 @@
  * Looking at processes from the outside, the way an operator would: through
  * /proc, not through the supervisor under test.
  */
-import { readFileSync } from "node:fs"
+import { readdirSync, readFileSync } from "node:fs"
 
-/** The state letter of a process (R, S, Z, …), or undefined when no such process exists. */
-export const processState = (pid: number): string | undefined => {
+/** The fields of /proc/<pid>/stat after the command name (state, ppid, …), or undefined when it is gone. */
+const statFields = (pid: number): Array<string> | undefined => {
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, "utf8")
-    // The command name is in parentheses and may contain spaces: the state follows the last ")".
-    return stat.slice(stat.lastIndexOf(")") + 2).split(" ")[0]
+    // The command name is in parentheses and may contain spaces: the fields follow the last ")".
+    return stat.slice(stat.lastIndexOf(")") + 2).split(" ")
   } catch {
     return undefined
   }
 }
+
+/** The state letter of a process (R, S, Z, …), or undefined when no such process exists. */
+export const processState = (pid: number): string | undefined => statFields(pid)?.[0]
+
+/** A process's parent pid, or undefined when it is gone. */
+export const parentOf = (pid: number): number | undefined => {
+  const parent = statFields(pid)?.[1]
+  return parent === undefined ? undefined : Number(parent)
+}
+
+/** Every process id on this machine. */
+export const allPids = (): Array<number> => readdirSync("/proc").filter((name) => /^\d+$/.test(name)).map(Number)
+
+/** The processes whose parent is `pid`. */
+export const childrenOf = (pid: number): Array<number> => allPids().filter((candidate) => parentOf(candidate) === pid)
+
+/** A process's argv joined by spaces ("" once it is gone, or while it is exec'ing). */
+export const commandLine = (pid: number): string => {
+  try {
+    return readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0").join(" ")
+  } catch {
+    return ""
+  }
+}
+
+/** A process's environment (readable for our own user's processes). */
+export const environment = (pid: number): Record<string, string> =>
+  Object.fromEntries(readFileSync(`/proc/${pid}/environ`, "utf8").split("\0").filter(Boolean).map((entry) => {
+    const at = entry.indexOf("=")
+    return [entry.slice(0, at), entry.slice(at + 1)]
+  }))
 
 /** Running, sleeping or stopped: anything but gone or a zombie. */
 export const isRunning = (pid: number): boolean => {
@@ -63,3 +94,7 @@ export const jsonLines = (lines: ReadonlyArray<string>): Array<Record<string, un
       return []
     }
   })
+
+/** The pids a fixture wrote as `<name>.pid` files into `dir`. */
+export const pidFiles = (dir: string): Array<number> =>
+  readdirSync(dir).filter((name) => name.endsWith(".pid")).map((name) => Number(readFileSync(`${dir}/${name}`, "utf8")))
