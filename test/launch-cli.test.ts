@@ -7,8 +7,8 @@
 import { afterEach, describe, expect, test } from "bun:test"
 import { writeFileSync } from "node:fs"
 import { join } from "node:path"
-import { clusterFile, repoRoot } from "./support/launch-scenario.ts"
-import { allPids, childrenOf, collectLines, commandLine as cmdline, environment as environ, isRunning, pidFiles, waitFor } from "./support/processes.ts"
+import { clusterFile, repoRoot, spawnLaunch } from "./support/launch-scenario.ts"
+import { allPids, childrenOf, commandLine as cmdline, environment as environ, isRunning, pidFiles, waitFor } from "./support/processes.ts"
 import { mkdtempSync } from "node:fs"
 import { tmpdir } from "node:os"
 
@@ -21,15 +21,9 @@ const launch = (text: string) => {
   const dir = mkdtempSync(join(tmpdir(), "cohort-cli-"))
   const file = join(dir, "cluster.yml")
   writeFileSync(file, text.replaceAll("$DIR", dir))
-  const proc = Bun.spawn([process.execPath, "src/cli/launch.ts", file], { cwd: repoRoot, stdout: "pipe", stderr: "pipe" })
-  launched.push(proc)
-  return {
-    dir,
-    proc,
-    stdout: collectLines(proc.stdout),
-    stderr: collectLines(proc.stderr),
-    pids: () => pidFiles(dir)
-  }
+  const run = spawnLaunch(file)
+  launched.push(run.proc)
+  return { ...run, dir, pids: () => pidFiles(dir) }
 }
 
 const holdCluster = (dir: string) => clusterFile({ devices: 3, args: ["hold"] }, dir)

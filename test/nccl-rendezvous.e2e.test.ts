@@ -11,8 +11,8 @@ import { beforeAll, describe, expect, test } from "bun:test"
 import { mkdtempSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { repoRoot } from "./support/launch-scenario.ts"
-import { collectLines, waitFor } from "./support/processes.ts"
+import { repoRoot, spawnLaunch } from "./support/launch-scenario.ts"
+import { waitFor } from "./support/processes.ts"
 
 const dir = mkdtempSync(join(tmpdir(), "cohort-nccl-"))
 const stub = join(dir, "libnccl.so.2")
@@ -49,13 +49,7 @@ failure_policy:
     elastic: { max_failure: 2 }
   grace: 2s
 `)
-  const proc = Bun.spawn([process.execPath, "src/cli/launch.ts", file], {
-    cwd: repoRoot,
-    env: { ...process.env, ...env },
-    stdout: "pipe",
-    stderr: "pipe"
-  })
-  return { proc, stdout: collectLines(proc.stdout), stderr: collectLines(proc.stderr) }
+  return spawnLaunch(file, env)
 }
 
 describe("backend nccl", () => {

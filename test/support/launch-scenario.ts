@@ -10,7 +10,7 @@ import * as Effect from "effect/Effect"
 import * as Logger from "effect/Logger"
 import * as LogLevel from "effect/LogLevel"
 import { launchEffect } from "../../src/launch.ts"
-import { pidFiles } from "./processes.ts"
+import { collectLines, pidFiles } from "./processes.ts"
 import type { RunResult } from "../../src/actors/launcher/Launcher.ts"
 import type { RunState } from "../../src/actors/StatusBoard.ts"
 
@@ -90,4 +90,15 @@ export const waitForPhase = async (port: number, phase: RunState["phase"], timeo
     await Bun.sleep(10)
   }
   throw new Error(`the run never reached phase ${phase} within ${timeoutMs} ms`)
+}
+
+/** `bun src/cli/launch.ts <file>` as a real process, its output collected line by line. */
+export const spawnLaunch = (file: string, env: Readonly<Record<string, string>> = {}) => {
+  const proc = Bun.spawn([process.execPath, "src/cli/launch.ts", file], {
+    cwd: repoRoot,
+    env: { ...process.env, ...env },
+    stdout: "pipe",
+    stderr: "pipe"
+  })
+  return { proc, stdout: collectLines(proc.stdout), stderr: collectLines(proc.stderr) }
 }
