@@ -272,13 +272,14 @@ export const fromLibrary = (library: OpenLibrary): NativeLibrary => {
       const nccl = /ncclResult_t (\d+)|code (\d+)/.exec(detail)
       return Effect.fail(new NcclError({ code: Number(nccl?.[1] ?? nccl?.[2] ?? code), detail }))
     })
-  const unavailableOnly = <A>(effect: Effect.Effect<A, NcclError | NcclUnavailable>): Effect.Effect<A, NcclUnavailable> =>
-    Effect.catchTag(effect, "NcclError", (error) => Effect.fail(new NcclUnavailable({ searched: error.detail })))
   const nccl: Nccl = {
-    libraryPath: unavailableOnly(Effect.suspend(() => {
+    libraryPath: Effect.suspend(() => {
       const path = text((out, capacity) => native.cohort_nccl_library_path(out, capacity), 4096)
       return Effect.as(ncclCall(() => path.status), path.value)
-    })),
+    }).pipe(
+      // Finding the path can only fail by not finding NCCL.
+      Effect.catchTag("NcclError", (error) => Effect.fail(new NcclUnavailable({ searched: error.detail })))
+    ),
     version: Effect.suspend(() => {
       const version = new Int32Array(1)
       return Effect.map(ncclCall(() => native.cohort_nccl_version(ptr(version))), () => version[0]!)
