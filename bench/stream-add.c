@@ -12,6 +12,11 @@
  * CLOCK_MONOTONIC at both barriers. A pass moves 3 x MIB MiB (read a, read b,
  * write a). Prints one line: `median_gbps <x> passes <p> threads <t>`, where
  * GB is 1e9 bytes, then every pass's GB/s.
+ *
+ * Built with -DSTREAM_ADD_LIBRARY -shared it is instead a library with one
+ * call, `stream_add(a, b, n, threads)`: one pass over caller-owned arrays,
+ * starting THREADS - 1 threads for the call as cohort's kernels do, so the
+ * benchmark can alternate it call by call with the kernel in one process.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -22,8 +27,7 @@
 
 static float *a, *b;
 static size_t n;
-static int threads, passes;
-static pthread_barrier_t start_line, finish_line;
+static int threads;
 
 static void add_slice(size_t from, size_t to) {
   float *restrict x = a;
@@ -36,6 +40,31 @@ static void slice(int part, size_t *from, size_t *to) {
   *from = per * part < n ? per * part : n;
   *to = per * (part + 1) < n ? per * (part + 1) : n;
 }
+
+#ifdef STREAM_ADD_LIBRARY
+
+static void *one_slice(void *arg) {
+  size_t from, to;
+  slice((int)(size_t)arg, &from, &to);
+  add_slice(from, to);
+  return NULL;
+}
+
+void stream_add(float *x, const float *y, size_t len, int parts) {
+  a = x;
+  b = (float *)y;
+  n = len;
+  threads = parts < 1 ? 1 : parts > 64 ? 64 : parts;
+  pthread_t ids[64];
+  for (int part = 1; part < threads; part++) pthread_create(&ids[part], NULL, one_slice, (void *)(size_t)part);
+  one_slice((void *)0);
+  for (int part = 1; part < threads; part++) pthread_join(ids[part], NULL);
+}
+
+#else
+
+static int passes;
+static pthread_barrier_t start_line, finish_line;
 
 static void *worker(void *arg) {
   int part = (int)(size_t)arg;
@@ -105,3 +134,5 @@ int main(int argc, char **argv) {
   for (int pass = 0; pass < passes; pass++) printf("%.3f\n", gbps[pass]);
   return 0;
 }
+
+#endif
