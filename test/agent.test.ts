@@ -33,7 +33,13 @@ const joinedAgent = Effect.gen(function*() {
     version: VERSION,
     handshakeMs: 5_000
   })
-  const control = yield* ControlGate.make({ salt, hosts: Effect.succeed(new Map([["localhost", [0, 1]]])), handshakeMs: 5_000 })
+  const control = yield* ControlGate.make({
+    salt,
+    hosts: Effect.succeed(new Map([["localhost", [0, 1]]])),
+    handshakeMs: 5_000,
+    onMessage: () => Effect.void,
+    onClosed: () => Effect.void
+  })
   const mux = yield* PortMux.start({ address: "127.0.0.1", port: 0, magicDeadlineMs: 5_000, owners: { join: gate.owner, control: control.owner } })
   const lines: Array<string> = []
   const agent = yield* Effect.forkScoped(Effect.scoped(Agent.run({
@@ -43,12 +49,13 @@ const joinedAgent = Effect.gen(function*() {
     controller: { host: "127.0.0.1", port: mux.port },
     version: VERSION,
     path: repoRoot,
-    job: { program: { _tag: "Entry", entry: "test/fixtures/rank-fixture.ts" }, args: ["hold", `pidfile=${dir}`], backend: "cpu_sync" },
+    job: { program: { _tag: "Entry", entry: "test/fixtures/rank-fixture.ts" }, args: ["hold", `pidfile=${dir}`], backend: "cpu_sync", datasetSize: 0, epochs: 1, cadence: 8, checkpoint: undefined },
     clusterEnv: {},
     hostEnv: {},
     inheritedEnv: process.env,
     graceMs: 2_000,
     handshakeMs: 5_000,
+    heartbeatTimeoutMs: 30_000,
     output: (line) => lines.push(line)
   })))
   const formation = yield* gate.formation

@@ -28,10 +28,19 @@ describe("cluster.yml", () => {
       },
       workers: [{ host: "localhost", devices: { _tag: "Count", count: 4 }, path: ".", env: { OMP_NUM_THREADS: "1" }, ssh: undefined, tunnel: false }],
       env: {},
-      job: { program: { _tag: "Entry", entry: "examples/train.ts" }, args: [], backend: "cpu_sync" },
+      job: {
+        program: { _tag: "Entry", entry: "examples/train.ts" },
+        args: [],
+        backend: "cpu_sync",
+        datasetSize: 50_000,
+        epochs: 10,
+        cadence: 8,
+        checkpoint: undefined
+      },
       failurePolicy: {
         strategy: new Phased({ beforeFormation: new KillAll(), afterFormation: new Elastic({ maxFailure: new Percent({ p: 50 }) }) }),
-        grace: 5_000
+        grace: 5_000,
+        heartbeatTimeout: 30_000
       }
     })
   })
@@ -43,7 +52,7 @@ describe("cluster.yml", () => {
     expect([probed.controller.join.minRanks, probed.controller.join.targetRanks]).toEqual([undefined, undefined])
     const named = await decode(minimal("  - { host: a, devices: 2 }", "job: { command: [python3, train.py], args: [--lr, '0.1'] }"))
     expect(named.name).toBe("cluster")
-    expect(named.job).toEqual({ program: { _tag: "Command", command: ["python3", "train.py"] }, args: ["--lr", "0.1"], backend: "cpu_sync" })
+    expect(named.job).toEqual({ program: { _tag: "Command", command: ["python3", "train.py"] }, args: ["--lr", "0.1"], backend: "cpu_sync", datasetSize: 0, epochs: 1, cadence: 8, checkpoint: undefined })
   })
 
   const w = "  - { host: a, devices: 2 }"

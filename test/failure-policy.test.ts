@@ -30,7 +30,8 @@ failure_policy:
         beforeFormation: new KillAll(),
         afterFormation: new Elastic({ maxFailure: new Percent({ p: 25 }) })
       }),
-      grace: 250
+      grace: 250,
+      heartbeatTimeout: 30_000
     })
   })
 

@@ -13,7 +13,14 @@
  *     path: .
  *     env: { OMP_NUM_THREADS: "1" }
  * env: {}
- * job: { entry: examples/train.ts, args: [], backend: cpu_sync }
+ * job:
+ *   entry: examples/train.ts
+ *   args: []
+ *   backend: cpu_sync        # cpu_sync | cpu_cadence | cpu_async | nccl
+ *   dataset_size: 50000      # samples per epoch, split by the coordinator
+ *   epochs: 10
+ *   cadence: 8               # cpu_cadence: steps between averages
+ *   checkpoint: .cohort/checkpoints/demo.json   # consensus checkpoint (default: under .cohort/checkpoints)
  * failure_policy: { … }      # see FailurePolicy
  * ```
  *
@@ -73,6 +80,13 @@ export interface Job {
   readonly program: JobProgram
   readonly args: ReadonlyArray<string>
   readonly backend: Backend
+  /** Samples one epoch covers; 0 when the job does not use `ctx.epochs()`. */
+  readonly datasetSize: number
+  readonly epochs: number
+  /** `cpu_cadence`: steps between averages. */
+  readonly cadence: number
+  /** Where the consensus checkpoint is written; undefined: `.cohort/checkpoints/<name>.json`. */
+  readonly checkpoint: string | undefined
 }
 
 export interface ClusterConfig {
@@ -177,7 +191,7 @@ const unreadableJoin: JoinWindow = {
 }
 
 const decodeJob = (field: Field): Job => {
-  const keys = field.map(["entry", "command", "args", "backend"])
+  const keys = field.map(["entry", "command", "args", "backend", "dataset_size", "epochs", "cadence", "checkpoint"])
   const strings = (f: Field, what: string) => f.list(what).map((item) => item.string(what))
   // Read first, so a missing program does not hide their mistakes.
   const args = keys.args!.readOr((f) => strings(f, "a list of arguments"), [])
@@ -194,7 +208,11 @@ const decodeJob = (field: Field): Job => {
   } else {
     program = field.fail("expected entry (a TypeScript module run in every rank) or command (any program)")
   }
-  return { program, args, backend }
+  const datasetSize = keys.dataset_size!.readOr((f) => f.int(0, 2 ** 31 - 1, "a number of samples from 0 to 2147483647"), 0)
+  const epochs = keys.epochs!.readOr((f) => f.int(1, 1_000_000, "a number of epochs from 1 to 1000000"), 1)
+  const cadence = keys.cadence!.readOr((f) => f.int(1, 1_000_000, "a number of steps between averages from 1 to 1000000"), 8)
+  const checkpoint = keys.checkpoint!.present ? keys.checkpoint!.string("the path of the checkpoint file") : undefined
+  return { program, args, backend, datasetSize, epochs, cadence, checkpoint }
 }
 
 /** Decode a whole cluster file; `fallbackName` names the run when the file does not. */
@@ -229,7 +247,7 @@ export const decodeCluster = (root: Field, fallbackName: string): ClusterConfig 
     },
     workers,
     env: top.env!.readOr(decodeEnv, {}),
-    job: job ?? { program: { _tag: "Entry", entry: "" }, args: [], backend: "cpu_sync" },
+    job: job ?? { program: { _tag: "Entry", entry: "" }, args: [], backend: "cpu_sync", datasetSize: 0, epochs: 1, cadence: 8, checkpoint: undefined },
     failurePolicy: top.failure_policy!.attempt(() => decodeFailurePolicy(top.failure_policy!)) ?? defaultFailurePolicy
   }
 }

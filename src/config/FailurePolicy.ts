@@ -10,6 +10,7 @@
  *   # after_formation:
  *   #   restart: { max_restarts: 3, within: 10m, backoff: { initial: 1s, max: 30s, factor: 2, jitter: 0.2 }, scope: all }
  *   grace: 5s                                  # SIGTERM → SIGKILL
+ *   heartbeat_timeout: 30s                     # a rank silent this long is dead (scaled by COHORT_NET_TIMEOUT_SCALE)
  * ```
  *
  * A single strategy is written `kill_all`, `elastic` (no limit),
@@ -39,14 +40,17 @@ export interface FailurePolicy {
   readonly strategy: Phased
   /** SIGTERM → SIGKILL, in milliseconds. */
   readonly grace: number
+  /** A rank (or, seen from a rank, the coordinator) silent this long is dead, in milliseconds, before scaling. */
+  readonly heartbeatTimeout: number
 }
 
 export const defaultFailurePolicy: FailurePolicy = {
   strategy: new Phased({ beforeFormation: new KillAll(), afterFormation: new Elastic({}) }),
-  grace: 5_000
+  grace: 5_000,
+  heartbeatTimeout: 30_000
 }
 
-const policyKeys = ["before_formation", "after_formation", "grace"] as const
+const policyKeys = ["before_formation", "after_formation", "grace", "heartbeat_timeout"] as const
 const simpleKeys = ["kill_all", "elastic", "restart"] as const
 const restartDefaults = {
   maxRestarts: 3,
@@ -66,7 +70,8 @@ export const decodeFailurePolicy = (field: Field): FailurePolicy => {
       beforeFormation: keys.before_formation!.readOr(decodeSimple, defaults.beforeFormation),
       afterFormation: keys.after_formation!.readOr(decodeSimple, defaults.afterFormation)
     }),
-    grace: keys.grace!.readOr((grace) => grace.duration(), defaultFailurePolicy.grace)
+    grace: keys.grace!.readOr((grace) => grace.duration(), defaultFailurePolicy.grace),
+    heartbeatTimeout: keys.heartbeat_timeout!.readOr((timeout) => timeout.duration(2_000), defaultFailurePolicy.heartbeatTimeout)
   }
 }
 
@@ -188,7 +193,8 @@ const encodeMaxFailure = (maxFailure: MaxFailure): number | string =>
 /** The YAML form of a whole `failure_policy` section. */
 export const encodeFailurePolicy = (policy: FailurePolicy): unknown => ({
   ...(encodeStrategy(policy.strategy) as object),
-  grace: formatDuration(policy.grace)
+  grace: formatDuration(policy.grace),
+  heartbeat_timeout: formatDuration(policy.heartbeatTimeout)
 })
 
 /** Read a cluster file's `failure_policy` section from YAML text; other top-level keys are not this module's business. */

@@ -1,14 +1,18 @@
 /**
  * The control channel's messages. Each host's relay dials it once the world
- * has formed and registers the ranks it serves; the link then stays open for
- * the control traffic of later issues (epochs, heartbeats, membership), and
- * its EOF tells the relay the run is over.
+ * has formed and registers the ranks it serves. The link then carries the
+ * ranks' reports to the coordinator and its orders back (tagged by rank),
+ * and the host's folded tensors to the controller and their average back.
+ * Its EOF tells the relay the run is over.
  */
 import * as Schema from "effect/Schema"
+import { CoordinatorOrder, RankReport } from "./CoordinatorMessages.ts"
+
+const Count = Schema.Int.pipe(Schema.nonNegative())
 
 export class RelayHello extends Schema.TaggedClass<RelayHello>()("RelayHello", {
   host: Schema.NonEmptyString,
-  ranks: Schema.Array(Schema.Int.pipe(Schema.nonNegative()))
+  ranks: Schema.Array(Count)
 }) {}
 
 export class RelayAccepted extends Schema.TaggedClass<RelayAccepted>()("RelayAccepted", {}) {}
@@ -17,6 +21,39 @@ export class RelayRejected extends Schema.TaggedClass<RelayRejected>()("RelayRej
   reason: Schema.String
 }) {}
 
+export class FromRank extends Schema.TaggedClass<FromRank>()("FromRank", {
+  rank: Count,
+  report: RankReport
+}) {}
+
+export class ToRanks extends Schema.TaggedClass<ToRanks>()("ToRanks", {
+  ranks: Schema.Array(Count),
+  order: CoordinatorOrder
+}) {}
+
+export const ReduceOp = Schema.Literal("sum", "avg")
+
+/**
+ * A host's contribution to one reduction round: the sum of its active ranks'
+ * (weighted) tensors, their summed weight and how many ranks contributed.
+ * `data` is little-endian f32.
+ */
+export class HostFold extends Schema.TaggedClass<HostFold>()("HostFold", {
+  op: ReduceOp,
+  weight: Schema.Number,
+  ranks: Count,
+  data: Schema.Uint8ArrayFromSelf
+}) {}
+
+/** Every live rank of the host is waiting for work: leave the controller's round until the next HostFold. */
+export class HostIdle extends Schema.TaggedClass<HostIdle>()("HostIdle", {}) {}
+
+/** The round's result for every host, or why the round failed. */
+export class Reduced extends Schema.TaggedClass<Reduced>()("Reduced", {
+  data: Schema.Uint8ArrayFromSelf,
+  failure: Schema.optional(Schema.String)
+}) {}
+
 /** In kind order: append only. */
-export const ControlMessage = Schema.Union(RelayHello, RelayAccepted, RelayRejected)
+export const ControlMessage = Schema.Union(RelayHello, RelayAccepted, RelayRejected, FromRank, ToRanks, HostFold, HostIdle, Reduced)
 export type ControlMessage = typeof ControlMessage.Type

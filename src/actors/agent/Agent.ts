@@ -12,7 +12,9 @@
  * own Scope closes. A launcher-local host runs its agent inside the launcher,
  * joining over loopback exactly as a remote agent would.
  */
-import { resolve } from "node:path"
+import { mkdtempSync, rmSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join, resolve } from "node:path"
 import * as Data from "effect/Data"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
@@ -59,6 +61,8 @@ export interface AgentOptions {
   readonly inheritedEnv: Readonly<Record<string, string | undefined>>
   readonly graceMs: number
   readonly handshakeMs: number
+  /** A rank silent this long is dead (and so, for a rank, is a silent coordinator); scaled. */
+  readonly heartbeatTimeoutMs: number
   /** Where the children's prefixed lines go. */
   readonly output: OutputSink
 }
@@ -118,6 +122,11 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
     const grace = Duration.millis(options.graceMs)
     const cwd = resolve(options.path)
     const entry = options.job.program._tag === "Entry" ? options.job.program.entry : undefined
+    // The host's private run directory: the relay's socket and the shared-memory segments, gone with the run.
+    const dir = yield* Effect.acquireRelease(
+      Effect.sync(() => mkdtempSync(join(sharedMemoryRoot(), `cohort-${options.run.replace(/[^A-Za-z0-9_.-]/g, "_").slice(0, 32)}-`))),
+      (path) => Effect.sync(() => rmSync(path, { recursive: true, force: true }))
+    )
     const envelope: HostEnvelope = {
       run: options.run,
       host,
@@ -129,7 +138,13 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
       saltHex: saltToHex(salt),
       entry,
       args: options.job.args,
-      backend: options.job.backend
+      backend: options.job.backend,
+      dir,
+      socket: join(dir, "relay.sock"),
+      datasetSize: options.job.datasetSize,
+      epochs: options.job.epochs,
+      cadence: options.job.backend === "cpu_cadence" ? options.job.cadence : 1,
+      heartbeatTimeoutMs: options.heartbeatTimeoutMs
     }
     const envelopeText = toEnvironment(envelope)
     const ranks = new Map<number, RankProcess>()
@@ -149,7 +164,15 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
       const relay = yield* ProcessChild.spawn({
         cmd: [process.execPath, relayEntry],
         cwd,
-        env: { ...scrub(options.inheritedEnv), [roleVariables.relay]: toEnvironment({ host, ranks: accept.ranks, controller: options.controller, saltHex: envelope.saltHex }) },
+        env: { ...scrub(options.inheritedEnv), [roleVariables.relay]: toEnvironment({
+          host,
+          ranks: accept.ranks,
+          worldSize: world.worldSize,
+          controller: options.controller,
+          saltHex: envelope.saltHex,
+          dir,
+          socket: envelope.socket
+        }) },
         inheritEnv: false,
         ipc: () => undefined,
         onLine: (line, stream) => options.output(`[${host}:relay] ${line}`, stream),
@@ -270,3 +293,13 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
       }
     }
   })
+
+/** Shared memory where Linux has it (/dev/shm is a tmpfs), else the temporary directory. */
+const sharedMemoryRoot = (): string => {
+  try {
+    rmSync(mkdtempSync("/dev/shm/cohort-probe-"), { recursive: true })
+    return "/dev/shm"
+  } catch {
+    return tmpdir()
+  }
+}

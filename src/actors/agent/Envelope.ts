@@ -32,13 +32,24 @@ export interface HostEnvelope {
   readonly entry?: string | undefined
   readonly args: ReadonlyArray<string>
   readonly backend: string
+  /** The host's private run directory (shared-memory segments) and its relay's socket in it. */
+  readonly dir: string
+  readonly socket: string
+  readonly datasetSize: number
+  readonly epochs: number
+  readonly cadence: number
+  /** A rank silent this long is dead, and so is a coordinator, in milliseconds (scaled). */
+  readonly heartbeatTimeoutMs: number
 }
 
 export interface RelaySpec {
   readonly host: string
   readonly ranks: ReadonlyArray<number>
+  readonly worldSize: number
   readonly controller: Endpoint
   readonly saltHex: string
+  readonly dir: string
+  readonly socket: string
 }
 
 class Invalid extends Error {}
@@ -95,7 +106,13 @@ const hostEnvelope = (value: unknown): HostEnvelope => {
     saltHex: salt(fields.saltHex, "saltHex"),
     entry: fields.entry === undefined ? undefined : string(fields.entry, "entry"),
     args: list(fields.args, "args", string),
-    backend: string(fields.backend, "backend")
+    backend: string(fields.backend, "backend"),
+    dir: string(fields.dir, "dir"),
+    socket: string(fields.socket, "socket"),
+    datasetSize: count(fields.datasetSize, "datasetSize"),
+    epochs: count(fields.epochs, "epochs", 1),
+    cadence: count(fields.cadence, "cadence", 1),
+    heartbeatTimeoutMs: count(fields.heartbeatTimeoutMs, "heartbeatTimeoutMs", 1)
   }
 }
 
@@ -104,8 +121,11 @@ const relaySpec = (value: unknown): RelaySpec => {
   return {
     host: string(fields.host, "host"),
     ranks: list(fields.ranks, "ranks", (rank, at) => count(rank, at)),
+    worldSize: count(fields.worldSize, "worldSize", 1),
     controller: endpoint(fields.controller, "controller"),
-    saltHex: salt(fields.saltHex, "saltHex")
+    saltHex: salt(fields.saltHex, "saltHex"),
+    dir: string(fields.dir, "dir"),
+    socket: string(fields.socket, "socket")
   }
 }
 

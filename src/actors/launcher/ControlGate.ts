@@ -5,7 +5,8 @@
  * ranks it serves. A relay is accepted once, for a host of this world and
  * exactly that host's ranks; anything else is told why and closed. The
  * accepted links stay open until the run ends (`closeAll`): their EOF is the
- * relays' signal to leave.
+ * relays' signal to leave. What a relay sends after registering (its ranks'
+ * reports, its folds) goes to `onMessage`; a link that ends goes to `onClosed`.
  */
 import * as Effect from "effect/Effect"
 import * as Ref from "effect/Ref"
@@ -24,6 +25,8 @@ export interface ControlGate {
   readonly owner: Actor.ActorRef<Accepted>
   /** The hosts whose relay has registered. */
   readonly registered: Effect.Effect<ReadonlySet<string>>
+  /** Send to a host's relay (dropped when it has none). */
+  readonly send: (host: string, message: ControlMessage) => Effect.Effect<void>
   /** Close every relay link: the run is over. */
   readonly closeAll: Effect.Effect<void>
 }
@@ -33,6 +36,8 @@ export interface ControlGateOptions {
   /** The world: each host and its ranks. */
   readonly hosts: Effect.Effect<ReadonlyMap<string, ReadonlyArray<number>>>
   readonly handshakeMs: number
+  readonly onMessage: (host: string, message: ControlMessage) => Effect.Effect<void>
+  readonly onClosed: (host: string) => Effect.Effect<void>
 }
 
 export const make = (options: ControlGateOptions): Effect.Effect<ControlGate, never, Scope.Scope> =>
@@ -66,7 +71,22 @@ export const make = (options: ControlGateOptions): Effect.Effect<ControlGate, ne
           return yield* Effect.logWarning(`refused a relay from ${link.peer}: ${why}`)
         }
         yield* link.send(new RelayAccepted())
-        if (hello._tag === "RelayHello") yield* Effect.logDebug(`relay of ${hello.host} registered`)
+        if (hello._tag !== "RelayHello") return
+        yield* Effect.logDebug(`relay of ${hello.host} registered`)
+        const host = hello.host
+        while (true) {
+          const message = yield* Effect.either(link.receive)
+          if (message._tag === "Left") {
+            yield* Ref.update(links, (current) => {
+              if (current.get(host) !== link) return current
+              const next = new Map(current)
+              next.delete(host)
+              return next
+            })
+            return yield* options.onClosed(host)
+          }
+          yield* options.onMessage(host, message.right)
+        }
       }).pipe(Effect.catchAll((error) => Effect.logWarning(`dropped a control connection: ${error.message}`)))
 
     const owner = yield* Actor.spawn<Accepted, Scope.Scope>({
@@ -81,6 +101,7 @@ export const make = (options: ControlGateOptions): Effect.Effect<ControlGate, ne
     return {
       owner,
       registered: Effect.map(Ref.get(links), (current) => new Set(current.keys())),
+      send: (host, message) => Effect.flatMap(Ref.get(links), (current) => Effect.ignore(current.get(host)?.send(message) ?? Effect.void)),
       closeAll
     }
   })

@@ -36,6 +36,13 @@ import * as JoinGate from "./JoinGate.ts"
 import { LaunchInputError, type Plan } from "./Plan.ts"
 import * as RemoteRanks from "./RemoteRanks.ts"
 import * as RendezvousGate from "./RendezvousGate.ts"
+import * as CheckpointFile from "./CheckpointFile.ts"
+import * as Controller from "./Controller.ts"
+import * as Coordinator from "./Coordinator.ts"
+import * as Native from "../../native/Native.ts"
+import { failureLimit, inForce } from "../Strategy.ts"
+import type { CoordinatorOrder } from "../../wire/CoordinatorMessages.ts"
+import { ToRanks } from "../../wire/ControlMessages.ts"
 
 export type Outcome = "completed" | "degraded" | "failed" | "interrupted"
 
@@ -75,7 +82,14 @@ export interface LaunchOptions {
   readonly onPhase?: (phase: StatusBoard.Phase) => void
   /** Stop the run from outside: resolving it is like a SIGINT. */
   readonly interrupt?: Promise<string>
+  /** Start from the consensus checkpoint at `job.checkpoint` (the CLI's `--resume`). */
+  readonly resume?: boolean
+  /** Told when survivors hold a dead rank's redistributed work (benchmarks, tests). */
+  readonly onRedistributed?: Coordinator.CoordinatorOptions["onRedistributed"]
 }
+
+/** Where a run's consensus checkpoint lives unless `job.checkpoint` says otherwise. */
+export const checkpointPath = (plan: Plan): string => plan.config.job.checkpoint ?? `.cohort/checkpoints/${plan.config.name}.json`
 
 const defaultOutput: Agent.OutputSink = (line, stream) => {
   ;(stream === "stdout" ? process.stdout : process.stderr).write(`${line}\n`)
@@ -111,7 +125,12 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
     if (admission.mode === "open" && admission.warning !== undefined) yield* Effect.logWarning(admission.warning)
     const handshakeMs = scaled(deadlines.handshakeMs, scale)
     const graceMs = config.failurePolicy.grace
+    const heartbeatTimeoutMs = scaled(config.failurePolicy.heartbeatTimeout, scale)
     const join = config.controller.join
+    const resumed = options.resume === true
+      ? yield* CheckpointFile.read(checkpointPath(plan)).pipe(Effect.mapError((error) => new LaunchInputError({ problems: [error.message] })))
+      : undefined
+    if (resumed !== undefined) yield* Effect.logInfo(`resuming from ${checkpointPath(plan)}: epoch ${resumed.epoch} of run ${resumed.run} (saved: ${resumed.reason})`)
 
     // The run's state, as the status page shows it.
     const phase = yield* Ref.make<StatusBoard.Phase>("waiting")
@@ -163,7 +182,27 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
       handshakeMs
     })
     const world = yield* Ref.make(new Map<string, ReadonlyArray<number>>())
-    const control = yield* ControlGate.make({ salt, hosts: Ref.get(world), handshakeMs })
+    // The training roles exist once the world has formed; relays register only after that.
+    let coordinator: Coordinator.Coordinator | undefined
+    let controller: Controller.Controller | undefined
+    const control = yield* ControlGate.make({
+      salt,
+      hosts: Ref.get(world),
+      handshakeMs,
+      onMessage: (host, message) => {
+        switch (message._tag) {
+          case "FromRank":
+            return coordinator?.report(message.rank, message.report) ?? Effect.void
+          case "HostFold":
+            return controller?.fold(host, message) ?? Effect.void
+          case "HostIdle":
+            return controller?.idle(host) ?? Effect.void
+          default:
+            return Effect.logWarning(`ignored an unexpected ${message._tag} from the relay of ${host}`)
+        }
+      },
+      onClosed: (host) => controller?.leave(host) ?? Effect.void
+    })
     // Interruption and the rank supervisor come later; the rendezvous reports to whichever exists.
     let supervisor: Supervisor.Supervisor | undefined
     const rendezvous = config.job.backend === "nccl"
@@ -225,6 +264,7 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
         inheritedEnv: process.env,
         graceMs,
         handshakeMs,
+        heartbeatTimeoutMs,
         output
       }).pipe(
         Effect.scoped,
@@ -318,6 +358,54 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
       })
     }, graceMs)
 
+    // Orders for ranks go down their host's relay link.
+    const hostOf = new Map(members.flatMap((member) => member.ranks.map((rank) => [rank, member.host] as const)))
+    const sendToRanks = (ranks: ReadonlyArray<number>, order: CoordinatorOrder) => {
+      const wake = order._tag === "EpochEnd" ? controller?.wakeAll ?? Effect.void : Effect.void
+      const byHost = new Map<string, Array<number>>()
+      for (const rank of ranks) {
+        const host = hostOf.get(rank)
+        if (host !== undefined) byHost.set(host, [...(byHost.get(host) ?? []), rank])
+      }
+      return Effect.zipRight(wake, Effect.forEach(byHost, ([host, targets]) => control.send(host, new ToRanks({ ranks: targets, order })), { discard: true }))
+    }
+    const afterFormation = inForce(config.failurePolicy.strategy, true)
+    const limitReached = (dead: number) =>
+      afterFormation._tag === "Elastic" && afterFormation.maxFailure !== undefined &&
+      dead >= Math.max(1, failureLimit(afterFormation.maxFailure, worldSize))
+    if (members.length > 1) {
+      const kernels = yield* Effect.option(Native.load())
+      if (kernels._tag === "None") yield* Effect.logWarning("the native library is missing: CPU reductions across hosts will fail (run `bun run build:native`)")
+      controller = Controller.make({
+        hosts: members.map((member) => member.host),
+        kernels: kernels._tag === "Some" ? kernels.value.kernels : undefined,
+        send: (host, message) => control.send(host, message)
+      })
+    }
+    const runScope = yield* Effect.scope
+    if (config.job.program._tag === "Entry") {
+      coordinator = yield* Coordinator.make({
+        run: config.name,
+        ranks: [...book.keys()].sort((a, b) => a - b),
+        job: config.job,
+        heartbeatTimeoutMs,
+        checkpointPath: checkpointPath(plan),
+        resume: resumed,
+        send: sendToRanks,
+        loseRanks: (ranks, reason) =>
+          supervisor === undefined ? Effect.void : Effect.gen(function*() {
+            yield* supervisor!.send(SupervisionEvent.RanksLost({ ranks, reason }))
+            for (const rank of ranks) {
+              const handle = yield* supervisor!.handle(`rank-${rank}`)
+              if (handle !== undefined) yield* Effect.forkIn(handle.stop("kill", Duration.millis(graceMs)), runScope)
+            }
+          }),
+        limitReached,
+        drained: Effect.suspend(() => supervisor?.send(SupervisionEvent.RunDrained()) ?? Effect.void),
+        ...(options.onRedistributed === undefined ? {} : { onRedistributed: options.onRedistributed })
+      })
+    }
+
     const lost: Array<Loss> = []
     supervisor = yield* Supervisor.start({
       name: "rank-supervisor",
@@ -328,8 +416,12 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
         directive._tag === "ReportDead"
           ? Effect.zipRight(
             Effect.sync(() => lost.push({ ranks: directive.ranks, cause: directive.cause })),
-            // The survivors re-rendezvous: a new NCCL communicator without the dead.
-            rendezvous?.lose(directive.ranks, directive.cause) ?? Effect.void
+            Effect.zipRight(
+              // The death chain: the survivors take the dead ranks' work.
+              coordinator?.ranksDead(directive.ranks, directive.cause) ?? Effect.void,
+              // The survivors re-rendezvous: a new NCCL communicator without the dead.
+              rendezvous?.lose(directive.ranks, directive.cause) ?? Effect.void
+            )
           )
           : Effect.void
     })

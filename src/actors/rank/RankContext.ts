@@ -6,8 +6,9 @@
  * import type { RankContext } from "cohort"
  * export default async (ctx: RankContext) => { … }
  * ```
- * The coordinator (epochs, shards) and the data plane join this context in
- * the training issue.
+ * For the CPU backends the context also carries the data plane (collectives
+ * through the host's relay, over shared memory) and the coordinator's epoch
+ * plans, progress and consensus checkpoints.
  */
 export type RankDevice = { readonly kind: "cpu"; readonly slot: number } | { readonly kind: "gpu"; readonly index: number }
 
@@ -52,6 +53,57 @@ export interface Rendezvous {
   readonly close: () => Promise<void>
 }
 
+/** Samples `start` (inclusive) to `end` (exclusive) of the dataset. */
+export interface SampleRange {
+  readonly start: number
+  readonly end: number
+}
+
+/**
+ * One epoch of this rank's work: the sample ranges the coordinator assigned.
+ * The list can grow mid-epoch: when a rank dies, its unprocessed samples are
+ * handed to the survivors.
+ */
+export interface EpochPlan {
+  readonly epoch: number
+  /** The ranges assigned so far, in the order `batches` hands them out. */
+  readonly ranges: ReadonlyArray<SampleRange>
+  /**
+   * This rank's sample indices in batches of up to `size`, in plan order.
+   * When the assigned ranges are used up it waits for redistributed work or
+   * for the epoch's end (every sample of the epoch processed somewhere), and
+   * then finishes. Report each batch with `ctx.progress` once its step
+   * (collectives included) is done.
+   */
+  readonly batches: (size: number) => AsyncIterable<ReadonlyArray<number>>
+}
+
+export type ReduceOp = "sum" | "avg"
+
+export interface AllreduceOptions {
+  /** `avg` (default): the weighted mean over the contributing ranks; `sum`: their sum. */
+  readonly op?: ReduceOp
+  /** This rank's weight in `avg` (default 1): e.g. the samples it processed for this step. */
+  readonly weight?: number
+}
+
+export interface Checkpoint {
+  /**
+   * Offer the run's state (JSON-serialisable; Float32Array and Float64Array
+   * are kept) as the consensus checkpoint for the epoch just finished. Every
+   * rank may call it; the coordinator keeps one copy per epoch and writes it
+   * atomically (temporary file, then rename) to `job.checkpoint`.
+   */
+  readonly save: (state: unknown) => Promise<void>
+  /** The state of the checkpoint this run resumed from (`--resume`), or undefined. */
+  readonly load: () => Promise<unknown>
+}
+
+/** A collective or coordinator call that cannot complete. */
+export class RankCallError extends Error {
+  override readonly name = "RankCallError"
+}
+
 export interface RankContext {
   readonly run: string
   readonly rank: number
@@ -76,4 +128,25 @@ export interface RankContext {
   readonly signal: AbortSignal
   /** Present for `backend: nccl` jobs. */
   readonly rendezvous?: Rendezvous | undefined
+  /** `job.dataset_size`: the samples one epoch covers. */
+  readonly datasetSize: number
+  /** `job.epochs`: how many epochs the run trains. */
+  readonly epochCount: number
+  /** `job.cadence`: steps between averages under `cpu_cadence` (1 under `cpu_sync`). */
+  readonly cadence: number
+  /**
+   * Reduce `buffer` in place across every active rank (CPU backends). A rank
+   * waiting for work in `batches` is not active; a dead rank leaves at once.
+   * Every rank of a round must pass the same length.
+   */
+  readonly allreduce: (buffer: Float32Array, options?: AllreduceOptions) => Promise<void>
+  /** Wait until every active rank has called `barrier`. */
+  readonly barrier: () => Promise<void>
+  /** Overwrite `buffer` on every active rank with rank `root`'s. */
+  readonly broadcast: (buffer: Float32Array, root: number) => Promise<void>
+  /** The epochs of the run, from the coordinator: starts after the resumed checkpoint's epoch. */
+  readonly epochs: () => AsyncIterable<EpochPlan>
+  /** `samples` more samples of the current plan are done (in plan order); `metrics` are shown in progress lines. */
+  readonly progress: (samples: number, metrics?: Readonly<Record<string, number>>) => void
+  readonly checkpoint: Checkpoint
 }

@@ -14,6 +14,8 @@ import { pathToFileURL } from "node:url"
 import { resolve } from "node:path"
 import type { HostEnvelope } from "../agent/Envelope.ts"
 import type { RankContext, Rendezvous } from "./RankContext.ts"
+import { connectRelay, type RelayClient } from "./RelayClient.ts"
+import { type Training, training as makeTraining } from "./Training.ts"
 
 export interface RuntimeOptions {
   readonly envelope: HostEnvelope
@@ -31,6 +33,7 @@ export const contextFor = (
   restartCount: number,
   signal: AbortSignal,
   onSignalRead: () => void,
+  train: Training["context"],
   rendezvous?: Rendezvous
 ): RankContext | string => {
   const rank = envelope.ranks[slot]
@@ -51,6 +54,10 @@ export const contextFor = (
     backend: envelope.backend,
     restartCount,
     rendezvous,
+    datasetSize: envelope.datasetSize,
+    epochCount: envelope.epochs,
+    cadence: envelope.cadence,
+    ...train,
     get signal() {
       onSignalRead()
       return signal
@@ -80,14 +87,44 @@ export const runRank = async (options: RuntimeOptions): Promise<number> => {
       return fail(`cannot join the NCCL rendezvous: ${error instanceof Error ? error.message : String(error)}`)
     }
   }
-  const context = contextFor(envelope, options.slot, options.restartCount, shutdown.signal, () => (handlesShutdown = true), rendezvous)
-  if (typeof context === "string") return fail(context)
+  if (rank === undefined) return fail(`COHORT_LOCAL_SLOT ${options.slot} is out of range: host ${envelope.host} has ${envelope.ranks.length} slot(s)`)
 
-  process.on("SIGTERM", () => {
-    shutdown.abort(new Error("cohort is stopping this rank"))
+  const stopRank = (reason: string) => {
+    shutdown.abort(new Error(reason))
     // Code that never looked at the signal cannot wind down: end now.
     if (!handlesShutdown) process.exit(143)
+  }
+  // The relay (collectives, plans, heartbeats) is dialled once user code runs: it starts when every rank of the host does.
+  let relay: Promise<RelayClient> | undefined
+  let startRelay = () => {}
+  const client = new Promise<RelayClient>((resolve, reject) => {
+    startRelay = () => {
+      relay = connectRelay({
+        socket: envelope.socket,
+        dir: envelope.dir,
+        rank,
+        heartbeatTimeoutMs: envelope.heartbeatTimeoutMs,
+        onOrder: (order) => train.onOrder(order),
+        onLost: (reason) => {
+          console.error(`cohort rank: ${reason}; exiting`)
+          process.exit(1)
+        }
+      })
+      relay.then((connected) => {
+        connected.report({ _tag: "Attach" })
+        resolve(connected)
+      }, (error: Error) => {
+        train.stop(error.message)
+        reject(error)
+      })
+    }
   })
+  client.catch(() => undefined)
+  const train = makeTraining(client, envelope.datasetSize, rank, (reason) => stopRank(`cohort stopped the run: ${reason}`))
+  const context = contextFor(envelope, options.slot, options.restartCount, shutdown.signal, () => (handlesShutdown = true), train.context, rendezvous)
+  if (typeof context === "string") return fail(context)
+
+  process.on("SIGTERM", () => stopRank("cohort is stopping this rank"))
 
   const path = resolve(options.cwd, envelope.entry)
   let module: { default?: unknown }
@@ -100,9 +137,16 @@ export const runRank = async (options: RuntimeOptions): Promise<number> => {
     return fail(`${envelope.entry} has no default export function: write \`export default async (ctx: RankContext) => { … }\``)
   }
   options.checkIn()
+  startRelay()
+  const leave = async () => {
+    const connected = await relay?.catch(() => undefined)
+    connected?.report({ _tag: "Exiting" })
+    connected?.close()
+  }
   try {
     await module.default(context)
     await rendezvous?.close()
+    await leave()
     return 0
   } catch (error) {
     console.error(`rank ${context.rank} failed: ${error instanceof Error ? error.stack ?? error.message : String(error)}`)

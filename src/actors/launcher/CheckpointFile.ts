@@ -1,0 +1,63 @@
+/**
+ * The consensus checkpoint on disk: one JSON file, replaced atomically
+ * (written to a temporary file beside it, then renamed over it), so a crash
+ * mid-write leaves the previous checkpoint whole.
+ */
+import { mkdirSync, readFileSync, renameSync, writeFileSync } from "node:fs"
+import { dirname } from "node:path"
+import * as Data from "effect/Data"
+import * as Effect from "effect/Effect"
+
+export type SaveReason = "checkpoint" | "max_failure_exceeded" | "all_ranks_lost"
+
+export interface CheckpointRecord {
+  readonly version: 1
+  readonly run: string
+  /** The last epoch the state has finished. */
+  readonly epoch: number
+  readonly reason: SaveReason
+  readonly savedAt: string
+  readonly world: number
+  readonly dead: ReadonlyArray<number>
+  /** The ranks' state, as StateJson text. */
+  readonly state: string
+}
+
+export class CheckpointError extends Data.TaggedError("CheckpointError")<{ readonly path: string; readonly reason: string }> {
+  override get message(): string {
+    return `checkpoint ${this.path}: ${this.reason}`
+  }
+}
+
+export const write = (path: string, record: CheckpointRecord): Effect.Effect<void, CheckpointError> =>
+  Effect.try({
+    try: () => {
+      mkdirSync(dirname(path), { recursive: true })
+      const temporary = `${path}.${process.pid}.tmp`
+      writeFileSync(temporary, JSON.stringify(record))
+      renameSync(temporary, path)
+    },
+    catch: (error) => new CheckpointError({ path, reason: `cannot write it: ${(error as Error).message}` })
+  })
+
+export const read = (path: string): Effect.Effect<CheckpointRecord, CheckpointError> =>
+  Effect.gen(function*() {
+    const text = yield* Effect.try({
+      try: () => readFileSync(path, "utf8"),
+      catch: (error) =>
+        new CheckpointError({
+          path,
+          reason: (error as NodeJS.ErrnoException).code === "ENOENT"
+            ? "there is no checkpoint to resume from (run without --resume, or set job.checkpoint to the file)"
+            : `cannot read it: ${(error as Error).message}`
+        })
+    })
+    const record = yield* Effect.try({
+      try: () => JSON.parse(text) as Partial<CheckpointRecord>,
+      catch: () => new CheckpointError({ path, reason: "it is not JSON: not a cohort checkpoint" })
+    })
+    if (record.version !== 1 || typeof record.epoch !== "number" || typeof record.state !== "string") {
+      return yield* new CheckpointError({ path, reason: "it is not a cohort checkpoint (version 1 with epoch and state)" })
+    }
+    return record as CheckpointRecord
+  })

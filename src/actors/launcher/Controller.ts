@@ -1,0 +1,91 @@
+/**
+ * The Controller: the CPU data plane's root. Every host's relay folds its
+ * ranks and sends one `HostFold` per round; the controller waits for every
+ * host that still has an active rank, sums the folds with the native kernel,
+ * divides once by the summed weight for an average, and sends the result to
+ * each host that contributed. A host whose ranks are all waiting for work
+ * (`HostIdle`), all dead, or whose relay is gone, leaves the round at once.
+ *
+ * A world on one host never reaches it: that relay finishes rounds itself.
+ */
+import * as Effect from "effect/Effect"
+import type { Kernels } from "../../native/Native.ts"
+import { type HostFold, Reduced } from "../../wire/ControlMessages.ts"
+
+export interface ControllerOptions {
+  /** Every host of the world. */
+  readonly hosts: ReadonlyArray<string>
+  readonly kernels: Kernels | undefined
+  readonly send: (host: string, message: Reduced) => Effect.Effect<void>
+}
+
+export interface Controller {
+  readonly fold: (host: string, fold: HostFold) => Effect.Effect<void>
+  readonly idle: (host: string) => Effect.Effect<void>
+  /** An epoch has ended: every host takes part in the next round (its relays wake their ranks alike). */
+  readonly wakeAll: Effect.Effect<void>
+  /** The host's relay is gone, or its ranks are: it leaves every round. */
+  readonly leave: (host: string) => Effect.Effect<void>
+}
+
+const view = (data: Uint8Array) => {
+  // CBOR hands back views at any offset; Float32Array needs 4-byte alignment.
+  const aligned = data.byteOffset % 4 === 0 ? data : data.slice()
+  return new Float32Array(aligned.buffer, aligned.byteOffset, aligned.byteLength / 4)
+}
+
+export const make = (options: ControllerOptions): Controller => {
+  const members = new Set(options.hosts)
+  const idle = new Set<string>()
+  const pending = new Map<string, HostFold>()
+
+  const reduce = (round: ReadonlyArray<[string, HostFold]>): Reduced => {
+    const [, first] = round[0]!
+    const odd = round.find(([, fold]) => fold.data.byteLength !== first.data.byteLength || fold.op !== first.op)
+    if (odd !== undefined) {
+      return new Reduced({
+        data: new Uint8Array(0),
+        failure: `collectives out of step across hosts: ${round[0]![0]} sent ${first.op} of ${first.data.byteLength / 4} floats, ` +
+          `${odd[0]} ${odd[1].op} of ${odd[1].data.byteLength / 4}`
+      })
+    }
+    const out = new Float32Array(first.data.byteLength / 4)
+    if (out.length > 0) {
+      if (options.kernels === undefined) return new Reduced({ data: new Uint8Array(0), failure: "the launcher could not load the native library for the CPU data plane" })
+      options.kernels.sum("f32", round.map(([, fold]) => view(fold.data)), out)
+      const weight = round.reduce((sum, [, fold]) => sum + fold.weight, 0)
+      if (first.op === "avg" && weight > 0) options.kernels.scale("f32", out, 1 / weight)
+    }
+    return new Reduced({ data: new Uint8Array(out.buffer) })
+  }
+
+  const advance = Effect.suspend(() => {
+    const active = [...members].filter((host) => !idle.has(host))
+    if (active.length === 0 || active.some((host) => !pending.has(host))) return Effect.void
+    const round = active.map((host): [string, HostFold] => [host, pending.get(host)!])
+    for (const host of active) pending.delete(host)
+    const result = reduce(round)
+    return Effect.forEach(round, ([host]) => options.send(host, result), { discard: true })
+  })
+
+  return {
+    fold: (host, fold) =>
+      Effect.suspend(() => {
+        if (!members.has(host)) return options.send(host, new Reduced({ data: new Uint8Array(0), failure: `host ${host} has left the data plane` }))
+        idle.delete(host)
+        pending.set(host, fold)
+        return advance
+      }),
+    idle: (host) => Effect.suspend(() => {
+      if (!pending.has(host)) idle.add(host)
+      return advance
+    }),
+    wakeAll: Effect.sync(() => idle.clear()),
+    leave: (host) => Effect.suspend(() => {
+      members.delete(host)
+      idle.delete(host)
+      pending.delete(host)
+      return advance
+    })
+  }
+}

@@ -1,0 +1,272 @@
+/**
+ * The Coordinator: epochs, liveness and elastic membership for the ranks of
+ * an `entry:` job.
+ *
+ * - Epochs: once every live rank has attached, each epoch's samples are
+ *   split across the live ranks (`EpochLedger.plan`): equally for `cpu_sync`
+ *   and `nccl`, by measured throughput for `cpu_cadence` and `cpu_async`
+ *   after the first epoch. Progress reports fill the ledger; when every
+ *   sample is done the epoch ends and the next one starts.
+ * - Liveness: ranks beat every second, and so does the coordinator toward
+ *   them. A rank silent for the heartbeat timeout (and not exiting) is lost:
+ *   the supervisor is told and the rank is killed. Child exits reported by
+ *   the agents arrive much sooner and take the same path (`ranksDead`).
+ * - The death chain, once per rank: mark it dead in the ledger, hand its
+ *   unprocessed samples to the survivors (`EpochExtend`), then, if the
+ *   failure policy's limit is crossed or no rank is left, write the
+ *   consensus checkpoint and tell every survivor to stop.
+ * - Checkpoints: the first state offered for an epoch is the consensus (the
+ *   ranks' parameters are averaged, so they agree); it is written atomically
+ *   to `job.checkpoint`, and a `--resume` run starts after its epoch.
+ */
+import * as Clock from "effect/Clock"
+import * as Data from "effect/Data"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import type * as Scope from "effect/Scope"
+import * as Actor from "../Actor.ts"
+import type { Job } from "../../config/ClusterConfig.ts"
+import {
+  CheckpointSaved,
+  CoordinatorBeat,
+  type CoordinatorOrder,
+  EpochEnd,
+  EpochExtend,
+  EpochStart,
+  type RankReport,
+  Stop,
+  TrainingDone,
+  Welcome
+} from "../../wire/CoordinatorMessages.ts"
+import * as CheckpointFile from "./CheckpointFile.ts"
+import * as Ledger from "./EpochLedger.ts"
+
+export interface CoordinatorOptions {
+  readonly run: string
+  /** The world's ranks. */
+  readonly ranks: ReadonlyArray<number>
+  readonly job: Job
+  readonly heartbeatTimeoutMs: number
+  readonly checkpointPath: string
+  /** The checkpoint this run resumes from. */
+  readonly resume: CheckpointFile.CheckpointRecord | undefined
+  readonly send: (ranks: ReadonlyArray<number>, order: CoordinatorOrder) => Effect.Effect<void>
+  /** Declare ranks dead that went silent (the supervisor counts them, their processes are killed). */
+  readonly loseRanks: (ranks: ReadonlyArray<number>, reason: string) => Effect.Effect<void>
+  /** Has the failure policy's limit been reached with `dead` ranks lost? */
+  readonly limitReached: (dead: number) => boolean
+  /** Every epoch is done: the ranks now leave on their own. */
+  readonly drained: Effect.Effect<void>
+  /** Told when survivors hold a dead rank's redistributed work (benchmarks, tests). */
+  readonly onRedistributed?: (dead: number, extensions: ReadonlyMap<number, ReadonlyArray<Ledger.SampleRange>>) => void
+}
+
+type CoordinatorMessage = Data.TaggedEnum<{
+  Report: { readonly rank: number; readonly report: RankReport }
+  RanksDead: { readonly ranks: ReadonlyArray<number>; readonly cause: string }
+  Tick: {}
+}>
+const CoordinatorMessage = Data.taggedEnum<CoordinatorMessage>()
+
+export interface Coordinator {
+  readonly report: (rank: number, report: RankReport) => Effect.Effect<void>
+  /** The death chain for ranks the supervisor reports dead (idempotent). */
+  readonly ranksDead: (ranks: ReadonlyArray<number>, cause: string) => Effect.Effect<void>
+}
+
+const BEAT_MS = 1_000
+
+export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, never, Scope.Scope> =>
+  Effect.gen(function*() {
+    const { job } = options
+    const lastEpoch = job.epochs
+    const alive = new Set(options.ranks)
+    const dead = new Set<number>()
+    const attached = new Set<number>()
+    const exiting = new Set<number>()
+    const lastSeen = new Map<number, number>()
+    const metrics = new Map<number, Readonly<Record<string, number>>>()
+    /** Samples per second of each rank in the last finished epoch. */
+    const throughput = new Map<number, number>()
+    const lastProgressAt = new Map<number, number>()
+    let ledger: Ledger.EpochLedger | undefined
+    let epochStartedAt = 0
+    let finished = false
+    let stopping = false
+    let consensus: { epoch: number; state: string } | undefined = options.resume === undefined
+      ? undefined
+      : { epoch: options.resume.epoch, state: options.resume.state }
+    const firstEpoch = (options.resume?.epoch ?? 0) + 1
+    const live = () => [...alive].sort((a, b) => a - b)
+    const now = Clock.currentTimeMillis
+
+    const writeCheckpoint = (reason: CheckpointFile.SaveReason) =>
+      consensus === undefined
+        ? Effect.succeed(false)
+        : CheckpointFile.write(options.checkpointPath, {
+          version: 1,
+          run: options.run,
+          epoch: consensus.epoch,
+          reason,
+          savedAt: new Date().toISOString(),
+          world: options.ranks.length,
+          dead: [...dead].sort((a, b) => a - b),
+          state: consensus.state
+        }).pipe(
+          Effect.as(true),
+          Effect.catchAll((error) => Effect.as(Effect.logError(error.message), false))
+        )
+
+    const startEpoch = (epoch: number) =>
+      Effect.gen(function*() {
+        if (epoch > lastEpoch) {
+          finished = true
+          yield* Effect.logInfo(`training done: ${lastEpoch} epoch(s)`)
+          yield* options.send(live(), new TrainingDone())
+          return yield* options.drained
+        }
+        const weighted = (job.backend === "cpu_cadence" || job.backend === "cpu_async") &&
+          live().every((rank) => (throughput.get(rank) ?? 0) > 0)
+        ledger = Ledger.plan(epoch, job.datasetSize, live(), weighted ? new Map(live().map((rank) => [rank, throughput.get(rank)!])) : undefined)
+        epochStartedAt = yield* now
+        lastProgressAt.clear()
+        metrics.clear()
+        for (const rank of live()) {
+          yield* options.send([rank], new EpochStart({ epoch, ranges: ledger.assigned.get(rank) ?? [] }))
+        }
+      })
+
+    const endEpoch = Effect.gen(function*() {
+      const finishedLedger = ledger!
+      ledger = undefined
+      const took = (yield* now) - epochStartedAt
+      for (const [rank, done] of finishedLedger.done) {
+        const at = lastProgressAt.get(rank)
+        if (at !== undefined && at > epochStartedAt && done > 0) throughput.set(rank, done / ((at - epochStartedAt) / 1000))
+      }
+      const shown = summariseMetrics(metrics)
+      yield* Effect.logInfo(
+        `epoch ${finishedLedger.epoch}/${lastEpoch} done in ${(took / 1000).toFixed(1)} s: ${finishedLedger.datasetSize} samples ` +
+          `(${[...finishedLedger.done].sort(([a], [b]) => a - b).map(([rank, done]) => `r${rank} ${done}`).join(", ")})${shown}`
+      )
+      yield* options.send(live(), new EpochEnd({ epoch: finishedLedger.epoch }))
+      yield* startEpoch(finishedLedger.epoch + 1)
+    })
+
+    const saveAndStop = (why: string, reason: CheckpointFile.SaveReason) =>
+      Effect.gen(function*() {
+        if (stopping) return
+        stopping = true
+        const saved = yield* writeCheckpoint(reason)
+        yield* saved
+          ? Effect.logError(`${why}: consensus checkpoint of epoch ${consensus!.epoch} written to ${options.checkpointPath}; resume with --resume`)
+          : Effect.logError(`${why}: no consensus checkpoint to write (no rank had saved one)`)
+        yield* options.send(live(), new Stop({ reason: why, saved }))
+      })
+
+    const markDead = (ranks: ReadonlyArray<number>, cause: string) =>
+      Effect.gen(function*() {
+        for (const rank of ranks) {
+          if (dead.has(rank) || !options.ranks.includes(rank)) continue
+          dead.add(rank)
+          alive.delete(rank)
+          if (ledger === undefined || finished || stopping) continue
+          const { extensions, ledger: next } = Ledger.markDead(ledger, rank)
+          ledger = next
+          for (const [survivor, ranges] of extensions) yield* options.send([survivor], new EpochExtend({ epoch: next.epoch, ranges }))
+          options.onRedistributed?.(rank, extensions)
+          const moved = [...extensions.values()].flat().reduce((sum, range) => sum + range.end - range.start, 0)
+          if (moved > 0) {
+            yield* Effect.logWarning(
+              `rank ${rank} lost (${cause}): ${moved} unprocessed sample(s) of epoch ${next.epoch} handed to rank(s) ${[...extensions.keys()].join(", ")}`
+            )
+          }
+        }
+        if (stopping || finished) return
+        if (alive.size === 0) return yield* saveAndStop(`every rank was lost`, "all_ranks_lost")
+        if (options.limitReached(dead.size)) {
+          return yield* saveAndStop(`max_failure exceeded (${dead.size}/${options.ranks.length} ranks lost)`, "max_failure_exceeded")
+        }
+        if (ledger !== undefined && Ledger.isComplete(ledger)) yield* endEpoch
+      })
+
+    const onReport = (rank: number, report: RankReport) =>
+      Effect.gen(function*() {
+        if (!alive.has(rank)) return
+        lastSeen.set(rank, yield* now)
+        switch (report._tag) {
+          case "Attach": {
+            attached.add(rank)
+            const resumed = consensus !== undefined && options.resume !== undefined ? options.resume.state : undefined
+            yield* options.send([rank], new Welcome({ firstEpoch, ...(resumed === undefined ? {} : { checkpoint: resumed }) }))
+            if (ledger !== undefined) {
+              // A late attach: its plan so far.
+              yield* options.send([rank], new EpochStart({ epoch: ledger.epoch, ranges: ledger.assigned.get(rank) ?? [] }))
+            } else if (!finished && !stopping && job.datasetSize > 0 && live().every((each) => attached.has(each))) {
+              yield* startEpoch(firstEpoch)
+            }
+            return
+          }
+          case "Progress": {
+            if (report.metrics !== undefined) metrics.set(rank, report.metrics)
+            if (ledger === undefined || report.epoch !== ledger.epoch) return
+            const { clipped, ledger: next } = Ledger.report(ledger, rank, report.done)
+            ledger = next
+            lastProgressAt.set(rank, yield* now)
+            if (clipped) yield* Effect.logWarning(`rank ${rank} reported ${report.done} samples done in epoch ${next.epoch}, more than the ${Ledger.assignedCount(next, rank)} it was given`)
+            if (Ledger.isComplete(next)) yield* endEpoch
+            return
+          }
+          case "CheckpointSave": {
+            if (consensus === undefined || report.epoch > consensus.epoch) {
+              consensus = { epoch: report.epoch, state: report.state }
+              yield* writeCheckpoint("checkpoint")
+            }
+            return yield* options.send([rank], new CheckpointSaved({ epoch: report.epoch }))
+          }
+          case "Exiting":
+            exiting.add(rank)
+            return
+          case "Heartbeat":
+            return
+        }
+      })
+
+    const tick = Effect.gen(function*() {
+      const at = yield* now
+      const beating = live().filter((rank) => attached.has(rank) && !exiting.has(rank))
+      if (beating.length > 0) yield* options.send(beating, new CoordinatorBeat())
+      const silent = beating.filter((rank) => at - (lastSeen.get(rank) ?? at) > options.heartbeatTimeoutMs)
+      if (silent.length === 0) return
+      const reason = `no heartbeat for ${(options.heartbeatTimeoutMs / 1000).toFixed(1)} s`
+      yield* options.loseRanks(silent, reason)
+      yield* markDead(silent, reason)
+    })
+
+    const actor = yield* Actor.spawn<CoordinatorMessage, Scope.Scope>({
+      name: "coordinator",
+      handlers: {
+        Report: ({ rank, report }) => onReport(rank, report),
+        RanksDead: ({ cause, ranks }) => markDead(ranks, cause),
+        Tick: () => tick
+      }
+    })
+    yield* Effect.forkScoped(Effect.forever(Effect.zipRight(Effect.sleep(Duration.millis(BEAT_MS)), Effect.ignore(actor.tell(CoordinatorMessage.Tick())))))
+    return {
+      report: (rank, report) => Effect.ignore(actor.tell(CoordinatorMessage.Report({ rank, report }))),
+      ranksDead: (ranks, cause) => Effect.ignore(actor.tell(CoordinatorMessage.RanksDead({ ranks, cause })))
+    }
+  })
+
+/** ", loss 0.123 (mean of 4 ranks)" from each rank's latest metrics. */
+const summariseMetrics = (metrics: ReadonlyMap<number, Readonly<Record<string, number>>>): string => {
+  const sums = new Map<string, { total: number; count: number }>()
+  for (const values of metrics.values()) {
+    for (const [name, value] of Object.entries(values)) {
+      const entry = sums.get(name) ?? { total: 0, count: 0 }
+      sums.set(name, { total: entry.total + value, count: entry.count + 1 })
+    }
+  }
+  if (sums.size === 0) return ""
+  return `; ${[...sums].map(([name, { count, total }]) => `${name} ${(total / count).toPrecision(4)}`).join(", ")} (mean of the ranks' latest)`
+}

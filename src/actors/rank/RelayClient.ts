@@ -1,0 +1,142 @@
+/**
+ * A rank's link to its host's relay: a Unix socket for messages and a
+ * shared-memory segment for tensors.
+ *
+ * - `reduce` leaves the tensor in the rank's segment, tells the relay, and
+ *   copies the round's result back out of the relay's result segment. One
+ *   collective at a time, in call order.
+ * - Reports go up to the coordinator; orders come back to `onOrder`.
+ * - Every second the rank beats; a coordinator silent for the heartbeat
+ *   timeout, or a relay that hangs up, ends the process: nobody keeps a
+ *   device after the launcher is gone.
+ *
+ * Effect-free on purpose: it is on every rank's start-up path.
+ */
+import { join } from "node:path"
+import { encodeLocal, LocalFrameReader } from "../../wire/LocalFrames.ts"
+import { createSegment, floats, segmentCapacity, SegmentMaps } from "../../wire/Segments.ts"
+import { RankCallError, type ReduceOp } from "./RankContext.ts"
+
+/** An order from the coordinator, as the relay passes it on (CoordinatorMessages, encoded). */
+export type Order = { readonly _tag: string } & Record<string, unknown>
+
+export interface RelayClientOptions {
+  readonly socket: string
+  readonly dir: string
+  readonly rank: number
+  readonly heartbeatTimeoutMs: number
+  /** Told every order, in arrival order. */
+  readonly onOrder: (order: Order) => void
+  /** The rank cannot go on (relay gone, coordinator silent): the runtime ends the process. */
+  readonly onLost: (reason: string) => void
+}
+
+export interface RelayClient {
+  readonly reduce: (buffer: Float32Array, op: ReduceOp, weight: number) => Promise<void>
+  /** This rank is waiting for work: leave the reduction barrier until its next `reduce`. */
+  readonly idle: () => void
+  readonly report: (report: { readonly _tag: string } & Record<string, unknown>) => void
+  readonly close: () => void
+}
+
+const HEARTBEAT_MS = 1_000
+
+const dial = async (path: string, deadline: number, handlers: Parameters<typeof Bun.connect>[0]["socket"]) => {
+  let lastError: unknown
+  while (Date.now() < deadline) {
+    try {
+      return await Bun.connect({ unix: path, socket: handlers })
+    } catch (error) {
+      // The relay starts once every rank of the host runs user code: wait for it.
+      lastError = error
+      await Bun.sleep(20)
+    }
+  }
+  throw new RankCallError(`cannot reach the host's relay at ${path}: ${lastError instanceof Error ? lastError.message : String(lastError)}`)
+}
+
+export const connectRelay = async (options: RelayClientOptions): Promise<RelayClient> => {
+  const reader = new LocalFrameReader()
+  const results = new SegmentMaps()
+  let waiting: { resolve: (message: Record<string, unknown>) => void; reject: (error: Error) => void } | undefined
+  let closing = false
+  let lastHeard = Date.now()
+
+  const lost = (reason: string) => {
+    if (closing) return
+    closing = true
+    waiting?.reject(new RankCallError(reason))
+    options.onLost(reason)
+  }
+
+  const socket = await dial(options.socket, Date.now() + options.heartbeatTimeoutMs, {
+    data: (_socket, chunk) => {
+      for (const message of reader.push(chunk) as Array<Record<string, unknown>>) {
+        lastHeard = Date.now()
+        if (message.t === "reduced") {
+          const current = waiting
+          waiting = undefined
+          current?.resolve(message)
+        } else if (message.t === "order") {
+          options.onOrder(message.order as Order)
+        } else if (message.t === "refused") {
+          lost(`the relay refused this rank: ${String(message.reason)}`)
+        }
+      }
+    },
+    close: () => lost("lost the host's relay"),
+    error: () => {}
+  })
+  const send = (message: unknown) => {
+    if (!closing) socket.write(encodeLocal(message))
+  }
+  send({ t: "hello", rank: options.rank })
+
+  const timer = setInterval(() => {
+    send({ t: "report", report: { _tag: "Heartbeat" } })
+    if (Date.now() - lastHeard > options.heartbeatTimeoutMs) {
+      lost(`heard nothing from the coordinator for ${options.heartbeatTimeoutMs} ms`)
+    }
+  }, HEARTBEAT_MS)
+  timer.unref()
+
+  let segment: { path: string; bytes: Uint8Array; generation: number } = { path: "", bytes: new Uint8Array(0), generation: 0 }
+  const ownSegment = (bytes: number) => {
+    if (segment.path !== "" && segment.bytes.length >= bytes) return segment
+    const generation = segment.generation + 1
+    const path = join(options.dir, `r${options.rank}-${generation}.seg`)
+    segment = { path, bytes: createSegment(path, segmentCapacity(bytes)), generation }
+    return segment
+  }
+
+  // Collectives run one at a time, in call order.
+  let queue: Promise<unknown> = Promise.resolve()
+  const reduceNow = async (buffer: Float32Array, op: ReduceOp, weight: number): Promise<void> => {
+    if (closing) throw new RankCallError("the rank has lost its relay")
+    const bytes = buffer.byteLength
+    const own = ownSegment(bytes)
+    const staged = floats(own.bytes, bytes)
+    staged.set(buffer)
+    if (weight !== 1) for (let i = 0; i < staged.length; i++) staged[i]! *= weight
+    const reply = new Promise<Record<string, unknown>>((resolve, reject) => (waiting = { resolve, reject }))
+    send({ t: "reduce", op, bytes, weight, seg: own.path })
+    const answer = await reply
+    if (typeof answer.error === "string") throw new RankCallError(answer.error)
+    if (bytes > 0) buffer.set(floats(results.map("result", String(answer.seg)), bytes))
+  }
+
+  return {
+    reduce: (buffer, op, weight) => {
+      const call = queue.then(() => reduceNow(buffer, op, weight))
+      queue = call.catch(() => undefined)
+      return call
+    },
+    idle: () => send({ t: "idle" }),
+    report: (report) => send({ t: "report", report }),
+    close: () => {
+      closing = true
+      clearInterval(timer)
+      socket.end()
+    }
+  }
+}

@@ -1,0 +1,62 @@
+/**
+ * What ranks and the coordinator say to each other. A rank writes these as
+ * plain JSON objects to its relay (ranks load no Schema); the relay checks
+ * them against these schemas and carries them over the control channel,
+ * tagged with the rank (`FromRank`, `ToRanks` in ControlMessages).
+ */
+import * as Schema from "effect/Schema"
+
+const Count = Schema.Int.pipe(Schema.nonNegative())
+
+export const SampleRange = Schema.Struct({ start: Count, end: Count })
+export type SampleRange = typeof SampleRange.Type
+
+// Rank → coordinator.
+
+/** The rank is connected and ready for plans. */
+export class Attach extends Schema.TaggedClass<Attach>()("Attach", {}) {}
+export class Heartbeat extends Schema.TaggedClass<Heartbeat>()("Heartbeat", {}) {}
+/** Cumulative: `done` samples of this epoch's plan (in plan order) are processed. */
+export class Progress extends Schema.TaggedClass<Progress>()("Progress", {
+  epoch: Count,
+  done: Count,
+  metrics: Schema.optional(Schema.Record({ key: Schema.String, value: Schema.Number }))
+}) {}
+/** The consensus state after `epoch`, as StateJson text. */
+export class CheckpointSave extends Schema.TaggedClass<CheckpointSave>()("CheckpointSave", {
+  epoch: Count,
+  state: Schema.String
+}) {}
+/** The rank is ending on purpose: its silence from now on is not a death. */
+export class Exiting extends Schema.TaggedClass<Exiting>()("Exiting", {}) {}
+
+export const RankReport = Schema.Union(Attach, Heartbeat, Progress, CheckpointSave, Exiting)
+export type RankReport = typeof RankReport.Type
+
+// Coordinator → rank.
+
+/** The answer to Attach: the resumed checkpoint's state (StateJson), if any, and the first epoch. */
+export class Welcome extends Schema.TaggedClass<Welcome>()("Welcome", {
+  checkpoint: Schema.optional(Schema.String),
+  firstEpoch: Count
+}) {}
+export class EpochStart extends Schema.TaggedClass<EpochStart>()("EpochStart", {
+  epoch: Count,
+  ranges: Schema.Array(SampleRange)
+}) {}
+/** More work for this epoch: a dead rank's remainder. */
+export class EpochExtend extends Schema.TaggedClass<EpochExtend>()("EpochExtend", {
+  epoch: Count,
+  ranges: Schema.Array(SampleRange)
+}) {}
+/** Every sample of the epoch is processed. */
+export class EpochEnd extends Schema.TaggedClass<EpochEnd>()("EpochEnd", { epoch: Count }) {}
+/** No epochs are left. */
+export class TrainingDone extends Schema.TaggedClass<TrainingDone>()("TrainingDone", {}) {}
+export class CheckpointSaved extends Schema.TaggedClass<CheckpointSaved>()("CheckpointSaved", { epoch: Count }) {}
+export class CoordinatorBeat extends Schema.TaggedClass<CoordinatorBeat>()("CoordinatorBeat", {}) {}
+/** Stop now: the run is ending (the consensus checkpoint is already written when `saved`). */
+export class Stop extends Schema.TaggedClass<Stop>()("Stop", { reason: Schema.String, saved: Schema.Boolean }) {}
+
+export const CoordinatorOrder = Schema.Union(Welcome, EpochStart, EpochExtend, EpochEnd, TrainingDone, CheckpointSaved, CoordinatorBeat, Stop)
+export type CoordinatorOrder = typeof CoordinatorOrder.Type
