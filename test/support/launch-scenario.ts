@@ -93,8 +93,8 @@ export const waitForPhase = async (port: number, phase: RunState["phase"], timeo
 }
 
 /** `bun src/cli/launch.ts <file>` as a real process, its output collected line by line. */
-export const spawnLaunch = (file: string, env: Readonly<Record<string, string>> = {}) => {
-  const proc = Bun.spawn([process.execPath, "src/cli/launch.ts", file], {
+export const spawnLaunch = (file: string, env: Readonly<Record<string, string>> = {}, flags: ReadonlyArray<string> = []) => {
+  const proc = Bun.spawn([process.execPath, "src/cli/launch.ts", file, ...flags], {
     cwd: repoRoot,
     env: { ...process.env, ...env },
     stdout: "pipe",

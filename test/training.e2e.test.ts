@@ -1,0 +1,178 @@
+/**
+ * Elastic training end to end, through the real CLI: four rank processes of
+ * examples/train.ts (traced, see traced-train-fixture.ts), a relay, the
+ * coordinator and the status endpoint.
+ * - A rank SIGKILLed mid-epoch (its pid read from the status endpoint)
+ *   under `max_failure: 50%`: the run completes DEGRADED, the survivors reach
+ *   the accuracy and agree on the weights, and every sample of every epoch
+ *   was processed exactly once (the dead rank's one in-flight batch aside).
+ * - Crossing `max_failure`: exit 1 with the consensus checkpoint written, and
+ *   `--resume` carries on from it.
+ * - The launcher SIGKILLed: every rank and the relay are gone.
+ */
+import { afterAll, describe, expect, test } from "bun:test"
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { fetchState, repoRoot, spawnLaunch, waitForPhase } from "./support/launch-scenario.ts"
+import { childrenOf, isGone, waitFor } from "./support/processes.ts"
+
+const dirs: Array<string> = []
+afterAll(() => dirs.forEach((dir) => rmSync(dir, { recursive: true, force: true })))
+
+const DATASET = 50_000
+
+const setUp = (name: string, policy: string, epochs: number, delay: number) => {
+  const dir = mkdtempSync(join(tmpdir(), "cohort-train-"))
+  dirs.push(dir)
+  const file = join(dir, "cluster.yml")
+  writeFileSync(file, `
+name: ${name}
+workers:
+  - host: localhost
+    devices: 4
+    path: ${repoRoot}
+job:
+  entry: test/fixtures/traced-train-fixture.ts
+  args: ["trace=${dir}", "delay=${delay}"]
+  dataset_size: ${DATASET}
+  epochs: ${epochs}
+  checkpoint: ${join(dir, "checkpoint.json")}
+failure_policy:
+  after_formation:
+    elastic: { max_failure: ${policy} }
+  grace: 2s
+  heartbeat_timeout: 5s
+`)
+  return { dir, file }
+}
+
+/** Wait until some line matches; the lines collected so far are searched as they grow. */
+const waitForLine = (lines: ReadonlyArray<string>, pattern: RegExp, what: string, timeoutMs = 30_000) =>
+  waitFor(() => lines.some((line) => pattern.test(line)), what, timeoutMs)
+
+/** A rank's pid, as the status endpoint shows it. */
+const rankPid = async (port: number, rank: number): Promise<number> => {
+  const state = await fetchState(port)
+  const pid = state?.ranks.find((entry) => entry.rank === rank)?.pid
+  if (typeof pid !== "number") throw new Error(`the status endpoint shows no pid for rank ${rank}`)
+  return pid
+}
+
+const portOf = async (lines: ReadonlyArray<string>): Promise<number> => {
+  await waitForLine(lines, /listening on [\d.]+:\d+/, "the launcher to listen", 15_000)
+  return Number(/listening on [\d.]+:(\d+)/.exec(lines.find((line) => /listening on/.test(line))!)![1])
+}
+
+/** Per epoch, how often each sample was reported, and by which ranks. */
+const traces = (dir: string) => {
+  const seen = new Map<number, Map<number, Array<number>>>()
+  for (const name of readdirSync(dir).filter((entry) => /^r\d+\.jsonl$/.test(entry))) {
+    const rank = Number(name.slice(1, -6))
+    for (const line of readFileSync(join(dir, name), "utf8").split("\n").filter(Boolean)) {
+      const { epoch, indices } = JSON.parse(line) as { epoch: number; indices: Array<number> }
+      const samples = seen.get(epoch) ?? new Map<number, Array<number>>()
+      seen.set(epoch, samples)
+      for (const index of indices) samples.set(index, [...(samples.get(index) ?? []), rank])
+    }
+  }
+  return seen
+}
+
+const finalLines = (lines: ReadonlyArray<string>) => ({
+  accuracies: lines.flatMap((line) => /epoch (\d+): loss [\d.]+ accuracy ([\d.]+)%/.exec(line) ?? []).length,
+  checksums: lines.flatMap((line) => /final weights checksum (\w+)/.exec(line)?.[1] ?? []),
+  lastAccuracy: (rank: number) => {
+    const own = lines.filter((line) => line.includes(`:r${rank}] epoch `))
+    const match = /accuracy ([\d.]+)%/.exec(own.at(-1) ?? "")
+    return match === null ? Number.NaN : Number(match[1])
+  }
+})
+
+describe("elastic training", () => {
+  test("a rank SIGKILLed mid-epoch: DEGRADED, accurate, and every sample processed exactly once", async () => {
+    const { dir, file } = setUp("elastic", "50%", 4, 8)
+    const launch = spawnLaunch(file)
+    const port = await portOf(launch.stderr.lines)
+    await waitForPhase(port, "training", 20_000)
+    // Mid-epoch 2: after epoch 1 has ended and rank 2 has done some of epoch 2.
+    await waitForLine(launch.stderr.lines, /epoch 1\/4 done/, "epoch 1 to end")
+    await waitFor(() => (traces(dir).get(2)?.size ?? 0) > 0, "epoch 2 to make progress", 20_000)
+    const victim = await rankPid(port, 2)
+    process.kill(victim, "SIGKILL")
+    const code = await launch.proc.exited
+    await launch.stdout.done
+    const stdout = launch.stdout.lines
+    const stderr = launch.stderr.lines
+    expect(stderr.at(-1)).toContain("run completed DEGRADED (1 of 4 ranks lost")
+    expect(code).toBe(0)
+    expect(stderr.some((line) => /rank 2 lost .*unprocessed sample\(s\) of epoch 2 handed to rank\(s\)/.test(line))).toBe(true)
+
+    const { checksums, lastAccuracy } = finalLines(stdout)
+    expect(checksums).toHaveLength(3)
+    expect(new Set(checksums).size).toBe(1)
+    for (const rank of [0, 1, 3]) expect(lastAccuracy(rank)).toBeGreaterThanOrEqual(95)
+
+    // Coverage: every sample of every epoch, once; a sample twice only when the first time was the dead rank's last batch.
+    const seen = traces(dir)
+    expect([...seen.keys()].sort()).toEqual([1, 2, 3, 4])
+    const deadLast = readFileSync(join(dir, "r2.jsonl"), "utf8").trim().split("\n").map((line) => JSON.parse(line) as { epoch: number; indices: Array<number> }).at(-1)!
+    for (const [epoch, samples] of seen) {
+      expect(samples.size).toBe(DATASET)
+      for (const [index, ranks] of samples) {
+        if (ranks.length === 1) continue
+        expect({ epoch, index, ranks: ranks.length }).toEqual({ epoch, index, ranks: 2 })
+        expect(ranks).toContain(2)
+        expect(deadLast.epoch === epoch && deadLast.indices.includes(index)).toBe(true)
+      }
+      // After its death rank 2 processes nothing.
+      if (epoch > 2) expect([...samples.values()].some((ranks) => ranks.includes(2))).toBe(false)
+    }
+  }, 90_000)
+
+  test("crossing max_failure: exit 1 with a consensus checkpoint; --resume carries on from it", async () => {
+    const { dir, file } = setUp("exceed", "1", 4, 8)
+    const first = spawnLaunch(file)
+    const port = await portOf(first.stderr.lines)
+    await waitForLine(first.stderr.lines, /epoch 2\/4 done/, "epoch 2 to end")
+    await waitForLine(first.stdout.lines, /:r1\] epoch 2: /, "rank 1 to finish epoch 2 (and offer its checkpoint)")
+    process.kill(await rankPid(port, 1), "SIGKILL")
+    expect(await first.proc.exited).toBe(1)
+    await first.stdout.done
+    expect(first.stderr.lines.at(-1)).toMatch(/run failed: .*max_failure exceeded/)
+    expect(first.stderr.lines.some((line) => /consensus checkpoint of epoch [23] written to .*checkpoint\.json/.test(line))).toBe(true)
+    const saved = JSON.parse(readFileSync(join(dir, "checkpoint.json"), "utf8")) as { epoch: number; reason: string; dead: Array<number> }
+    expect(saved.reason).toBe("max_failure_exceeded")
+    expect(saved.dead).toEqual([1])
+    expect(saved.epoch).toBeGreaterThanOrEqual(2)
+
+    const second = spawnLaunch(file, {}, ["--resume"])
+    expect(await second.proc.exited).toBe(0)
+    await second.stdout.done
+    expect(second.stderr.lines.some((line) => line.includes(`resuming from ${join(dir, "checkpoint.json")}: epoch ${saved.epoch}`))).toBe(true)
+    expect(second.stdout.lines.filter((line) => /resumed from the checkpoint of epoch/.test(line))).toHaveLength(4)
+    // The resumed run trains only the epochs after the saved one.
+    const epochs = second.stdout.lines.flatMap((line) => /:r0\] epoch (\d+):/.exec(line)?.[1] ?? []).map(Number)
+    expect(epochs[0]).toBe(saved.epoch + 1)
+    expect(epochs.at(-1)).toBe(4)
+    expect(second.stderr.lines.at(-1)).toBe("cohort: run completed")
+    const { checksums, lastAccuracy } = finalLines(second.stdout.lines)
+    expect(new Set(checksums).size).toBe(1)
+    expect(lastAccuracy(0)).toBeGreaterThanOrEqual(95)
+    expect(existsSync(join(dir, "checkpoint.json"))).toBe(true)
+  }, 90_000)
+
+  test("the launcher SIGKILLed: every rank and the relay are gone", async () => {
+    const { file } = setUp("orphans", "50%", 50, 8)
+    const launch = spawnLaunch(file)
+    const port = await portOf(launch.stderr.lines)
+    await waitForLine(launch.stderr.lines, /epoch 1\/50 done/, "epoch 1 to end")
+    const children = childrenOf(launch.proc.pid)
+    const ranks = await Promise.all([0, 1, 2, 3].map((rank) => rankPid(port, rank)))
+    expect(children.length).toBeGreaterThanOrEqual(5)
+    for (const rank of ranks) expect(children).toContain(rank)
+    launch.proc.kill("SIGKILL")
+    // Parent-death reaches them at once; the heartbeat timeout (5 s) would be the slow path.
+    await waitFor(() => children.every(isGone), "every rank and the relay to exit", 5_000)
+  }, 60_000)
+})
