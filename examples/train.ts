@@ -123,6 +123,7 @@ export const train = async (ctx: RankContext, log: (line: string) => void = cons
       `batch ${options.batch} per rank × ${ctx.worldSize} ranks, lr ${options.lr}`)
   }
 
+  const local = ctx.backend === "cpu_cadence" || ctx.backend === "cpu_async"
   const reports: Array<EpochReport> = []
   let stopped = false
   let steps = 0
@@ -137,9 +138,12 @@ export const train = async (ctx: RankContext, log: (line: string) => void = cons
         }
         if (batch.length === 0) continue
         const { loss } = model.forwardBackward(params, grads, data.x, data.y, batch)
-        await ctx.allreduce(grads, { op: "avg", weight: batch.length })
+        // cpu_sync: average every step's gradients. cpu_cadence / cpu_async: local steps, and
+        // the model synced every `ctx.cadence` steps (averaged, or exchanged with the centre).
+        if (!local) await ctx.allreduce(grads, { op: "avg", weight: batch.length })
         steps++
         sgdStep(params, grads, lr, velocity, MOMENTUM)
+        if (local && steps % ctx.cadence === 0) await ctx.sync(params)
         samples += batch.length
         ctx.progress(batch.length, { loss })
       }

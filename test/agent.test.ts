@@ -49,7 +49,7 @@ const joinedAgent = Effect.gen(function*() {
     controller: { host: "127.0.0.1", port: mux.port },
     version: VERSION,
     path: repoRoot,
-    job: { program: { _tag: "Entry", entry: "test/fixtures/rank-fixture.ts" }, args: ["hold", `pidfile=${dir}`], backend: "cpu_sync", datasetSize: 0, epochs: 1, cadence: 8, checkpoint: undefined },
+    job: { program: { _tag: "Entry", entry: "test/fixtures/rank-fixture.ts" }, args: ["hold", `pidfile=${dir}`], backend: "cpu_sync", datasetSize: 0, epochs: 1, cadence: 8, checkpoint: undefined, outerOptimizer: undefined, asyncAlpha: 0.5 },
     clusterEnv: {},
     hostEnv: {},
     inheritedEnv: process.env,

@@ -35,7 +35,9 @@ describe("cluster.yml", () => {
         datasetSize: 50_000,
         epochs: 10,
         cadence: 8,
-        checkpoint: undefined
+        checkpoint: undefined,
+        outerOptimizer: undefined,
+        asyncAlpha: 0.5
       },
       failurePolicy: {
         strategy: new Phased({ beforeFormation: new KillAll(), afterFormation: new Elastic({ maxFailure: new Percent({ p: 50 }) }) }),
@@ -52,7 +54,7 @@ describe("cluster.yml", () => {
     expect([probed.controller.join.minRanks, probed.controller.join.targetRanks]).toEqual([undefined, undefined])
     const named = await decode(minimal("  - { host: a, devices: 2 }", "job: { command: [python3, train.py], args: [--lr, '0.1'] }"))
     expect(named.name).toBe("cluster")
-    expect(named.job).toEqual({ program: { _tag: "Command", command: ["python3", "train.py"] }, args: ["--lr", "0.1"], backend: "cpu_sync", datasetSize: 0, epochs: 1, cadence: 8, checkpoint: undefined })
+    expect(named.job).toEqual({ program: { _tag: "Command", command: ["python3", "train.py"] }, args: ["--lr", "0.1"], backend: "cpu_sync", datasetSize: 0, epochs: 1, cadence: 8, checkpoint: undefined, outerOptimizer: undefined, asyncAlpha: 0.5 })
   })
 
   const w = "  - { host: a, devices: 2 }"

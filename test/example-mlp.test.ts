@@ -235,6 +235,7 @@ const runWorld = async (options: WorldOptions): Promise<World> => {
       epochCount,
       cadence: 1,
       allreduce,
+      sync: () => Promise.reject(new Error("not used under cpu_sync")),
       barrier: () => Promise.reject(new Error("not used by the example")),
       broadcast: () => Promise.reject(new Error("not used by the example")),
       epochs: async function*() {

@@ -20,6 +20,8 @@
  *   dataset_size: 50000      # samples per epoch, split by the coordinator
  *   epochs: 10
  *   cadence: 8               # cpu_cadence: steps between averages
+ *   outer_optimizer: { kind: diloco, lr: 0.7, momentum: 0.9 }   # cpu_cadence / cpu_async, optional
+ *   async_alpha: 0.5         # cpu_async: the elastic averaging's moving rate
  *   checkpoint: .cohort/checkpoints/demo.json   # consensus checkpoint (default: under .cohort/checkpoints)
  * failure_policy: { … }      # see FailurePolicy
  * ```
@@ -32,6 +34,7 @@
 import type * as Effect from "effect/Effect"
 import { decodeEnv } from "./Env.ts"
 import { decodeFailurePolicy, defaultFailurePolicy, type FailurePolicy } from "./FailurePolicy.ts"
+import type { OuterOptimizer } from "../actors/launcher/ModelRoot.ts"
 import { type ConfigErrors, type Field, parse } from "./Yaml.ts"
 
 /** `devices: 4` (CPU slots), `[0, 1]` (GPU indices) or `"all"` (probed on the host). */
@@ -87,6 +90,10 @@ export interface Job {
   readonly cadence: number
   /** Where the consensus checkpoint is written; undefined: `.cohort/checkpoints/<name>.json`. */
   readonly checkpoint: string | undefined
+  /** `cpu_cadence`/`cpu_async`: the model sync's outer optimizer (DiLoCo, SlowMo); undefined: plain averaging. */
+  readonly outerOptimizer: OuterOptimizer | undefined
+  /** `cpu_async`: how far a rank and the centre move toward each other per exchange (EASGD's α). */
+  readonly asyncAlpha: number
 }
 
 export interface ClusterConfig {
@@ -191,7 +198,7 @@ const unreadableJoin: JoinWindow = {
 }
 
 const decodeJob = (field: Field): Job => {
-  const keys = field.map(["entry", "command", "args", "backend", "dataset_size", "epochs", "cadence", "checkpoint"])
+  const keys = field.map(["entry", "command", "args", "backend", "dataset_size", "epochs", "cadence", "checkpoint", "outer_optimizer", "async_alpha"])
   const strings = (f: Field, what: string) => f.list(what).map((item) => item.string(what))
   // Read first, so a missing program does not hide their mistakes.
   const args = keys.args!.readOr((f) => strings(f, "a list of arguments"), [])
@@ -212,7 +219,21 @@ const decodeJob = (field: Field): Job => {
   const epochs = keys.epochs!.readOr((f) => f.int(1, 1_000_000, "a number of epochs from 1 to 1000000"), 1)
   const cadence = keys.cadence!.readOr((f) => f.int(1, 1_000_000, "a number of steps between averages from 1 to 1000000"), 8)
   const checkpoint = keys.checkpoint!.present ? keys.checkpoint!.string("the path of the checkpoint file") : undefined
-  return { program, args, backend, datasetSize, epochs, cadence, checkpoint }
+  const outerOptimizer = keys.outer_optimizer!.present ? decodeOuterOptimizer(keys.outer_optimizer!) : undefined
+  if (outerOptimizer !== undefined && backend !== "cpu_cadence" && backend !== "cpu_async") {
+    keys.outer_optimizer!.report(`an outer optimizer applies to backend cpu_cadence or cpu_async, not ${backend}: remove it or change the backend`)
+  }
+  const asyncAlpha = keys.async_alpha!.readOr((f) => f.number(0, 1, "a fraction from 0 to 1, like 0.5"), 0.5)
+  return { program, args, backend, datasetSize, epochs, cadence, checkpoint, outerOptimizer, asyncAlpha }
+}
+
+const decodeOuterOptimizer = (field: Field): OuterOptimizer => {
+  const keys = field.map(["kind", "lr", "momentum"])
+  return {
+    kind: keys.kind!.present ? keys.kind!.literal(["diloco", "slowmo"] as const) : field.fail("expected kind: diloco or kind: slowmo"),
+    lr: keys.lr!.readOr((f) => f.number(0, 10, "an outer learning rate from 0 to 10, like 0.7"), 0.7),
+    momentum: keys.momentum!.readOr((f) => f.number(0, 1, "a momentum from 0 to 1, like 0.9"), 0.9)
+  }
 }
 
 /** Decode a whole cluster file; `fallbackName` names the run when the file does not. */
@@ -247,7 +268,7 @@ export const decodeCluster = (root: Field, fallbackName: string): ClusterConfig 
     },
     workers,
     env: top.env!.readOr(decodeEnv, {}),
-    job: job ?? { program: { _tag: "Entry", entry: "" }, args: [], backend: "cpu_sync", datasetSize: 0, epochs: 1, cadence: 8, checkpoint: undefined },
+    job: job ?? { program: { _tag: "Entry", entry: "" }, args: [], backend: "cpu_sync", datasetSize: 0, epochs: 1, cadence: 8, checkpoint: undefined, outerOptimizer: undefined, asyncAlpha: 0.5 },
     failurePolicy: top.failure_policy!.attempt(() => decodeFailurePolicy(top.failure_policy!)) ?? defaultFailurePolicy
   }
 }

@@ -31,7 +31,8 @@ export class ToRanks extends Schema.TaggedClass<ToRanks>()("ToRanks", {
   order: CoordinatorOrder
 }) {}
 
-export const ReduceOp = Schema.Literal("sum", "avg")
+/** `sync` is a `ctx.sync` round: averaged, then through the controller's model root (outer optimizer). */
+export const ReduceOp = Schema.Literal("sum", "avg", "sync")
 
 /**
  * A host's contribution to one reduction round: the sum of its active ranks'
@@ -54,6 +55,30 @@ export class Reduced extends Schema.TaggedClass<Reduced>()("Reduced", {
   failure: Schema.optional(Schema.String)
 }) {}
 
+/** A rank's `cpu_async` exchange with the controller's centre variable: no barrier, no round. */
+export class ElasticPush extends Schema.TaggedClass<ElasticPush>()("ElasticPush", {
+  rank: Count,
+  data: Schema.Uint8ArrayFromSelf
+}) {}
+
+/** The rank's new parameters after its exchange, or why there are none. */
+export class ElasticPulled extends Schema.TaggedClass<ElasticPulled>()("ElasticPulled", {
+  rank: Count,
+  data: Schema.Uint8ArrayFromSelf,
+  failure: Schema.optional(Schema.String)
+}) {}
+
 /** In kind order: append only. */
-export const ControlMessage = Schema.Union(RelayHello, RelayAccepted, RelayRejected, FromRank, ToRanks, HostFold, HostIdle, Reduced)
+export const ControlMessage = Schema.Union(
+  RelayHello,
+  RelayAccepted,
+  RelayRejected,
+  FromRank,
+  ToRanks,
+  HostFold,
+  HostIdle,
+  Reduced,
+  ElasticPush,
+  ElasticPulled
+)
 export type ControlMessage = typeof ControlMessage.Type

@@ -143,7 +143,7 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
       socket: join(dir, "relay.sock"),
       datasetSize: options.job.datasetSize,
       epochs: options.job.epochs,
-      cadence: options.job.backend === "cpu_cadence" ? options.job.cadence : 1,
+      cadence: options.job.backend === "cpu_cadence" || options.job.backend === "cpu_async" ? options.job.cadence : 1,
       heartbeatTimeoutMs: options.heartbeatTimeoutMs
     }
     const envelopeText = toEnvironment(envelope)

@@ -21,6 +21,8 @@ export interface CheckpointRecord {
   readonly dead: ReadonlyArray<number>
   /** The ranks' state, as StateJson text. */
   readonly state: string
+  /** The controller's model root (anchor or centre, outer momentum), as StateJson text, when it has one. */
+  readonly root?: string | undefined
 }
 
 export class CheckpointError extends Data.TaggedError("CheckpointError")<{ readonly path: string; readonly reason: string }> {

@@ -6,22 +6,29 @@
  * each host that contributed. A host whose ranks are all waiting for work
  * (`HostIdle`), all dead, or whose relay is gone, leaves the round at once.
  *
- * A world on one host never reaches it: that relay finishes rounds itself.
+ * A world on one host reaches it only for `ctx.sync` rounds (that relay
+ * finishes other rounds itself): the model root, with the outer optimizer's
+ * state, lives here. `cpu_async` exchanges (`ElasticPush`) skip rounds
+ * altogether: each is answered on its own from the root's centre variable.
  */
 import * as Effect from "effect/Effect"
 import type { Kernels } from "../../native/Native.ts"
-import { type HostFold, Reduced } from "../../wire/ControlMessages.ts"
+import { type ElasticPush, ElasticPulled, type HostFold, Reduced } from "../../wire/ControlMessages.ts"
+import type { ModelRoot } from "./ModelRoot.ts"
 
 export interface ControllerOptions {
   /** Every host of the world. */
   readonly hosts: ReadonlyArray<string>
   readonly kernels: Kernels | undefined
-  readonly send: (host: string, message: Reduced) => Effect.Effect<void>
+  readonly send: (host: string, message: Reduced | ElasticPulled) => Effect.Effect<void>
+  /** Where `sync` rounds and `cpu_async` exchanges end (see ModelRoot). */
+  readonly root: ModelRoot
 }
 
 export interface Controller {
   readonly fold: (host: string, fold: HostFold) => Effect.Effect<void>
   readonly idle: (host: string) => Effect.Effect<void>
+  readonly elastic: (host: string, push: ElasticPush) => Effect.Effect<void>
   /** An epoch has ended: every host takes part in the next round (its relays wake their ranks alike). */
   readonly wakeAll: Effect.Effect<void>
   /** The host's relay is gone, or its ranks are: it leaves every round. */
@@ -33,6 +40,8 @@ const view = (data: Uint8Array) => {
   const aligned = data.byteOffset % 4 === 0 ? data : data.slice()
   return new Float32Array(aligned.buffer, aligned.byteOffset, aligned.byteLength / 4)
 }
+
+const bytesOf = (values: Float32Array) => new Uint8Array(values.buffer, values.byteOffset, values.byteLength)
 
 export const make = (options: ControllerOptions): Controller => {
   const members = new Set(options.hosts)
@@ -54,8 +63,9 @@ export const make = (options: ControllerOptions): Controller => {
       if (options.kernels === undefined) return new Reduced({ data: new Uint8Array(0), failure: "the launcher could not load the native library for the CPU data plane" })
       options.kernels.sum("f32", round.map(([, fold]) => view(fold.data)), out)
       const weight = round.reduce((sum, [, fold]) => sum + fold.weight, 0)
-      if (first.op === "avg" && weight > 0) options.kernels.scale("f32", out, 1 / weight)
+      if (first.op !== "sum" && weight > 0) options.kernels.scale("f32", out, 1 / weight)
     }
+    if (first.op === "sync") return new Reduced({ data: bytesOf(options.root.sync(out)) })
     return new Reduced({ data: new Uint8Array(out.buffer) })
   }
 
@@ -75,6 +85,13 @@ export const make = (options: ControllerOptions): Controller => {
         idle.delete(host)
         pending.set(host, fold)
         return advance
+      }),
+    elastic: (host, push) =>
+      Effect.suspend(() => {
+        if (push.data.byteLength % 4 !== 0) {
+          return options.send(host, new ElasticPulled({ rank: push.rank, data: new Uint8Array(0), failure: "a sync of a tensor whose size is not whole floats" }))
+        }
+        return options.send(host, new ElasticPulled({ rank: push.rank, data: bytesOf(options.root.elastic(view(push.data))) }))
       }),
     idle: (host) => Effect.suspend(() => {
       if (!pending.has(host)) idle.add(host)

@@ -57,6 +57,8 @@ export interface CoordinatorOptions {
   readonly limitReached: (dead: number) => boolean
   /** Every epoch is done: the ranks now leave on their own. */
   readonly drained: Effect.Effect<void>
+  /** The controller's model root as StateJson text, saved with every checkpoint. */
+  readonly rootState: () => string | undefined
   /** Told when survivors hold a dead rank's redistributed work (benchmarks, tests). */
   readonly onRedistributed?: (dead: number, extensions: ReadonlyMap<number, ReadonlyArray<Ledger.SampleRange>>) => void
 }
@@ -111,7 +113,8 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
           savedAt: new Date().toISOString(),
           world: options.ranks.length,
           dead: [...dead].sort((a, b) => a - b),
-          state: consensus.state
+          state: consensus.state,
+          root: options.rootState()
         }).pipe(
           Effect.as(true),
           Effect.catchAll((error) => Effect.as(Effect.logError(error.message), false))

@@ -39,6 +39,8 @@ import * as RendezvousGate from "./RendezvousGate.ts"
 import * as CheckpointFile from "./CheckpointFile.ts"
 import * as Controller from "./Controller.ts"
 import * as Coordinator from "./Coordinator.ts"
+import { ModelRoot, type RootState } from "./ModelRoot.ts"
+import { parseState, stringifyState } from "../../wire/StateJson.ts"
 import * as Native from "../../native/Native.ts"
 import { failureLimit, inForce } from "../Strategy.ts"
 import type { CoordinatorOrder } from "../../wire/CoordinatorMessages.ts"
@@ -197,6 +199,8 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
             return controller?.fold(host, message) ?? Effect.void
           case "HostIdle":
             return controller?.idle(host) ?? Effect.void
+          case "ElasticPush":
+            return controller?.elastic(host, message) ?? Effect.void
           default:
             return Effect.logWarning(`ignored an unexpected ${message._tag} from the relay of ${host}`)
         }
@@ -373,17 +377,19 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
     const limitReached = (dead: number) =>
       afterFormation._tag === "Elastic" && afterFormation.maxFailure !== undefined &&
       dead >= Math.max(1, failureLimit(afterFormation.maxFailure, worldSize))
-    if (members.length > 1) {
+    const runScope = yield* Effect.scope
+    if (config.job.program._tag === "Entry") {
       const kernels = yield* Effect.option(Native.load())
       if (kernels._tag === "None") yield* Effect.logWarning("the native library is missing: CPU reductions across hosts will fail (run `bun run build:native`)")
+      const root = new ModelRoot(config.job.outerOptimizer, config.job.asyncAlpha)
+      const saved = resumed?.root === undefined ? undefined : parseState(resumed.root) as RootState
+      if (saved !== undefined && saved.anchor instanceof Float32Array && saved.momentum instanceof Float32Array) root.restore(saved)
       controller = Controller.make({
         hosts: members.map((member) => member.host),
         kernels: kernels._tag === "Some" ? kernels.value.kernels : undefined,
-        send: (host, message) => control.send(host, message)
+        send: (host, message) => control.send(host, message),
+        root
       })
-    }
-    const runScope = yield* Effect.scope
-    if (config.job.program._tag === "Entry") {
       coordinator = yield* Coordinator.make({
         run: config.name,
         ranks: [...book.keys()].sort((a, b) => a - b),
@@ -391,6 +397,10 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
         heartbeatTimeoutMs,
         checkpointPath: checkpointPath(plan),
         resume: resumed,
+        rootState: () => {
+          const state = root.snapshot()
+          return state === undefined ? undefined : stringifyState(state)
+        },
         send: sendToRanks,
         loseRanks: (ranks, reason) =>
           supervisor === undefined ? Effect.void : Effect.gen(function*() {

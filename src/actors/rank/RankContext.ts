@@ -140,6 +140,15 @@ export interface RankContext {
    * Every rank of a round must pass the same length.
    */
   readonly allreduce: (buffer: Float32Array, options?: AllreduceOptions) => Promise<void>
+  /**
+   * Synchronise model parameters in place, the way the backend says:
+   * `cpu_cadence` averages every active rank's parameters (call it every
+   * `ctx.cadence` steps), through the outer optimizer when
+   * `job.outer_optimizer` is set; `cpu_async` exchanges this rank's
+   * parameters with the controller's centre variable (elastic averaging)
+   * without waiting for the others; `cpu_sync` averages like `cadence`.
+   */
+  readonly sync: (params: Float32Array) => Promise<void>
   /** Wait until every active rank has called `barrier`. */
   readonly barrier: () => Promise<void>
   /** Overwrite `buffer` on every active rank with rank `root`'s. */

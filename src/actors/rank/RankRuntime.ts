@@ -120,7 +120,7 @@ export const runRank = async (options: RuntimeOptions): Promise<number> => {
     }
   })
   client.catch(() => undefined)
-  const train = makeTraining(client, envelope.datasetSize, rank, (reason) => stopRank(`cohort stopped the run: ${reason}`))
+  const train =  makeTraining(client, { datasetSize: envelope.datasetSize, rank, backend: envelope.backend }, (reason) => stopRank(`cohort stopped the run: ${reason}`))
   const context = contextFor(envelope, options.slot, options.restartCount, shutdown.signal, () => (handlesShutdown = true), train.context, rendezvous)
   if (typeof context === "string") return fail(context)
 

@@ -15,7 +15,10 @@
 import { join } from "node:path"
 import { encodeLocal, LocalFrameReader } from "../../wire/LocalFrames.ts"
 import { createSegment, floats, segmentCapacity, SegmentMaps } from "../../wire/Segments.ts"
-import { RankCallError, type ReduceOp } from "./RankContext.ts"
+import { RankCallError } from "./RankContext.ts"
+
+/** `sum`/`avg` for allreduce, `sync` for a model sync round, `elastic` for a `cpu_async` exchange. */
+export type RelayOp = "sum" | "avg" | "sync" | "elastic"
 
 /** An order from the coordinator, as the relay passes it on (CoordinatorMessages, encoded). */
 export type Order = { readonly _tag: string } & Record<string, unknown>
@@ -32,7 +35,7 @@ export interface RelayClientOptions {
 }
 
 export interface RelayClient {
-  readonly reduce: (buffer: Float32Array, op: ReduceOp, weight: number) => Promise<void>
+  readonly reduce: (buffer: Float32Array, op: RelayOp, weight: number) => Promise<void>
   /** This rank is waiting for work: leave the reduction barrier until its next `reduce`. */
   readonly idle: () => void
   readonly report: (report: { readonly _tag: string } & Record<string, unknown>) => void
@@ -111,7 +114,7 @@ export const connectRelay = async (options: RelayClientOptions): Promise<RelayCl
 
   // Collectives run one at a time, in call order.
   let queue: Promise<unknown> = Promise.resolve()
-  const reduceNow = async (buffer: Float32Array, op: ReduceOp, weight: number): Promise<void> => {
+  const reduceNow = async (buffer: Float32Array, op: RelayOp, weight: number): Promise<void> => {
     if (closing) throw new RankCallError("the rank has lost its relay")
     const bytes = buffer.byteLength
     const own = ownSegment(bytes)
@@ -122,7 +125,7 @@ export const connectRelay = async (options: RelayClientOptions): Promise<RelayCl
     send({ t: "reduce", op, bytes, weight, seg: own.path })
     const answer = await reply
     if (typeof answer.error === "string") throw new RankCallError(answer.error)
-    if (bytes > 0) buffer.set(floats(results.map("result", String(answer.seg)), bytes))
+    if (bytes > 0) buffer.set(answer.own === true ? staged : floats(results.map("result", String(answer.seg)), bytes))
   }
 
   return {

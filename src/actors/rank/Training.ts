@@ -13,9 +13,9 @@
 import { parseState, stringifyState } from "../../wire/StateJson.ts"
 import type { AllreduceOptions, EpochPlan, RankContext, SampleRange } from "./RankContext.ts"
 import { RankCallError } from "./RankContext.ts"
-import type { Order, RelayClient } from "./RelayClient.ts"
+import type { Order, RelayClient, RelayOp } from "./RelayClient.ts"
 
-type TrainingContext = Pick<RankContext, "allreduce" | "barrier" | "broadcast" | "epochs" | "progress" | "checkpoint">
+type TrainingContext = Pick<RankContext, "allreduce" | "sync" | "barrier" | "broadcast" | "epochs" | "progress" | "checkpoint">
 
 interface EpochState {
   readonly epoch: number
@@ -63,7 +63,12 @@ export interface Training {
   readonly stop: (reason: string) => void
 }
 
-export const training = (client: Promise<RelayClient>, datasetSize: number, rank: number, abort: (reason: string) => void): Training => {
+export const training = (
+  client: Promise<RelayClient>,
+  settings: { readonly datasetSize: number; readonly rank: number; readonly backend: string },
+  abort: (reason: string) => void
+): Training => {
+  const { datasetSize, rank } = settings
   const epochs = new Map<number, EpochState>()
   const changed = new Signal()
   let welcome: { firstEpoch: number; checkpoint: string | undefined } | undefined
@@ -119,7 +124,7 @@ export const training = (client: Promise<RelayClient>, datasetSize: number, rank
     changed.fire()
   }
 
-  const reduce = async (buffer: Float32Array, op: "sum" | "avg", weight: number) => {
+  const reduce = async (buffer: Float32Array, op: RelayOp, weight: number) => {
     ensureLive()
     await (await client).reduce(buffer, op, weight)
   }
@@ -157,6 +162,7 @@ export const training = (client: Promise<RelayClient>, datasetSize: number, rank
       if (!Number.isFinite(weight) || weight < 0) return Promise.reject(new RankCallError(`allreduce weight must be a finite number ≥ 0, got ${weight}`))
       return reduce(buffer, options.op ?? "avg", weight)
     },
+    sync: (params: Float32Array) => reduce(params, settings.backend === "cpu_async" ? "elastic" : "sync", 1),
     barrier: () => reduce(new Float32Array(0), "sum", 1),
     broadcast: async (buffer: Float32Array, root: number) => {
       // The root's tensor plus everyone else's zeros is the root's tensor.

@@ -9,7 +9,7 @@
  */
 export interface Contribution<S> {
   readonly rank: number
-  readonly op: "sum" | "avg"
+  readonly op: "sum" | "avg" | "sync"
   readonly bytes: number
   readonly weight: number
   /** Where the rank's tensor is (its mapped segment). */

@@ -11,7 +11,10 @@
  *   with the native kernel. A host alone in the world finishes the round
  *   itself; otherwise it sends one `HostFold` upstream and waits for the
  *   controller's `Reduced`. The result goes into the relay's result segment,
- *   which every contributor copies from.
+ *   which every contributor copies from. `ctx.sync` rounds always go up: the
+ *   controller holds the model root (outer optimizer);
+ * - `cpu_async` exchanges skip the barrier: each goes up on its own and the
+ *   rank's new parameters come back into its own segment.
  *
  * It leaves when the launcher closes the link (the run is over), when its
  * agent goes (IPC disconnect) or on SIGTERM.
@@ -30,7 +33,7 @@ import type * as Scope from "effect/Scope"
 import { controlCodec } from "../launcher/ControlGate.ts"
 import * as Native from "../../native/Native.ts"
 import { CoordinatorOrder, RankReport } from "../../wire/CoordinatorMessages.ts"
-import { FromRank, HostFold, HostIdle, type Reduced, RelayHello } from "../../wire/ControlMessages.ts"
+import { ElasticPush, FromRank, HostFold, HostIdle, type Reduced, RelayHello } from "../../wire/ControlMessages.ts"
 import { saltFromHex } from "../../wire/Keys.ts"
 import * as Link from "../../wire/Link.ts"
 import { encodeLocal, LocalFrameReader } from "../../wire/LocalFrames.ts"
@@ -80,7 +83,7 @@ export const run = (spec: RelaySpec, handshakeMs: number): Effect.Effect<void, R
     yield* Effect.logDebug(`registered ranks ${spec.ranks.join(", ")} with the launcher`)
 
     const runFork = Runtime.runFork(yield* Effect.runtime<never>())
-    const upstream = (message: FromRank | HostFold | HostIdle) => runFork(Effect.ignore(link.send(message)))
+    const upstream = (message: FromRank | HostFold | HostIdle | ElasticPush) => runFork(Effect.ignore(link.send(message)))
     const solo = spec.ranks.length === spec.worldSize
     const sockets = new Map<number, Socket<RankSocket>>()
     const barrier = new FoldBarrier<Uint8Array>(spec.ranks)
@@ -88,6 +91,8 @@ export const run = (spec: RelaySpec, handshakeMs: number): Effect.Effect<void, R
     let result: { path: string; bytes: Uint8Array; generation: number } = { path: "", bytes: new Uint8Array(0), generation: 0 }
     let awaitingController: Deferred.Deferred<Reduced> | undefined
     let toldIdle = false
+    /** `cpu_async` exchanges waiting for the controller, by rank: the answer goes back into the rank's segment. */
+    const exchanges = new Map<number, { source: Uint8Array; bytes: number }>()
 
     const tell = (rank: number, message: unknown) => {
       sockets.get(rank)?.write(encodeLocal(message))
@@ -110,16 +115,18 @@ export const run = (spec: RelaySpec, handshakeMs: number): Effect.Effect<void, R
           return
         }
         const { bytes, op } = round[0]!
+        // A lone host finishes its rounds itself, except model syncs: the model root is the controller's.
+        const local = solo && op !== "sync"
         const target = resultSegment(bytes)
         const out = floats(target.bytes, bytes)
         const inputs = round.map(({ source }) => floats(source, bytes))
         const weight = round.reduce((sum, contribution) => sum + contribution.weight, 0)
         if (bytes > 0) {
-          if (solo && op === "avg" && round.every((contribution) => contribution.weight === 1)) native.kernels.average("f32", inputs, out)
+          if (local && op === "avg" && round.every((contribution) => contribution.weight === 1)) native.kernels.average("f32", inputs, out)
           else native.kernels.sum("f32", inputs, out)
-          if (solo && op === "avg" && weight !== round.length) native.kernels.scale("f32", out, 1 / weight)
+          if (local && op === "avg" && weight !== round.length) native.kernels.scale("f32", out, 1 / weight)
         }
-        if (!solo) {
+        if (!local) {
           toldIdle = false
           const reply = yield* Deferred.make<Reduced>()
           awaitingController = reply
@@ -171,8 +178,13 @@ export const run = (spec: RelaySpec, handshakeMs: number): Effect.Effect<void, R
       switch (message.t) {
         case "reduce": {
           const { bytes, op, seg, weight } = message
-          if (typeof bytes !== "number" || (op !== "sum" && op !== "avg") || typeof seg !== "string" || typeof weight !== "number") {
+          if (typeof bytes !== "number" || (op !== "sum" && op !== "avg" && op !== "sync" && op !== "elastic") || typeof seg !== "string" || typeof weight !== "number") {
             return tell(rank, { t: "reduced", error: "a malformed reduce request" })
+          }
+          if (op === "elastic") {
+            const source = segments.map(rank, seg)
+            exchanges.set(rank, { source, bytes })
+            return upstream(new ElasticPush({ rank, data: new Uint8Array(source.subarray(0, bytes)) }))
           }
           const refused = barrier.contribute({ rank, op, bytes, weight, source: bytes === 0 ? new Uint8Array(0) : segments.map(rank, seg) })
           if (refused !== undefined) return tell(rank, { t: "reduced", error: refused })
@@ -232,6 +244,16 @@ export const run = (spec: RelaySpec, handshakeMs: number): Effect.Effect<void, R
         for (const rank of received.ranks) tell(rank, { t: "order", order })
       } else if (received._tag === "Reduced") {
         if (awaitingController !== undefined) yield* Deferred.succeed(awaitingController, received)
+      } else if (received._tag === "ElasticPulled") {
+        const exchange = exchanges.get(received.rank)
+        exchanges.delete(received.rank)
+        if (exchange === undefined) continue
+        if (received.failure !== undefined) {
+          tell(received.rank, { t: "reduced", error: received.failure })
+        } else {
+          exchange.source.set(received.data.subarray(0, exchange.bytes))
+          tell(received.rank, { t: "reduced", own: true, bytes: exchange.bytes })
+        }
       }
     }
   })
