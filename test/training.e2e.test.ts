@@ -15,25 +15,32 @@ import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSy
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { fetchState, repoRoot, spawnLaunch, waitForPhase } from "./support/launch-scenario.ts"
-import { childrenOf, isGone, waitFor } from "./support/processes.ts"
+import { childrenOf, isGone, processState, waitFor } from "./support/processes.ts"
 
 const dirs: Array<string> = []
 afterAll(() => dirs.forEach((dir) => rmSync(dir, { recursive: true, force: true })))
 
 const DATASET = 50_000
 
-const setUp = (name: string, policy: string, epochs: number, delay: number) => {
+interface Extra {
+  /** The workers section's entries; default: localhost with 4 ranks. */
+  readonly workers?: ReadonlyArray<string>
+  /** More lines under job:. */
+  readonly job?: ReadonlyArray<string>
+  readonly heartbeatTimeout?: string
+}
+
+const setUp = (name: string, policy: string, epochs: number, delay: number, extra: Extra = {}) => {
   const dir = mkdtempSync(join(tmpdir(), "cohort-train-"))
   dirs.push(dir)
   const file = join(dir, "cluster.yml")
+  const workers = extra.workers ?? ["{ host: localhost, devices: 4 }"]
   writeFileSync(file, `
 name: ${name}
 workers:
-  - host: localhost
-    devices: 4
-    path: ${repoRoot}
+${workers.map((worker) => `  - ${worker.replace("}", `, path: ${repoRoot} }`)}`).join("\n")}
 job:
-  entry: test/fixtures/traced-train-fixture.ts
+${(extra.job ?? []).map((line) => `  ${line}\n`).join("")}  entry: test/fixtures/traced-train-fixture.ts
   args: ["trace=${dir}", "delay=${delay}"]
   dataset_size: ${DATASET}
   epochs: ${epochs}
@@ -42,7 +49,7 @@ failure_policy:
   after_formation:
     elastic: { max_failure: ${policy} }
   grace: 2s
-  heartbeat_timeout: 5s
+  heartbeat_timeout: ${extra.heartbeatTimeout ?? "5s"}
 `)
   return { dir, file }
 }
@@ -130,6 +137,42 @@ describe("elastic training", () => {
     }
   }, 90_000)
 
+  test("two hosts: the controller averages across relays, and a death on one host leaves the other training", async () => {
+    const { dir, file } = setUp("hosts", "50%", 3, 8, { workers: ["{ host: localhost, devices: 2 }", "{ host: 127.0.0.1, devices: 2 }"] })
+    const launch = spawnLaunch(file)
+    const port = await portOf(launch.stderr.lines)
+    await waitForLine(launch.stderr.lines, /epoch 1\/3 done/, "epoch 1 to end")
+    await waitFor(() => (traces(dir).get(2)?.size ?? 0) > 0, "epoch 2 to make progress", 20_000)
+    process.kill(await rankPid(port, 3), "SIGKILL")
+    expect(await launch.proc.exited).toBe(0)
+    await launch.stdout.done
+    expect(launch.stderr.lines.at(-1)).toContain("run completed DEGRADED (1 of 4 ranks lost")
+    // Ranks 2 and 3 ran on the second host, behind their own relay.
+    expect(launch.stdout.lines.some((line) => line.startsWith("[127.0.0.1:cpu:r2] final weights checksum"))).toBe(true)
+    const { checksums, lastAccuracy } = finalLines(launch.stdout.lines)
+    expect(checksums).toHaveLength(3)
+    expect(new Set(checksums).size).toBe(1)
+    expect(lastAccuracy(2)).toBeGreaterThanOrEqual(95)
+    for (const samples of traces(dir).values()) expect(samples.size).toBe(DATASET)
+  }, 90_000)
+
+  test.each([
+    ["cpu_cadence", "{ kind: diloco, lr: 0.7, momentum: 0.5 }"],
+    ["cpu_async", "{ kind: slowmo, lr: 1, momentum: 0.3 }"]
+  ])("%s with an outer optimizer trains to the target, and its model root is in the checkpoint", async (backend, outer) => {
+    const { dir, file } = setUp(backend, "50%", 6, 0, { job: [`backend: ${backend}`, "cadence: 4", `outer_optimizer: ${outer}`] })
+    const launch = spawnLaunch(file)
+    expect(await launch.proc.exited).toBe(0)
+    await launch.stdout.done
+    expect(launch.stderr.lines.at(-1)).toBe("cohort: run completed")
+    const { checksums, lastAccuracy } = finalLines(launch.stdout.lines)
+    expect(new Set(checksums).size).toBe(1)
+    for (const rank of [0, 1, 2, 3]) expect(lastAccuracy(rank)).toBeGreaterThanOrEqual(95)
+    const saved = JSON.parse(readFileSync(join(dir, "checkpoint.json"), "utf8")) as { epoch: number; root?: string }
+    expect(saved.epoch).toBe(6)
+    expect(saved.root).toContain("$f32")
+  }, 60_000)
+
   test("crossing max_failure: exit 1 with a consensus checkpoint; --resume carries on from it", async () => {
     const { dir, file } = setUp("exceed", "1", 4, 8)
     const first = spawnLaunch(file)
@@ -161,6 +204,43 @@ describe("elastic training", () => {
     expect(lastAccuracy(0)).toBeGreaterThanOrEqual(95)
     expect(existsSync(join(dir, "checkpoint.json"))).toBe(true)
   }, 90_000)
+
+  test("a rank that stops beating (SIGSTOP) is declared dead after the heartbeat timeout, killed, and its work redistributed", async () => {
+    const { dir, file } = setUp("silent", "50%", 3, 8, { heartbeatTimeout: "2s" })
+    const launch = spawnLaunch(file)
+    const port = await portOf(launch.stderr.lines)
+    await waitForLine(launch.stderr.lines, /epoch 1\/3 done/, "epoch 1 to end")
+    const frozen = await rankPid(port, 1)
+    process.kill(frozen, "SIGSTOP")
+    const stoppedAt = performance.now()
+    await waitForLine(launch.stderr.lines, /rank 1 lost \(no heartbeat for 2\.0 s\)/, "the coordinator to give up on rank 1", 15_000)
+    const noticed = performance.now() - stoppedAt
+    expect(noticed).toBeGreaterThanOrEqual(2_000)
+    expect(await launch.proc.exited).toBe(0)
+    await launch.stdout.done
+    expect(isGone(frozen)).toBe(true)
+    expect(launch.stderr.lines.at(-1)).toContain("run completed DEGRADED (1 of 4 ranks lost")
+    for (const samples of traces(dir).values()) expect(samples.size).toBe(DATASET)
+  }, 60_000)
+
+  test("ranks that lose their coordinator (launcher frozen) leave after the heartbeat timeout", async () => {
+    const { file } = setUp("frozen", "50%", 50, 8, { heartbeatTimeout: "2s" })
+    const launch = spawnLaunch(file)
+    const port = await portOf(launch.stderr.lines)
+    await waitForLine(launch.stderr.lines, /epoch 1\/50 done/, "epoch 1 to end")
+    const ranks = await Promise.all([0, 1, 2, 3].map((rank) => rankPid(port, rank)))
+    const relay = childrenOf(launch.proc.pid).find((pid) => !ranks.includes(pid))!
+    launch.proc.kill("SIGSTOP")
+    // A frozen launcher cannot reap them: an exited child stays a zombie ("Z") until it is killed.
+    const exited = (pid: number) => isGone(pid) || processState(pid) === "Z"
+    try {
+      await waitFor(() => ranks.every(exited), "every rank to leave", 10_000)
+      await waitFor(() => exited(relay), "the relay to leave once its ranks have", 5_000)
+    } finally {
+      launch.proc.kill("SIGKILL")
+      launch.proc.kill("SIGCONT")
+    }
+  }, 60_000)
 
   test("the launcher SIGKILLed: every rank and the relay are gone", async () => {
     const { file } = setUp("orphans", "50%", 50, 8)

@@ -3,7 +3,7 @@
  * (written to a temporary file beside it, then renamed over it), so a crash
  * mid-write leaves the previous checkpoint whole.
  */
-import { mkdirSync, readFileSync, renameSync, writeFileSync } from "node:fs"
+import { mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs"
 import { dirname } from "node:path"
 import * as Data from "effect/Data"
 import * as Effect from "effect/Effect"
@@ -36,8 +36,13 @@ export const write = (path: string, record: CheckpointRecord): Effect.Effect<voi
     try: () => {
       mkdirSync(dirname(path), { recursive: true })
       const temporary = `${path}.${process.pid}.tmp`
-      writeFileSync(temporary, JSON.stringify(record))
-      renameSync(temporary, path)
+      try {
+        writeFileSync(temporary, JSON.stringify(record))
+        renameSync(temporary, path)
+      } catch (error) {
+        rmSync(temporary, { force: true })
+        throw error
+      }
     },
     catch: (error) => new CheckpointError({ path, reason: `cannot write it: ${(error as Error).message}` })
   })
@@ -58,7 +63,7 @@ export const read = (path: string): Effect.Effect<CheckpointRecord, CheckpointEr
       try: () => JSON.parse(text) as Partial<CheckpointRecord>,
       catch: () => new CheckpointError({ path, reason: "it is not JSON: not a cohort checkpoint" })
     })
-    if (record.version !== 1 || typeof record.epoch !== "number" || typeof record.state !== "string") {
+    if (typeof record !== "object" || record === null || record.version !== 1 || typeof record.epoch !== "number" || typeof record.state !== "string") {
       return yield* new CheckpointError({ path, reason: "it is not a cohort checkpoint (version 1 with epoch and state)" })
     }
     return record as CheckpointRecord

@@ -50,6 +50,10 @@ export const make = (options: ControllerOptions): Controller => {
 
   const reduce = (round: ReadonlyArray<[string, HostFold]>): Reduced => {
     const [, first] = round[0]!
+    const ragged = round.find(([, fold]) => fold.data.byteLength % 4 !== 0)
+    if (ragged !== undefined) {
+      return new Reduced({ data: new Uint8Array(0), failure: `host ${ragged[0]} sent ${ragged[1].data.byteLength} bytes: not whole f32 values` })
+    }
     const odd = round.find(([, fold]) => fold.data.byteLength !== first.data.byteLength || fold.op !== first.op)
     if (odd !== undefined) {
       return new Reduced({

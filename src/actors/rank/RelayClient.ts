@@ -75,12 +75,13 @@ export const connectRelay = async (options: RelayClientOptions): Promise<RelayCl
   const socket = await dial(options.socket, Date.now() + options.heartbeatTimeoutMs, {
     data: (_socket, chunk) => {
       for (const message of reader.push(chunk) as Array<Record<string, unknown>>) {
-        lastHeard = Date.now()
         if (message.t === "reduced") {
           const current = waiting
           waiting = undefined
           current?.resolve(message)
         } else if (message.t === "order") {
+          // Only the coordinator's word counts as its being alive: a lone host's relay answers reductions without it.
+          lastHeard = Date.now()
           options.onOrder(message.order as Order)
         } else if (message.t === "refused") {
           lost(`the relay refused this rank: ${String(message.reason)}`)

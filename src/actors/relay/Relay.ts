@@ -91,6 +91,9 @@ export const run = (spec: RelaySpec, handshakeMs: number): Effect.Effect<void, R
     let result: { path: string; bytes: Uint8Array; generation: number } = { path: "", bytes: new Uint8Array(0), generation: 0 }
     let awaitingController: Deferred.Deferred<Reduced> | undefined
     let toldIdle = false
+    // The host's ranks have all come and gone: nothing is left to serve.
+    const allGone = yield* Deferred.make<void>()
+    const arrived = new Set<number>()
     /** `cpu_async` exchanges waiting for the controller, by rank: the answer goes back into the rank's segment. */
     const exchanges = new Map<number, { source: Uint8Array; bytes: number }>()
 
@@ -172,6 +175,7 @@ export const run = (spec: RelaySpec, handshakeMs: number): Effect.Effect<void, R
         }
         socket.data.rank = claimed
         sockets.set(claimed, socket)
+        arrived.add(claimed)
         return
       }
       if (rank === undefined) return socket.end()
@@ -223,17 +227,18 @@ export const run = (spec: RelaySpec, handshakeMs: number): Effect.Effect<void, R
           segments.forget(rank)
           barrier.leave(rank)
           advance()
+          if (sockets.size === 0 && arrived.size === spec.ranks.length) runFork(Deferred.succeed(allGone, undefined))
         },
         error: () => {}
       }
     })
     yield* Effect.addFinalizer(() => Effect.sync(() => server.stop(true)))
 
-    // Served until the launcher closes the link: that is the end of the run, not an error.
+    // Served until the launcher closes the link (the end of the run, not an error) or every rank has left.
+    const next = Effect.raceFirst(Effect.orElseSucceed(link.receive, () => undefined), Effect.as(Deferred.await(allGone), undefined))
     while (true) {
-      const message = yield* Effect.either(link.receive)
-      if (Either.isLeft(message)) return
-      const received = message.right
+      const received = yield* next
+      if (received === undefined) return
       if (received._tag === "ToRanks") {
         if (received.order._tag === "EpochEnd") {
           // Before anyone hears of it: the epoch-end collectives wait for every rank.
