@@ -60,6 +60,11 @@ describe("cluster.yml", () => {
   const w = "  - { host: a, devices: 2 }"
   test.each([
     ["no workers", "job: { entry: t.ts }", "workers (line 1, col 1): expected a list of workers, each with host and devices"],
+    ["negative dataset_size", minimal(w, "job: { entry: t.ts, dataset_size: -5 }"), "job.dataset_size (line 3, col 35): expected a number of samples from 0 to 2147483647, got -5"],
+    ["zero epochs", minimal(w, "job: { entry: t.ts, epochs: 0 }"), "job.epochs (line 3, col 29): expected a number of epochs from 1 to 1000000, got 0"],
+    ["outer optimizer under cpu_sync", minimal(w, "job: { entry: t.ts, outer_optimizer: { kind: diloco } }"), "an outer optimizer applies to backend cpu_cadence or cpu_async, not cpu_sync"],
+    ["unknown outer optimizer", minimal(w, "job: { entry: t.ts, backend: cpu_cadence, outer_optimizer: { kind: adam } }"), `expected one of "diloco", "slowmo", got "adam"`],
+    ["async_alpha above 1", minimal(w, "job: { entry: t.ts, backend: cpu_async, async_alpha: 2 }"), "job.async_alpha (line 3, col 54): expected a fraction from 0 to 1, like 0.5, got 2"],
     ["empty workers", "workers: []\njob: { entry: t.ts }", "workers (line 1, col 10): expected at least one worker"],
     ["workers not a list", "workers: { host: a }\njob: { entry: t.ts }", "workers (line 1, col 10): expected a list of workers"],
     ["worker without host", minimal("  - { devices: 2 }"), "workers[0].host (line 2, col 5): expected a host name"],

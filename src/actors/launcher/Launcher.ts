@@ -33,7 +33,7 @@ import { newSalt } from "../../wire/Keys.ts"
 import { admission as admissionFor } from "../../wire/Trust.ts"
 import * as ControlGate from "./ControlGate.ts"
 import * as JoinGate from "./JoinGate.ts"
-import { LaunchInputError, type Plan } from "./Plan.ts"
+import { checkpointPath, LaunchInputError, type Plan } from "./Plan.ts"
 import * as RemoteRanks from "./RemoteRanks.ts"
 import * as RendezvousGate from "./RendezvousGate.ts"
 import * as CheckpointFile from "./CheckpointFile.ts"
@@ -90,9 +90,6 @@ export interface LaunchOptions {
   readonly onRedistributed?: Coordinator.CoordinatorOptions["onRedistributed"]
 }
 
-/** Where a run's consensus checkpoint lives unless `job.checkpoint` says otherwise. */
-export const checkpointPath = (plan: Plan): string => plan.config.job.checkpoint ?? `.cohort/checkpoints/${plan.config.name}.json`
-
 const defaultOutput: Agent.OutputSink = (line, stream) => {
   ;(stream === "stdout" ? process.stdout : process.stderr).write(`${line}\n`)
 }
@@ -130,9 +127,9 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
     const heartbeatTimeoutMs = scaled(config.failurePolicy.heartbeatTimeout, scale)
     const join = config.controller.join
     const resumed = options.resume === true
-      ? yield* CheckpointFile.read(checkpointPath(plan)).pipe(Effect.mapError((error) => new LaunchInputError({ problems: [error.message] })))
+      ? yield* CheckpointFile.read(checkpointPath(config)).pipe(Effect.mapError((error) => new LaunchInputError({ problems: [error.message] })))
       : undefined
-    if (resumed !== undefined) yield* Effect.logInfo(`resuming from ${checkpointPath(plan)}: epoch ${resumed.epoch} of run ${resumed.run} (saved: ${resumed.reason})`)
+    if (resumed !== undefined) yield* Effect.logInfo(`resuming from ${checkpointPath(config)}: epoch ${resumed.epoch} of run ${resumed.run} (saved: ${resumed.reason})`)
 
     // The run's state, as the status page shows it.
     const phase = yield* Ref.make<StatusBoard.Phase>("waiting")
@@ -395,7 +392,7 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
         ranks: [...book.keys()].sort((a, b) => a - b),
         job: config.job,
         heartbeatTimeoutMs,
-        checkpointPath: checkpointPath(plan),
+        checkpointPath: checkpointPath(config),
         resume: resumed,
         rootState: () => {
           const state = root.snapshot()

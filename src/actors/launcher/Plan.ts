@@ -105,6 +105,17 @@ export const makePlan = (config: ClusterConfig): Either.Either<Plan, LaunchInput
 const quote = (word: string) => (/^[\w@%+=:,./-]+$/.test(word) ? word : `'${word.replaceAll("'", "'\\''")}'`)
 
 /** The plan as `--dry-run` prints it. */
+/** Where a run's consensus checkpoint lives unless `job.checkpoint` says otherwise. */
+export const checkpointPath = (config: ClusterConfig): string => config.job.checkpoint ?? `.cohort/checkpoints/${config.name}.json`
+
+const trainingLine = (config: ClusterConfig): string => {
+  const job = config.job
+  if (job.datasetSize === 0) return ""
+  const sync = job.backend === "cpu_cadence" || job.backend === "cpu_async" ? `, sync every ${job.cadence} step(s)` : ""
+  const outer = job.outerOptimizer === undefined ? "" : `, outer optimizer ${job.outerOptimizer.kind} (lr ${job.outerOptimizer.lr}, momentum ${job.outerOptimizer.momentum})`
+  return `; ${job.datasetSize} samples × ${job.epochs} epoch(s)${sync}${outer}; checkpoint ${checkpointPath(config)}`
+}
+
 export const describePlan = (plan: Plan): string => {
   const { config } = plan
   const join = config.controller.join
@@ -113,7 +124,7 @@ export const describePlan = (plan: Plan): string => {
     `port: ${plan.bindAddress}:${config.controller.port === 0 ? "<a free port, printed at start>" : config.controller.port}`,
     `join window: min ${join.minRanks ?? plan.world}, target ${join.targetRanks ?? "none"}, timeout ${formatDuration(join.timeoutMs)}, ` +
       `max ${formatDuration(join.maxTimeoutMs)}, start ${join.start}`,
-    `backend: ${config.job.backend}`,
+    `backend: ${config.job.backend}` + trainingLine(config),
     "ranks (numbered in the order hosts join; this is declaration order):"
   ]
   const program = config.job.program
