@@ -65,6 +65,7 @@ export interface CoordinatorOptions {
 
 type CoordinatorMessage = Data.TaggedEnum<{
   Report: { readonly rank: number; readonly report: RankReport }
+  CohortFormed: {}
   RanksDead: { readonly ranks: ReadonlyArray<number>; readonly cause: string }
   Tick: {}
 }>
@@ -74,6 +75,8 @@ export interface Coordinator {
   readonly report: (rank: number, report: RankReport) => Effect.Effect<void>
   /** The death chain for ranks the supervisor reports dead (idempotent). */
   readonly ranksDead: (ranks: ReadonlyArray<number>, cause: string) => Effect.Effect<void>
+  /** Every rank runs user code: from now on a rank that never attaches is as silent as one that stopped beating. */
+  readonly cohortFormed: Effect.Effect<void>
 }
 
 const BEAT_MS = 1_000
@@ -91,6 +94,9 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
     /** Samples per second of each rank in the last finished epoch. */
     const throughput = new Map<number, number>()
     const lastProgressAt = new Map<number, number>()
+    /** A rank that attached again mid-epoch (restarted) reports progress over its remainder: this much was done before. */
+    const doneBefore = new Map<number, number>()
+    let formedAt: number | undefined
     let ledger: Ledger.EpochLedger | undefined
     let epochStartedAt = 0
     let finished = false
@@ -133,6 +139,7 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
         ledger = Ledger.plan(epoch, job.datasetSize, live(), weighted ? new Map(live().map((rank) => [rank, throughput.get(rank)!])) : undefined)
         epochStartedAt = yield* now
         lastProgressAt.clear()
+        doneBefore.clear()
         metrics.clear()
         for (const rank of live()) {
           yield* options.send([rank], new EpochStart({ epoch, ranges: ledger.assigned.get(rank) ?? [] }))
@@ -203,8 +210,9 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
             const resumed = consensus !== undefined && options.resume !== undefined ? options.resume.state : undefined
             yield* options.send([rank], new Welcome({ firstEpoch, ...(resumed === undefined ? {} : { checkpoint: resumed }) }))
             if (ledger !== undefined) {
-              // A late attach: its plan so far.
-              yield* options.send([rank], new EpochStart({ epoch: ledger.epoch, ranges: ledger.assigned.get(rank) ?? [] }))
+              // A late (or restarted) rank: what is left of its plan.
+              doneBefore.set(rank, ledger.done.get(rank) ?? 0)
+              yield* options.send([rank], new EpochStart({ epoch: ledger.epoch, ranges: Ledger.remainder(ledger, rank) }))
             } else if (!finished && !stopping && job.datasetSize > 0 && live().every((each) => attached.has(each))) {
               yield* startEpoch(firstEpoch)
             }
@@ -213,7 +221,7 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
           case "Progress": {
             if (report.metrics !== undefined) metrics.set(rank, report.metrics)
             if (ledger === undefined || report.epoch !== ledger.epoch) return
-            const { clipped, ledger: next } = Ledger.report(ledger, rank, report.done)
+            const { clipped, ledger: next } = Ledger.report(ledger, rank, report.done + (doneBefore.get(rank) ?? 0))
             ledger = next
             lastProgressAt.set(rank, yield* now)
             if (clipped) yield* Effect.logWarning(`rank ${rank} reported ${report.done} samples done in epoch ${next.epoch}, more than the ${Ledger.assignedCount(next, rank)} it was given`)
@@ -239,7 +247,9 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
       const at = yield* now
       const beating = live().filter((rank) => attached.has(rank) && !exiting.has(rank))
       if (beating.length > 0) yield* options.send(beating, new CoordinatorBeat())
-      const silent = beating.filter((rank) => at - (lastSeen.get(rank) ?? at) > options.heartbeatTimeoutMs)
+      // Ranks that never attached count from the cohort's formation.
+      const watched = formedAt === undefined ? beating : live().filter((rank) => !exiting.has(rank))
+      const silent = watched.filter((rank) => at - (lastSeen.get(rank) ?? formedAt ?? at) > options.heartbeatTimeoutMs)
       if (silent.length === 0) return
       const reason = `no heartbeat for ${(options.heartbeatTimeoutMs / 1000).toFixed(1)} s`
       yield* options.loseRanks(silent, reason)
@@ -250,6 +260,7 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
       name: "coordinator",
       handlers: {
         Report: ({ rank, report }) => onReport(rank, report),
+        CohortFormed: () => Effect.flatMap(now, (at) => Effect.sync(() => (formedAt ??= at))),
         RanksDead: ({ cause, ranks }) => markDead(ranks, cause),
         Tick: () => tick
       }
@@ -257,7 +268,8 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
     yield* Effect.forkScoped(Effect.forever(Effect.zipRight(Effect.sleep(Duration.millis(BEAT_MS)), Effect.ignore(actor.tell(CoordinatorMessage.Tick())))))
     return {
       report: (rank, report) => Effect.ignore(actor.tell(CoordinatorMessage.Report({ rank, report }))),
-      ranksDead: (ranks, cause) => Effect.ignore(actor.tell(CoordinatorMessage.RanksDead({ ranks, cause })))
+      ranksDead: (ranks, cause) => Effect.ignore(actor.tell(CoordinatorMessage.RanksDead({ ranks, cause }))),
+      cohortFormed: Effect.ignore(actor.tell(CoordinatorMessage.CohortFormed()))
     }
   })
 

@@ -338,6 +338,7 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
       formed = true
       yield* Effect.logInfo(`cohort formed: all ${worldSize} rank(s) run user code`)
       yield* supervisor.send(SupervisionEvent.CohortFormed())
+      if (coordinator !== undefined) yield* coordinator.cohortFormed
       yield* enter("training")
     })
     const remote = yield* RemoteRanks.make(members, {
