@@ -120,7 +120,7 @@ describe("Controller", () => {
     run(controller.fold("a", fold([1, 1], { weight: 1 })))
     run(controller.fold("b", fold([3, 5], { weight: 1 })))
     expect(drain()).toEqual([])
-    run(controller.idle("c"))
+    run(controller.idle("c", 0))
     const sent = drain()
     expect(sent.map(({ host }) => host)).toEqual(["a", "b"])
     for (const { message } of sent) expect(floatsOf(message)).toEqual([2, 3])
@@ -128,7 +128,7 @@ describe("Controller", () => {
 
   test("an idle host stays out of later rounds until it folds again", () => {
     const { controller, run, drain } = setUp(["a", "b"])
-    run(controller.idle("b"))
+    run(controller.idle("b", 0))
     run(controller.fold("a", fold([4])))
     expect(drain().map(({ host }) => host)).toEqual(["a"])
     // b folds again: it is back, and the round waits for a.
@@ -143,7 +143,7 @@ describe("Controller", () => {
   test("idle from a host with a fold pending is ignored", () => {
     const { controller, run, drain } = setUp(["a", "b"])
     run(controller.fold("b", fold([1])))
-    run(controller.idle("b"))
+    run(controller.idle("b", 0))
     expect(drain()).toEqual([])
     run(controller.fold("a", fold([3])))
     expect(drain().map(({ host }) => host)).toEqual(["a", "b"])
@@ -151,16 +151,16 @@ describe("Controller", () => {
 
   test("every host idle: no round, nothing sent", () => {
     const { controller, run, drain } = setUp(["a", "b"])
-    run(controller.idle("a"))
-    run(controller.idle("b"))
+    run(controller.idle("a", 0))
+    run(controller.idle("b", 0))
     expect(drain()).toEqual([])
   })
 
   test("wakeAll clears idleness: the next round waits for every host", () => {
     const { controller, run, drain } = setUp(["a", "b", "c"])
-    run(controller.idle("b"))
-    run(controller.idle("c"))
-    run(controller.wakeAll)
+    run(controller.idle("b", 0))
+    run(controller.idle("c", 0))
+    run(controller.wakeAll(1))
     expect(drain()).toEqual([])
     run(controller.fold("a", fold([1])))
     expect(drain()).toEqual([])
@@ -170,6 +170,20 @@ describe("Controller", () => {
     const sent = drain()
     expect(sent.map(({ host }) => host)).toEqual(["a", "b", "c"])
     for (const { message } of sent) expect(floatsOf(message)).toEqual([2])
+  })
+
+  test("a HostIdle sent before an epoch's end (it crossed the EpochEnd on the way) is stale and ignored", () => {
+    const { controller, run, drain } = setUp(["a", "b"])
+    run(controller.wakeAll(1))
+    run(controller.idle("b", 0))
+    run(controller.fold("a", fold([4])))
+    expect(drain()).toEqual([])
+    run(controller.fold("b", fold([2])))
+    expect(drain().map(({ host }) => host)).toEqual(["a", "b"])
+    // One sent after the relay passed the end on counts.
+    run(controller.idle("b", 1))
+    run(controller.fold("a", fold([4])))
+    expect(drain().map(({ host }) => host)).toEqual(["a"])
   })
 
   test("leave unblocks a waiting round and drops the leaver from it", () => {

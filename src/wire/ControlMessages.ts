@@ -46,8 +46,12 @@ export class HostFold extends Schema.TaggedClass<HostFold>()("HostFold", {
   data: Schema.Uint8ArrayFromSelf
 }) {}
 
-/** Every live rank of the host is waiting for work: leave the controller's round until the next HostFold. */
-export class HostIdle extends Schema.TaggedClass<HostIdle>()("HostIdle", {}) {}
+/**
+ * Every live rank of the host is waiting for work: leave the controller's
+ * round until the next HostFold. `afterEpoch` is the last epoch end the relay
+ * had passed on: a HostIdle from before an epoch's end is stale and ignored.
+ */
+export class HostIdle extends Schema.TaggedClass<HostIdle>()("HostIdle", { afterEpoch: Count }) {}
 
 /** The round's result for every host, or why the round failed. */
 export class Reduced extends Schema.TaggedClass<Reduced>()("Reduced", {

@@ -27,10 +27,11 @@ export interface ControllerOptions {
 
 export interface Controller {
   readonly fold: (host: string, fold: HostFold) => Effect.Effect<void>
-  readonly idle: (host: string) => Effect.Effect<void>
+  /** The host's ranks all wait for work; `afterEpoch`: the last epoch end it had seen (older ones are stale). */
+  readonly idle: (host: string, afterEpoch: number) => Effect.Effect<void>
   readonly elastic: (host: string, push: ElasticPush) => Effect.Effect<void>
-  /** An epoch has ended: every host takes part in the next round (its relays wake their ranks alike). */
-  readonly wakeAll: Effect.Effect<void>
+  /** Epoch `epoch` has ended: every host takes part in the next round (its relays wake their ranks alike). */
+  readonly wakeAll: (epoch: number) => Effect.Effect<void>
   /** The host's relay is gone, or its ranks are: it leaves every round. */
   readonly leave: (host: string) => Effect.Effect<void>
 }
@@ -47,6 +48,7 @@ export const make = (options: ControllerOptions): Controller => {
   const members = new Set(options.hosts)
   const idle = new Set<string>()
   const pending = new Map<string, HostFold>()
+  let endedEpoch = 0
 
   const reduce = (round: ReadonlyArray<[string, HostFold]>): Reduced => {
     const [, first] = round[0]!
@@ -97,11 +99,14 @@ export const make = (options: ControllerOptions): Controller => {
         }
         return options.send(host, new ElasticPulled({ rank: push.rank, data: bytesOf(options.root.elastic(view(push.data))) }))
       }),
-    idle: (host) => Effect.suspend(() => {
-      if (!pending.has(host)) idle.add(host)
+    idle: (host, afterEpoch) => Effect.suspend(() => {
+      if (!pending.has(host) && afterEpoch >= endedEpoch) idle.add(host)
       return advance
     }),
-    wakeAll: Effect.sync(() => idle.clear()),
+    wakeAll: (epoch) => Effect.sync(() => {
+      endedEpoch = Math.max(endedEpoch, epoch)
+      idle.clear()
+    }),
     leave: (host) => Effect.suspend(() => {
       members.delete(host)
       idle.delete(host)

@@ -195,7 +195,7 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
           case "HostFold":
             return controller?.fold(host, message) ?? Effect.void
           case "HostIdle":
-            return controller?.idle(host) ?? Effect.void
+            return controller?.idle(host, message.afterEpoch) ?? Effect.void
           case "ElasticPush":
             return controller?.elastic(host, message) ?? Effect.void
           default:
@@ -363,7 +363,7 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
     // Orders for ranks go down their host's relay link.
     const hostOf = new Map(members.flatMap((member) => member.ranks.map((rank) => [rank, member.host] as const)))
     const sendToRanks = (ranks: ReadonlyArray<number>, order: CoordinatorOrder) => {
-      const wake = order._tag === "EpochEnd" ? controller?.wakeAll ?? Effect.void : Effect.void
+      const wake = order._tag === "EpochEnd" ? controller?.wakeAll(order.epoch) ?? Effect.void : Effect.void
       const byHost = new Map<string, Array<number>>()
       for (const rank of ranks) {
         const host = hostOf.get(rank)

@@ -36,8 +36,8 @@ export interface RelayClientOptions {
 
 export interface RelayClient {
   readonly reduce: (buffer: Float32Array, op: RelayOp, weight: number) => Promise<void>
-  /** This rank is waiting for work: leave the reduction barrier until its next `reduce`. */
-  readonly idle: () => void
+  /** This rank is waiting for work in `epoch`: leave the reduction barrier until its next `reduce`. */
+  readonly idle: (epoch: number) => void
   readonly report: (report: { readonly _tag: string } & Record<string, unknown>) => void
   readonly close: () => void
 }
@@ -135,7 +135,7 @@ export const connectRelay = async (options: RelayClientOptions): Promise<RelayCl
       queue = call.catch(() => undefined)
       return call
     },
-    idle: () => send({ t: "idle" }),
+    idle: (epoch) => send({ t: "idle", epoch }),
     report: (report) => send({ t: "report", report }),
     close: () => {
       closing = true

@@ -148,7 +148,7 @@ export const training = (
             }
             if (state.ended) return
             // Out of work: leave the reduction barrier until more work or the epoch's end.
-            ;(await client).idle()
+            ;(await client).idle(state.epoch)
             await until(() => state.ended || handed < sampleCount(state.ranges))
           }
         }

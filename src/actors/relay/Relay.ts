@@ -91,6 +91,8 @@ export const run = (spec: RelaySpec, handshakeMs: number): Effect.Effect<void, R
     let result: { path: string; bytes: Uint8Array; generation: number } = { path: "", bytes: new Uint8Array(0), generation: 0 }
     let awaitingController: Deferred.Deferred<Reduced> | undefined
     let toldIdle = false
+    /** The last epoch whose end was passed on: an idle from before it is stale (it crossed the EpochEnd on the way). */
+    let endedEpoch = 0
     // The host's ranks have all come and gone: nothing is left to serve.
     const allGone = yield* Deferred.make<void>()
     const arrived = new Set<number>()
@@ -149,7 +151,7 @@ export const run = (spec: RelaySpec, handshakeMs: number): Effect.Effect<void, R
       if (round === undefined) {
         if (!solo && barrier.allIdle && !toldIdle && awaitingController === undefined) {
           toldIdle = true
-          upstream(new HostIdle())
+          upstream(new HostIdle({ afterEpoch: endedEpoch }))
         }
         return
       }
@@ -195,6 +197,7 @@ export const run = (spec: RelaySpec, handshakeMs: number): Effect.Effect<void, R
           return advance()
         }
         case "idle":
+          if (typeof message.epoch !== "number" || message.epoch <= endedEpoch) return
           barrier.idle(rank)
           return advance()
         case "report": {
@@ -243,6 +246,7 @@ export const run = (spec: RelaySpec, handshakeMs: number): Effect.Effect<void, R
         if (received.order._tag === "EpochEnd") {
           // Before anyone hears of it: the epoch-end collectives wait for every rank.
           for (const rank of received.ranks) barrier.wake(rank)
+          endedEpoch = Math.max(endedEpoch, received.order.epoch)
           toldIdle = false
         }
         const order = encodeOrder(received.order)
