@@ -173,6 +173,35 @@ describe("elastic training", () => {
     expect(saved.root).toContain("$f32")
   }, 60_000)
 
+  test("under restart, a killed rank comes back from the latest consensus, takes what is left of its plan, and the run completes whole", async () => {
+    const { dir, file } = setUp("restart", "50%", 3, 8)
+    writeFileSync(file, readFileSync(file, "utf8").replace(
+      /after_formation:\n    elastic: \{ max_failure: 50% \}/,
+      "after_formation:\n    restart: { max_restarts: 2, within: 1m, backoff: { initial: 100ms, max: 1s, factor: 2, jitter: 0 } }"
+    ))
+    const launch = spawnLaunch(file)
+    const port = await portOf(launch.stderr.lines)
+    await waitForLine(launch.stdout.lines, /:r1\] epoch 1: /, "rank 1 to finish epoch 1 (and offer its checkpoint)")
+    await waitFor(() => (traces(dir).get(2)?.size ?? 0) > 0, "epoch 2 to make progress", 20_000)
+    const first = await rankPid(port, 1)
+    process.kill(first, "SIGKILL")
+    expect(await launch.proc.exited).toBe(0)
+    await launch.stdout.done
+    expect(launch.stderr.lines.at(-1)).toBe("cohort: run completed")
+    expect(launch.stdout.lines.some((line) => /:r1\] resumed from the checkpoint of epoch [12]/.test(line))).toBe(true)
+    const { checksums, lastAccuracy } = finalLines(launch.stdout.lines)
+    expect(checksums).toHaveLength(4)
+    expect(new Set(checksums).size).toBe(1)
+    expect(lastAccuracy(1)).toBeGreaterThanOrEqual(95)
+    for (const [epoch, samples] of traces(dir)) {
+      expect(samples.size).toBe(DATASET)
+      // Twice only within rank 1's in-flight batch at its death (and its redo by the new incarnation).
+      const repeated = [...samples.values()].filter((ranks) => ranks.length > 1)
+      if (epoch !== 2) expect(repeated).toEqual([])
+      expect(repeated.length).toBeLessThanOrEqual(128)
+    }
+  }, 90_000)
+
   test("crossing max_failure: exit 1 with a consensus checkpoint; --resume carries on from it", async () => {
     const { dir, file } = setUp("exceed", "1", 4, 8)
     const first = spawnLaunch(file)

@@ -72,6 +72,9 @@ export class ElasticPulled extends Schema.TaggedClass<ElasticPulled>()("ElasticP
   failure: Schema.optional(Schema.String)
 }) {}
 
+/** The launcher is alive: sent down every relay link each second. */
+export class LauncherBeat extends Schema.TaggedClass<LauncherBeat>()("LauncherBeat", {}) {}
+
 /** In kind order: append only. */
 export const ControlMessage = Schema.Union(
   RelayHello,
@@ -83,6 +86,7 @@ export const ControlMessage = Schema.Union(
   HostIdle,
   Reduced,
   ElasticPush,
-  ElasticPulled
+  ElasticPulled,
+  LauncherBeat
 )
 export type ControlMessage = typeof ControlMessage.Type

@@ -171,7 +171,8 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
           controller: options.controller,
           saltHex: envelope.saltHex,
           dir,
-          socket: envelope.socket
+          socket: envelope.socket,
+          heartbeatTimeoutMs: options.heartbeatTimeoutMs
         }) },
         inheritEnv: false,
         ipc: () => undefined,

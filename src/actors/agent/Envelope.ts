@@ -50,6 +50,8 @@ export interface RelaySpec {
   readonly saltHex: string
   readonly dir: string
   readonly socket: string
+  /** The launcher beats every second; silent this long, it is gone. */
+  readonly heartbeatTimeoutMs: number
 }
 
 class Invalid extends Error {}
@@ -125,7 +127,8 @@ const relaySpec = (value: unknown): RelaySpec => {
     controller: endpoint(fields.controller, "controller"),
     saltHex: salt(fields.saltHex, "saltHex"),
     dir: string(fields.dir, "dir"),
-    socket: string(fields.socket, "socket")
+    socket: string(fields.socket, "socket"),
+    heartbeatTimeoutMs: count(fields.heartbeatTimeoutMs, "heartbeatTimeoutMs", 1)
   }
 }
 

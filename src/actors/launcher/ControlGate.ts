@@ -8,13 +8,14 @@
  * relays' signal to leave. What a relay sends after registering (its ranks'
  * reports, its folds) goes to `onMessage`; a link that ends goes to `onClosed`.
  */
+import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Ref from "effect/Ref"
 import type * as Scope from "effect/Scope"
 import * as Actor from "../Actor.ts"
 import type { Accepted } from "../PortMux.ts"
 import * as Codec from "../../wire/Codec.ts"
-import { ControlMessage, RelayAccepted, RelayRejected } from "../../wire/ControlMessages.ts"
+import { ControlMessage, LauncherBeat, RelayAccepted, RelayRejected } from "../../wire/ControlMessages.ts"
 import * as Link from "../../wire/Link.ts"
 
 export const controlCodec = Codec.make("control", ControlMessage)
@@ -74,6 +75,8 @@ export const make = (options: ControlGateOptions): Effect.Effect<ControlGate, ne
         if (hello._tag !== "RelayHello") return
         yield* Effect.logDebug(`relay of ${hello.host} registered`)
         const host = hello.host
+        // The relay leaves when the launcher goes silent: beat while the link lasts.
+        yield* Effect.forkScoped(Effect.forever(Effect.zipRight(Effect.sleep(Duration.seconds(1)), link.send(new LauncherBeat()))).pipe(Effect.ignore))
         while (true) {
           const message = yield* Effect.either(link.receive)
           if (message._tag === "Left") {

@@ -207,8 +207,9 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
         switch (report._tag) {
           case "Attach": {
             attached.add(rank)
-            const resumed = consensus !== undefined && options.resume !== undefined ? options.resume.state : undefined
-            yield* options.send([rank], new Welcome({ firstEpoch, ...(resumed === undefined ? {} : { checkpoint: resumed }) }))
+            // A rank (re)starting mid-run continues from the latest consensus; at the start, from --resume's.
+            const checkpoint = ledger !== undefined ? consensus?.state : options.resume?.state
+            yield* options.send([rank], new Welcome({ firstEpoch: ledger?.epoch ?? firstEpoch, ...(checkpoint === undefined ? {} : { checkpoint }) }))
             if (ledger !== undefined) {
               // A late (or restarted) rank: what is left of its plan.
               doneBefore.set(rank, ledger.done.get(rank) ?? 0)

@@ -95,7 +95,10 @@ export interface Checkpoint {
    * atomically (temporary file, then rename) to `job.checkpoint`.
    */
   readonly save: (state: unknown) => Promise<void>
-  /** The state of the checkpoint this run resumed from (`--resume`), or undefined. */
+  /**
+   * The state to start from, or undefined: the checkpoint a `--resume` run
+   * resumed from, or, for a rank restarted mid-run, the latest consensus.
+   */
   readonly load: () => Promise<unknown>
 }
 

@@ -40,6 +40,11 @@ export class FoldBarrier<S> {
     return [...this.members.values()].every((member) => member.idle)
   }
 
+  /** A rank (re)joins: a restarted rank is a member again, active. */
+  join(rank: number): void {
+    if (!this.members.has(rank)) this.members.set(rank, { idle: false, pending: undefined })
+  }
+
   contribute(contribution: Contribution<S>): string | undefined {
     const member = this.members.get(contribution.rank)
     if (member === undefined) return `rank ${contribution.rank} is not a live rank of this host`

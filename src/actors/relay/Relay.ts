@@ -93,9 +93,6 @@ export const run = (spec: RelaySpec, handshakeMs: number): Effect.Effect<void, R
     let toldIdle = false
     /** The last epoch whose end was passed on: an idle from before it is stale (it crossed the EpochEnd on the way). */
     let endedEpoch = 0
-    // The host's ranks have all come and gone: nothing is left to serve.
-    const allGone = yield* Deferred.make<void>()
-    const arrived = new Set<number>()
     /** `cpu_async` exchanges waiting for the controller, by rank: the answer goes back into the rank's segment. */
     const exchanges = new Map<number, { source: Uint8Array; bytes: number }>()
 
@@ -177,7 +174,8 @@ export const run = (spec: RelaySpec, handshakeMs: number): Effect.Effect<void, R
         }
         socket.data.rank = claimed
         sockets.set(claimed, socket)
-        arrived.add(claimed)
+        // A restarted rank takes its place in the barrier again.
+        barrier.join(claimed)
         return
       }
       if (rank === undefined) return socket.end()
@@ -230,15 +228,21 @@ export const run = (spec: RelaySpec, handshakeMs: number): Effect.Effect<void, R
           segments.forget(rank)
           barrier.leave(rank)
           advance()
-          if (sockets.size === 0 && arrived.size === spec.ranks.length) runFork(Deferred.succeed(allGone, undefined))
         },
         error: () => {}
       }
     })
     yield* Effect.addFinalizer(() => Effect.sync(() => server.stop(true)))
 
-    // Served until the launcher closes the link (the end of the run, not an error) or every rank has left.
-    const next = Effect.raceFirst(Effect.orElseSucceed(link.receive, () => undefined), Effect.as(Deferred.await(allGone), undefined))
+    // Served until the launcher closes the link (the end of the run, not an error) or goes silent
+    // (it beats every second): a frozen launcher must not keep the host's relay forever.
+    const next = link.receive.pipe(
+      Effect.timeout(Duration.millis(spec.heartbeatTimeoutMs)),
+      Effect.tapError((error) =>
+        error._tag === "TimeoutException" ? Effect.logError(`heard nothing from the launcher for ${spec.heartbeatTimeoutMs} ms; leaving`) : Effect.void
+      ),
+      Effect.orElseSucceed(() => undefined)
+    )
     while (true) {
       const received = yield* next
       if (received === undefined) return
