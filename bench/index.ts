@@ -1,4 +1,5 @@
 /** `bun run bench`: every benchmark, one after the other; paste the output into bench/README.md. */
+import { allreduce } from "./allreduce.ts"
 import { failureReaction } from "./failure-reaction.ts"
 import { frameThroughput } from "./frame-throughput.ts"
 import { launchLatency } from "./launch-latency.ts"
@@ -12,3 +13,5 @@ console.log()
 console.log(await launchLatency())
 console.log()
 console.log(await nativeKernels())
+console.log()
+console.log(await allreduce())
