@@ -9,7 +9,8 @@
  *    on rank 0) and rank 0 prints one JSON line per size:
  *     - `cohort`: a cluster of N CPU ranks (`bun src/cli/launch.ts` on a
  *       generated cluster file) running bench/allreduce-entry.ts; per round it
- *       makes one `ctx.allreduce(buf, { op: "sum" })` and one `{ op: "avg" }`,
+ *       makes one `ctx.allreduce(buf, { op: "sum" })`, one `{ op: "avg" }` and
+ *       one sum of a `ctx.tensor` (shared memory, reduced in place),
  *       alternating, timed separately;
  *     - `gloo`: N processes of /usr/bin/python3 bench/allreduce-gloo.py,
  *       `torch.distributed` with backend gloo over loopback, `all_reduce` SUM
@@ -143,7 +144,7 @@ const detect = (scratch: string) => {
         "controller: { host: 127.0.0.1, port: 0 }",
         "workers:",
         `  - { host: localhost, devices: ${n}, path: ${JSON.stringify(ROOT)}, env: { OMP_NUM_THREADS: "1" } }`,
-        `job: { entry: bench/allreduce-entry.ts, args: [${JSON.stringify(`plan=${PLAN_ARG}`)}, "ops=sum,avg"] }`,
+        `job: { entry: bench/allreduce-entry.ts, args: [${JSON.stringify(`plan=${PLAN_ARG}`)}, "ops=sum,avg,tensor"] }`,
         "failure_policy: { grace: 2s }",
         ""
       ].join("\n"))
@@ -282,26 +283,28 @@ const bandwidth = async (lines: Array<string>) => {
         "Ratios of medians: for 1–64 MiB cohort's bandwidth ÷ the other's (> 1: cohort faster); for 4 B cohort's latency ÷ the other's (< 1: cohort faster). " +
           "In brackets, the range of the same ratio taken run by run.",
         "",
-        `| N | size | ${others.flatMap((other) => [`cohort sum vs ${other}`, `cohort avg vs ${other}`]).join(" | ")} |`,
+        `| N | size | ${others.flatMap((other) => [`cohort sum vs ${other}`, `cohort avg vs ${other}`, `cohort tensor vs ${other}`]).join(" | ")} |`,
         `|---|---|${others.flatMap(() => ["---", "---"]).join("|")}|`
       )
       for (const n of WORLDS) {
         for (const { bytes } of PLAN) {
-          lines.push(`| ${n} | ${sizeLabel(bytes)} | ${others.flatMap((other) => [ratioCell("cohort sum", other, n, bytes), ratioCell("cohort avg", other, n, bytes)]).join(" | ")} |`)
+          lines.push(`| ${n} | ${sizeLabel(bytes)} | ${others.flatMap((other) => [ratioCell("cohort sum", other, n, bytes), ratioCell("cohort avg", other, n, bytes), ratioCell("cohort tensor", other, n, bytes)]).join(" | ")} |`)
         }
       }
     }
 
     lines.push("", "Targets (N = 4):")
-    const ours64 = med("cohort sum", 4, 64 * MiB)
     const gloo64 = med("gloo sum", 4, 64 * MiB)
-    if (ours64 === undefined || gloo64 === undefined) lines.push(`- 64 MiB bandwidth ≥ ${TARGET_BANDWIDTH_RATIO}× gloo: not measured`)
-    else {
-      const ratio = gloo64 / ours64
-      lines.push(
-        `- 64 MiB algbw: cohort ${gbps(64 * MiB, ours64).toFixed(3)} GB/s, gloo ${gbps(64 * MiB, gloo64).toFixed(3)} GB/s: ` +
-          `${ratio.toFixed(2)}×, target ≥ ${TARGET_BANDWIDTH_RATIO}×: ${ratio >= TARGET_BANDWIDTH_RATIO ? "met" : "MISSED"}`
-      )
+    for (const [name, what] of [["cohort sum", "an ordinary Float32Array"], ["cohort tensor", "a ctx.tensor"]] as const) {
+      const ours64 = med(name, 4, 64 * MiB)
+      if (ours64 === undefined || gloo64 === undefined) lines.push(`- 64 MiB bandwidth (${what}) ≥ ${TARGET_BANDWIDTH_RATIO}× gloo: not measured`)
+      else {
+        const ratio = gloo64 / ours64
+        lines.push(
+          `- 64 MiB algbw, ${what}: cohort ${gbps(64 * MiB, ours64).toFixed(3)} GB/s, gloo ${gbps(64 * MiB, gloo64).toFixed(3)} GB/s: ` +
+            `${ratio.toFixed(2)}×, target ≥ ${TARGET_BANDWIDTH_RATIO}×: ${ratio >= TARGET_BANDWIDTH_RATIO ? "met" : "MISSED"}`
+        )
+      }
     }
     const ours4 = med("cohort sum", 4, 4)
     const gloo4 = med("gloo sum", 4, 4)
@@ -321,11 +324,14 @@ const bandwidth = async (lines: Array<string>) => {
 /**
  * Where cohort's time goes at 64 MiB: the data movement of one
  * `ctx.allreduce` on one host, replayed in this process, one step after the
- * other: each rank's copy into its segment (`Float32Array.set`, as
- * RelayClient does), the relay's native sum of the N segments into the
- * result segment, and each rank's copy back. Segments are files on /dev/shm
- * mapped with Bun.mmap, as in a run. Sequential, so these are CPU times; in a
- * run the N ranks copy side by side on the machine's cores.
+ * other. For an ordinary Float32Array: each rank's copy into its staging
+ * segment (`Float32Array.set`, as RelayClient does), the relay's native sum
+ * of the N segments into the first one, in place, the relay's N − 1 copies of
+ * the result into the other segments (the kernel's one-input sum, on its
+ * threads), and each rank's copy back. A `ctx.tensor` skips both rank-side
+ * copies. Segments are files on /dev/shm mapped with Bun.mmap, as in a run.
+ * Sequential, so these are CPU times; in a run the N ranks copy side by side
+ * on the machine's cores.
  */
 const breakdown = async (lines: Array<string>) => {
   const native = await Effect.runPromise(Effect.either(Native.load()))
@@ -341,34 +347,38 @@ const breakdown = async (lines: Array<string>) => {
       "",
       "## where cohort's time goes at 64 MiB: its data movement replayed in one process, step by step (median of 5 after 2 warm-ups, ms)",
       "",
-      "| N | N copies in (rank → its segment) | native sum of N segments | N copies out (result → rank) | total (CPU time) | algbw if done on one core |",
-      "|---|---|---|---|---|---|"
+      "| N | N copies in (rank → its segment) | native sum into the first segment | N − 1 result copies (relay, kernel threads) | N copies out (segment → rank) | total, ordinary array | total, ctx.tensor | algbw on one core, array / tensor |",
+      "|---|---|---|---|---|---|---|---|"
     )
     for (const n of WORLDS) {
       const buffers = Array.from({ length: n }, () => new Float32Array(bytes / 4).fill(0))
       const segments = Array.from({ length: n }, (_, i) => floats(createSegment(join(dir, `r${i}.seg`), bytes), bytes))
-      const result = floats(createSegment(join(dir, "result.seg"), bytes), bytes)
-      const times = { in: [] as Array<number>, sum: [] as Array<number>, out: [] as Array<number> }
+      const times = { in: [] as Array<number>, sum: [] as Array<number>, spread: [] as Array<number>, out: [] as Array<number> }
       for (let round = 0; round < 7; round++) {
         let start = performance.now()
         for (let i = 0; i < n; i++) segments[i]!.set(buffers[i]!)
         const copiedIn = performance.now() - start
         start = performance.now()
-        kernels.sum("f32", segments, result)
+        kernels.sum("f32", segments, segments[0]!)
         const summed = performance.now() - start
         start = performance.now()
-        for (let i = 0; i < n; i++) buffers[i]!.set(result)
+        for (const target of segments.slice(1)) kernels.sum("f32", [segments[0]!], target)
+        const spread = performance.now() - start
+        start = performance.now()
+        for (let i = 0; i < n; i++) buffers[i]!.set(segments[i]!)
         const copiedOut = performance.now() - start
         if (round < 2) continue
         times.in.push(copiedIn)
         times.sum.push(summed)
+        times.spread.push(spread)
         times.out.push(copiedOut)
       }
-      const total = median(times.in) + median(times.sum) + median(times.out)
+      const relay = median(times.sum) + median(times.spread)
+      const total = median(times.in) + relay + median(times.out)
       lines.push(
-        `| ${n} | ${median(times.in).toFixed(1)} | ${median(times.sum).toFixed(1)} | ${median(times.out).toFixed(1)} | ${total.toFixed(1)} | ${gbps(bytes, total).toFixed(3)} |`
+        `| ${n} | ${median(times.in).toFixed(1)} | ${median(times.sum).toFixed(1)} | ${median(times.spread).toFixed(1)} | ${median(times.out).toFixed(1)} | ` +
+          `${total.toFixed(1)} | ${relay.toFixed(1)} | ${gbps(bytes, total).toFixed(3)} / ${gbps(bytes, relay).toFixed(3)} |`
       )
-      rmSync(join(dir, "result.seg"), { force: true })
     }
   } finally {
     rmSync(dir, { recursive: true, force: true })

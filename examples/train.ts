@@ -104,10 +104,11 @@ export const train = async (ctx: RankContext, log: (line: string) => void = cons
   const held = evaluationSet(EVAL_SIZE)
   const model = new Mlp(LAYERS, "relu")
   const params = model.init(INIT_SEED)
-  const grads = model.zeros()
+  // Reduced every step: in shared memory, so the relay reduces them where they lie.
+  const grads = ctx.tensor(model.size)
   const velocity = model.zeros()
   /** Weights and momentum side by side, for the one allreduce that equalises them at an epoch's end. */
-  const state = new Float32Array(2 * model.size)
+  const state = ctx.tensor(2 * model.size)
 
   let epochsDone = 0
   const resumed = (await ctx.checkpoint.load()) as Saved | undefined

@@ -236,6 +236,7 @@ const runWorld = async (options: WorldOptions): Promise<World> => {
       cadence: 1,
       allreduce,
       sync: () => Promise.reject(new Error("not used under cpu_sync")),
+      tensor: (length: number) => new Float32Array(length),
       barrier: () => Promise.reject(new Error("not used by the example")),
       broadcast: () => Promise.reject(new Error("not used by the example")),
       epochs: async function*() {

@@ -30,19 +30,21 @@ export const createSegment = (path: string, capacity: number): Uint8Array => {
   return Bun.mmap(path)
 }
 
-/** Mappings of other processes' segments, by path; the newest per owner is kept. */
+/** Mappings of other processes' segments, by path, remembered per owner (a rank has a few: its staging segment and its tensors). */
 export class SegmentMaps {
-  private readonly byOwner = new Map<string | number, { path: string; bytes: Uint8Array }>()
+  private readonly byOwner = new Map<number, Map<string, Uint8Array>>()
 
-  map(owner: string | number, path: string): Uint8Array {
-    const current = this.byOwner.get(owner)
-    if (current?.path === path) return current.bytes
+  map(owner: number, path: string): Uint8Array {
+    const mine = this.byOwner.get(owner) ?? new Map<string, Uint8Array>()
+    this.byOwner.set(owner, mine)
+    const known = mine.get(path)
+    if (known !== undefined) return known
     const bytes = Bun.mmap(path)
-    this.byOwner.set(owner, { path, bytes })
+    mine.set(path, bytes)
     return bytes
   }
 
-  forget(owner: string | number): void {
+  forget(owner: number): void {
     this.byOwner.delete(owner)
   }
 }

@@ -152,6 +152,12 @@ export interface RankContext {
    * without waiting for the others; `cpu_sync` averages like `cadence`.
    */
   readonly sync: (params: Float32Array) => Promise<void>
+  /**
+   * A zeroed Float32Array in shared memory, for buffers you reduce often
+   * (gradients): collectives on it, or on a view of it, are done where it
+   * lies, without the two copies an ordinary array costs.
+   */
+  readonly tensor: (length: number) => Float32Array
   /** Wait until every active rank has called `barrier`. */
   readonly barrier: () => Promise<void>
   /** Overwrite `buffer` on every active rank with rank `root`'s. */

@@ -15,6 +15,7 @@ import { resolve } from "node:path"
 import type { HostEnvelope } from "../agent/Envelope.ts"
 import type { RankContext, Rendezvous } from "./RankContext.ts"
 import { connectRelay, type RelayClient } from "./RelayClient.ts"
+import { SharedTensors } from "./SharedTensors.ts"
 import { type Training, training as makeTraining } from "./Training.ts"
 
 export interface RuntimeOptions {
@@ -95,6 +96,7 @@ export const runRank = async (options: RuntimeOptions): Promise<number> => {
     if (!handlesShutdown) process.exit(143)
   }
   // The relay (collectives, plans, heartbeats) is dialled once user code runs: it starts when every rank of the host does.
+  const tensors = new SharedTensors(envelope.dir, rank)
   let relay: Promise<RelayClient> | undefined
   let startRelay = () => {}
   const client = new Promise<RelayClient>((resolve, reject) => {
@@ -104,6 +106,7 @@ export const runRank = async (options: RuntimeOptions): Promise<number> => {
         dir: envelope.dir,
         rank,
         heartbeatTimeoutMs: envelope.heartbeatTimeoutMs,
+        tensors,
         onOrder: (order) => train.onOrder(order),
         onLost: (reason) => {
           console.error(`cohort rank: ${reason}; exiting`)
@@ -120,7 +123,7 @@ export const runRank = async (options: RuntimeOptions): Promise<number> => {
     }
   })
   client.catch(() => undefined)
-  const train =  makeTraining(client, { datasetSize: envelope.datasetSize, rank, backend: envelope.backend }, (reason) => stopRank(`cohort stopped the run: ${reason}`))
+  const train =  makeTraining(client, { datasetSize: envelope.datasetSize, rank, backend: envelope.backend, tensors }, (reason) => stopRank(`cohort stopped the run: ${reason}`))
   const context = contextFor(envelope, options.slot, options.restartCount, shutdown.signal, () => (handlesShutdown = true), train.context, rendezvous)
   if (typeof context === "string") return fail(context)
 

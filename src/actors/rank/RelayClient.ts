@@ -2,8 +2,10 @@
  * A rank's link to its host's relay: a Unix socket for messages and a
  * shared-memory segment for tensors.
  *
- * - `reduce` leaves the tensor in the rank's segment, tells the relay, and
- *   copies the round's result back out of the relay's result segment. One
+ * - `reduce` leaves the tensor in a shared-memory segment and tells the
+ *   relay, which writes the round's result back into that segment. A tensor
+ *   made by `tensor()` lives in its own segment and is reduced where it is;
+ *   any other buffer is copied into the rank's staging segment and back. One
  *   collective at a time, in call order.
  * - Reports go up to the coordinator; orders come back to `onOrder`.
  * - Every second the rank beats; a coordinator silent for the heartbeat
@@ -16,6 +18,7 @@ import { join } from "node:path"
 import { encodeLocal, LocalFrameReader } from "../../wire/LocalFrames.ts"
 import { createSegment, floats, segmentCapacity, SegmentMaps } from "../../wire/Segments.ts"
 import { RankCallError } from "./RankContext.ts"
+import type { SharedTensors } from "./SharedTensors.ts"
 
 /** `sum`/`avg` for allreduce, `sync` for a model sync round, `elastic` for a `cpu_async` exchange. */
 export type RelayOp = "sum" | "avg" | "sync" | "elastic"
@@ -28,6 +31,8 @@ export interface RelayClientOptions {
   readonly dir: string
   readonly rank: number
   readonly heartbeatTimeoutMs: number
+  /** The rank's tensors in shared memory: reduced in place. */
+  readonly tensors: SharedTensors
   /** Told every order, in arrival order. */
   readonly onOrder: (order: Order) => void
   /** The rank cannot go on (relay gone, coordinator silent): the runtime ends the process. */
@@ -60,7 +65,6 @@ const dial = async (path: string, deadline: number, handlers: Parameters<typeof 
 
 export const connectRelay = async (options: RelayClientOptions): Promise<RelayClient> => {
   const reader = new LocalFrameReader()
-  const results = new SegmentMaps()
   let waiting: { resolve: (message: Record<string, unknown>) => void; reject: (error: Error) => void } | undefined
   let closing = false
   let lastHeard = Date.now()
@@ -104,6 +108,8 @@ export const connectRelay = async (options: RelayClientOptions): Promise<RelayCl
   }, HEARTBEAT_MS)
   timer.unref()
 
+  /** The relay's result segments, mapped as they appear. */
+  const results = new SegmentMaps()
   let segment: { path: string; bytes: Uint8Array; generation: number } = { path: "", bytes: new Uint8Array(0), generation: 0 }
   const ownSegment = (bytes: number) => {
     if (segment.path !== "" && segment.bytes.length >= bytes) return segment
@@ -118,15 +124,19 @@ export const connectRelay = async (options: RelayClientOptions): Promise<RelayCl
   const reduceNow = async (buffer: Float32Array, op: RelayOp, weight: number): Promise<void> => {
     if (closing) throw new RankCallError("the rank has lost its relay")
     const bytes = buffer.byteLength
-    const own = ownSegment(bytes)
-    const staged = floats(own.bytes, bytes)
-    staged.set(buffer)
+    const shared = options.tensors.locate(buffer)
+    // A tensor in shared memory is reduced in place; anything else goes through the staging segment.
+    const staged = shared === undefined ? floats(ownSegment(bytes).bytes, bytes) : buffer
+    if (shared === undefined) staged.set(buffer)
     if (weight !== 1) for (let i = 0; i < staged.length; i++) staged[i]! *= weight
     const reply = new Promise<Record<string, unknown>>((resolve, reject) => (waiting = { resolve, reject }))
-    send({ t: "reduce", op, bytes, weight, seg: own.path })
+    const where = shared === undefined ? { seg: segment.path, offset: 0, tensor: false } : { seg: shared.path, offset: shared.offset, tensor: true }
+    send({ t: "reduce", op, bytes, weight, ...where })
     const answer = await reply
     if (typeof answer.error === "string") throw new RankCallError(answer.error)
-    if (bytes > 0) buffer.set(answer.own === true ? staged : floats(results.map("result", String(answer.seg)), bytes))
+    if (shared !== undefined || bytes === 0) return
+    // A staged buffer's result is in the relay's result segment (or, after a cpu_async exchange, back in the staging one).
+    buffer.set(typeof answer.seg === "string" ? floats(results.map(0, answer.seg), bytes) : staged)
   }
 
   return {

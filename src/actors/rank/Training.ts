@@ -14,8 +14,9 @@ import { parseState, stringifyState } from "../../wire/StateJson.ts"
 import type { AllreduceOptions, EpochPlan, RankContext, SampleRange } from "./RankContext.ts"
 import { RankCallError } from "./RankContext.ts"
 import type { Order, RelayClient, RelayOp } from "./RelayClient.ts"
+import type { SharedTensors } from "./SharedTensors.ts"
 
-type TrainingContext = Pick<RankContext, "allreduce" | "sync" | "barrier" | "broadcast" | "epochs" | "progress" | "checkpoint">
+type TrainingContext = Pick<RankContext, "allreduce" | "sync" | "barrier" | "broadcast" | "tensor" | "epochs" | "progress" | "checkpoint">
 
 interface EpochState {
   readonly epoch: number
@@ -65,7 +66,7 @@ export interface Training {
 
 export const training = (
   client: Promise<RelayClient>,
-  settings: { readonly datasetSize: number; readonly rank: number; readonly backend: string },
+  settings: { readonly datasetSize: number; readonly rank: number; readonly backend: string; readonly tensors: SharedTensors },
   abort: (reason: string) => void
 ): Training => {
   const { datasetSize, rank } = settings
@@ -164,6 +165,7 @@ export const training = (
     },
     sync: (params: Float32Array) => reduce(params, settings.backend === "cpu_async" ? "elastic" : "sync", 1),
     barrier: () => reduce(new Float32Array(0), "sum", 1),
+    tensor: (length: number) => settings.tensors.tensor(length),
     broadcast: async (buffer: Float32Array, root: number) => {
       // The root's tensor plus everyone else's zeros is the root's tensor.
       if (rank !== root) buffer.fill(0)

@@ -10,8 +10,10 @@
  *   says so; once every active rank has (`FoldBarrier`), the relay sums them
  *   with the native kernel. A host alone in the world finishes the round
  *   itself; otherwise it sends one `HostFold` upstream and waits for the
- *   controller's `Reduced`. The result goes into the relay's result segment,
- *   which every contributor copies from. `ctx.sync` rounds always go up: the
+ *   controller's `Reduced`. The result is written back into every
+ *   contributor's own segment (the first one's in place, the others by the
+ *   kernel's threads), so a rank whose tensor lives there (`ctx.tensor`)
+ *   copies nothing. `ctx.sync` rounds always go up: the
  *   controller holds the model root (outer optimizer);
  * - `cpu_async` exchanges skip the barrier: each goes up on its own and the
  *   rank's new parameters come back into its own segment.
@@ -19,7 +21,6 @@
  * It leaves when the launcher closes the link (the run is over), when its
  * agent goes (IPC disconnect) or on SIGTERM.
  */
-import { join } from "node:path"
 import { rmSync } from "node:fs"
 import type { Socket } from "bun"
 import * as Data from "effect/Data"
@@ -37,9 +38,10 @@ import { ElasticPush, FromRank, HostFold, HostIdle, type Reduced, RelayHello } f
 import { saltFromHex } from "../../wire/Keys.ts"
 import * as Link from "../../wire/Link.ts"
 import { encodeLocal, LocalFrameReader } from "../../wire/LocalFrames.ts"
-import { createSegment, floats, segmentCapacity, SegmentMaps } from "../../wire/Segments.ts"
+import { floats, SegmentMaps } from "../../wire/Segments.ts"
 import type { RelaySpec } from "../agent/Envelope.ts"
-import { type Contribution, FoldBarrier, mismatch } from "./FoldBarrier.ts"
+import { FoldBarrier, mismatch } from "./FoldBarrier.ts"
+import { HostReduction, type Round, type Source } from "./HostReduction.ts"
 
 export class RelayError extends Data.TaggedError("RelayError")<{ readonly reason: string }> {
   override get message(): string {
@@ -86,9 +88,9 @@ export const run = (spec: RelaySpec, handshakeMs: number): Effect.Effect<void, R
     const upstream = (message: FromRank | HostFold | HostIdle | ElasticPush) => runFork(Effect.ignore(link.send(message)))
     const solo = spec.ranks.length === spec.worldSize
     const sockets = new Map<number, Socket<RankSocket>>()
-    const barrier = new FoldBarrier<Uint8Array>(spec.ranks)
+    const barrier = new FoldBarrier<Source>(spec.ranks)
+    const reduction = new HostReduction(native.kernels, spec.dir)
     const segments = new SegmentMaps()
-    let result: { path: string; bytes: Uint8Array; generation: number } = { path: "", bytes: new Uint8Array(0), generation: 0 }
     let awaitingController: Deferred.Deferred<Reduced> | undefined
     let toldIdle = false
     /** The last epoch whose end was passed on: an idle from before it is stale (it crossed the EpochEnd on the way). */
@@ -100,68 +102,61 @@ export const run = (spec: RelaySpec, handshakeMs: number): Effect.Effect<void, R
       sockets.get(rank)?.write(encodeLocal(message))
     }
 
-    const resultSegment = (bytes: number) => {
-      if (result.bytes.length >= bytes && result.path !== "") return result
-      const generation = result.generation + 1
-      const path = join(spec.dir, `result-${generation}.seg`)
-      result = { path, bytes: createSegment(path, segmentCapacity(bytes)), generation }
-      return result
+    const fail = (round: Round, reason: string) => {
+      for (const { rank } of round) tell(rank, { t: "reduced", error: reason })
+    }
+    const deliver = (round: Round, out: Float32Array) => {
+      for (const [rank, reply] of reduction.deliver(round, out)) tell(rank, reply)
     }
 
-    /** Reduce one round: fold locally, average with the other hosts unless alone, hand the result out. */
-    const reduce = (round: ReadonlyArray<Contribution<Uint8Array>>) =>
+    /** A round this host cannot finish alone: its fold goes to the controller, the average comes back. */
+    const reduceAcrossHosts = (round: Round) =>
       Effect.gen(function*() {
-        const problem = mismatch(round)
-        if (problem !== undefined) {
-          for (const { rank } of round) tell(rank, { t: "reduced", error: problem })
-          return
-        }
         const { bytes, op } = round[0]!
-        // A lone host finishes its rounds itself, except model syncs: the model root is the controller's.
-        const local = solo && op !== "sync"
-        const target = resultSegment(bytes)
-        const out = floats(target.bytes, bytes)
-        const inputs = round.map(({ source }) => floats(source, bytes))
+        const out = reduction.fold(round, false)
+        toldIdle = false
+        const reply = yield* Deferred.make<Reduced>()
+        awaitingController = reply
         const weight = round.reduce((sum, contribution) => sum + contribution.weight, 0)
-        if (bytes > 0) {
-          if (local && op === "avg" && round.every((contribution) => contribution.weight === 1)) native.kernels.average("f32", inputs, out)
-          else native.kernels.sum("f32", inputs, out)
-          if (local && op === "avg" && weight !== round.length) native.kernels.scale("f32", out, 1 / weight)
-        }
-        if (!local) {
-          toldIdle = false
-          const reply = yield* Deferred.make<Reduced>()
-          awaitingController = reply
-          upstream(new HostFold({ op, weight, ranks: round.length, data: new Uint8Array(target.bytes.subarray(0, bytes)) }))
-          const reduced = yield* Deferred.await(reply)
-          if (reduced.failure !== undefined) {
-            for (const { rank } of round) tell(rank, { t: "reduced", error: reduced.failure })
-            return
-          }
-          target.bytes.set(reduced.data.subarray(0, bytes))
-        }
-        for (const { rank } of round) tell(rank, { t: "reduced", seg: target.path, bytes })
+        upstream(new HostFold({ op, weight, ranks: round.length, data: new Uint8Array(out.buffer, out.byteOffset, bytes).slice() }))
+        const reduced = yield* Deferred.await(reply)
+        if (reduced.failure !== undefined) return fail(round, reduced.failure)
+        out.set(floats(reduced.data.slice(0, bytes), bytes))
+        deliver(round, out)
       })
 
     const advance = (): void => {
-      const round = barrier.take()
-      if (round === undefined) {
-        if (!solo && barrier.allIdle && !toldIdle && awaitingController === undefined) {
-          toldIdle = true
-          upstream(new HostIdle({ afterEpoch: endedEpoch }))
+      // Rounds a lone host can finish run here, at once; one that needs the controller runs as a fiber.
+      while (true) {
+        const round = barrier.take()
+        if (round === undefined) {
+          if (!solo && barrier.allIdle && !toldIdle && awaitingController === undefined) {
+            toldIdle = true
+            upstream(new HostIdle({ afterEpoch: endedEpoch }))
+          }
+          return
         }
-        return
+        const problem = mismatch(round)
+        // Model syncs always go up: the model root is the controller's.
+        if (problem === undefined && (!solo || round[0]!.op === "sync")) {
+          runFork(reduceAcrossHosts(round).pipe(
+            Effect.catchAllDefect((defect) => Effect.sync(() => fail(round, `the relay could not reduce: ${String(defect)}`))),
+            Effect.ensuring(Effect.sync(() => {
+              awaitingController = undefined
+              barrier.finish()
+              advance()
+            }))
+          ))
+          return
+        }
+        try {
+          if (problem !== undefined) fail(round, problem)
+          else deliver(round, reduction.fold(round, true))
+        } catch (error) {
+          fail(round, `the relay could not reduce: ${(error as Error).message}`)
+        }
+        barrier.finish()
       }
-      runFork(reduce(round).pipe(
-        Effect.catchAllDefect((defect) => Effect.sync(() => {
-          for (const { rank } of round) tell(rank, { t: "reduced", error: `the relay could not reduce: ${String(defect)}` })
-        })),
-        Effect.ensuring(Effect.sync(() => {
-          awaitingController = undefined
-          barrier.finish()
-          advance()
-        }))
-      ))
     }
 
     const fromRank = (socket: Socket<RankSocket>, message: Record<string, unknown>) => {
@@ -181,16 +176,21 @@ export const run = (spec: RelaySpec, handshakeMs: number): Effect.Effect<void, R
       if (rank === undefined) return socket.end()
       switch (message.t) {
         case "reduce": {
-          const { bytes, op, seg, weight } = message
-          if (typeof bytes !== "number" || (op !== "sum" && op !== "avg" && op !== "sync" && op !== "elastic") || typeof seg !== "string" || typeof weight !== "number") {
+          const { bytes, offset, op, seg, tensor, weight } = message
+          if (
+            typeof bytes !== "number" || typeof offset !== "number" || offset % 4 !== 0 || typeof seg !== "string" || typeof weight !== "number" ||
+            (op !== "sum" && op !== "avg" && op !== "sync" && op !== "elastic")
+          ) {
             return tell(rank, { t: "reduced", error: "a malformed reduce request" })
           }
+          const mapped = bytes === 0 ? new Uint8Array(0) : segments.map(rank, seg)
+          if (offset + bytes > mapped.length) return tell(rank, { t: "reduced", error: `a tensor of ${bytes} bytes at ${offset} is past the end of its segment` })
+          const source = mapped.subarray(offset, offset + bytes)
           if (op === "elastic") {
-            const source = segments.map(rank, seg)
             exchanges.set(rank, { source, bytes })
-            return upstream(new ElasticPush({ rank, data: new Uint8Array(source.subarray(0, bytes)) }))
+            return upstream(new ElasticPush({ rank, data: source.slice() }))
           }
-          const refused = barrier.contribute({ rank, op, bytes, weight, source: bytes === 0 ? new Uint8Array(0) : segments.map(rank, seg) })
+          const refused = barrier.contribute({ rank, op, bytes, weight, source: { bytes: source, inPlace: tensor === true } })
           if (refused !== undefined) return tell(rank, { t: "reduced", error: refused })
           return advance()
         }
@@ -265,7 +265,7 @@ export const run = (spec: RelaySpec, handshakeMs: number): Effect.Effect<void, R
           tell(received.rank, { t: "reduced", error: received.failure })
         } else {
           exchange.source.set(received.data.subarray(0, exchange.bytes))
-          tell(received.rank, { t: "reduced", own: true, bytes: exchange.bytes })
+          tell(received.rank, { t: "reduced", bytes: exchange.bytes })
         }
       }
     }
