@@ -23,6 +23,9 @@ export interface Source {
 
 export type Round = ReadonlyArray<Contribution<Source>>
 
+/** Below this a result is copied with a plain `set`; above it on the kernel's threads. */
+const PARALLEL_COPY_BYTES = 1 << 20
+
 export class HostReduction {
   private result = { path: "", bytes: new Uint8Array(0) as Uint8Array, generation: 0 }
 
@@ -52,8 +55,11 @@ export class HostReduction {
     return round.map(({ rank, source }) => {
       if (!source.inPlace) return [rank, { t: "reduced", bytes, seg: this.result.path }]
       const target = floats(source.bytes, bytes)
-      // A one-input sum is a copy on the kernel's threads.
-      if (bytes > 0 && (target.buffer !== out.buffer || target.byteOffset !== out.byteOffset)) this.kernels.sum("f32", [out], target)
+      if (bytes > 0 && (target.buffer !== out.buffer || target.byteOffset !== out.byteOffset)) {
+        // Large: a one-input sum, which is a copy on the kernel's threads. Small: a plain copy beats the call.
+        if (bytes >= PARALLEL_COPY_BYTES) this.kernels.sum("f32", [out], target)
+        else target.set(out)
+      }
       return [rank, { t: "reduced", bytes }]
     })
   }
