@@ -284,7 +284,7 @@ const bandwidth = async (lines: Array<string>) => {
           "In brackets, the range of the same ratio taken run by run.",
         "",
         `| N | size | ${others.flatMap((other) => [`cohort sum vs ${other}`, `cohort avg vs ${other}`, `cohort tensor vs ${other}`]).join(" | ")} |`,
-        `|---|---|${others.flatMap(() => ["---", "---"]).join("|")}|`
+        `|---|---|${others.flatMap(() => ["---", "---", "---"]).join("|")}|`
       )
       for (const n of WORLDS) {
         for (const { bytes } of PLAN) {
