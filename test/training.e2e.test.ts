@@ -202,6 +202,16 @@ describe("elastic training", () => {
     }
   }, 90_000)
 
+  test("one rank alone reaches the same accuracy, every sample its own", async () => {
+    const { dir, file } = setUp("alone", "50%", 4, 0, { workers: ["{ host: localhost, devices: 1 }"] })
+    const launch = spawnLaunch(file)
+    expect(await launch.proc.exited).toBe(0)
+    await launch.stdout.done
+    expect(launch.stderr.lines.at(-1)).toBe("cohort: run completed")
+    expect(finalLines(launch.stdout.lines).lastAccuracy(0)).toBeGreaterThanOrEqual(95)
+    for (const samples of traces(dir).values()) expect(samples.size).toBe(DATASET)
+  }, 60_000)
+
   test("crossing max_failure: exit 1 with a consensus checkpoint; --resume carries on from it", async () => {
     const { dir, file } = setUp("exceed", "1", 4, 8)
     const first = spawnLaunch(file)
