@@ -20,6 +20,7 @@ import { newSalt } from "../src/wire/Keys.ts"
 import { effect, eventually } from "./support/effect.ts"
 import { repoRoot } from "./support/launch-scenario.ts"
 import { allPids, commandLine, environment, isRunning, pidFiles } from "./support/processes.ts"
+import { runSpec } from "./support/run-spec.ts"
 
 /** A launcher front with one declared two-rank host, the agent joined, and the world formed. */
 const joinedAgent = Effect.gen(function*() {
@@ -29,6 +30,7 @@ const joinedAgent = Effect.gen(function*() {
     rules: { minRanks: 2, targetRanks: 2, timeoutMs: 10_000, maxTimeoutMs: 20_000, start: "auto" },
     declared: new Map([["localhost", 2]]),
     admission: { mode: "open", warning: undefined },
+    specFor: () => runSpec({ run: "agent-test", args: ["hold", `pidfile=${dir}`] }),
     salt,
     version: VERSION,
     handshakeMs: 5_000
@@ -43,19 +45,13 @@ const joinedAgent = Effect.gen(function*() {
   const mux = yield* PortMux.start({ address: "127.0.0.1", port: 0, magicDeadlineMs: 5_000, owners: { join: gate.owner, control: control.owner } })
   const lines: Array<string> = []
   const agent = yield* Effect.forkScoped(Effect.scoped(Agent.run({
-    run: "agent-test",
     host: "localhost",
     devices: { devices: [{ kind: "cpu", slot: 0 }, { kind: "cpu", slot: 1 }], labels: ["cpu", "cpu"] },
     controller: { host: "127.0.0.1", port: mux.port },
     version: VERSION,
     path: repoRoot,
-    job: { program: { _tag: "Entry", entry: "test/fixtures/rank-fixture.ts" }, args: ["hold", `pidfile=${dir}`], backend: "cpu_sync", datasetSize: 0, epochs: 1, cadence: 8, checkpoint: undefined, outerOptimizer: undefined, asyncAlpha: 0.5 },
-    clusterEnv: {},
-    hostEnv: {},
     inheritedEnv: process.env,
-    graceMs: 2_000,
     handshakeMs: 5_000,
-    heartbeatTimeoutMs: 30_000,
     output: (line) => lines.push(line)
   })))
   const formation = yield* gate.formation

@@ -11,6 +11,7 @@ import { Hello, type JoinMessage, Reject, WorldFormed } from "../src/wire/JoinMe
 import { newSalt, OPEN_SALT, saltFromHex } from "../src/wire/Keys.ts"
 import * as Link from "../src/wire/Link.ts"
 import { effect } from "./support/effect.ts"
+import { runSpec } from "./support/run-spec.ts"
 
 const rules = (overrides: Partial<JoinRules> = {}): JoinRules => ({
   minRanks: 5,
@@ -28,6 +29,7 @@ const setup = (options: { rules?: JoinRules; open?: boolean; floodLimit?: number
       rules: options.rules ?? rules(),
       declared: new Map([["a", 2], ["b", 3]]),
       admission: options.open ? { mode: "open", warning: undefined } : { mode: "pre-shared" },
+      specFor: (host) => runSpec({ run: host }),
       salt,
       version: "0.1.0",
       handshakeMs: 2_000,

@@ -16,6 +16,7 @@ import { newSalt, OPEN_SALT, saltFromHex, saltToHex } from "../src/wire/Keys.ts"
 import * as Link from "../src/wire/Link.ts"
 import { admission, joinSalt } from "../src/wire/Trust.ts"
 import { effect } from "./support/effect.ts"
+import { runSpec } from "./support/run-spec.ts"
 
 const join = Codec.make("join", JoinMessage)
 
@@ -50,7 +51,7 @@ describe("admission", () => {
               const hello = yield* link.receive
               if (hello._tag !== "Hello") return
               hosts.push(hello.host)
-              yield* link.send(new Accept({ ranks: [0, 1], saltHex: saltToHex(salt), formationWaitMs: 1_000 }))
+              yield* link.send(new Accept({ ranks: [0, 1], saltHex: saltToHex(salt), formationWaitMs: 1_000, spec: runSpec() }))
               yield* link.rekey(salt)
               // Sent straight after the Accept: it may share a TCP segment with it.
               yield* link.send(new WorldFormed({ worldSize: 2, hosts: [{ host: hello.host, ranks: [0, 1] }], master: { addr: "127.0.0.1", port: 29500 } }))
@@ -69,7 +70,7 @@ describe("admission", () => {
       })
       yield* link.send(new Hello({ host: "node-b", devices: [0, 1], deviceLabels: ["cpu", "cpu"], pid: 7, version: "0.1.0" }))
       const accept = yield* link.receive
-      expect(accept).toEqual(new Accept({ ranks: [0, 1], saltHex: saltToHex(salt), formationWaitMs: 1_000 }))
+      expect(accept).toEqual(new Accept({ ranks: [0, 1], saltHex: saltToHex(salt), formationWaitMs: 1_000, spec: runSpec() }))
       expect(yield* link.receive).toEqual(new WorldFormed({ worldSize: 2, hosts: [{ host: "node-b", ranks: [0, 1] }], master: { addr: "127.0.0.1", port: 29500 } }))
       expect(hosts).toEqual(["node-b"])
     }))

@@ -23,13 +23,36 @@ export class Hello extends Schema.TaggedClass<Hello>()("Hello", {
   version: Schema.String
 }) {}
 
-/** Admitted: these global ranks are the host's. */
+const Count = Schema.Int.pipe(Schema.nonNegative())
+
+/** What an admitted host runs: everything an agent needs of the cluster file, so it needs no copy of it. */
+export const HostRunSpec = Schema.Struct({
+  run: Schema.String,
+  program: Schema.Union(
+    Schema.TaggedStruct("Entry", { entry: Schema.String }),
+    Schema.TaggedStruct("Command", { command: Schema.Array(Schema.String) })
+  ),
+  args: Schema.Array(Schema.String),
+  backend: Schema.Literal("cpu_sync", "cpu_cadence", "cpu_async", "nccl"),
+  datasetSize: Count,
+  epochs: Count,
+  /** Steps between model syncs (1 unless the backend syncs on a cadence). */
+  cadence: Count,
+  /** The cluster's env, then the host's, merged. */
+  env: Schema.Record({ key: Schema.String, value: Schema.String }),
+  graceMs: Count,
+  heartbeatTimeoutMs: Count
+})
+export type HostRunSpec = typeof HostRunSpec.Type
+
+/** Admitted: these global ranks are the host's, and this is what it runs. */
 export class Accept extends Schema.TaggedClass<Accept>()("Accept", {
   ranks: Schema.Array(Schema.Int.pipe(Schema.nonNegative())),
   /** Only under open admission: the run's salt, 32 hex digits. */
   saltHex: Schema.optional(Schema.String),
   /** How long the agent should wait for the world to form. */
-  formationWaitMs: Schema.Int.pipe(Schema.nonNegative())
+  formationWaitMs: Schema.Int.pipe(Schema.nonNegative()),
+  spec: HostRunSpec
 }) {}
 
 export class Reject extends Schema.TaggedClass<Reject>()("Reject", {

@@ -25,7 +25,6 @@ import * as Scope from "effect/Scope"
 import { describe as describeExit, isClean } from "../ChildExit.ts"
 import * as ProcessChild from "../ProcessChild.ts"
 import { roleVariables } from "../Role.ts"
-import type { Job } from "../../config/ClusterConfig.ts"
 import { type Accept, Hello, type JoinMessage, RankExited, RankRunning, RankStarted, type StartRank, type StopRank, type WorldFormed } from "../../wire/JoinMessages.ts"
 import { OPEN_SALT, saltFromHex, saltToHex } from "../../wire/Keys.ts"
 import * as Link from "../../wire/Link.ts"
@@ -44,7 +43,6 @@ export class AgentError extends Data.TaggedError("AgentError")<{ readonly host: 
 export type OutputSink = (line: string, stream: "stdout" | "stderr") => void
 
 export interface AgentOptions {
-  readonly run: string
   readonly host: string
   readonly devices: HostDevices
   /** Where the launcher's port is, as this host reaches it. */
@@ -54,15 +52,9 @@ export interface AgentOptions {
   readonly version: string
   /** The project checkout on this host: ranks run there. */
   readonly path: string
-  readonly job: Job
-  readonly clusterEnv: Readonly<Record<string, string>>
-  readonly hostEnv: Readonly<Record<string, string>>
   /** The environment ranks start from (scrubbed of cohort's internals). */
   readonly inheritedEnv: Readonly<Record<string, string | undefined>>
-  readonly graceMs: number
   readonly handshakeMs: number
-  /** A rank silent this long is dead (and so, for a rank, is a silent coordinator); scaled. */
-  readonly heartbeatTimeoutMs: number
   /** Where the children's prefixed lines go. */
   readonly output: OutputSink
 }
@@ -117,18 +109,19 @@ export const run = (options: AgentOptions): Effect.Effect<void, AgentError, Scop
 const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: WorldFormed, salt: Uint8Array) =>
   Effect.gen(function*() {
     const { host } = options
+    const { spec } = accept
     const scope = yield* Effect.scope
     const runFork = Runtime.runFork(yield* Effect.runtime<never>())
-    const grace = Duration.millis(options.graceMs)
+    const grace = Duration.millis(spec.graceMs)
     const cwd = resolve(options.path)
-    const entry = options.job.program._tag === "Entry" ? options.job.program.entry : undefined
+    const entry = spec.program._tag === "Entry" ? spec.program.entry : undefined
     // The host's private run directory: the relay's socket and the shared-memory segments, gone with the run.
     const dir = yield* Effect.acquireRelease(
-      Effect.sync(() => mkdtempSync(join(sharedMemoryRoot(), `cohort-${options.run.replace(/[^A-Za-z0-9_.-]/g, "_").slice(0, 32)}-`))),
+      Effect.sync(() => mkdtempSync(join(sharedMemoryRoot(), `cohort-${spec.run.replace(/[^A-Za-z0-9_.-]/g, "_").slice(0, 32)}-`))),
       (path) => Effect.sync(() => rmSync(path, { recursive: true, force: true }))
     )
     const envelope: HostEnvelope = {
-      run: options.run,
+      run: spec.run,
       host,
       groupRank: Math.max(0, world.hosts.findIndex((member) => member.host === host)),
       worldSize: world.worldSize,
@@ -137,14 +130,14 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
       controller: options.controller,
       saltHex: saltToHex(salt),
       entry,
-      args: options.job.args,
-      backend: options.job.backend,
+      args: spec.args,
+      backend: spec.backend,
       dir,
       socket: join(dir, "relay.sock"),
-      datasetSize: options.job.datasetSize,
-      epochs: options.job.epochs,
-      cadence: options.job.backend === "cpu_cadence" || options.job.backend === "cpu_async" ? options.job.cadence : 1,
-      heartbeatTimeoutMs: options.heartbeatTimeoutMs
+      datasetSize: spec.datasetSize,
+      epochs: spec.epochs,
+      cadence: spec.cadence,
+      heartbeatTimeoutMs: spec.heartbeatTimeoutMs
     }
     const envelopeText = toEnvironment(envelope)
     const ranks = new Map<number, RankProcess>()
@@ -172,7 +165,7 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
           saltHex: envelope.saltHex,
           dir,
           socket: envelope.socket,
-          heartbeatTimeoutMs: options.heartbeatTimeoutMs
+          heartbeatTimeoutMs: spec.heartbeatTimeoutMs
         }) },
         inheritEnv: false,
         ipc: () => undefined,
@@ -207,11 +200,11 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
           return yield* report(new RankExited({ rank, incarnation, code: null, signal: null, detail: `rank ${rank} is already running on ${host}` }))
         }
         const prefix = `[${host}:${deviceTag(device)}:r${rank}] `
-        const program = options.job.program
+        const program = spec.program
         const env = rankEnvironment({
           inherited: options.inheritedEnv,
-          clusterEnv: options.clusterEnv,
-          hostEnv: options.hostEnv,
+          clusterEnv: spec.env,
+          hostEnv: {},
           placement: {
             rank,
             localRank: slot,
@@ -225,7 +218,7 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
         })
         const incarnationScope = yield* Scope.fork(scope, ExecutionStrategy.sequential)
         const spawned = yield* ProcessChild.spawn({
-          cmd: program._tag === "Entry" ? [process.execPath, rankEntry] : [...program.command, ...options.job.args],
+          cmd: program._tag === "Entry" ? [process.execPath, rankEntry] : [...program.command, ...spec.args],
           cwd,
           env,
           inheritEnv: false,

@@ -23,7 +23,7 @@ import type * as Scope from "effect/Scope"
 import * as Actor from "../Actor.ts"
 import type { Accepted } from "../PortMux.ts"
 import * as Codec from "../../wire/Codec.ts"
-import { Accept, Hello, JoinMessage, Reject } from "../../wire/JoinMessages.ts"
+import { Accept, Hello, type HostRunSpec, JoinMessage, Reject } from "../../wire/JoinMessages.ts"
 import { saltToHex } from "../../wire/Keys.ts"
 import * as Link from "../../wire/Link.ts"
 import { type Admission, joinSalt } from "../../wire/Trust.ts"
@@ -52,6 +52,8 @@ export interface JoinGateOptions {
   /** Declared hosts and how many devices each brings (undefined: probed, any count). */
   readonly declared: ReadonlyMap<string, number | undefined>
   readonly admission: Admission
+  /** What an admitted host runs (its env included). */
+  readonly specFor: (host: string) => HostRunSpec
   readonly salt: Uint8Array
   readonly version: string
   /** Time a connection has to send its Hello (already scaled). */
@@ -163,7 +165,8 @@ export const make = (options: JoinGateOptions): Effect.Effect<JoinGate, never, S
           new Accept({
             ranks: member.ranks,
             saltHex: options.admission.mode === "open" ? saltToHex(options.salt) : undefined,
-            formationWaitMs: Math.max(0, openedAt + rules.maxTimeoutMs - now)
+            formationWaitMs: Math.max(0, openedAt + rules.maxTimeoutMs - now),
+            spec: options.specFor(member.host)
           })
         ))
         if (accepted._tag === "Left") {

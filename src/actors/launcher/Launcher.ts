@@ -33,7 +33,7 @@ import { newSalt } from "../../wire/Keys.ts"
 import { admission as admissionFor } from "../../wire/Trust.ts"
 import * as ControlGate from "./ControlGate.ts"
 import * as JoinGate from "./JoinGate.ts"
-import { checkpointPath, LaunchInputError, type Plan } from "./Plan.ts"
+import { checkpointPath, hostRunSpec, LaunchInputError, type Plan } from "./Plan.ts"
 import * as RemoteRanks from "./RemoteRanks.ts"
 import * as RendezvousGate from "./RendezvousGate.ts"
 import * as CheckpointFile from "./CheckpointFile.ts"
@@ -176,6 +176,7 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
       },
       declared: new Map(plan.hosts.map(({ devices, worker }) => [worker.host, devices.devices.length])),
       admission,
+      specFor: (host) => hostRunSpec(config, host, heartbeatTimeoutMs),
       salt,
       version: VERSION,
       handshakeMs
@@ -252,20 +253,14 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
     const agentFailed = yield* Deferred.make<string>()
     const agents = yield* Effect.forEach(plan.hosts, ({ devices, worker }) =>
       Agent.run({
-        run: config.name,
         host: worker.host,
         devices,
         controller: { host: plan.dialAddress, port: mux.port },
         salt: admission.mode === "open" ? undefined : salt,
         version: VERSION,
         path: worker.path,
-        job: config.job,
-        clusterEnv: config.env,
-        hostEnv: worker.env,
         inheritedEnv: process.env,
-        graceMs,
         handshakeMs,
-        heartbeatTimeoutMs,
         output
       }).pipe(
         Effect.scoped,

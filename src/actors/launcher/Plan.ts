@@ -13,6 +13,7 @@ import { resolve } from "node:path"
 import * as Data from "effect/Data"
 import * as Either from "effect/Either"
 import type { ClusterConfig, Worker } from "../../config/ClusterConfig.ts"
+import type { HostRunSpec } from "../../wire/JoinMessages.ts"
 import { formatDuration } from "../../config/Duration.ts"
 import { strategyToYaml } from "../../config/FailurePolicy.ts"
 import { isLoopbackAddress } from "../../wire/Trust.ts"
@@ -105,6 +106,24 @@ export const makePlan = (config: ClusterConfig): Either.Either<Plan, LaunchInput
 const quote = (word: string) => (/^[\w@%+=:,./-]+$/.test(word) ? word : `'${word.replaceAll("'", "'\\''")}'`)
 
 /** The plan as `--dry-run` prints it. */
+/** What an admitted host runs, as its Accept carries it: a host not in the file gets the cluster's env alone. */
+export const hostRunSpec = (config: ClusterConfig, host: string, heartbeatTimeoutMs: number): HostRunSpec => {
+  const { job } = config
+  const worker = config.workers.find((candidate) => candidate.host === host)
+  return {
+    run: config.name,
+    program: job.program,
+    args: job.args,
+    backend: job.backend,
+    datasetSize: job.datasetSize,
+    epochs: job.epochs,
+    cadence: job.backend === "cpu_cadence" || job.backend === "cpu_async" ? job.cadence : 1,
+    env: { ...config.env, ...worker?.env },
+    graceMs: config.failurePolicy.grace,
+    heartbeatTimeoutMs
+  }
+}
+
 /** Where a run's consensus checkpoint lives unless `job.checkpoint` says otherwise. */
 export const checkpointPath = (config: ClusterConfig): string => config.job.checkpoint ?? `.cohort/checkpoints/${config.name}.json`
 
