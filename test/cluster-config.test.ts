@@ -26,7 +26,7 @@ describe("cluster.yml", () => {
         port: 0,
         join: { minRanks: 4, targetRanks: 4, timeoutMs: 60_000, maxTimeoutMs: 120_000, openAdmission: false, start: "auto" }
       },
-      workers: [{ host: "localhost", devices: { _tag: "Count", count: 4 }, path: ".", env: { OMP_NUM_THREADS: "1" }, ssh: undefined, tunnel: false }],
+      workers: [{ host: "localhost", devices: { _tag: "Count", count: 4 }, path: ".", env: { OMP_NUM_THREADS: "1" }, ssh: undefined, tunnel: false, agent: undefined }],
       env: {},
       job: {
         program: { _tag: "Entry", entry: "examples/train.ts" },
@@ -75,7 +75,7 @@ describe("cluster.yml", () => {
     ["duplicate device", minimal("  - { host: a, devices: [0, 0] }"), "device 0 is listed twice"],
     ["negative device index", minimal("  - { host: a, devices: [-1] }"), "workers[0].devices[0] (line 2, col 26): expected a GPU index from 0 to 255, got -1"],
     ["duplicate host", minimal(`${w}\n  - { host: a, devices: 1 }`), `workers[1].host (line 3, col 13): host "a" is already workers[0]`],
-    ["unknown worker key", minimal("  - { host: a, devices: 2, gpus: 2 }"), `workers[0] (line 2, col 28): unknown key "gpus"; known keys: host, devices, path, env, ssh, tunnel`],
+    ["unknown worker key", minimal("  - { host: a, devices: 2, gpus: 2 }"), `workers[0] (line 2, col 28): unknown key "gpus"; known keys: host, devices, path, env, ssh, tunnel, agent`],
     ["reserved env key", minimal("  - { host: a, devices: 2, env: { CUDA_VISIBLE_DEVICES: '0' } }"), "CUDA_VISIBLE_DEVICES is reserved: device scoping belongs in `devices:`"],
     ["bad ssh port", minimal("  - { host: a, devices: 2, ssh: { port: 70000 } }"), "workers[0].ssh.port (line 2, col 41): expected an ssh port from 1 to 65535, got 70000"],
     ["tunnel not a boolean", minimal("  - { host: a, devices: 2, tunnel: yes please }"), "workers[0].tunnel (line 2, col 36): expected true or false"],

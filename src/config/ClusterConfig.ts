@@ -58,6 +58,13 @@ export interface Worker {
   readonly env: Readonly<Record<string, string>>
   readonly ssh: SshOptions | undefined
   readonly tunnel: boolean
+  /**
+   * How the host's agent starts: `ssh` (the launcher starts it over ssh; the
+   * default for another machine, or when `ssh:` is given) or `self` (started
+   * by hand or by a scheduler: `bun run agent`). Undefined: this machine's
+   * agent runs inside the launcher, or `ssh` elsewhere.
+   */
+  readonly agent: "ssh" | "self" | undefined
 }
 
 export type StartMode = "auto" | "manual" | "hybrid"
@@ -142,7 +149,7 @@ const decodeSsh = (field: Field): SshOptions => {
 }
 
 const decodeWorker = (field: Field): Worker => {
-  const keys = field.map(["host", "devices", "path", "env", "ssh", "tunnel"])
+  const keys = field.map(["host", "devices", "path", "env", "ssh", "tunnel", "agent"])
   const host = keys.host!.string("a host name (the worker's name, and its ssh target unless ssh.target says otherwise)")
   return {
     host,
@@ -150,6 +157,7 @@ const decodeWorker = (field: Field): Worker => {
     path: keys.path!.readOr((f) => f.string("the project checkout's path on that host"), "."),
     env: keys.env!.readOr(decodeEnv, {}),
     ssh: keys.ssh!.readOr(decodeSsh, undefined),
+    agent: keys.agent!.readOr((f) => f.literal(["ssh", "self"] as const), undefined),
     tunnel: keys.tunnel!.readOr((f) => boolean(f), false)
   }
 }

@@ -34,7 +34,12 @@ import { deviceIndex, deviceTag, type HostDevices } from "./Devices.ts"
 import { type HostEnvelope, toEnvironment } from "./Envelope.ts"
 import { internalEnvironment, rankEnvironment, scrub } from "./RankEnvironment.ts"
 
-export class AgentError extends Data.TaggedError("AgentError")<{ readonly host: string; readonly reason: string }> {
+/**
+ * Why an agent stopped. `permanent`: trying again cannot help (the launcher
+ * refused the host, a protocol mismatch); otherwise it may (the launcher was
+ * not there yet, or went away).
+ */
+export class AgentError extends Data.TaggedError("AgentError")<{ readonly host: string; readonly reason: string; readonly permanent?: boolean }> {
   override get message(): string {
     return `agent of ${this.host}: ${this.reason}`
   }
@@ -94,14 +99,15 @@ export const run = (options: AgentOptions): Effect.Effect<void, AgentError, Scop
       version: options.version
     })).pipe(Effect.mapError((error) => failWith(error.message)))
     const answer = yield* next(options.handshakeMs, "answer to the Hello")
-    if (answer._tag === "Reject") return yield* failWith(`the launcher refused this host: ${answer.reason}`)
-    if (answer._tag !== "Accept") return yield* failWith(`expected Accept or Reject, got ${answer._tag}`)
+    const refuse = (reason: string) => new AgentError({ host, reason, permanent: true })
+    if (answer._tag === "Reject") return yield* refuse(`the launcher refused this host: ${answer.reason}`)
+    if (answer._tag !== "Accept") return yield* refuse(`expected Accept or Reject, got ${answer._tag}`)
     const salt = options.salt ?? (answer.saltHex === undefined ? undefined : saltFromHex(answer.saltHex))
     if (salt === undefined) return yield* failWith("open admission, but the Accept carried no salt")
 
     const formed = yield* next(answer.formationWaitMs + options.handshakeMs, "WorldFormed")
     if (formed._tag === "Abort") return yield* Effect.logWarning(`${host}: the launcher aborted before the world formed: ${formed.reason}`)
-    if (formed._tag !== "WorldFormed") return yield* failWith(`expected WorldFormed, got ${formed._tag}`)
+    if (formed._tag !== "WorldFormed") return yield* refuse(`expected WorldFormed, got ${formed._tag}`)
     yield* serve(options, link, answer, formed, salt)
   })
 
@@ -267,7 +273,8 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
       const message = yield* Effect.either(link.receive)
       if (message._tag === "Left") {
         ending = true
-        return yield* stopAll(`lost the launcher (${message.left.detail})`)
+        yield* stopAll(`lost the launcher (${message.left.detail})`)
+        return yield* new AgentError({ host, reason: `lost the launcher (${message.left.detail})` })
       }
       switch (message.right._tag) {
         case "StartRank":

@@ -36,6 +36,11 @@ import * as JoinGate from "./JoinGate.ts"
 import { checkpointPath, hostRunSpec, LaunchInputError, type Plan } from "./Plan.ts"
 import * as RemoteRanks from "./RemoteRanks.ts"
 import * as RendezvousGate from "./RendezvousGate.ts"
+import * as SshFanOut from "./SshFanOut.ts"
+import { writeAgentSpec } from "../agent/AgentSpec.ts"
+import { saltToHex } from "../../wire/Keys.ts"
+import { mkdirSync, rmSync, writeFileSync } from "node:fs"
+import { dirname } from "node:path"
 import * as CheckpointFile from "./CheckpointFile.ts"
 import * as Controller from "./Controller.ts"
 import * as Coordinator from "./Coordinator.ts"
@@ -249,22 +254,42 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
       yield* Effect.forkScoped(Effect.flatMap(Effect.promise(() => options.interrupt!), interrupt))
     }
 
-    // FanOut: this machine's agents, in-process, over loopback.
+    // FanOut: this machine's agents run in-process and join over loopback; other hosts' over ssh; `agent: self` hosts dial in.
     const agentFailed = yield* Deferred.make<string>()
-    const agents = yield* Effect.forEach(plan.hosts, ({ devices, worker }) =>
-      Agent.run({
-        host: worker.host,
-        devices,
-        controller: { host: plan.dialAddress, port: mux.port },
-        salt: admission.mode === "open" ? undefined : salt,
-        version: VERSION,
-        path: worker.path,
-        inheritedEnv: process.env,
-        handshakeMs,
-        output
-      }).pipe(
+    const saltHex = admission.mode === "open" ? undefined : saltToHex(salt)
+    const agentOf = ({ devices, start, worker }: Plan["hosts"][number]): Effect.Effect<void, string, Scope.Scope> => {
+      switch (start) {
+        case "in-process":
+          return Effect.mapError(
+            Agent.run({
+              host: worker.host,
+              devices,
+              controller: { host: plan.dialAddress, port: mux.port },
+              salt: admission.mode === "open" ? undefined : salt,
+              version: VERSION,
+              path: worker.path,
+              inheritedEnv: process.env,
+              handshakeMs,
+              output
+            }),
+            (error) => error.message
+          )
+        case "ssh":
+          return SshFanOut.runSshAgent({
+            worker,
+            spec: writeAgentSpec({ host: worker.host, controller: { host: plan.remoteDialAddress, port: mux.port }, saltHex, devices: worker.devices, path: worker.path }),
+            graceMs,
+            netTimeoutScale: scale,
+            output: (line, stream) => output(`[${worker.host}:agent] ${line}`, stream)
+          })
+        case "self":
+          return Effect.zipRight(selfDeployHint(worker.host, saltHex, `${plan.remoteDialAddress}:${mux.port}`), Effect.never)
+      }
+    }
+    const agents = yield* Effect.forEach(plan.hosts, (host) =>
+      agentOf(host).pipe(
         Effect.scoped,
-        Effect.catchAll((error) => Deferred.succeed(agentFailed, error.message)),
+        Effect.catchAll((reason) => Deferred.succeed(agentFailed, reason)),
         Effect.forkScoped
       ))
 
@@ -439,6 +464,22 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
     // The agents stop their relays and leave; each has the grace period to do so.
     yield* Effect.forEach(agents, (agent) => Effect.timeout(Fiber.await(agent), Duration.millis(graceMs + 1_000)), { discard: true }).pipe(Effect.ignore)
     return yield* finish(verdict, lost)
+  })
+
+/** How to start a `agent: self` host's agent; under pre-shared admission the salt goes to a file only this user can read. */
+const selfDeployHint = (host: string, saltHex: string | undefined, controller: string) =>
+  Effect.gen(function*() {
+    let saltArgument = ""
+    if (saltHex !== undefined) {
+      const file = `.cohort/salts/${process.pid}-${host.replace(/[^A-Za-z0-9_.-]/g, "_")}.salt`
+      yield* Effect.sync(() => {
+        mkdirSync(dirname(file), { recursive: true, mode: 0o700 })
+        writeFileSync(file, `${saltHex}\n`, { mode: 0o600 })
+      })
+      yield* Effect.addFinalizer(() => Effect.sync(() => rmSync(file, { force: true })))
+      saltArgument = ` --salt-file <a copy of ${file}>`
+    }
+    yield* Effect.logInfo(`waiting for ${host} to join: on it, run  bun run agent --controller ${controller} --host ${host}${saltArgument}`)
   })
 
 const deviceLabel = (plan: Plan, host: string, slot: number): string => {

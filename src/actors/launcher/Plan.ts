@@ -28,8 +28,13 @@ export class LaunchInputError extends Data.TaggedError("LaunchInputError")<{ rea
   }
 }
 
+/** How a host's agent starts: inside the launcher (this machine), over ssh, or by someone else (`bun run agent`). */
+export type AgentStart = "in-process" | "ssh" | "self"
+
 export interface HostPlan {
   readonly worker: Worker
+  readonly start: AgentStart
+  /** Probed here for this machine; as declared for the others. */
   readonly devices: HostDevices
   /** The first of the host's ranks, if hosts join in declaration order. */
   readonly firstRank: number
@@ -39,10 +44,27 @@ export interface Plan {
   readonly config: ClusterConfig
   readonly hosts: ReadonlyArray<HostPlan>
   readonly world: number
-  /** Where the mux listens: loopback when every worker is this machine. */
+  /** Where the mux listens: loopback when every agent runs inside the launcher, else every interface. */
   readonly bindAddress: string
   /** The address this machine's agents dial. */
   readonly dialAddress: string
+  /** The address other hosts' agents dial (`controller.host`). */
+  readonly remoteDialAddress: string
+}
+
+/** How `worker`'s agent starts. */
+export const agentStart = (worker: Worker): AgentStart =>
+  worker.agent === "self" ? "self" : worker.agent === "ssh" || worker.ssh !== undefined || !isThisHost(worker.host) ? "ssh" : "in-process"
+
+/** A host's devices as the file declares them, for a host this machine cannot probe; or why not. */
+const declaredDevices = (worker: Worker): HostDevices | string => {
+  const { devices } = worker
+  if (devices._tag === "All") {
+    return `devices: all on ${worker.host} cannot be counted from here; give the number of CPU ranks or the GPU indices`
+  }
+  return devices._tag === "Count"
+    ? { devices: Array.from({ length: devices.count }, (_, slot) => ({ kind: "cpu" as const, slot })), labels: Array.from({ length: devices.count }, () => "cpu") }
+    : { devices: devices.indices.map((index) => ({ kind: "gpu" as const, index })), labels: devices.indices.map(() => "gpu") }
 }
 
 /** Whether `host` names this machine: loopback, its host name, or one of its addresses. */
@@ -74,21 +96,22 @@ export const makePlan = (config: ClusterConfig): Either.Either<Plan, LaunchInput
   let next = 0
   config.workers.forEach((worker, index) => {
     const where = `workers[${index}]`
-    if (!isThisHost(worker.host) || worker.ssh !== undefined) {
+    const start = agentStart(worker)
+    if (start === "ssh" && isLoopbackAddress(config.controller.host) && !isLoopbackAddress(worker.ssh?.target ?? worker.host)) {
       problems.push(
-        `${where}.host: ${worker.host} is not this machine. This version of cohort launches on this machine only ` +
-          `(localhost, 127.0.0.1, ${hostname()}); hosts reached over ssh come with multi-host support`
+        `controller.host: ${config.controller.host} is this machine's loopback, which ${worker.host} cannot reach; ` +
+          "give an address of this machine that the workers can dial (or tunnel: true on the worker)"
       )
-      return
     }
-    const devices = resolveDevices(worker.host, worker.devices)
+    const devices = start === "in-process" ? resolveDevices(worker.host, worker.devices) : declaredDevices(worker)
     if (typeof devices === "string") {
       problems.push(`${where}.devices: ${devices}`)
       return
     }
-    const program = checkProgram(config, worker, where)
+    // Another host's checkout is checked by the agent there.
+    const program = start === "in-process" ? checkProgram(config, worker, where) : undefined
     if (program !== undefined && !problems.includes(program)) problems.push(program)
-    hosts.push({ worker, devices, firstRank: next })
+    hosts.push({ worker, start, devices, firstRank: next })
     next += devices.devices.length
   })
   if (problems.length > 0) return Either.left(new LaunchInputError({ problems }))
@@ -100,7 +123,15 @@ export const makePlan = (config: ClusterConfig): Either.Either<Plan, LaunchInput
   if (targetRanks !== undefined && targetRanks > world) {
     return Either.left(new LaunchInputError({ problems: [`controller.join.target_ranks: ${targetRanks} ranks can never join: the workers bring ${world}`] }))
   }
-  return Either.right({ config, hosts, world, bindAddress: "127.0.0.1", dialAddress: "127.0.0.1" })
+  const local = hosts.every((host) => host.start === "in-process")
+  return Either.right({
+    config,
+    hosts,
+    world,
+    bindAddress: local ? "127.0.0.1" : "0.0.0.0",
+    dialAddress: "127.0.0.1",
+    remoteDialAddress: config.controller.host
+  })
 }
 
 const quote = (word: string) => (/^[\w@%+=:,./-]+$/.test(word) ? word : `'${word.replaceAll("'", "'\\''")}'`)

@@ -1,0 +1,106 @@
+/**
+ * The ssh fan-out: one session per remote host, carrying the host's agent.
+ * Push is sugar for a self-deployed agent: the session runs `bun run agent`
+ * there, and the agent dials back in and joins like any other.
+ *
+ * - ssh's arguments: the user's `ssh.options` first (OpenSSH takes the first
+ *   value of an option, so the user's win), then cohort's defaults, then
+ *   port, user and key, then the target.
+ * - The agent's spec (the salt in it) goes down the session's stdin; the
+ *   remote shell reads it into the agent's environment, never into argv.
+ * - The remote shell starts the agent in the background and passes SIGHUP,
+ *   SIGTERM and SIGINT on as TERM, then KILL after the grace period; when the
+ *   launcher (and so the session) goes, sshd hangs the shell up.
+ */
+import * as Effect from "effect/Effect"
+import type * as Scope from "effect/Scope"
+import type { Worker } from "../../config/ClusterConfig.ts"
+import { describe as describeExit } from "../ChildExit.ts"
+import * as ProcessChild from "../ProcessChild.ts"
+
+export const sshDefaults = ["-T", "-o", "ServerAliveInterval=10", "-o", "ServerAliveCountMax=3", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=accept-new"]
+
+/** Single-quoted for a POSIX shell: every interpolated value goes through this. */
+export const shellQuote = (value: string): string => `'${value.replaceAll("'", `'\\''`)}'`
+
+/** The user turned BatchMode off: ssh may then stop to ask for a password nobody will type. */
+export const batchModeOverridden = (worker: Worker): boolean => {
+  const options = worker.ssh?.options ?? []
+  return options.some((option, index) => {
+    const setting = option.startsWith("-o") && option.length > 2 ? option.slice(2) : options[index - 1] === "-o" ? option : undefined
+    return setting !== undefined && /^BatchMode\s*[= ]\s*(no|false)$/i.test(setting.trim())
+  })
+}
+
+/** The script the remote shell runs: read the spec, enter the checkout, find bun, run the agent, pass signals on. */
+export const remoteAgentScript = (worker: Worker, graceMs: number, netTimeoutScale: number): string => {
+  const path = shellQuote(worker.path)
+  const host = shellQuote(worker.host)
+  const graceSeconds = Math.max(1, Math.ceil(graceMs / 1000))
+  return [
+    "IFS= read -r COHORT_AGENT_SPEC || exit 2",
+    "export COHORT_AGENT_SPEC",
+    `cd ${path} || { echo "cohort: "${path}" is not a directory on "${host}"; give workers[].path as the checkout's path there" >&2; exit 2; }`,
+    `BUN=./node_modules/.bin/bun; [ -x "$BUN" ] || BUN=$(command -v bun) || { echo "cohort: no bun in "${path}"/node_modules/.bin or on PATH on "${host}"; run npx --yes bun@1.4.4 install --frozen-lockfile there" >&2; exit 2; }`,
+    `[ -f src/cli/agent.ts ] || { echo "cohort: "${path}" on "${host}" is not a cohort checkout (no src/cli/agent.ts)" >&2; exit 2; }`,
+    `COHORT_NET_TIMEOUT_SCALE=${shellQuote(String(netTimeoutScale))} "$BUN" src/cli/agent.ts &`,
+    "agent=$!",
+    `trap 'kill -TERM $agent 2>/dev/null; (sleep ${graceSeconds}; kill -KILL $agent 2>/dev/null) & wait $agent; exit 143' HUP TERM INT`,
+    "wait $agent",
+    "exit $?"
+  ].join("\n")
+}
+
+/** ssh's argv for one host. */
+export const sshCommand = (worker: Worker, script: string): Array<string> => {
+  const ssh = worker.ssh
+  return [
+    "ssh",
+    ...(ssh?.options ?? []),
+    ...sshDefaults,
+    ...(ssh?.port === undefined ? [] : ["-p", String(ssh.port)]),
+    ...(ssh?.user === undefined ? [] : ["-l", ssh.user]),
+    ...(ssh?.identityFile === undefined ? [] : ["-i", ssh.identityFile]),
+    ssh?.target ?? worker.host,
+    `bash -c ${shellQuote(script)}`
+  ]
+}
+
+export interface SshAgentOptions {
+  readonly worker: Worker
+  /** The agent's spec, one line of JSON (see AgentSpec). */
+  readonly spec: string
+  readonly graceMs: number
+  readonly netTimeoutScale: number
+  readonly output: (line: string, stream: "stdout" | "stderr") => void
+}
+
+/** Run the host's agent over ssh until the session ends; fails with why, naming the host. */
+export const runSshAgent = (options: SshAgentOptions): Effect.Effect<void, string, Scope.Scope> =>
+  Effect.gen(function*() {
+    const { worker } = options
+    if (batchModeOverridden(worker)) {
+      yield* Effect.logWarning(`${worker.host}: ssh.options turn BatchMode off: ssh may wait for a password nobody types`)
+    }
+    const lastLines: Array<string> = []
+    const child = yield* ProcessChild.spawn({
+      cmd: sshCommand(worker, remoteAgentScript(worker, options.graceMs, options.netTimeoutScale)),
+      stdin: "pipe",
+      onLine: (line, stream) => {
+        lastLines.push(line)
+        if (lastLines.length > 5) lastLines.shift()
+        options.output(line, stream)
+      },
+      grace: options.graceMs + 2_000
+    }).pipe(Effect.mapError((error) => `${worker.host}: ${error.message}`))
+    const stdin = child.subprocess.stdin as import("bun").FileSink
+    stdin.write(`${options.spec}\n`)
+    yield* Effect.promise(async () => stdin.flush())
+    const exit = yield* child.exited
+    if (exit._tag === "Exited" && exit.code === 0) return
+    const said = lastLines.at(-1)
+    const why = exit._tag === "Exited" && exit.code === 255
+      ? `ssh could not reach ${worker.ssh?.target ?? worker.host} or log in${said === undefined ? "" : ` (${said})`}: check the host, ssh.user, ssh.identity_file and that its key is authorised`
+      : `its agent ended with ${describeExit(exit)}${said === undefined ? "" : `: ${said}`}`
+    return yield* Effect.fail(`${worker.host}: ${why}`)
+  })
