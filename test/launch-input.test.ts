@@ -211,9 +211,14 @@ const rows: ReadonlyArray<BadInput> = [
   },
   // The plan: what the file cannot show.
   {
-    name: "a worker host that is not this machine",
+    name: "another machine's worker while the workers are told to dial loopback",
     yaml: lines("workers:", "  - { host: gpu-node-7.example, devices: 2 }", entry),
-    says: ["workers[0].host: gpu-node-7.example is not this machine", "launches on this machine only (localhost, 127.0.0.1"]
+    says: ["controller.host: 127.0.0.1 is this machine's loopback, which gpu-node-7.example cannot reach", "tunnel: true"]
+  },
+  {
+    name: "devices: all on a host this machine cannot probe",
+    yaml: lines("controller: { host: 10.0.0.1 }", "workers:", "  - { host: gpu-node-7.example, devices: all }", entry),
+    says: ["workers[0].devices: devices: all on gpu-node-7.example cannot be counted from here"]
   },
   {
     name: "a job.entry that does not exist",

@@ -280,7 +280,8 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
             spec: writeAgentSpec({ host: worker.host, controller: { host: plan.remoteDialAddress, port: mux.port }, saltHex, devices: worker.devices, path: worker.path }),
             graceMs,
             netTimeoutScale: scale,
-            output: (line, stream) => output(`[${worker.host}:agent] ${line}`, stream)
+            // The agent there prefixes its ranks' and relay's lines, and its own say `cohort agent <host>:`.
+            output
           })
         case "self":
           return Effect.zipRight(selfDeployHint(worker.host, saltHex, `${plan.remoteDialAddress}:${mux.port}`), Effect.never)

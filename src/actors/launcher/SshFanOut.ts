@@ -86,7 +86,8 @@ export const runSshAgent = (options: SshAgentOptions): Effect.Effect<void, strin
     const child = yield* ProcessChild.spawn({
       cmd: sshCommand(worker, remoteAgentScript(worker, options.graceMs, options.netTimeoutScale)),
       stdin: "pipe",
-      onLine: (line, stream) => {
+      onLine: (raw, stream) => {
+        const line = raw.trimEnd()
         lastLines.push(line)
         if (lastLines.length > 5) lastLines.shift()
         options.output(line, stream)

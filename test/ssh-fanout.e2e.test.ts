@@ -1,0 +1,99 @@
+/**
+ * The ssh fan-out against a real sshd (on this machine, reached as another
+ * host): the launcher starts the host's agent over ssh, the agent dials back
+ * and runs its ranks, and the salt never shows in any process's argv.
+ */
+import { afterAll, beforeAll, describe, expect, test } from "bun:test"
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { repoRoot, spawnLaunch } from "./support/launch-scenario.ts"
+import { allPids, childrenOf, commandLine, isGone, waitFor } from "./support/processes.ts"
+import { type Sshd, sshdUnavailable, startSshd } from "./support/sshd.ts"
+
+const unavailable = sshdUnavailable()
+if (unavailable !== undefined) console.log(`ssh fan-out tests skipped: ${unavailable}`)
+
+let sshd: Sshd | undefined
+const dirs: Array<string> = []
+beforeAll(async () => {
+  if (unavailable === undefined) sshd = await startSshd()
+})
+afterAll(() => {
+  sshd?.stop()
+  dirs.forEach((dir) => rmSync(dir, { recursive: true, force: true }))
+})
+
+const clusterFile = (worker: string, job = "entry: examples/train.ts\n  dataset_size: 20000\n  epochs: 2") => {
+  const dir = mkdtempSync(join(tmpdir(), "cohort-ssh-"))
+  dirs.push(dir)
+  const file = join(dir, "cluster.yml")
+  writeFileSync(file, `
+name: ssh
+controller: { host: 127.0.0.1, port: 0 }
+workers:
+  - ${worker}
+job:
+  ${job}
+failure_policy: { grace: 2s }
+`)
+  return file
+}
+
+const sshWorker = (overrides: { path?: string; identity?: string } = {}) =>
+  `{ host: sshhost, devices: 2, path: ${overrides.path ?? repoRoot}, ssh: { target: 127.0.0.1, port: ${sshd!.port}, ` +
+  `identity_file: ${overrides.identity ?? sshd!.identityFile}, options: ${JSON.stringify(sshd!.options)} } }`
+
+/** Every process's argv, joined, while the run is on. */
+const commandLines = (): Array<string> =>
+  readdirSync("/proc").filter((name) => /^\d+$/.test(name)).flatMap((pid) => {
+    try {
+      return [readFileSync(`/proc/${pid}/cmdline`, "utf8").replaceAll("\0", " ")]
+    } catch {
+      return []
+    }
+  })
+
+describe.skipIf(unavailable !== undefined)("ssh fan-out", () => {
+  test("a host reached over ssh runs its ranks; the salt is in no argv", async () => {
+    const launch = spawnLaunch(clusterFile(sshWorker()))
+    const seen: Array<string> = []
+    const watching = setInterval(() => seen.push(...commandLines().filter((line) => /cohort|agent\.ts|rank\.|relay\./.test(line))), 100)
+    const code = await launch.proc.exited
+    clearInterval(watching)
+    await launch.stdout.done
+    expect(launch.stderr.lines.at(-1)).toBe("cohort: run completed")
+    expect(code).toBe(0)
+    expect(launch.stdout.lines.filter((line) => /^\[sshhost:cpu:r[01]\] final weights checksum/.test(line))).toHaveLength(2)
+    expect(seen.some((line) => line.includes("agent.ts"))).toBe(true)
+    expect(seen.filter((line) => /[0-9a-f]{32}/i.test(line))).toEqual([])
+  }, 60_000)
+
+  test("the launcher SIGKILLed mid-run: the agent over ssh and everything it started are gone within 15 s", async () => {
+    const launch = spawnLaunch(clusterFile(sshWorker(), "entry: examples/train.ts\n  dataset_size: 50000\n  epochs: 50"))
+    await waitFor(() => launch.stderr.lines.some((line) => /epoch 1\/50 done/.test(line)), "epoch 1 to end", 30_000)
+    const agentPid = allPids().find((pid) => /bun\S* src\/cli\/agent\.ts/.test(commandLine(pid)))
+    expect(agentPid).toBeDefined()
+    const theirs = [agentPid!, ...childrenOf(agentPid!)]
+    expect(theirs.length).toBeGreaterThanOrEqual(4)
+    launch.proc.kill("SIGKILL")
+    await waitFor(() => theirs.every(isGone), "the agent, relay and ranks to be gone", 15_000)
+  }, 60_000)
+
+  test("a missing checkout path on the host: one clear error naming the host, before the window's deadline", async () => {
+    const launch = spawnLaunch(clusterFile(sshWorker({ path: "/nonexistent/cohort" })))
+    const started = performance.now()
+    expect(await launch.proc.exited).toBe(1)
+    expect(performance.now() - started).toBeLessThan(30_000)
+    expect(launch.stderr.lines.at(-1)).toMatch(/run failed: the join window failed: sshhost: .*is not a directory on .*sshhost/)
+  }, 60_000)
+
+  test("a key the host does not accept: the error names the host and what to check", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "cohort-ssh-key-"))
+    dirs.push(dir)
+    Bun.spawnSync(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", join(dir, "stranger")])
+    const launch = spawnLaunch(clusterFile(sshWorker({ identity: join(dir, "stranger") })))
+    expect(await launch.proc.exited).toBe(1)
+    expect(launch.stderr.lines.at(-1)).toMatch(/sshhost: ssh could not reach 127\.0\.0\.1 or log in.*identity_file/)
+  }, 60_000)
+})

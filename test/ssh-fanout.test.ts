@@ -1,0 +1,86 @@
+import { describe, expect, test } from "bun:test"
+import { parseDevices, parseEndpoint, readAgentSpec, writeAgentSpec } from "../src/actors/agent/AgentSpec.ts"
+import { batchModeOverridden, remoteAgentScript, shellQuote, sshCommand, sshDefaults } from "../src/actors/launcher/SshFanOut.ts"
+import type { Worker } from "../src/config/ClusterConfig.ts"
+
+const worker = (overrides: Partial<Worker> = {}): Worker => ({
+  host: "node-b",
+  devices: { _tag: "Count", count: 2 },
+  path: "/srv/cohort",
+  env: {},
+  ssh: undefined,
+  tunnel: false,
+  agent: undefined,
+  ...overrides
+})
+
+const ssh = (options: Partial<NonNullable<Worker["ssh"]>>): Worker["ssh"] => ({
+  target: undefined,
+  user: undefined,
+  port: undefined,
+  identityFile: undefined,
+  options: [],
+  ...options
+})
+
+describe("ssh command", () => {
+  test("the user's options come first (OpenSSH takes the first value), then the defaults, port, user, key, target", () => {
+    const argv = sshCommand(worker({ ssh: ssh({ target: "10.0.0.2", user: "train", port: 2222, identityFile: "/k", options: ["-o", "BatchMode=no"] }) }), "true")
+    expect(argv.slice(0, 3)).toEqual(["ssh", "-o", "BatchMode=no"])
+    expect(argv.slice(3, 3 + sshDefaults.length)).toEqual(sshDefaults)
+    expect(argv.slice(3 + sshDefaults.length)).toEqual(["-p", "2222", "-l", "train", "-i", "/k", "10.0.0.2", "bash -c 'true'"])
+  })
+
+  test("the host is the target unless ssh.target says otherwise", () => {
+    expect(sshCommand(worker(), "true").at(-2)).toBe("node-b")
+  })
+
+  test("BatchMode turned off is noticed, in either spelling; on is not", () => {
+    expect(batchModeOverridden(worker({ ssh: ssh({ options: ["-o", "BatchMode=no"] }) }))).toBe(true)
+    expect(batchModeOverridden(worker({ ssh: ssh({ options: ["-oBatchMode=no"] }) }))).toBe(true)
+    expect(batchModeOverridden(worker({ ssh: ssh({ options: ["-o", "BatchMode=yes"] }) }))).toBe(false)
+    expect(batchModeOverridden(worker())).toBe(false)
+  })
+
+  test("every interpolated value is single-quoted, quotes included", () => {
+    expect(shellQuote("it's")).toBe(`'it'\\''s'`)
+    const script = remoteAgentScript(worker({ path: "/srv/it's here; rm -rf /", host: "node'b" }), 5_000, 2)
+    expect(script).toContain(`cd '/srv/it'\\''s here; rm -rf /'`)
+    expect(script).toContain(`COHORT_NET_TIMEOUT_SCALE='2'`)
+    // A shell that runs it reads the spec from stdin, and nothing of it reaches argv.
+    expect(script.split("\n")[0]).toBe("IFS= read -r COHORT_AGENT_SPEC || exit 2")
+  })
+
+  test("the script runs: it reads the spec line, enters the path, and stops at a missing checkout with the host named", () => {
+    const result = Bun.spawnSync(["bash", "-c", remoteAgentScript(worker({ path: "/nonexistent" }), 1_000, 1)], { stdin: Buffer.from("{}\n"), stderr: "pipe" })
+    expect(result.exitCode).toBe(2)
+    expect(result.stderr.toString()).toContain("/nonexistent is not a directory on node-b")
+  })
+})
+
+describe("agent spec", () => {
+  test("round trip", () => {
+    const launch = { host: "node-b", controller: { host: "10.0.0.1", port: 29400 }, saltHex: "0123456789abcdef0123456789abcdef", devices: { _tag: "Indices" as const, indices: [0, 1] }, path: "/srv" }
+    expect(readAgentSpec(writeAgentSpec(launch))).toEqual({ ...launch, persist: false })
+  })
+
+  test("every problem at once, naming the variable", () => {
+    expect(readAgentSpec("nope")).toContain("COHORT_AGENT_SPEC is not JSON")
+    const problem = readAgentSpec(JSON.stringify({ controller: "x", devices: "many", saltHex: "short" })) as string
+    expect(problem).toContain("host is missing")
+    expect(problem).toContain(`expected HOST:PORT (like 10.0.0.1:29400), got "x"`)
+    expect(problem).toContain(`got "many"`)
+    expect(problem).toContain("saltHex is not 32 hex digits")
+    expect(problem).toContain("path is missing")
+  })
+
+  test("devices and endpoints", () => {
+    expect(parseDevices("4")).toEqual({ _tag: "Count", count: 4 })
+    expect(parseDevices("0,1")).toEqual({ _tag: "Indices", indices: [0, 1] })
+    expect(parseDevices("all")).toEqual({ _tag: "All" })
+    expect(parseDevices("0,0")).toContain("listed twice")
+    expect(parseDevices("0")).toContain("from 1 to 256")
+    expect(parseEndpoint("[::1]:80")).toEqual({ host: "::1", port: 80 })
+    expect(parseEndpoint("host:99999")).toContain("expected HOST:PORT")
+  })
+})
