@@ -3,14 +3,18 @@
  *
  * PortMux owns the one port and hands each channel to its owner: the
  * JoinGate (join window), the ControlGate (relays) and the StatusBoard
- * (HTTP). FanOut starts an agent for every host; this machine's agent runs
- * in-process and joins over loopback through the real join channel. Once the
+ * (HTTP). FanOut starts an agent for every host: this machine's runs
+ * in-process and joins over loopback through the real join channel, another
+ * machine's is started over ssh (SshFanOut), and an `agent: self` host's is
+ * started by someone else and dials in. Once the
  * window forms, every host is told the world, and the RankSupervisor (the
  * kernel's Supervisor over remote rank children) applies the failure policy:
  * kill-all until every rank runs user code (the cohort has formed), then the
  * strategy after formation. The verdict, the ranks it lost and each rank's
  * exits make the run's result.
  */
+import { mkdirSync, rmSync, writeFileSync } from "node:fs"
+import { dirname } from "node:path"
 import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
@@ -29,7 +33,7 @@ import { describeVerdict, exitCode, type Loss, Verdict } from "../Verdict.ts"
 import { deadlines, netTimeoutScale, scaled } from "../../config/NetTimeouts.ts"
 import { VERSION } from "../../version.ts"
 import { WorldFormed, RunEnded, Abort } from "../../wire/JoinMessages.ts"
-import { newSalt } from "../../wire/Keys.ts"
+import { newSalt, saltToHex } from "../../wire/Keys.ts"
 import { admission as admissionFor } from "../../wire/Trust.ts"
 import * as ControlGate from "./ControlGate.ts"
 import * as JoinGate from "./JoinGate.ts"
@@ -38,9 +42,6 @@ import * as RemoteRanks from "./RemoteRanks.ts"
 import * as RendezvousGate from "./RendezvousGate.ts"
 import * as SshFanOut from "./SshFanOut.ts"
 import { writeAgentSpec } from "../agent/AgentSpec.ts"
-import { saltToHex } from "../../wire/Keys.ts"
-import { mkdirSync, rmSync, writeFileSync } from "node:fs"
-import { dirname } from "node:path"
 import * as CheckpointFile from "./CheckpointFile.ts"
 import * as Controller from "./Controller.ts"
 import * as Coordinator from "./Coordinator.ts"
