@@ -18,6 +18,7 @@ import * as Either from "effect/Either"
 import { stringify } from "yaml"
 import type * as Launcher from "./actors/launcher/Launcher.ts"
 import { describePlan, LaunchInputError, makePlan, type Plan } from "./actors/launcher/Plan.ts"
+import { preflight } from "./actors/launcher/Preflight.ts"
 import type { BindError } from "./actors/PortMux.ts"
 import { detectRole, RoleError, roleVariables } from "./actors/Role.ts"
 import { type ClusterConfig, parseCluster } from "./config/ClusterConfig.ts"
@@ -100,10 +101,18 @@ export const launchEffect = (
     yield* oneRunAtATime
     yield* checkEnvironment
     const plan = yield* planCluster(input)
+    yield* checkHosts(plan)
     // Loaded on demand: reading and checking a file should not pay for the whole launcher.
     const { run } = yield* Effect.promise(() => import("./actors/launcher/Launcher.ts"))
     return yield* run(plan, options)
   }))
+
+/** The preflight of every host reached over ssh: every problem at once, as an input error. */
+const checkHosts = (plan: Plan): Effect.Effect<void, LaunchInputError> =>
+  Effect.flatMap(
+    preflight(plan.hosts.filter((host) => host.start === "ssh").map((host) => host.worker)),
+    (problems) => problems.length === 0 ? Effect.void : Effect.fail(new LaunchInputError({ problems }))
+  )
 
 /** Run a cluster; resolves with the result, rejects on a mistake of input. Logs `cohort: …` lines on stderr. */
 export const launch = async (input: ClusterInput, options: Launcher.LaunchOptions = {}): Promise<Launcher.RunResult> => {
@@ -115,7 +124,9 @@ export const launch = async (input: ClusterInput, options: Launcher.LaunchOption
 
 /** `--dry-run`: the plan as text, after the same checks a launch makes; rejects on a mistake of input. */
 export const dryRun = async (input: ClusterInput): Promise<string> => {
-  const outcome = await Effect.runPromise(Effect.either(Effect.zipRight(checkEnvironment, planCluster(input))))
+  const outcome = await Effect.runPromise(
+    Effect.either(Effect.zipRight(checkEnvironment, Effect.tap(planCluster(input), checkHosts))).pipe(Effect.provide(Log.layer()))
+  )
   if (Either.isLeft(outcome)) throw outcome.left
   return describePlan(outcome.right)
 }

@@ -102,12 +102,14 @@ describe("the agent", () => {
       expect(pids.every((pid) => !isRunning(pid))).toBe(true)
     }), 20_000)
 
-  effect.live("the launcher's link ends: every rank is stopped and the agent ends", () =>
+  effect.live("the launcher's link ends: every rank is stopped and the agent ends, with a transient failure (worth dialling again)", () =>
     Effect.gen(function*() {
       const joined = yield* joinedAgent
       const pids = yield* startBoth(joined)
       yield* joined.link.close
-      yield* Fiber.join(joined.agent)
+      const ended = yield* Effect.flip(Fiber.join(joined.agent))
+      expect(ended.reason).toContain("lost the launcher")
+      expect(ended.permanent).toBeUndefined()
       expect(pids.every((pid) => !isRunning(pid))).toBe(true)
     }), 20_000)
 

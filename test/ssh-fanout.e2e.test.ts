@@ -7,6 +7,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test"
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
+import { judge } from "../src/actors/launcher/Preflight.ts"
 import { repoRoot, spawnLaunch } from "./support/launch-scenario.ts"
 import { allPids, childrenOf, commandLine, isGone, waitFor } from "./support/processes.ts"
 import { type Sshd, sshdUnavailable, startSshd } from "./support/sshd.ts"
@@ -80,20 +81,27 @@ describe.skipIf(unavailable !== undefined)("ssh fan-out", () => {
     await waitFor(() => theirs.every(isGone), "the agent, relay and ranks to be gone", 15_000)
   }, 60_000)
 
-  test("a missing checkout path on the host: one clear error naming the host, before the window's deadline", async () => {
+  test("preflight: a missing checkout path on the host is an input error naming the host, before anything starts", async () => {
     const launch = spawnLaunch(clusterFile(sshWorker({ path: "/nonexistent/cohort" })))
-    const started = performance.now()
-    expect(await launch.proc.exited).toBe(1)
-    expect(performance.now() - started).toBeLessThan(30_000)
-    expect(launch.stderr.lines.at(-1)).toMatch(/run failed: the join window failed: sshhost: .*is not a directory on .*sshhost/)
+    expect(await launch.proc.exited).toBe(2)
+    expect(launch.stderr.lines.at(-1)).toBe("cohort: sshhost: /nonexistent/cohort is not a directory there; give workers[].path as the cohort checkout's path on sshhost (or copy it there with --sync)")
   }, 60_000)
 
-  test("a key the host does not accept: the error names the host and what to check", async () => {
+  test("preflight: a key the host does not accept is an input error naming the host and what to check", async () => {
     const dir = mkdtempSync(join(tmpdir(), "cohort-ssh-key-"))
     dirs.push(dir)
     Bun.spawnSync(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", join(dir, "stranger")])
     const launch = spawnLaunch(clusterFile(sshWorker({ identity: join(dir, "stranger") })))
-    expect(await launch.proc.exited).toBe(1)
-    expect(launch.stderr.lines.at(-1)).toMatch(/sshhost: ssh could not reach 127\.0\.0\.1 or log in.*identity_file/)
+    expect(await launch.proc.exited).toBe(2)
+    expect(launch.stderr.lines.at(-1)).toMatch(/^cohort: sshhost: ssh could not reach 127\.0\.0\.1 or log in \(.*Permission denied.*\): check the host, ssh\.user, ssh\.identity_file/)
   }, 60_000)
+
+  test("preflight: a checkout of another cohort version is named as such", () => {
+    const worker = { host: "h", devices: { _tag: "Count" as const, count: 1 }, path: "/p", env: {}, ssh: undefined, tunnel: false, agent: undefined }
+    expect(judge(worker, "bun ./node_modules/.bin/bun\nlock 00\nnative built\n", "ff").problems).toEqual([
+      "h: /p holds another version of cohort (its bun.lock differs from this launcher's); update it (or use --sync)"
+    ])
+    expect(judge(worker, "bun none\nlock ff\nnative missing\n", "ff").problems).toHaveLength(2)
+    expect(judge(worker, "bun ./node_modules/.bin/bun\nlock ff\nnative rebuilt\n", "ff")).toEqual({ problems: [], notes: ["h: built the native library in /p"] })
+  })
 })

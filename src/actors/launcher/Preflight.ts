@@ -1,0 +1,72 @@
+/**
+ * Preflight: before any agent starts, one ssh round to every host the
+ * launcher reaches over ssh, side by side, and every problem reported at once
+ * (host, what is wrong, the fix): the checkout at `path`, Bun there, the same
+ * cohort (the lockfile's hash), and the native library (built there when it
+ * is missing and cargo is).
+ */
+import { createHash } from "node:crypto"
+import { existsSync, readFileSync } from "node:fs"
+import { dirname, join } from "node:path"
+import * as Effect from "effect/Effect"
+import type { Worker } from "../../config/ClusterConfig.ts"
+import { shellQuote, sshCommand } from "./SshFanOut.ts"
+
+/** The remote half: one `key value` line per fact. */
+export const preflightScript = (worker: Worker): string => [
+  `cd ${shellQuote(worker.path)} 2>/dev/null || { echo "missing-path"; exit 0; }`,
+  `if [ -x ./node_modules/.bin/bun ]; then echo "bun ./node_modules/.bin/bun"; elif command -v bun >/dev/null; then echo "bun $(command -v bun)"; else echo "bun none"; fi`,
+  `if [ -f bun.lock ]; then echo "lock $(sha256sum bun.lock | cut -c1-64)"; else echo "lock none"; fi`,
+  `if [ -f src/native/target/release/libcohort_native.so ]; then echo "native built"`,
+  `elif command -v cargo >/dev/null && [ -x ./node_modules/.bin/bun ]; then ./node_modules/.bin/bun src/native/build.ts >/dev/null 2>&1 && echo "native rebuilt" || echo "native failed"`,
+  `else echo "native missing"; fi`
+].join("\n")
+
+/** The problems the remote half's lines show; `notes` for what preflight did there. */
+export const judge = (worker: Worker, output: string, localLock: string): { problems: Array<string>; notes: Array<string> } => {
+  const facts = new Map(output.split("\n").map((line) => line.trim()).filter(Boolean).map((line) => {
+    const at = line.indexOf(" ")
+    return at < 0 ? [line, ""] : [line.slice(0, at), line.slice(at + 1)]
+  }))
+  const host = worker.host
+  if (facts.has("missing-path")) return { problems: [`${host}: ${worker.path} is not a directory there; give workers[].path as the cohort checkout's path on ${host} (or copy it there with --sync)`], notes: [] }
+  const problems: Array<string> = []
+  const notes: Array<string> = []
+  if (facts.get("bun") === "none") problems.push(`${host}: no Bun in ${worker.path}/node_modules/.bin or on PATH; run  npx --yes bun@1.4.4 install --frozen-lockfile  in ${worker.path} there`)
+  const lock = facts.get("lock")
+  if (lock === "none") problems.push(`${host}: ${worker.path} has no bun.lock: it is not a cohort checkout`)
+  else if (lock !== undefined && lock !== localLock) problems.push(`${host}: ${worker.path} holds another version of cohort (its bun.lock differs from this launcher's); update it (or use --sync)`)
+  const native = facts.get("native")
+  if (native === "missing") problems.push(`${host}: the native library is not built in ${worker.path} and cargo is not there; install cargo and run  bun run build:native  there`)
+  if (native === "failed") problems.push(`${host}: building the native library in ${worker.path} failed; run  bun run build:native  there to see why`)
+  if (native === "rebuilt") notes.push(`${host}: built the native library in ${worker.path}`)
+  return { problems, notes }
+}
+
+/** This launcher's checkout's bun.lock, found upwards from this module (it may run from the bundle under .cohort/). */
+const localLockHash = (): string => {
+  for (let dir = import.meta.dir; ; dir = dirname(dir)) {
+    const lock = join(dir, "bun.lock")
+    if (existsSync(lock)) return createHash("sha256").update(readFileSync(lock)).digest("hex")
+    if (dirname(dir) === dir) return "none"
+  }
+}
+
+/** Check every ssh host at once: every problem found, or nothing. */
+export const preflight = (workers: ReadonlyArray<Worker>): Effect.Effect<ReadonlyArray<string>> =>
+  Effect.gen(function*() {
+    if (workers.length === 0) return []
+    const lock = localLockHash()
+    const results = yield* Effect.forEach(workers, (worker) =>
+      Effect.promise(async () => {
+        const proc = Bun.spawn(sshCommand(worker, preflightScript(worker)), { stdin: "ignore", stdout: "pipe", stderr: "pipe" })
+        const [output, errors, code] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited])
+        if (code !== 0) {
+          const said = errors.trim().split("\n").at(-1)?.trim()
+          return { problems: [`${worker.host}: ssh could not reach ${worker.ssh?.target ?? worker.host} or log in${said ? ` (${said})` : ""}: check the host, ssh.user, ssh.identity_file and that its key is authorised`], notes: [] }
+        }
+        return judge(worker, output, lock)
+      }), { concurrency: "unbounded" })
+    for (const note of results.flatMap((result) => result.notes)) yield* Effect.logInfo(note)
+    return results.flatMap((result) => result.problems)
+  })
