@@ -10,6 +10,7 @@
  *
  * Effect-free on purpose: it is on every rank's start-up path.
  */
+import { take } from "../launcher/EpochLedger.ts"
 import { parseState, stringifyState } from "../../wire/StateJson.ts"
 import type { AllreduceOptions, EpochPlan, RankContext, SampleRange } from "./RankContext.ts"
 import { RankCallError } from "./RankContext.ts"
@@ -39,23 +40,6 @@ class Signal {
 }
 
 const sampleCount = (ranges: ReadonlyArray<SampleRange>) => ranges.reduce((sum, range) => sum + range.end - range.start, 0)
-
-/** Up to `count` sample indices of `ranges`, skipping the first `offset`. */
-const indices = (ranges: ReadonlyArray<SampleRange>, offset: number, count: number): Array<number> => {
-  const out: Array<number> = []
-  let skip = offset
-  for (const { end, start } of ranges) {
-    const length = end - start
-    if (skip >= length) {
-      skip -= length
-      continue
-    }
-    for (let index = start + skip; index < end && out.length < count; index++) out.push(index)
-    skip = 0
-    if (out.length === count) break
-  }
-  return out
-}
 
 export interface Training {
   readonly context: TrainingContext
@@ -142,7 +126,7 @@ export const training = (
           if (!Number.isInteger(size) || size < 1) throw new RankCallError(`batches(size) needs a whole number ≥ 1, got ${size}`)
           while (true) {
             if (handed < sampleCount(state.ranges)) {
-              const batch = indices(state.ranges, handed, size)
+              const batch = take(state.ranges, handed, size)
               handed += batch.length
               yield batch
               continue
