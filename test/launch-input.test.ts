@@ -216,6 +216,21 @@ const rows: ReadonlyArray<BadInput> = [
     says: ["controller.host: 127.0.0.1 is this machine's loopback, which gpu-node-7.example cannot reach", "tunnel: true"]
   },
   {
+    name: "a tunnel on the launcher's own host",
+    yaml: lines("workers:", "  - { host: localhost, devices: 2, tunnel: true }", entry),
+    says: ["workers[0].tunnel: localhost is this machine: its agent runs inside the launcher, there is nothing to tunnel"]
+  },
+  {
+    name: "a tunnel under backend nccl",
+    yaml: lines("workers:", "  - { host: gpu-node-7.example, devices: [0], tunnel: true }", "job: { entry: examples/train.ts, backend: nccl }"),
+    says: ["workers[0].tunnel: backend nccl connects the ranks to each other directly"]
+  },
+  {
+    name: "a tunnel on a self-deployed agent",
+    yaml: lines("workers:", "  - { host: gpu-node-7.example, devices: 2, tunnel: true, agent: self }", entry),
+    says: ["workers[0].tunnel: a tunnel rides the launcher's ssh session, and gpu-node-7.example starts its own agent"]
+  },
+  {
     name: "devices: all on a host this machine cannot probe",
     yaml: lines("controller: { host: 10.0.0.1 }", "workers:", "  - { host: gpu-node-7.example, devices: all }", entry),
     says: ["workers[0].devices: devices: all on gpu-node-7.example cannot be counted from here"]

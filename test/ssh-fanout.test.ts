@@ -31,6 +31,11 @@ describe("ssh command", () => {
     expect(argv.slice(3 + sshDefaults.length)).toEqual(["-p", "2222", "-l", "train", "-i", "/k", "10.0.0.2", "bash -c 'true'"])
   })
 
+  test("a tunnel carries the launcher's port to the host's loopback, and the session fails without it", () => {
+    const argv = sshCommand(worker({ tunnel: true }), "true", 29400)
+    expect(argv.slice(1 + sshDefaults.length, 5 + sshDefaults.length)).toEqual(["-o", "ExitOnForwardFailure=yes", "-R", "127.0.0.1:29400:127.0.0.1:29400"])
+  })
+
   test("the host is the target unless ssh.target says otherwise", () => {
     expect(sshCommand(worker(), "true").at(-2)).toBe("node-b")
   })

@@ -278,9 +278,17 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
         case "ssh":
           return SshFanOut.runSshAgent({
             worker,
-            spec: writeAgentSpec({ host: worker.host, controller: { host: plan.remoteDialAddress, port: mux.port }, saltHex, devices: worker.devices, path: worker.path }),
+            // A tunnelled host dials its own loopback, which the session carries here.
+            spec: writeAgentSpec({
+              host: worker.host,
+              controller: { host: worker.tunnel ? "127.0.0.1" : plan.remoteDialAddress, port: mux.port },
+              saltHex,
+              devices: worker.devices,
+              path: worker.path
+            }),
             graceMs,
             netTimeoutScale: scale,
+            tunnelPort: worker.tunnel ? mux.port : undefined,
             // The agent there prefixes its ranks' and relay's lines, and its own say `cohort agent <host>:`.
             output
           })

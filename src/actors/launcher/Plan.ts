@@ -97,7 +97,17 @@ export const makePlan = (config: ClusterConfig): Either.Either<Plan, LaunchInput
   config.workers.forEach((worker, index) => {
     const where = `workers[${index}]`
     const start = agentStart(worker)
-    if (start === "ssh" && isLoopbackAddress(config.controller.host) && !isLoopbackAddress(worker.ssh?.target ?? worker.host)) {
+    if (worker.tunnel) {
+      const refused = start === "in-process"
+        ? `${where}.tunnel: ${worker.host} is this machine: its agent runs inside the launcher, there is nothing to tunnel`
+        : start === "self"
+        ? `${where}.tunnel: a tunnel rides the launcher's ssh session, and ${worker.host} starts its own agent (agent: self); remove one of them`
+        : config.job.backend === "nccl"
+        ? `${where}.tunnel: backend nccl connects the ranks to each other directly, which a tunnel to the launcher cannot carry; remove tunnel or use a cpu backend`
+        : undefined
+      if (refused !== undefined) problems.push(refused)
+    }
+    if (start === "ssh" && !worker.tunnel && isLoopbackAddress(config.controller.host) && !isLoopbackAddress(worker.ssh?.target ?? worker.host)) {
       problems.push(
         `controller.host: ${config.controller.host} is this machine's loopback, which ${worker.host} cannot reach; ` +
           "give an address of this machine that the workers can dial (or tunnel: true on the worker)"
@@ -123,12 +133,13 @@ export const makePlan = (config: ClusterConfig): Either.Either<Plan, LaunchInput
   if (targetRanks !== undefined && targetRanks > world) {
     return Either.left(new LaunchInputError({ problems: [`controller.join.target_ranks: ${targetRanks} ranks can never join: the workers bring ${world}`] }))
   }
-  const local = hosts.every((host) => host.start === "in-process")
+  // Loopback is enough when no agent dials in from elsewhere except through an ssh tunnel.
+  const loopback = hosts.every((host) => host.start === "in-process" || (host.start === "ssh" && host.worker.tunnel))
   return Either.right({
     config,
     hosts,
     world,
-    bindAddress: local ? "127.0.0.1" : "0.0.0.0",
+    bindAddress: loopback ? "127.0.0.1" : "0.0.0.0",
     dialAddress: "127.0.0.1",
     remoteDialAddress: config.controller.host
   })

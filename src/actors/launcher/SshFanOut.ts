@@ -51,13 +51,18 @@ export const remoteAgentScript = (worker: Worker, graceMs: number, netTimeoutSca
   ].join("\n")
 }
 
-/** ssh's argv for one host. */
-export const sshCommand = (worker: Worker, script: string): Array<string> => {
+/**
+ * ssh's argv for one host. With `tunnelPort`, the session also carries the
+ * launcher's port to the host's loopback (`-R`), and fails rather than run
+ * without it.
+ */
+export const sshCommand = (worker: Worker, script: string, tunnelPort?: number): Array<string> => {
   const ssh = worker.ssh
   return [
     "ssh",
     ...(ssh?.options ?? []),
     ...sshDefaults,
+    ...(tunnelPort === undefined ? [] : ["-o", "ExitOnForwardFailure=yes", "-R", `127.0.0.1:${tunnelPort}:127.0.0.1:${tunnelPort}`]),
     ...(ssh?.port === undefined ? [] : ["-p", String(ssh.port)]),
     ...(ssh?.user === undefined ? [] : ["-l", ssh.user]),
     ...(ssh?.identityFile === undefined ? [] : ["-i", ssh.identityFile]),
@@ -72,6 +77,8 @@ export interface SshAgentOptions {
   readonly spec: string
   readonly graceMs: number
   readonly netTimeoutScale: number
+  /** `tunnel: true`: the launcher's port, carried to the host's loopback. */
+  readonly tunnelPort?: number | undefined
   readonly output: (line: string, stream: "stdout" | "stderr") => void
 }
 
@@ -84,7 +91,7 @@ export const runSshAgent = (options: SshAgentOptions): Effect.Effect<void, strin
     }
     const lastLines: Array<string> = []
     const child = yield* ProcessChild.spawn({
-      cmd: sshCommand(worker, remoteAgentScript(worker, options.graceMs, options.netTimeoutScale)),
+      cmd: sshCommand(worker, remoteAgentScript(worker, options.graceMs, options.netTimeoutScale), options.tunnelPort),
       stdin: "pipe",
       onLine: (raw, stream) => {
         const line = raw.trimEnd()
