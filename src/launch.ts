@@ -110,7 +110,7 @@ export const launchEffect = (
 /** The preflight of every host reached over ssh: every problem at once, as an input error. */
 const checkHosts = (plan: Plan): Effect.Effect<void, LaunchInputError> =>
   Effect.flatMap(
-    preflight(plan.hosts.filter((host) => host.start === "ssh").map((host) => host.worker)),
+    preflight(plan.hosts.filter((host) => host.start === "ssh").map((host) => host.worker), plan.config.name),
     (problems) => problems.length === 0 ? Effect.void : Effect.fail(new LaunchInputError({ problems }))
   )
 

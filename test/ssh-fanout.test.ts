@@ -1,5 +1,9 @@
 import { describe, expect, test } from "bun:test"
 import { parseDevices, parseEndpoint, readAgentSpec, writeAgentSpec } from "../src/actors/agent/AgentSpec.ts"
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { agentTag, cleanupScript } from "../src/actors/launcher/RemoteCleanup.ts"
 import { batchModeOverridden, remoteAgentScript, shellQuote, sshCommand, sshDefaults } from "../src/actors/launcher/SshFanOut.ts"
 import type { Worker } from "../src/config/ClusterConfig.ts"
 
@@ -49,7 +53,7 @@ describe("ssh command", () => {
 
   test("every interpolated value is single-quoted, quotes included", () => {
     expect(shellQuote("it's")).toBe(`'it'\\''s'`)
-    const script = remoteAgentScript(worker({ path: "/srv/it's here; rm -rf /", host: "node'b" }), 5_000, 2)
+    const script = remoteAgentScript(worker({ path: "/srv/it's here; rm -rf /", host: "node'b" }), "run/node_b", 5_000, 2)
     expect(script).toContain(`cd '/srv/it'\\''s here; rm -rf /'`)
     expect(script).toContain(`COHORT_NET_TIMEOUT_SCALE='2'`)
     // A shell that runs it reads the spec from stdin, and nothing of it reaches argv.
@@ -57,9 +61,33 @@ describe("ssh command", () => {
   })
 
   test("the script runs: it reads the spec line, enters the path, and stops at a missing checkout with the host named", () => {
-    const result = Bun.spawnSync(["bash", "-c", remoteAgentScript(worker({ path: "/nonexistent" }), 1_000, 1)], { stdin: Buffer.from("{}\n"), stderr: "pipe" })
+    const result = Bun.spawnSync(["bash", "-c", remoteAgentScript(worker({ path: "/nonexistent" }), "run/node-b", 1_000, 1)], { stdin: Buffer.from("{}\n"), stderr: "pipe" })
     expect(result.exitCode).toBe(2)
     expect(result.stderr.toString()).toContain("/nonexistent is not a directory on node-b")
+  })
+})
+
+describe("remote cleanup", () => {
+  test("the tag keeps to plain characters", () => {
+    expect(agentTag("my run.v2", "gpu-b.example")).toBe("my_run_v2/gpu-b_example")
+  })
+
+  test("ends exactly this run's agents on this host: not another tag, not the script itself", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "cohort-cleanup-"))
+    try {
+      // Stand-ins whose command lines look like tagged agents: `<dir>/bun src/cli/agent.ts --tag …`.
+      writeFileSync(join(dir, "bun"), "#!/bin/sh\nsleep 20\n", { mode: 0o755 })
+      const mine = Bun.spawn([join(dir, "bun"), "src/cli/agent.ts", "--tag", "run/host-a"])
+      const other = Bun.spawn([join(dir, "bun"), "src/cli/agent.ts", "--tag", "run/host-b"])
+      await Bun.sleep(100)
+      const result = Bun.spawnSync(["bash", "-c", cleanupScript("run/host-a")], { stdout: "pipe" })
+      expect(result.stdout.toString().trim()).toBe("leftovers 1")
+      expect(await mine.exited).not.toBe(0)
+      expect(other.killed || other.exitCode !== null).toBe(false)
+      other.kill("SIGKILL")
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
   })
 })
 

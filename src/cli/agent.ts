@@ -48,7 +48,8 @@ const fail = (message: string): never => {
 const fromArguments = (args: ReadonlyArray<string>): AgentLaunch => {
   const values = new Map<string, string>()
   const flags = new Set<string>()
-  const valued = ["--controller", "--host", "--devices", "--path", "--salt-file"]
+  // --tag: a label in the process list, by which the launcher finds its own agents' leftovers.
+  const valued = ["--controller", "--host", "--devices", "--path", "--salt-file", "--tag"]
   for (let i = 0; i < args.length; i++) {
     const arg = args[i]!
     if (arg === "--persist" || arg === "--salt-stdin") flags.add(arg)

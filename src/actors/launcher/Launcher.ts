@@ -41,6 +41,7 @@ import { checkpointPath, hostRunSpec, LaunchInputError, type Plan } from "./Plan
 import * as RemoteRanks from "./RemoteRanks.ts"
 import * as RendezvousGate from "./RendezvousGate.ts"
 import * as SshFanOut from "./SshFanOut.ts"
+import { agentTag, cleanupHosts } from "./RemoteCleanup.ts"
 import { writeAgentSpec } from "../agent/AgentSpec.ts"
 import * as CheckpointFile from "./CheckpointFile.ts"
 import * as Controller from "./Controller.ts"
@@ -278,6 +279,7 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
         case "ssh":
           return SshFanOut.runSshAgent({
             worker,
+            tag: agentTag(config.name, worker.host),
             // A tunnelled host dials its own loopback, which the session carries here.
             spec: writeAgentSpec({
               host: worker.host,
@@ -336,6 +338,7 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
       })
 
     if (formation._tag === "Failed") {
+      yield* cleanupHosts(plan.hosts.filter((host) => host.start === "ssh").map((host) => host.worker), config.name)
       const wasInterrupted = yield* Deferred.isDone(interrupted)
       return yield* finish(
         Verdict.Failed({ kind: wasInterrupted ? "aborted" : "join", message: wasInterrupted ? `aborted: ${formation.reason}` : `the join window failed: ${formation.reason}` }),
@@ -473,6 +476,8 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
     yield* control.closeAll
     // The agents stop their relays and leave; each has the grace period to do so.
     yield* Effect.forEach(agents, (agent) => Effect.timeout(Fiber.await(agent), Duration.millis(graceMs + 1_000)), { discard: true }).pipe(Effect.ignore)
+    // Whatever did not leave on another host is ended there.
+    yield* cleanupHosts(plan.hosts.filter((host) => host.start === "ssh").map((host) => host.worker), config.name)
     return yield* finish(verdict, lost)
   })
 

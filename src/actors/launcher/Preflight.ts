@@ -10,10 +10,13 @@ import { existsSync, readFileSync } from "node:fs"
 import { dirname, join } from "node:path"
 import * as Effect from "effect/Effect"
 import type { Worker } from "../../config/ClusterConfig.ts"
+import { agentTag, cleanupScript } from "./RemoteCleanup.ts"
 import { shellQuote, sshCommand } from "./SshFanOut.ts"
 
 /** The remote half: one `key value` line per fact. */
-export const preflightScript = (worker: Worker): string => [
+export const preflightScript = (worker: Worker, run: string): string => [
+  // Leftovers of this run from a hard-killed launcher go first.
+  cleanupScript(agentTag(run, worker.host)),
   `cd ${shellQuote(worker.path)} 2>/dev/null || { echo "missing-path"; exit 0; }`,
   `if [ -x ./node_modules/.bin/bun ]; then echo "bun ./node_modules/.bin/bun"; elif command -v bun >/dev/null; then echo "bun $(command -v bun)"; else echo "bun none"; fi`,
   `if [ -f bun.lock ]; then echo "lock $(sha256sum bun.lock | cut -c1-64)"; else echo "lock none"; fi`,
@@ -40,6 +43,8 @@ export const judge = (worker: Worker, output: string, localLock: string): { prob
   if (native === "missing") problems.push(`${host}: the native library is not built in ${worker.path} and cargo is not there; install cargo and run  bun run build:native  there`)
   if (native === "failed") problems.push(`${host}: building the native library in ${worker.path} failed; run  bun run build:native  there to see why`)
   if (native === "rebuilt") notes.push(`${host}: built the native library in ${worker.path}`)
+  const leftovers = Number(facts.get("leftovers") ?? 0)
+  if (leftovers > 0) notes.push(`${host}: ended ${leftovers} agent(s) of this run left behind by an earlier launcher`)
   return { problems, notes }
 }
 
@@ -53,13 +58,13 @@ const localLockHash = (): string => {
 }
 
 /** Check every ssh host at once: every problem found, or nothing. */
-export const preflight = (workers: ReadonlyArray<Worker>): Effect.Effect<ReadonlyArray<string>> =>
+export const preflight = (workers: ReadonlyArray<Worker>, run: string): Effect.Effect<ReadonlyArray<string>> =>
   Effect.gen(function*() {
     if (workers.length === 0) return []
     const lock = localLockHash()
     const results = yield* Effect.forEach(workers, (worker) =>
       Effect.promise(async () => {
-        const proc = Bun.spawn(sshCommand(worker, preflightScript(worker)), { stdin: "ignore", stdout: "pipe", stderr: "pipe" })
+        const proc = Bun.spawn(sshCommand(worker, preflightScript(worker, run)), { stdin: "ignore", stdout: "pipe", stderr: "pipe" })
         const [output, errors, code] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited])
         if (code !== 0) {
           const said = errors.trim().split("\n").at(-1)?.trim()

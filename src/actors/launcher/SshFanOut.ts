@@ -33,7 +33,7 @@ export const batchModeOverridden = (worker: Worker): boolean => {
 }
 
 /** The script the remote shell runs: read the spec, enter the checkout, find bun, run the agent, pass signals on. */
-export const remoteAgentScript = (worker: Worker, graceMs: number, netTimeoutScale: number): string => {
+export const remoteAgentScript = (worker: Worker, tag: string, graceMs: number, netTimeoutScale: number): string => {
   const path = shellQuote(worker.path)
   const host = shellQuote(worker.host)
   const graceSeconds = Math.max(1, Math.ceil(graceMs / 1000))
@@ -43,7 +43,8 @@ export const remoteAgentScript = (worker: Worker, graceMs: number, netTimeoutSca
     `cd ${path} || { echo "cohort: "${path}" is not a directory on "${host}"; give workers[].path as the checkout's path there" >&2; exit 2; }`,
     `BUN=./node_modules/.bin/bun; [ -x "$BUN" ] || BUN=$(command -v bun) || { echo "cohort: no bun in "${path}"/node_modules/.bin or on PATH on "${host}"; run npx --yes bun@1.4.4 install --frozen-lockfile there" >&2; exit 2; }`,
     `[ -f src/cli/agent.ts ] || { echo "cohort: "${path}" on "${host}" is not a cohort checkout (no src/cli/agent.ts)" >&2; exit 2; }`,
-    `COHORT_NET_TIMEOUT_SCALE=${shellQuote(String(netTimeoutScale))} "$BUN" src/cli/agent.ts &`,
+    // The tag marks this run's agent on this host for cleanup (RemoteCleanup).
+    `COHORT_NET_TIMEOUT_SCALE=${shellQuote(String(netTimeoutScale))} "$BUN" src/cli/agent.ts --tag ${shellQuote(tag)} &`,
     "agent=$!",
     `trap 'kill -TERM $agent 2>/dev/null; (sleep ${graceSeconds}; kill -KILL $agent 2>/dev/null) & wait $agent; exit 143' HUP TERM INT`,
     "wait $agent",
@@ -73,6 +74,8 @@ export const sshCommand = (worker: Worker, script: string, tunnelPort?: number):
 
 export interface SshAgentOptions {
   readonly worker: Worker
+  /** Marks the agent for cleanup: see RemoteCleanup.agentTag. */
+  readonly tag: string
   /** The agent's spec, one line of JSON (see AgentSpec). */
   readonly spec: string
   readonly graceMs: number
@@ -91,7 +94,7 @@ export const runSshAgent = (options: SshAgentOptions): Effect.Effect<void, strin
     }
     const lastLines: Array<string> = []
     const child = yield* ProcessChild.spawn({
-      cmd: sshCommand(worker, remoteAgentScript(worker, options.graceMs, options.netTimeoutScale), options.tunnelPort),
+      cmd: sshCommand(worker, remoteAgentScript(worker, options.tag, options.graceMs, options.netTimeoutScale), options.tunnelPort),
       stdin: "pipe",
       onLine: (raw, stream) => {
         const line = raw.trimEnd()
