@@ -19,6 +19,7 @@ import { stringify } from "yaml"
 import type * as Launcher from "./actors/launcher/Launcher.ts"
 import { describePlan, LaunchInputError, makePlan, type Plan } from "./actors/launcher/Plan.ts"
 import { preflight } from "./actors/launcher/Preflight.ts"
+import { syncCheckout } from "./actors/launcher/SyncCheckout.ts"
 import type { BindError } from "./actors/PortMux.ts"
 import { detectRole, RoleError, roleVariables } from "./actors/Role.ts"
 import { type ClusterConfig, parseCluster } from "./config/ClusterConfig.ts"
@@ -101,16 +102,23 @@ export const launchEffect = (
     yield* oneRunAtATime
     yield* checkEnvironment
     const plan = yield* planCluster(input)
+    if (options.sync === true) yield* syncHosts(plan)
     yield* checkHosts(plan)
     // Loaded on demand: reading and checking a file should not pay for the whole launcher.
     const { run } = yield* Effect.promise(() => import("./actors/launcher/Launcher.ts"))
     return yield* run(plan, options)
   }))
 
+const sshHosts = (plan: Plan) => plan.hosts.filter((host) => host.start === "ssh").map((host) => host.worker)
+
+/** `--sync`: the launcher's checkout copied to every host reached over ssh. */
+const syncHosts = (plan: Plan): Effect.Effect<void, LaunchInputError> =>
+  Effect.flatMap(syncCheckout(sshHosts(plan)), (failures) => failures.length === 0 ? Effect.void : Effect.fail(new LaunchInputError({ problems: failures })))
+
 /** The preflight of every host reached over ssh: every problem at once, as an input error. */
 const checkHosts = (plan: Plan): Effect.Effect<void, LaunchInputError> =>
   Effect.flatMap(
-    preflight(plan.hosts.filter((host) => host.start === "ssh").map((host) => host.worker), plan.config.name),
+    preflight(sshHosts(plan), plan.config.name),
     (problems) => problems.length === 0 ? Effect.void : Effect.fail(new LaunchInputError({ problems }))
   )
 

@@ -107,11 +107,9 @@ describe.skipIf(unavailable !== undefined)("several hosts (network namespaces)",
     expect(launch.stderr.lines.at(-1)).toBe("cohort: run completed")
     expect(code).toBe(0)
     expect(launch.stderr.lines).toContain("cohort: world formed: 4 rank(s) on 2 host(s) (nsh1: 0, 1; nsh2: 2, 3)")
-    const checksums = launch.stdout.lines.flatMap((line) => /^\[(\w+):cpu:r(\d)\] final weights checksum (\w+)$/.exec(line) ?? [])
     const finals = launch.stdout.lines.filter((line) => / final weights checksum /.test(line)).sort()
     expect(finals.map((line) => line.slice(0, line.indexOf("]") + 1))).toEqual(["[nsh1:cpu:r0]", "[nsh1:cpu:r1]", "[nsh2:cpu:r2]", "[nsh2:cpu:r3]"])
     expect(new Set(finals.map((line) => line.split(" ").at(-1))).size).toBe(1)
-    expect(checksums.length).toBeGreaterThan(0)
 
     // Each agent, relay and rank ran in its host's namespace (an agent's children are its host's).
     const seen = [...placed.values()]
@@ -133,7 +131,6 @@ describe.skipIf(unavailable !== undefined)("several hosts (network namespaces)",
     const port = await portOf(launch.stderr.lines)
     await lineMatching(launch.stderr.lines, /nsh1 joined with ranks 0, 1/, "nsh1 to join", 20_000)
     // The status endpoint, on the bridge's address, agrees.
-    await waitFor(() => true, "", 1)
     const state = await fetchStateAt(h().controller, port)
     expect(state?.phase).toBe("waiting")
     expect(state?.joinedHosts).toBeGreaterThanOrEqual(1)

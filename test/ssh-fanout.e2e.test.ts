@@ -4,7 +4,7 @@
  * and runs its ranks, and the salt never shows in any process's argv.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
-import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { judge } from "../src/actors/launcher/Preflight.ts"
@@ -95,6 +95,19 @@ describe.skipIf(unavailable !== undefined)("ssh fan-out", () => {
     expect(await launch.proc.exited).toBe(2)
     expect(launch.stderr.lines.at(-1)).toMatch(/^cohort: sshhost: ssh could not reach 127\.0\.0\.1 or log in \(.*Permission denied.*\): check the host, ssh\.user, ssh\.identity_file/)
   }, 60_000)
+
+  test("--sync copies the checkout to a host that has none, and the run goes on there", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "cohort-sync-"))
+    dirs.push(dir)
+    const path = join(dir, "checkout")
+    const launch = spawnLaunch(clusterFile(sshWorker({ path })), {}, ["--sync"])
+    expect(await launch.proc.exited).toBe(0)
+    await launch.stdout.done
+    expect(launch.stderr.lines.some((line) => line.endsWith(`to sshhost:${path}`) && line.startsWith("cohort: copied"))).toBe(true)
+    expect(existsSync(join(path, "src/cli/agent.ts"))).toBe(true)
+    expect(existsSync(join(path, ".git"))).toBe(false)
+    expect(launch.stdout.lines.filter((line) => /^\[sshhost:cpu:r[01]\] final weights checksum/.test(line))).toHaveLength(2)
+  }, 90_000)
 
   test("preflight: a checkout of another cohort version is named as such", () => {
     const worker = { host: "h", devices: { _tag: "Count" as const, count: 1 }, path: "/p", env: {}, ssh: undefined, tunnel: false, agent: undefined }

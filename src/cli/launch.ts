@@ -1,5 +1,5 @@
 /**
- * `bun run launch <cluster.yml> [--dry-run] [--resume]`: run a cluster.
+ * `bun run launch <cluster.yml> [--dry-run] [--resume] [--sync]`: run a cluster.
  *
  * Exit status: 0 completed (degraded included), 1 failed by the policy,
  * 2 bad input (file, arguments, environment), 130 interrupted. The last line
@@ -13,7 +13,7 @@
  */
 import { loadLibrary } from "./bundle.ts"
 
-const usage = `usage: bun run launch <cluster.yml> [--dry-run] [--resume]
+const usage = `usage: bun run launch <cluster.yml> [--dry-run] [--resume] [--sync]
 
 Runs the job of a cluster file: one port, an agent per host, a rank per device,
 supervised under the file's failure_policy.
@@ -21,6 +21,7 @@ supervised under the file's failure_policy.
   --dry-run   print the plan (hosts, ranks, devices, commands, env, policy) and start nothing
   --resume    continue from the consensus checkpoint (job.checkpoint, by default
               .cohort/checkpoints/<name>.json): epochs start after the saved one
+  --sync      copy this checkout to every ssh host's path first (rsync, else tar over ssh)
   -h, --help  show this help
 
 Exit status: 0 completed (also DEGRADED), 1 failed, 2 bad input, 130 interrupted.
@@ -38,7 +39,7 @@ if (args.includes("--help") || args.includes("-h")) {
 }
 const flags = args.filter((arg) => arg.startsWith("-"))
 const files = args.filter((arg) => !arg.startsWith("-"))
-const unknown = flags.filter((flag) => flag !== "--dry-run" && flag !== "--resume")
+const unknown = flags.filter((flag) => !["--dry-run", "--resume", "--sync"].includes(flag))
 if (unknown.length > 0) fail(`unknown option ${unknown.join(", ")}\n\n${usage}`)
 if (files.length !== 1) fail(`${files.length === 0 ? "no cluster file given" : `one cluster file at a time, got ${files.join(", ")}`}\n\n${usage}`)
 const file = files[0]!
@@ -69,6 +70,6 @@ for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"] as const) {
   })
 }
 
-const result = await cohort.launch(file, { handleSignals: true, resume: flags.includes("--resume") }).catch(refuse)
+const result = await cohort.launch(file, { handleSignals: true, resume: flags.includes("--resume"), sync: flags.includes("--sync") }).catch(refuse)
 process.stderr.write(`cohort: ${result.summary}\n`)
 process.exit(result.exitCode)

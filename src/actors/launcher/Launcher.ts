@@ -93,6 +93,8 @@ export interface LaunchOptions {
   readonly interrupt?: Promise<string>
   /** Start from the consensus checkpoint at `job.checkpoint` (the CLI's `--resume`). */
   readonly resume?: boolean
+  /** Copy this checkout to every ssh host's path first (the CLI's `--sync`). */
+  readonly sync?: boolean
   /** Told when survivors hold a dead rank's redistributed work (benchmarks, tests). */
   readonly onRedistributed?: Coordinator.CoordinatorOptions["onRedistributed"]
 }

@@ -7,11 +7,12 @@
  */
 import { createHash } from "node:crypto"
 import { existsSync, readFileSync } from "node:fs"
-import { dirname, join } from "node:path"
+import { join } from "node:path"
 import * as Effect from "effect/Effect"
 import type { Worker } from "../../config/ClusterConfig.ts"
 import { agentTag, cleanupScript } from "./RemoteCleanup.ts"
 import { shellQuote, sshCommand } from "./SshFanOut.ts"
+import { checkoutRoot } from "./SyncCheckout.ts"
 
 /** The remote half: one `key value` line per fact. */
 export const preflightScript = (worker: Worker, run: string): string => [
@@ -48,13 +49,10 @@ export const judge = (worker: Worker, output: string, localLock: string): { prob
   return { problems, notes }
 }
 
-/** This launcher's checkout's bun.lock, found upwards from this module (it may run from the bundle under .cohort/). */
+/** This launcher's checkout's bun.lock. */
 const localLockHash = (): string => {
-  for (let dir = import.meta.dir; ; dir = dirname(dir)) {
-    const lock = join(dir, "bun.lock")
-    if (existsSync(lock)) return createHash("sha256").update(readFileSync(lock)).digest("hex")
-    if (dirname(dir) === dir) return "none"
-  }
+  const lock = join(checkoutRoot(), "bun.lock")
+  return existsSync(lock) ? createHash("sha256").update(readFileSync(lock)).digest("hex") : "none"
 }
 
 /** Check every ssh host at once: every problem found, or nothing. */
