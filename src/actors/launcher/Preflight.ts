@@ -2,8 +2,8 @@
  * Preflight: before any agent starts, one ssh round to every host the
  * launcher reaches over ssh, side by side, and every problem reported at once
  * (host, what is wrong, the fix): the checkout at `path`, Bun there, the same
- * cohort (the lockfile's hash), and the native library (built there when it
- * is missing and cargo is).
+ * cohort (the lockfile's hash), the native library (built there when it
+ * is missing and cargo is), and the GPUs the file lists for it.
  */
 import { createHash } from "node:crypto"
 import { existsSync, readFileSync } from "node:fs"
@@ -23,7 +23,10 @@ export const preflightScript = (worker: Worker, run: string): string => [
   `if [ -f bun.lock ]; then echo "lock $(sha256sum bun.lock | cut -c1-64)"; else echo "lock none"; fi`,
   `if [ -f src/native/target/release/libcohort_native.so ]; then echo "native built"`,
   `elif command -v cargo >/dev/null && [ -x ./node_modules/.bin/bun ]; then ./node_modules/.bin/bun src/native/build.ts >/dev/null 2>&1 && echo "native rebuilt" || echo "native failed"`,
-  `else echo "native missing"; fi`
+  `else echo "native missing"; fi`,
+  ...(worker.devices._tag === "Indices"
+    ? [`if command -v nvidia-smi >/dev/null; then echo "gpus $(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null | tr -d ' ' | paste -sd, -)"; else echo "gpus unknown"; fi`]
+    : [])
 ].join("\n")
 
 /** The problems the remote half's lines show; `notes` for what preflight did there. */
@@ -44,6 +47,14 @@ export const judge = (worker: Worker, output: string, localLock: string): { prob
   if (native === "missing") problems.push(`${host}: the native library is not built in ${worker.path} and cargo is not there; install cargo and run  bun run build:native  there`)
   if (native === "failed") problems.push(`${host}: building the native library in ${worker.path} failed; run  bun run build:native  there to see why`)
   if (native === "rebuilt") notes.push(`${host}: built the native library in ${worker.path}`)
+  const gpus = facts.get("gpus")
+  if (worker.devices._tag === "Indices" && gpus !== undefined && gpus !== "unknown") {
+    const present = new Set(gpus.split(",").filter(Boolean).map(Number))
+    const missing = worker.devices.indices.filter((index) => !present.has(index))
+    if (missing.length > 0) {
+      problems.push(`${host}: has no GPU ${missing.join(", ")} (nvidia-smi lists ${present.size === 0 ? "none" : [...present].join(", ")}); fix workers[].devices for ${host}`)
+    }
+  }
   const leftovers = Number(facts.get("leftovers") ?? 0)
   if (leftovers > 0) notes.push(`${host}: ended ${leftovers} agent(s) of this run left behind by an earlier launcher`)
   return { problems, notes }
