@@ -3,6 +3,7 @@ import { allreduce } from "./allreduce.ts"
 import { failureReaction } from "./failure-reaction.ts"
 import { frameThroughput } from "./frame-throughput.ts"
 import { launchLatency } from "./launch-latency.ts"
+import { multihostFormation } from "./multihost-formation.ts"
 import { nativeKernels } from "./native-kernels.ts"
 
 console.log(`bun ${Bun.version}, ${navigator.hardwareConcurrency} cores, ${new Date().toISOString()}\n`)
@@ -15,3 +16,5 @@ console.log()
 console.log(await nativeKernels())
 console.log()
 console.log(await allreduce())
+console.log()
+console.log(await multihostFormation())

@@ -28,7 +28,8 @@ Exit status: 0 completed (also DEGRADED), 1 failed, 2 bad input, 130 interrupted
 Example: bun run launch examples/local.yml`
 
 const fail = (message: string): never => {
-  process.stderr.write(`cohort: ${message}\n`)
+  // Every line is cohort's: several problems at once come one per line, each prefixed.
+  process.stderr.write(message.split("\n").map((line) => `cohort: ${line}\n`).join(""))
   process.exit(2)
 }
 

@@ -43,6 +43,12 @@ export interface Link<In, Out> {
   readonly receiveWithin: (ms: number, what: string) => Effect.Effect<In, LinkError>
   readonly close: Effect.Effect<void>
   /**
+   * End the link now, for a peer that cannot be heard any more: readers fail
+   * at once with `detail`, and the connection is reset rather than closed
+   * politely (a vanished peer never answers a FIN).
+   */
+  readonly abort: (detail: string) => Effect.Effect<void>
+  /**
    * Open admission, on the listener: from now on both directions are keyed by
    * `salt` (call it right after sending the `Accept` that carries it).
    */
@@ -150,6 +156,11 @@ const open = <In, Out>(
           onTimeout: () => new LinkError({ channel, peer, reason: "handshake", detail: `no ${what} within ${ms} ms` })
         }),
       close: Effect.sync(() => connection.end()),
+      abort: (detail) =>
+        Effect.sync(() => {
+          end(new LinkError({ channel, peer, reason: "closed", detail }))
+          connection.reset()
+        }),
       rekey: (salt) => Effect.sync(() => switchTo(salt))
     }
     return link

@@ -13,7 +13,7 @@
  * - state under /tmp/cohort-netns-<x>/: keys, each sshd's config and pid file
  *
  * `makeHosts` first removes what an earlier crashed run with the same names
- * left; `teardown` kills every process in the namespaces, then removes the
+ * left (and what any run whose process is gone left); `teardown` kills every process in the namespaces, then removes the
  * namespaces, veths, bridge and files; it is idempotent.
  */
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs"
@@ -52,6 +52,10 @@ export interface Hosts {
   readonly hostOf: (pid: number) => string | undefined
   /** Every pid in a host's namespace (`ip netns pids`). */
   readonly pidsIn: (host: NsHost) => Array<number>
+  /** Cut a host's cable (`down`) or plug it back (`up`): its root-side veth, so nothing it sends or is sent arrives. */
+  readonly link: (host: NsHost, state: "up" | "down") => void
+  /** SIGKILL every process on the hosts but their sshd listeners (what a test left behind). */
+  readonly reap: () => void
   /** Kill every process in the namespaces, remove the namespaces, veths, bridge and files. Idempotent. */
   readonly teardown: () => void
 }
@@ -182,8 +186,25 @@ const waitForPort = async (address: string, port: number, timeoutMs: number) => 
   }
 }
 
-export const makeHosts = async (count: number, subnet = subnetFor(process.pid)): Promise<Hosts> => {
+/** Remove what runs that died without tearing down left: state dirs whose owner is gone (and this subnet's, whoever owned it). */
+const sweep = (subnet: number) => {
+  for (const name of readdirSync("/tmp").filter((entry) => /^cohort-netns-\d+$/.test(entry))) {
+    const other = Number(name.slice("cohort-netns-".length))
+    if (other === subnet) continue
+    let owner = 0
+    try {
+      owner = Number(readFileSync(join("/tmp", name, "owner"), "utf8"))
+    } catch {
+      // being made right now, or made by hand: leave it
+      continue
+    }
+    if (!existsSync(`/proc/${owner}`)) removeAll(other)
+  }
   removeAll(subnet)
+}
+
+export const makeHosts = async (count: number, subnet = subnetFor(process.pid)): Promise<Hosts> => {
+  sweep(subnet)
   const dir = stateDir(subnet)
   const bridge = bridgeName(subnet)
   const controller = `10.${subnet}.0.1`
@@ -195,6 +216,7 @@ export const makeHosts = async (count: number, subnet = subnetFor(process.pid)):
   }
   try {
     mkdirSync(dir, { recursive: true, mode: 0o700 })
+    writeFileSync(join(dir, "owner"), String(process.pid))
     const keygen = (file: string) => must(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", file])
     keygen(join(dir, "client_key"))
     writeFileSync(join(dir, "authorized_keys"), readFileSync(join(dir, "client_key.pub"), "utf8"))
@@ -268,6 +290,17 @@ export const makeHosts = async (count: number, subnet = subnetFor(process.pid)):
         return id === undefined ? undefined : namespaceInodes.get(id)
       },
       pidsIn: (host) => namespacePids(host.namespace),
+      link: (host, state) => {
+        must(["ip", "link", "set", names(subnet, hosts.indexOf(host) + 1).veth, state])
+      },
+      reap: () => {
+        for (let round = 0; round < 50; round++) {
+          const pids = hosts.flatMap((host) => namespacePids(host.namespace).filter((pid) => pid !== host.sshdPid))
+          if (pids.length === 0) return
+          pids.forEach(kill)
+          Bun.sleepSync(20)
+        }
+      },
       teardown
     }
   } catch (error) {

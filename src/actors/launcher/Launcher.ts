@@ -258,6 +258,7 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
       yield* Effect.forkScoped(Effect.flatMap(Effect.promise(() => options.interrupt!), interrupt))
     }
 
+    let afterFormationAgentEnded: (host: string, reason: string) => Effect.Effect<void> = () => Effect.void
     // FanOut: this machine's agents run in-process and join over loopback; other hosts' over ssh; `agent: self` hosts dial in.
     const agentFailed = yield* Deferred.make<string>()
     const saltHex = admission.mode === "open" ? undefined : saltToHex(salt)
@@ -303,7 +304,8 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
     const agents = yield* Effect.forEach(plan.hosts, (host) =>
       agentOf(host).pipe(
         Effect.scoped,
-        Effect.catchAll((reason) => Deferred.succeed(agentFailed, reason)),
+        // Before formation an agent's end fails the window; after it, the host is gone (see forgetHost).
+        Effect.catchAll((reason) => Effect.zipRight(Deferred.succeed(agentFailed, reason), Effect.suspend(() => afterFormationAgentEnded(host.worker.host, reason)))),
         Effect.forkScoped
       ))
 
@@ -349,6 +351,26 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
     }
 
     const { members, worldSize } = formation
+    /**
+     * A host that cannot be heard from any more (its agent's session ended, or
+     * every rank of it went silent): its join link is closed, so its ranks end
+     * as lost (RemoteRanks) instead of being waited for, and it leaves the
+     * controller's rounds. A cable cut closes nothing by itself.
+     */
+    const gone = new Set<string>()
+    const forgetHost = (host: string, why: string): Effect.Effect<void> =>
+      Effect.suspend(() => {
+        const member = members.find((candidate) => candidate.host === host)
+        if (member === undefined || gone.has(host)) return Effect.void
+        gone.add(host)
+        return Effect.all([
+          Effect.logWarning(`${host} is gone (${why}): its ranks are lost`),
+          controller?.leave(host) ?? Effect.void,
+          member.link.abort(why)
+        ], { discard: true })
+      })
+    afterFormationAgentEnded = (host, reason) => forgetHost(host, reason)
+    const silent = new Set<number>()
     yield* Ref.set(world, new Map(members.map((member) => [member.host, member.ranks])))
     for (const member of members) {
       member.ranks.forEach((rank, slot) =>
@@ -439,8 +461,13 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
           supervisor === undefined ? Effect.void : Effect.gen(function*() {
             yield* supervisor!.send(SupervisionEvent.RanksLost({ ranks, reason }))
             for (const rank of ranks) {
+              silent.add(rank)
               const handle = yield* supervisor!.handle(`rank-${rank}`)
               if (handle !== undefined) yield* Effect.forkIn(handle.stop("kill", Duration.millis(graceMs)), runScope)
+            }
+            // A host none of whose ranks is heard any more is likely cut off: a kill order would never reach it.
+            for (const member of members) {
+              if (member.ranks.every((rank) => silent.has(rank))) yield* forgetHost(member.host, `none of its ranks has beaten for ${heartbeatTimeoutMs} ms`)
             }
           }),
         limitReached,
@@ -478,8 +505,8 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
     yield* control.closeAll
     // The agents stop their relays and leave; each has the grace period to do so.
     yield* Effect.forEach(agents, (agent) => Effect.timeout(Fiber.await(agent), Duration.millis(graceMs + 1_000)), { discard: true }).pipe(Effect.ignore)
-    // Whatever did not leave on another host is ended there.
-    yield* cleanupHosts(plan.hosts.filter((host) => host.start === "ssh").map((host) => host.worker), config.name)
+    // Whatever did not leave on another host is ended there (a host given up on is not waited for).
+    yield* cleanupHosts(plan.hosts.filter((host) => host.start === "ssh" && !gone.has(host.worker.host)).map((host) => host.worker), config.name)
     return yield* finish(verdict, lost)
   })
 

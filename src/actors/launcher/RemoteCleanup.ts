@@ -24,13 +24,18 @@ export const cleanupScript = (tag: string): string => {
   ].join("\n")
 }
 
+/** How long the round after the run may take per host: an unreachable host must not hold the launcher's exit. */
+const CLEANUP_LIMIT_MS = 10_000
+
 /** After the run: one round to every ssh host, side by side; what it ended is logged. */
 export const cleanupHosts = (workers: ReadonlyArray<Worker>, run: string): Effect.Effect<void> =>
   Effect.forEach(workers, (worker) =>
     Effect.flatMap(
       Effect.promise(async () => {
         const proc = Bun.spawn(sshCommand(worker, cleanupScript(agentTag(run, worker.host))), { stdin: "ignore", stdout: "pipe", stderr: "ignore" })
+        const limit = setTimeout(() => proc.kill("SIGKILL"), CLEANUP_LIMIT_MS)
         const [output] = await Promise.all([new Response(proc.stdout).text(), proc.exited])
+        clearTimeout(limit)
         return Number(/leftovers (\d+)/.exec(output)?.[1] ?? 0)
       }),
       (ended) => ended > 0 ? Effect.logWarning(`${worker.host}: ended ${ended} agent(s) of this run left behind`) : Effect.void
