@@ -244,6 +244,24 @@ describe.skipIf(unavailable !== undefined)("several hosts (network namespaces)",
     }
   }, 90_000)
 
+  test("tunnel mode: the mux binds loopback only, tunnelled hosts join through their sessions, a direct dial is refused", async () => {
+    const tunnelled = (index: number) => h().worker(index).replace(/ \}$/, ", tunnel: true }")
+    const { file } = clusterFile("tunnel", [tunnelled(0), tunnelled(1)])
+    const launch = launchCli(file)
+    const port = await portOf(launch.stderr.lines)
+    expect(launch.stderr.lines.some((line) => line.includes(`listening on 127.0.0.1:${port}`))).toBe(true)
+    // From a host, the launcher's address on the bridge does not answer on that port.
+    const direct = Bun.spawnSync(["ip", "netns", "exec", h().hosts[0]!.namespace, "bash", "-c", `exec 3<>/dev/tcp/${h().controller}/${port}`], { stderr: "pipe" })
+    expect(direct.exitCode).not.toBe(0)
+    expect(direct.stderr.toString()).toContain("Connection refused")
+    expect(await launch.proc.exited).toBe(0)
+    await launch.stdout.done
+    expect(launch.stderr.lines.at(-1)).toBe("cohort: run completed")
+    const checksums = launch.stdout.lines.flatMap((line) => /^\[nsh[12]:cpu:r\d\] final weights checksum (\w+)/.exec(line)?.[1] ?? [])
+    expect(checksums).toHaveLength(4)
+    expect(new Set(checksums).size).toBe(1)
+  }, 60_000)
+
   test("the launcher SIGKILLed mid-run: no agent, relay or rank is left on any host within 15 s", async () => {
     const { file } = clusterFile("orphans", [h().worker(0), h().worker(1)], "entry: examples/train.ts\n  dataset_size: 50000\n  epochs: 50")
     const launch = launchCli(file)
