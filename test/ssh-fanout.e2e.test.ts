@@ -116,6 +116,10 @@ describe.skipIf(unavailable !== undefined)("ssh fan-out", () => {
     ])
     expect(judge(worker, "bun none\nlock ff\nnative missing\n", "ff").problems).toHaveLength(2)
     expect(judge(worker, "bun ./node_modules/.bin/bun\nlock ff\nnative rebuilt\n", "ff")).toEqual({ problems: [], notes: ["h: built the native library in /p"] })
+    expect(judge(worker, "bun b\nlock ff\nnative built\nabi 0\n", "ff").problems).toEqual([
+      "h: the native library in /p speaks ABI 0, this launcher 1: run  bun run build:native  there (or use --sync)"
+    ])
+    expect(judge(worker, "bun b\nlock ff\nnative built\nabi 1\n", "ff").problems).toEqual([])
     const gpuWorker = { ...worker, devices: { _tag: "Indices" as const, indices: [0, 3] } }
     expect(judge(gpuWorker, "bun b\nlock ff\nnative built\ngpus 0,1\n", "ff").problems).toEqual(["h: has no GPU 3 (nvidia-smi lists 0, 1); fix workers[].devices for h"])
     expect(judge(gpuWorker, "bun b\nlock ff\nnative built\ngpus unknown\nleftovers 2\n", "ff")).toEqual({

@@ -13,6 +13,11 @@ import type { Worker } from "../../config/ClusterConfig.ts"
 import { agentTag, cleanupScript } from "./RemoteCleanup.ts"
 import { shellQuote, sshCommand } from "./SshFanOut.ts"
 import { checkoutRoot } from "./SyncCheckout.ts"
+import { ABI_VERSION } from "../../native/library.ts"
+
+const NATIVE = "src/native/target/release/libcohort_native.so"
+/** Prints the ABI version the library file declares (bun -e, on the host). */
+const ABI_PROBE = `import { dlopen } from "bun:ffi"; console.log(dlopen("${NATIVE}", { cohort_abi_version: { args: [], returns: "u32" } }).symbols.cohort_abi_version())`
 
 /** The remote half: one `key value` line per fact. */
 export const preflightScript = (worker: Worker, run: string): string => [
@@ -21,9 +26,11 @@ export const preflightScript = (worker: Worker, run: string): string => [
   `cd ${shellQuote(worker.path)} 2>/dev/null || { echo "missing-path"; exit 0; }`,
   `if [ -x ./node_modules/.bin/bun ]; then echo "bun ./node_modules/.bin/bun"; elif command -v bun >/dev/null; then echo "bun $(command -v bun)"; else echo "bun none"; fi`,
   `if [ -f bun.lock ]; then echo "lock $(sha256sum bun.lock | cut -c1-64)"; else echo "lock none"; fi`,
-  `if [ -f src/native/target/release/libcohort_native.so ]; then echo "native built"`,
+  `if [ -f ${NATIVE} ]; then echo "native built"`,
   `elif command -v cargo >/dev/null && [ -x ./node_modules/.bin/bun ]; then ./node_modules/.bin/bun src/native/build.ts >/dev/null 2>&1 && echo "native rebuilt" || echo "native failed"`,
   `else echo "native missing"; fi`,
+  // The ABI the library there declares (a stale build of another version fails here, not in the ranks).
+  `if [ -f ${NATIVE} ] && [ -x ./node_modules/.bin/bun ]; then echo "abi $(./node_modules/.bin/bun -e ${shellQuote(ABI_PROBE)} 2>/dev/null || echo unreadable)"; fi`,
   ...(worker.devices._tag === "Indices"
     ? [`if command -v nvidia-smi >/dev/null; then echo "gpus $(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null | tr -d ' ' | paste -sd, -)"; else echo "gpus unknown"; fi`]
     : [])
@@ -47,6 +54,10 @@ export const judge = (worker: Worker, output: string, localLock: string): { prob
   if (native === "missing") problems.push(`${host}: the native library is not built in ${worker.path} and cargo is not there; install cargo and run  bun run build:native  there`)
   if (native === "failed") problems.push(`${host}: building the native library in ${worker.path} failed; run  bun run build:native  there to see why`)
   if (native === "rebuilt") notes.push(`${host}: built the native library in ${worker.path}`)
+  const abi = facts.get("abi")
+  if (abi !== undefined && abi !== String(ABI_VERSION)) {
+    problems.push(`${host}: the native library in ${worker.path} speaks ABI ${abi}, this launcher ${ABI_VERSION}: run  bun run build:native  there (or use --sync)`)
+  }
   const gpus = facts.get("gpus")
   if (worker.devices._tag === "Indices" && gpus !== undefined && gpus !== "unknown") {
     const present = new Set(gpus.split(",").filter(Boolean).map(Number))
