@@ -42,6 +42,7 @@ import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSy
 import { loadavg, tmpdir } from "node:os"
 import { join, resolve } from "node:path"
 import { median, percentile } from "./stats.ts"
+import { drainPhases, PHASES, type Phase, wallClock } from "./phase-lines.ts"
 
 const RUNS = Number(process.env.BENCH_RUNS ?? 10)
 /** torchrun takes seconds a run: it runs in the first rounds only, so the whole benchmark stays within minutes. */
@@ -59,15 +60,8 @@ const TORCHRUN_SHIM = join(ROOT, "bench/launch-torchrun.py")
 const RSS_PRELOAD = join(ROOT, "bench/launch-rss-preload.ts")
 const RUN_DEADLINE_MS = 60_000
 
-const now = () => performance.timeOrigin + performance.now()
+const now = wallClock
 
-/** cohort's own stderr lines that mark its phases. */
-const PHASES = [
-  ["listening", / listening on /],
-  ["world formed", /^cohort: world formed/],
-  ["cohort formed", /^cohort: cohort formed/]
-] as const
-type Phase = typeof PHASES[number][0]
 
 interface Sample {
   /** spawn → the last rank runs user code */
@@ -117,24 +111,6 @@ const readKb = (file: string): number | undefined => {
   return Number.isFinite(value) && value > 0 ? value : undefined
 }
 
-/** Reads a child's stderr line by line: keeps a tail for diagnostics and notes when each phase line arrived. */
-const drain = async (stream: ReadableStream<Uint8Array>, t0: number, phases: Partial<Record<Phase, number>>, tail: Array<string>) => {
-  const decoder = new TextDecoder()
-  let pending = ""
-  for await (const chunk of stream) {
-    const at = now() - t0
-    pending += decoder.decode(chunk, { stream: true })
-    const lines = pending.split("\n")
-    pending = lines.pop()!
-    for (const line of lines) {
-      for (const [phase, pattern] of PHASES) if (phases[phase] === undefined && pattern.test(line)) phases[phase] = at
-      tail.push(line)
-      if (tail.length > 20) tail.shift()
-    }
-  }
-  if (pending !== "") tail.push(pending)
-}
-
 const runOnce = async (contender: Contender, n: number, scratch: string, memory: boolean): Promise<Sample> => {
   const dir = mkdtempSync(join(scratch, "run-"))
   const timeFile = `${dir}.time`
@@ -155,7 +131,7 @@ const runOnce = async (contender: Contender, n: number, scratch: string, memory:
       const cmd = memory ? [GNU_TIME, "-f", "%M", "-o", timeFile, ...argv] : argv
       t0 = now()
       const proc = Bun.spawn(cmd, { cwd: ROOT, env, stdin: "ignore", stdout: "ignore", stderr: "pipe" })
-      const draining = drain(proc.stderr, t0, phases, tail)
+      const draining = drainPhases(proc.stderr, t0, PHASES, phases, tail)
       let hung = false
       const deadline = setTimeout(() => {
         hung = true

@@ -35,6 +35,7 @@ import { sshDefaults } from "../src/actors/launcher/SshFanOut.ts"
 import type { Worker } from "../src/config/ClusterConfig.ts"
 import { type Hosts, makeHosts, netnsUnavailable } from "../test/support/netns.ts"
 import { median, percentile } from "./stats.ts"
+import { drainPhases, PHASES, type Phase, wallClock } from "./phase-lines.ts"
 
 /** Fewer than the other benchmarks' 10 by default: a round takes about 20 s here. */
 const RUNS = Number(process.env.BENCH_RUNS ?? 7)
@@ -45,14 +46,8 @@ const RUN_DEADLINE_MS = 60_000
 /** The issue's target: formation within one ssh connection and this much. */
 const ALLOWANCE_MS = 150
 
-const now = () => performance.timeOrigin + performance.now()
+const now = wallClock
 
-const PHASES = [
-  ["listening", / listening on /],
-  ["world formed", /^cohort: world formed/],
-  ["cohort formed", /^cohort: cohort formed/]
-] as const
-type Phase = typeof PHASES[number][0]
 
 interface LaunchSample {
   readonly phases: Partial<Record<Phase, number>>
@@ -84,23 +79,6 @@ const timeSsh = async (argv: ReadonlyArray<string>, what: string): Promise<numbe
   return took
 }
 
-const drain = async (stream: ReadableStream<Uint8Array>, t0: number, phases: Partial<Record<Phase, number>>, tail: Array<string>) => {
-  const decoder = new TextDecoder()
-  let pending = ""
-  for await (const chunk of stream) {
-    const at = now() - t0
-    pending += decoder.decode(chunk, { stream: true })
-    const lines = pending.split("\n")
-    pending = lines.pop()!
-    for (const line of lines) {
-      for (const [phase, pattern] of PHASES) if (phases[phase] === undefined && pattern.test(line)) phases[phase] = at
-      tail.push(line)
-      if (tail.length > 20) tail.shift()
-    }
-  }
-  if (pending !== "") tail.push(pending)
-}
-
 /** One launch of `workers` (YAML flow mappings); every rank writes its stamp into a fresh dir. */
 const launchOnce = async (name: string, hosts: Hosts, workers: ReadonlyArray<string>, scratch: string): Promise<LaunchSample> => {
   const dir = mkdtempSync(join(scratch, "run-"))
@@ -120,7 +98,7 @@ const launchOnce = async (name: string, hosts: Hosts, workers: ReadonlyArray<str
     const tail: Array<string> = []
     const t0 = now()
     const proc = Bun.spawn([process.execPath, "src/cli/launch.ts", file], { cwd: ROOT, stdin: "ignore", stdout: "ignore", stderr: "pipe" })
-    const draining = drain(proc.stderr, t0, phases, tail)
+    const draining = drainPhases(proc.stderr, t0, PHASES, phases, tail)
     let hung = false
     const deadline = setTimeout(() => {
       hung = true

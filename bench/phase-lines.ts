@@ -1,0 +1,37 @@
+/**
+ * Reading a launcher's stderr as it comes: when each phase line arrived (ms
+ * after `t0` on the wall clock every process of a machine shares), and the
+ * last lines, for diagnostics.
+ */
+export const wallClock = () => performance.timeOrigin + performance.now()
+
+/** cohort's own stderr lines that mark its phases. */
+export const PHASES = [
+  ["listening", / listening on /],
+  ["world formed", /^cohort: world formed/],
+  ["cohort formed", /^cohort: cohort formed/]
+] as const
+export type Phase = typeof PHASES[number][0]
+
+export const drainPhases = async <P extends string>(
+  stream: ReadableStream<Uint8Array>,
+  t0: number,
+  patterns: ReadonlyArray<readonly [P, RegExp]>,
+  phases: Partial<Record<P, number>>,
+  tail: Array<string>
+): Promise<void> => {
+  const decoder = new TextDecoder()
+  let pending = ""
+  for await (const chunk of stream) {
+    const at = wallClock() - t0
+    pending += decoder.decode(chunk, { stream: true })
+    const lines = pending.split("\n")
+    pending = lines.pop()!
+    for (const line of lines) {
+      for (const [phase, pattern] of patterns) if (phases[phase] === undefined && pattern.test(line)) phases[phase] = at
+      tail.push(line)
+      if (tail.length > 20) tail.shift()
+    }
+  }
+  if (pending !== "") tail.push(pending)
+}
