@@ -17,7 +17,7 @@ import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import { stringify } from "yaml"
 import type * as Launcher from "./actors/launcher/Launcher.ts"
-import { describePlan, LaunchInputError, makePlan, type Plan } from "./actors/launcher/Plan.ts"
+import { describePlan, LaunchInputError, makePlan, type Plan, sshWorkers } from "./actors/launcher/Plan.ts"
 import { preflight } from "./actors/launcher/Preflight.ts"
 import { syncCheckout } from "./actors/launcher/SyncCheckout.ts"
 import type { BindError } from "./actors/PortMux.ts"
@@ -109,16 +109,14 @@ export const launchEffect = (
     return yield* run(plan, options)
   }))
 
-const sshHosts = (plan: Plan) => plan.hosts.filter((host) => host.start === "ssh").map((host) => host.worker)
-
 /** `--sync`: the launcher's checkout copied to every host reached over ssh. */
 const syncHosts = (plan: Plan): Effect.Effect<void, LaunchInputError> =>
-  Effect.flatMap(syncCheckout(sshHosts(plan)), (failures) => failures.length === 0 ? Effect.void : Effect.fail(new LaunchInputError({ problems: failures })))
+  Effect.flatMap(syncCheckout(sshWorkers(plan)), (failures) => failures.length === 0 ? Effect.void : Effect.fail(new LaunchInputError({ problems: failures })))
 
 /** The preflight of every host reached over ssh: every problem at once, as an input error. */
 const checkHosts = (plan: Plan): Effect.Effect<void, LaunchInputError> =>
   Effect.flatMap(
-    preflight(sshHosts(plan), plan.config.name),
+    preflight(sshWorkers(plan), plan.config.name),
     (problems) => problems.length === 0 ? Effect.void : Effect.fail(new LaunchInputError({ problems }))
   )
 

@@ -37,7 +37,8 @@ export interface EpochLedger {
   readonly dead: ReadonlySet<number>
 }
 
-const lengthOf = (ranges: ReadonlyArray<SampleRange>): number =>
+/** Samples in a list of ranges. */
+export const lengthOf = (ranges: ReadonlyArray<SampleRange>): number =>
   ranges.reduce((sum, range) => sum + range.end - range.start, 0)
 
 /** `total` in `parts` sizes that differ by at most 1, the first ones larger. */

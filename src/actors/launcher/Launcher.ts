@@ -37,7 +37,7 @@ import { newSalt, saltToHex } from "../../wire/Keys.ts"
 import { admission as admissionFor } from "../../wire/Trust.ts"
 import * as ControlGate from "./ControlGate.ts"
 import * as JoinGate from "./JoinGate.ts"
-import { checkpointPath, hostRunSpec, LaunchInputError, type Plan } from "./Plan.ts"
+import { checkpointPath, hostRunSpec, LaunchInputError, type Plan, sshWorkers } from "./Plan.ts"
 import * as RemoteRanks from "./RemoteRanks.ts"
 import * as RendezvousGate from "./RendezvousGate.ts"
 import * as SshFanOut from "./SshFanOut.ts"
@@ -342,7 +342,7 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
       })
 
     if (formation._tag === "Failed") {
-      yield* cleanupHosts(plan.hosts.filter((host) => host.start === "ssh").map((host) => host.worker), config.name)
+      yield* cleanupHosts(sshWorkers(plan), config.name)
       const wasInterrupted = yield* Deferred.isDone(interrupted)
       return yield* finish(
         Verdict.Failed({ kind: wasInterrupted ? "aborted" : "join", message: wasInterrupted ? `aborted: ${formation.reason}` : `the join window failed: ${formation.reason}` }),
@@ -506,7 +506,7 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
     // The agents stop their relays and leave; each has the grace period to do so.
     yield* Effect.forEach(agents, (agent) => Effect.timeout(Fiber.await(agent), Duration.millis(graceMs + 1_000)), { discard: true }).pipe(Effect.ignore)
     // Whatever did not leave on another host is ended there (a host given up on is not waited for).
-    yield* cleanupHosts(plan.hosts.filter((host) => host.start === "ssh" && !gone.has(host.worker.host)).map((host) => host.worker), config.name)
+    yield* cleanupHosts(sshWorkers(plan).filter((worker) => !gone.has(worker.host)), config.name)
     return yield* finish(verdict, lost)
   })
 

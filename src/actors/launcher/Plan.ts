@@ -52,6 +52,9 @@ export interface Plan {
   readonly remoteDialAddress: string
 }
 
+/** The workers whose agents the launcher starts over ssh. */
+export const sshWorkers = (plan: Plan): Array<Worker> => plan.hosts.filter((host) => host.start === "ssh").map((host) => host.worker)
+
 /** How `worker`'s agent starts. */
 export const agentStart = (worker: Worker): AgentStart =>
   worker.agent === "self" ? "self" : worker.agent === "ssh" || worker.ssh !== undefined || !isThisHost(worker.host) ? "ssh" : "in-process"

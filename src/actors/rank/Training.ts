@@ -10,7 +10,7 @@
  *
  * Effect-free on purpose: it is on every rank's start-up path.
  */
-import { take } from "../launcher/EpochLedger.ts"
+import { lengthOf, take } from "../launcher/EpochLedger.ts"
 import { parseState, stringifyState } from "../../wire/StateJson.ts"
 import type { AllreduceOptions, EpochPlan, RankContext, SampleRange } from "./RankContext.ts"
 import { RankCallError } from "./RankContext.ts"
@@ -39,7 +39,6 @@ class Signal {
   }
 }
 
-const sampleCount = (ranges: ReadonlyArray<SampleRange>) => ranges.reduce((sum, range) => sum + range.end - range.start, 0)
 
 export interface Training {
   readonly context: TrainingContext
@@ -125,7 +124,7 @@ export const training = (
         async *[Symbol.asyncIterator]() {
           if (!Number.isInteger(size) || size < 1) throw new RankCallError(`batches(size) needs a whole number ≥ 1, got ${size}`)
           while (true) {
-            if (handed < sampleCount(state.ranges)) {
+            if (handed < lengthOf(state.ranges)) {
               const batch = take(state.ranges, handed, size)
               handed += batch.length
               yield batch
@@ -134,7 +133,7 @@ export const training = (
             if (state.ended) return
             // Out of work: leave the reduction barrier until more work or the epoch's end.
             ;(await client).idle(state.epoch)
-            await until(() => state.ended || handed < sampleCount(state.ranges))
+            await until(() => state.ended || handed < lengthOf(state.ranges))
           }
         }
       })
