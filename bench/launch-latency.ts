@@ -42,7 +42,7 @@ import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSy
 import { loadavg, tmpdir } from "node:os"
 import { join, resolve } from "node:path"
 import { median, percentile } from "./stats.ts"
-import { drainPhases, PHASES, type Phase, wallClock } from "./phase-lines.ts"
+import { type Phase, runPhased, wallClock } from "./phase-lines.ts"
 
 const RUNS = Number(process.env.BENCH_RUNS ?? 10)
 /** torchrun takes seconds a run: it runs in the first rounds only, so the whole benchmark stays within minutes. */
@@ -117,8 +117,8 @@ const runOnce = async (contender: Contender, n: number, scratch: string, memory:
   const ownFile = `${dir}.own`
   try {
     const env = { ...process.env, LAUNCH_STAMP_DIR: dir, ...(memory ? { LAUNCH_RSS_FILE: ownFile } : {}) }
-    const phases: Partial<Record<Phase, number>> = {}
-    const tail: Array<string> = []
+    let phases: Partial<Record<Phase, number>> = {}
+    let tail: ReadonlyArray<string> = []
     let t0: number
     let status: string
     if (contender.launcher === undefined) {
@@ -129,18 +129,7 @@ const runOnce = async (contender: Contender, n: number, scratch: string, memory:
     } else {
       const argv = contender.launcher(n, memory)
       const cmd = memory ? [GNU_TIME, "-f", "%M", "-o", timeFile, ...argv] : argv
-      t0 = now()
-      const proc = Bun.spawn(cmd, { cwd: ROOT, env, stdin: "ignore", stdout: "ignore", stderr: "pipe" })
-      const draining = drainPhases(proc.stderr, t0, PHASES, phases, tail)
-      let hung = false
-      const deadline = setTimeout(() => {
-        hung = true
-        proc.kill("SIGKILL")
-      }, RUN_DEADLINE_MS)
-      const code = await proc.exited
-      clearTimeout(deadline)
-      await draining
-      status = hung ? `no exit within ${RUN_DEADLINE_MS} ms (killed)` : code === 0 ? "ok" : `exit status ${code}`
+      ;({ phases, status, t0, tail } = await runPhased(cmd, { cwd: ROOT, env }, RUN_DEADLINE_MS))
     }
     const wall = now() - t0
     const stamps = readStamps(dir)

@@ -35,7 +35,7 @@ import { sshDefaults } from "../src/actors/launcher/SshFanOut.ts"
 import type { Worker } from "../src/config/ClusterConfig.ts"
 import { type Hosts, makeHosts, netnsUnavailable } from "../test/support/netns.ts"
 import { median, percentile } from "./stats.ts"
-import { drainPhases, PHASES, type Phase, wallClock } from "./phase-lines.ts"
+import { type Phase, runPhased, wallClock } from "./phase-lines.ts"
 
 /** Fewer than the other benchmarks' 10 by default: a round takes about 20 s here. */
 const RUNS = Number(process.env.BENCH_RUNS ?? 7)
@@ -94,22 +94,9 @@ const launchOnce = async (name: string, hosts: Hosts, workers: ReadonlyArray<str
       `job: { entry: ${JSON.stringify(STAMP_ENTRY)} }`,
       ""
     ].join("\n"))
-    const phases: Partial<Record<Phase, number>> = {}
-    const tail: Array<string> = []
-    const t0 = now()
-    const proc = Bun.spawn([process.execPath, "src/cli/launch.ts", file], { cwd: ROOT, stdin: "ignore", stdout: "ignore", stderr: "pipe" })
-    const draining = drainPhases(proc.stderr, t0, PHASES, phases, tail)
-    let hung = false
-    const deadline = setTimeout(() => {
-      hung = true
-      proc.kill("SIGKILL")
-    }, RUN_DEADLINE_MS)
-    const code = await proc.exited
-    clearTimeout(deadline)
-    await draining
+    const { phases, status, t0, tail } = await runPhased([process.execPath, "src/cli/launch.ts", file], { cwd: ROOT }, RUN_DEADLINE_MS)
     const wall = now() - t0
     const stamps = readdirSync(dir).map((entry) => (JSON.parse(readFileSync(join(dir, entry), "utf8")) as { t: number }).t)
-    const status = hung ? `no exit within ${RUN_DEADLINE_MS} ms (killed)` : code === 0 ? "ok" : `exit status ${code}`
     if (status !== "ok" || stamps.length !== workers.length || phases["world formed"] === undefined) {
       throw new RunFailed(`${name}: ${status}, ${stamps.length} of ${workers.length} ranks ran user code\n  last stderr lines:\n${tail.map((line) => `    ${line}`).join("\n")}`)
     }

@@ -35,3 +35,34 @@ export const drainPhases = async <P extends string>(
   }
   if (pending !== "") tail.push(pending)
 }
+
+export interface PhasedRun {
+  /** When the launcher was spawned. */
+  readonly t0: number
+  readonly phases: Partial<Record<Phase, number>>
+  readonly tail: ReadonlyArray<string>
+  /** "ok", or how it ended otherwise. */
+  readonly status: string
+}
+
+/** Spawn a launcher, note its phases as they come, and kill it if it has not exited within `deadlineMs`. */
+export const runPhased = async (
+  cmd: ReadonlyArray<string>,
+  options: { readonly cwd: string; readonly env?: Record<string, string | undefined> },
+  deadlineMs: number
+): Promise<PhasedRun> => {
+  const phases: Partial<Record<Phase, number>> = {}
+  const tail: Array<string> = []
+  const t0 = wallClock()
+  const proc = Bun.spawn([...cmd], { cwd: options.cwd, env: options.env, stdin: "ignore", stdout: "ignore", stderr: "pipe" })
+  const draining = drainPhases(proc.stderr, t0, PHASES, phases, tail)
+  let hung = false
+  const deadline = setTimeout(() => {
+    hung = true
+    proc.kill("SIGKILL")
+  }, deadlineMs)
+  const code = await proc.exited
+  clearTimeout(deadline)
+  await draining
+  return { t0, phases, tail, status: hung ? `no exit within ${deadlineMs} ms (killed)` : code === 0 ? "ok" : `exit status ${code}` }
+}

@@ -18,6 +18,7 @@
  */
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs"
 import { join, resolve } from "node:path"
+import { sshdConfig } from "./sshd.ts"
 
 const SSHD = "/usr/sbin/sshd"
 /** The checkout: at the same path on every namespace host. */
@@ -245,22 +246,14 @@ export const makeHosts = async (count: number, subnet = subnetFor(process.pid)):
       keygen(hostKey)
       const config = join(dir, `${host}_sshd_config`)
       const pidFile = join(dir, `${host}.pid`)
-      writeFileSync(config, [
-        "Port 22",
-        `ListenAddress ${address}`,
-        `HostKey ${hostKey}`,
-        `AuthorizedKeysFile ${join(dir, "authorized_keys")}`,
-        "PermitRootLogin prohibit-password",
-        "PasswordAuthentication no",
-        "KbdInteractiveAuthentication no",
-        "UsePAM no",
-        "StrictModes no",
-        "MaxStartups 100:30:200",
-        "MaxSessions 100",
-        `PidFile ${pidFile}`,
-        "LogLevel ERROR",
-        ""
-      ].join("\n"))
+      writeFileSync(config, sshdConfig({
+        port: 22,
+        address,
+        hostKey,
+        authorizedKeys: join(dir, "authorized_keys"),
+        pidFile,
+        extra: ["MaxStartups 100:30:200", "MaxSessions 100"]
+      }))
       // `ip netns exec` execs sshd, so the spawned pid is the listener's.
       const daemon = Bun.spawn(["ip", "netns", "exec", namespace, SSHD, "-D", "-e", "-f", config], { stdout: "ignore", stderr: "ignore" })
       daemon.unref()

@@ -20,6 +20,31 @@ export interface Sshd {
 
 const SSHD = "/usr/sbin/sshd"
 
+/** An sshd_config for tests: key logins only, for the one authorised test key. */
+export const sshdConfig = (options: {
+  readonly port: number
+  readonly address: string
+  readonly hostKey: string
+  readonly authorizedKeys: string
+  readonly pidFile: string
+  readonly extra?: ReadonlyArray<string>
+}): string =>
+  [
+    `Port ${options.port}`,
+    `ListenAddress ${options.address}`,
+    `HostKey ${options.hostKey}`,
+    `AuthorizedKeysFile ${options.authorizedKeys}`,
+    "PermitRootLogin prohibit-password",
+    "PasswordAuthentication no",
+    "KbdInteractiveAuthentication no",
+    "UsePAM no",
+    "StrictModes no",
+    ...(options.extra ?? []),
+    `PidFile ${options.pidFile}`,
+    "LogLevel ERROR",
+    ""
+  ].join("\n")
+
 const freePort = (): number => {
   const probe = Bun.listen({ hostname: "127.0.0.1", port: 0, socket: { data() {} } })
   const port = probe.port
@@ -47,20 +72,13 @@ export const startSshd = async (): Promise<Sshd> => {
   keygen(join(dir, "client_key"))
   writeFileSync(join(dir, "authorized_keys"), await Bun.file(join(dir, "client_key.pub")).text())
   const port = freePort()
-  writeFileSync(join(dir, "sshd_config"), [
-    `Port ${port}`,
-    "ListenAddress 127.0.0.1",
-    `HostKey ${join(dir, "host_key")}`,
-    `AuthorizedKeysFile ${join(dir, "authorized_keys")}`,
-    "PermitRootLogin prohibit-password",
-    "PasswordAuthentication no",
-    "KbdInteractiveAuthentication no",
-    "UsePAM no",
-    "StrictModes no",
-    `PidFile ${join(dir, "sshd.pid")}`,
-    "LogLevel ERROR",
-    ""
-  ].join("\n"))
+  writeFileSync(join(dir, "sshd_config"), sshdConfig({
+    port,
+    address: "127.0.0.1",
+    hostKey: join(dir, "host_key"),
+    authorizedKeys: join(dir, "authorized_keys"),
+    pidFile: join(dir, "sshd.pid")
+  }))
   // sshd insists on its privilege-separation directory.
   Bun.spawnSync(["mkdir", "-p", "/run/sshd"])
   const daemon = Bun.spawn([SSHD, "-D", "-e", "-f", join(dir, "sshd_config")], { stdout: "ignore", stderr: "pipe" })
