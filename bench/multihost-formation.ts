@@ -142,7 +142,7 @@ export const multihostFormation = async (): Promise<string> => {
     const quote = (script: string) => `'${script.replaceAll("'", `'\\''`)}'`
     const probes: Record<string, () => Promise<number>> = Object.fromEntries(HOST_COUNTS.flatMap((n) => [
       [`ssh true ×${n}`, side(n, "ssh true", () => "true")],
-      [`ssh preflight ×${n}`, side(n, "ssh preflight", (index) => `bash -c ${quote(preflightScript(worker(index), "formation"))}`)],
+      [`ssh preflight ×${n}`, side(n, "ssh preflight", (index) => `bash --norc --noprofile -c ${quote(preflightScript(worker(index), "formation"))}`)],
       [`ssh + agent load ×${n}`, side(n, "ssh + agent load", () => `cd ${quote(ROOT)} && ./node_modules/.bin/bun src/cli/agent.ts --help >/dev/null`)]
     ]))
     const launches: Record<string, ReadonlyArray<string>> = {

@@ -103,7 +103,7 @@ export const launchEffect = (
     yield* checkEnvironment
     const plan = yield* planCluster(input)
     if (options.sync === true) yield* syncHosts(plan)
-    yield* checkHosts(plan)
+    // The hosts' preflight runs in their agents' sessions (SshSession), one ssh handshake each.
     // Loaded on demand: reading and checking a file should not pay for the whole launcher.
     const { run } = yield* Effect.promise(() => import("./actors/launcher/Launcher.ts"))
     return yield* run(plan, options)
@@ -113,7 +113,7 @@ export const launchEffect = (
 const syncHosts = (plan: Plan): Effect.Effect<void, LaunchInputError> =>
   Effect.flatMap(syncCheckout(sshWorkers(plan)), (failures) => failures.length === 0 ? Effect.void : Effect.fail(new LaunchInputError({ problems: failures })))
 
-/** The preflight of every host reached over ssh: every problem at once, as an input error. */
+/** `--dry-run`'s preflight of every host reached over ssh: every problem at once, as an input error. */
 const checkHosts = (plan: Plan): Effect.Effect<void, LaunchInputError> =>
   Effect.flatMap(
     preflight(sshWorkers(plan), plan.config.name),

@@ -41,8 +41,8 @@ failure_policy: { grace: 2s }
   return file
 }
 
-const sshWorker = (overrides: { path?: string; identity?: string } = {}) =>
-  `{ host: sshhost, devices: 2, path: ${overrides.path ?? repoRoot}, ssh: { target: 127.0.0.1, port: ${sshd!.port}, ` +
+const sshWorker = (overrides: { host?: string; path?: string; identity?: string } = {}) =>
+  `{ host: ${overrides.host ?? "sshhost"}, devices: 2, path: ${overrides.path ?? repoRoot}, ssh: { target: 127.0.0.1, port: ${sshd!.port}, ` +
   `identity_file: ${overrides.identity ?? sshd!.identityFile}, options: ${JSON.stringify(sshd!.options)} } }`
 
 /** Every process's argv, joined, while the run is on. */
@@ -94,6 +94,25 @@ describe.skipIf(unavailable !== undefined)("ssh fan-out", () => {
     const launch = spawnLaunch(clusterFile(sshWorker({ identity: join(dir, "stranger") })))
     expect(await launch.proc.exited).toBe(2)
     expect(launch.stderr.lines.at(-1)).toMatch(/^cohort: sshhost: ssh could not reach 127\.0\.0\.1 or log in \(.*Permission denied.*\): check the host, ssh\.user, ssh\.identity_file/)
+  }, 60_000)
+
+  test("preflight: a problem on one host starts no agent on any, and every host's problems come at once", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "cohort-ssh-key-"))
+    dirs.push(dir)
+    Bun.spawnSync(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", join(dir, "stranger")])
+    const workers = [sshWorker(), sshWorker({ host: "pathless", path: "/nonexistent/cohort" }), sshWorker({ host: "stranger", identity: join(dir, "stranger") })]
+    const agents: Array<string> = []
+    const watching = setInterval(() => agents.push(...commandLines().filter((line) => /bun\S* src\/cli\/agent\.ts --tag/.test(line))), 20)
+    const launch = spawnLaunch(clusterFile(workers.join("\n  - ")))
+    expect(await launch.proc.exited).toBe(2)
+    clearInterval(watching)
+    expect(launch.stderr.lines.slice(-2).sort()).toEqual([
+      expect.stringMatching(/^cohort: pathless: \/nonexistent\/cohort is not a directory there/),
+      expect.stringMatching(/^cohort: stranger: ssh could not reach 127\.0\.0\.1 or log in/)
+    ])
+    // The healthy host passed its checks, and still nothing started there.
+    expect(agents).toEqual([])
+    expect(launch.stderr.lines.some((line) => /joined|world formed/.test(line))).toBe(false)
   }, 60_000)
 
   test("--sync copies the checkout to a host that has none, and the run goes on there", async () => {

@@ -32,7 +32,7 @@ describe("ssh command", () => {
     const argv = sshCommand(worker({ ssh: ssh({ target: "10.0.0.2", user: "train", port: 2222, identityFile: "/k", options: ["-o", "BatchMode=no"] }) }), "true")
     expect(argv.slice(0, 3)).toEqual(["ssh", "-o", "BatchMode=no"])
     expect(argv.slice(3, 3 + sshDefaults.length)).toEqual(sshDefaults)
-    expect(argv.slice(3 + sshDefaults.length)).toEqual(["-p", "2222", "-l", "train", "-i", "/k", "10.0.0.2", "bash -c 'true'"])
+    expect(argv.slice(3 + sshDefaults.length)).toEqual(["-p", "2222", "-l", "train", "-i", "/k", "10.0.0.2", "bash --norc --noprofile -c 'true'"])
   })
 
   test("a tunnel carries the launcher's port to the host's loopback, and the session fails without it", () => {

@@ -1,9 +1,10 @@
 /**
- * The launcher's bundle: `bun run launch` loads cohort from one bundle
- * instead of a few hundred modules. Loading is most of a launch on a small
- * machine (effect and its Schema alone take ~0.25 s as separate modules; the
- * bundle loads in about half the time), and the agent starts the relay and
- * the ranks from the same bundle.
+ * cohort's bundle: `bun run launch` and `bun run agent` load cohort from one
+ * bundle instead of a few hundred modules. Loading is most of a launch on a
+ * small machine (effect and its Schema alone take ~0.25 s as separate
+ * modules; the bundle loads in about half the time; an agent started over
+ * ssh pays it after the handshake, before it can dial), and the agent starts
+ * the relay and the ranks from the same bundle.
  *
  * The bundle is built on first use into `.cohort/bundle-<key>/`, where the
  * key is the newest modification time of the sources, `package.json` and
@@ -60,7 +61,7 @@ const buildOnce = async (target: string): Promise<boolean> => {
 const build = async (target: string): Promise<boolean> => {
   const scratch = `${target}.building-${process.pid}`
   const result = await Bun.build({
-    entrypoints: [join(sources, "launch.ts"), join(sources, "cli/relay.ts"), join(sources, "cli/rank.ts")],
+    entrypoints: [join(sources, "launch.ts"), join(sources, "cli/agentMain.ts"), join(sources, "cli/relay.ts"), join(sources, "cli/rank.ts")],
     root: sources,
     outdir: scratch,
     target: "bun",
@@ -83,20 +84,31 @@ const build = async (target: string): Promise<boolean> => {
       rmSync(join(home, entry), { recursive: true, force: true })
     }
   }
-  return existsSync(join(target, "launch.js"))
+  return existsSync(join(target, "agentMain.js"))
+}
+
+/** The bundle's folder, built if need be; undefined where it cannot be had. */
+const bundleFolder = async (): Promise<string | undefined> => {
+  if (process.env.COHORT_NO_BUNDLE === "1") return undefined
+  try {
+    const target = join(home, `bundle-${bundleKey()}`)
+    if (existsSync(join(target, "agentMain.js"))) return target
+    mkdirSync(home, { recursive: true })
+    return await buildOnce(target) ? target : undefined
+  } catch {
+    // Unbuildable here (read-only, no space): the sources work the same, only slower to load.
+    return undefined
+  }
 }
 
 /** cohort's library, from the bundle when it can be had, else from the sources. */
 export const loadLibrary = async (): Promise<Library> => {
-  if (process.env.COHORT_NO_BUNDLE !== "1") {
-    try {
-      const target = join(home, `bundle-${bundleKey()}`)
-      if (existsSync(join(target, "launch.js")) || (mkdirSync(home, { recursive: true }), await buildOnce(target))) {
-        return await import(join(target, "launch.js")) as Library
-      }
-    } catch {
-      // Unbuildable here (read-only, no space): the sources work the same, only slower to load.
-    }
-  }
-  return await import("../launch.ts")
+  const folder = await bundleFolder()
+  return folder === undefined ? await import("../launch.ts") : await import(join(folder, "launch.js")) as Library
+}
+
+/** Run the agent's program (it exits the process), from the bundle when it can be had. */
+export const runAgentProgram = async (): Promise<void> => {
+  const folder = await bundleFolder()
+  await (folder === undefined ? import("./agentMain.ts") : import(join(folder, "agentMain.js")))
 }

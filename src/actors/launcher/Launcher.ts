@@ -40,7 +40,8 @@ import * as JoinGate from "./JoinGate.ts"
 import { checkpointPath, hostRunSpec, LaunchInputError, type Plan, sshWorkers } from "./Plan.ts"
 import * as RemoteRanks from "./RemoteRanks.ts"
 import * as RendezvousGate from "./RendezvousGate.ts"
-import * as SshFanOut from "./SshFanOut.ts"
+import { localLockHash } from "./Preflight.ts"
+import * as SshSession from "./SshSession.ts"
 import { agentTag, cleanupHosts } from "./RemoteCleanup.ts"
 import { writeAgentSpec } from "../agent/AgentSpec.ts"
 import * as CheckpointFile from "./CheckpointFile.ts"
@@ -262,6 +263,29 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
     // FanOut: this machine's agents run in-process and join over loopback; other hosts' over ssh; `agent: self` hosts dial in.
     const agentFailed = yield* Deferred.make<string>()
     const saltHex = admission.mode === "open" ? undefined : saltToHex(salt)
+    // Every ssh host's session opens now and runs its preflight; no agent starts until every host has passed.
+    const lockHash = localLockHash()
+    const sessions = new Map<string, SshSession.SshSession>()
+    for (const worker of sshWorkers(plan)) {
+      sessions.set(worker.host, yield* SshSession.open({
+        worker,
+        run: config.name,
+        tag: agentTag(config.name, worker.host),
+        lockHash,
+        graceMs,
+        netTimeoutScale: scale,
+        tunnelPort: worker.tunnel ? mux.port : undefined,
+        // The agent there prefixes its ranks' and relay's lines, and its own say `cohort agent <host>:`.
+        output
+      }).pipe(Effect.mapError((problem) => new LaunchInputError({ problems: [problem] }))))
+    }
+    const hostsChecked = yield* Deferred.make<void, LaunchInputError>()
+    yield* Effect.forkScoped(Effect.gen(function*() {
+      const judgements = yield* Effect.forEach(sessions.values(), (session) => session.checked, { concurrency: "unbounded" })
+      for (const note of judgements.flatMap((judgement) => judgement.notes)) yield* Effect.logInfo(note)
+      const problems = judgements.flatMap((judgement) => judgement.problems)
+      yield* problems.length === 0 ? Deferred.succeed(hostsChecked, undefined) : Deferred.fail(hostsChecked, new LaunchInputError({ problems }))
+    }))
     const agentOf = ({ devices, start, worker }: Plan["hosts"][number]): Effect.Effect<void, string, Scope.Scope> => {
       switch (start) {
         case "in-process":
@@ -279,38 +303,36 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
             }),
             (error) => error.message
           )
-        case "ssh":
-          return SshFanOut.runSshAgent({
-            worker,
-            tag: agentTag(config.name, worker.host),
-            // A tunnelled host dials its own loopback, which the session carries here.
-            spec: writeAgentSpec({
+        case "ssh": {
+          const session = sessions.get(worker.host)!
+          // A tunnelled host dials its own loopback, which the session carries here.
+          return Effect.zipRight(
+            session.begin(writeAgentSpec({
               host: worker.host,
               controller: { host: worker.tunnel ? "127.0.0.1" : plan.remoteDialAddress, port: mux.port },
               saltHex,
               devices: worker.devices,
               path: worker.path
-            }),
-            graceMs,
-            netTimeoutScale: scale,
-            tunnelPort: worker.tunnel ? mux.port : undefined,
-            // The agent there prefixes its ranks' and relay's lines, and its own say `cohort agent <host>:`.
-            output
-          })
+            })),
+            session.ended
+          )
+        }
         case "self":
           return Effect.zipRight(selfDeployHint(worker.host, saltHex, `${plan.remoteDialAddress}:${mux.port}`), Effect.never)
       }
     }
     const agents = yield* Effect.forEach(plan.hosts, (host) =>
-      agentOf(host).pipe(
+      // A failed preflight ends the run below; the agents never start.
+      Effect.zipRight(Effect.orElse(Deferred.await(hostsChecked), () => Effect.never), agentOf(host)).pipe(
         Effect.scoped,
         // Before formation an agent's end fails the window; after it, the host is gone (see forgetHost).
         Effect.catchAll((reason) => Effect.zipRight(Deferred.succeed(agentFailed, reason), Effect.suspend(() => afterFormationAgentEnded(host.worker.host, reason)))),
         Effect.forkScoped
       ))
 
-    const formation = yield* Effect.raceAll([
+    const formation = yield* Effect.raceAll<Effect.Effect<JoinGate.Formation | { readonly _tag: "Refused"; readonly error: LaunchInputError }>>([
       gate.formation,
+      Effect.matchEffect(Deferred.await(hostsChecked), { onFailure: (error) => Effect.succeed({ _tag: "Refused" as const, error }), onSuccess: () => Effect.never }),
       Effect.map(Deferred.await(agentFailed), (reason): JoinGate.Formation => ({ _tag: "Failed", reason })),
       Effect.map(Deferred.await(interrupted), (reason): JoinGate.Formation => ({ _tag: "Failed", reason: `${reason} before the world formed` }))
     ])
@@ -341,6 +363,7 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
         }
       })
 
+    if (formation._tag === "Refused") return yield* Effect.fail(formation.error)
     if (formation._tag === "Failed") {
       yield* cleanupHosts(sshWorkers(plan), config.name)
       const wasInterrupted = yield* Deferred.isDone(interrupted)

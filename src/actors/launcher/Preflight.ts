@@ -1,9 +1,11 @@
 /**
- * Preflight: before any agent starts, one ssh round to every host the
- * launcher reaches over ssh, side by side, and every problem reported at once
- * (host, what is wrong, the fix): the checkout at `path`, Bun there, the same
- * cohort (the lockfile's hash), the native library (built there when it
- * is missing and cargo is), and the GPUs the file lists for it.
+ * Preflight: what every host reached over ssh must have before any agent
+ * starts, checked on all of them side by side, every problem reported at
+ * once (host, what is wrong, the fix): the checkout at `path`, Bun there, the
+ * same cohort (the lockfile's hash), the native library (built there when it
+ * is missing and cargo is), and the GPUs the file lists for it. A launch runs
+ * the checks at the start of each agent's own session (SshSession); a dry
+ * run in a round of their own.
  */
 import { createHash } from "node:crypto"
 import { existsSync, readFileSync } from "node:fs"
@@ -36,8 +38,18 @@ export const preflightScript = (worker: Worker, run: string): string => [
     : [])
 ].join("\n")
 
+export interface Judgement {
+  readonly problems: ReadonlyArray<string>
+  /** What the preflight did there (a library built, leftovers ended). */
+  readonly notes: ReadonlyArray<string>
+}
+
+/** Why a host could not be reached, for a line that names the host first. */
+export const unreachable = (worker: Worker, said: string | undefined): string =>
+  `ssh could not reach ${worker.ssh?.target ?? worker.host} or log in${said ? ` (${said})` : ""}: check the host, ssh.user, ssh.identity_file and that its key is authorised`
+
 /** The problems the remote half's lines show; `notes` for what preflight did there. */
-export const judge = (worker: Worker, output: string, localLock: string): { problems: Array<string>; notes: Array<string> } => {
+export const judge = (worker: Worker, output: string, localLock: string): Judgement => {
   const facts = new Map(output.split("\n").map((line) => line.trim()).filter(Boolean).map((line) => {
     const at = line.indexOf(" ")
     return at < 0 ? [line, ""] : [line.slice(0, at), line.slice(at + 1)]
@@ -72,12 +84,12 @@ export const judge = (worker: Worker, output: string, localLock: string): { prob
 }
 
 /** This launcher's checkout's bun.lock. */
-const localLockHash = (): string => {
+export const localLockHash = (): string => {
   const lock = join(checkoutRoot(), "bun.lock")
   return existsSync(lock) ? createHash("sha256").update(readFileSync(lock)).digest("hex") : "none"
 }
 
-/** Check every ssh host at once: every problem found, or nothing. */
+/** `--dry-run`'s round: check every ssh host at once, start nothing; every problem found, or nothing. (A launch checks in the agents' own sessions: SshSession.) */
 export const preflight = (workers: ReadonlyArray<Worker>, run: string): Effect.Effect<ReadonlyArray<string>> =>
   Effect.gen(function*() {
     if (workers.length === 0) return []
@@ -88,7 +100,7 @@ export const preflight = (workers: ReadonlyArray<Worker>, run: string): Effect.E
         const [output, errors, code] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited])
         if (code !== 0) {
           const said = errors.trim().split("\n").at(-1)?.trim()
-          return { problems: [`${worker.host}: ssh could not reach ${worker.ssh?.target ?? worker.host} or log in${said ? ` (${said})` : ""}: check the host, ssh.user, ssh.identity_file and that its key is authorised`], notes: [] }
+          return { problems: [`${worker.host}: ${unreachable(worker, said)}`], notes: [] }
         }
         return judge(worker, output, lock)
       }), { concurrency: "unbounded" })

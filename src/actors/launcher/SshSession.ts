@@ -1,0 +1,113 @@
+/**
+ * One ssh session per remote host carries both halves of its start: the
+ * host's preflight, then its agent. The handshake is most of an ssh start
+ * (about 0.45 s here), so a separate preflight round would put two of them
+ * in a row before any agent could dial.
+ *
+ * The session runs the preflight script (Preflight.ts), prints a line that
+ * says it is done, and waits for the agent's spec on its stdin. The launcher
+ * reads every host's facts, and only when every host passes does it send the
+ * specs: no agent starts while any host has a problem, and every problem is
+ * reported at once. A session whose stdin closes before its spec (the run was
+ * called off) ends without starting anything.
+ */
+import * as Deferred from "effect/Deferred"
+import * as Effect from "effect/Effect"
+import * as Fiber from "effect/Fiber"
+import type * as Scope from "effect/Scope"
+import type { Worker } from "../../config/ClusterConfig.ts"
+import { describe as describeExit } from "../ChildExit.ts"
+import type { ChildExit } from "../ChildExit.ts"
+import * as ProcessChild from "../ProcessChild.ts"
+import { judge, type Judgement, preflightScript, unreachable } from "./Preflight.ts"
+import { batchModeOverridden, remoteAgentScript, sshCommand } from "./SshFanOut.ts"
+
+/** The line after the preflight's facts: what follows is the agent's own output. */
+const CHECKED = "cohort-preflight-done"
+
+export const sessionScript = (worker: Worker, run: string, tag: string, graceMs: number, netTimeoutScale: number): string =>
+  [preflightScript(worker, run), `echo ${CHECKED}`, remoteAgentScript(worker, tag, graceMs, netTimeoutScale)].join("\n")
+
+export interface SessionOptions {
+  readonly worker: Worker
+  /** The run's name: the preflight ends this run's leftovers on the host. */
+  readonly run: string
+  /** Marks the agent for cleanup: see RemoteCleanup.agentTag. */
+  readonly tag: string
+  /** This launcher's bun.lock hash: the host must hold the same. */
+  readonly lockHash: string
+  readonly graceMs: number
+  readonly netTimeoutScale: number
+  /** `tunnel: true`: the launcher's port, carried to the host's loopback. */
+  readonly tunnelPort?: number | undefined
+  readonly output: (line: string, stream: "stdout" | "stderr") => void
+}
+
+export interface SshSession {
+  /** The host's preflight, judged: its problems (none: it may start) and what it did there. */
+  readonly checked: Effect.Effect<Judgement>
+  /** Start the host's agent with this spec (one line of JSON, see AgentSpec). */
+  readonly begin: (spec: string) => Effect.Effect<void>
+  /** Until the session ends; fails with why, naming the host. */
+  readonly ended: Effect.Effect<void, string>
+}
+
+/** Open the host's session: its preflight runs at once, its agent when `begin` is called. */
+export const open = (options: SessionOptions): Effect.Effect<SshSession, string, Scope.Scope> =>
+  Effect.gen(function*() {
+    const { worker } = options
+    if (batchModeOverridden(worker)) {
+      yield* Effect.logWarning(`${worker.host}: ssh.options turn BatchMode off: ssh may wait for a password nobody types`)
+    }
+    const checked = yield* Deferred.make<Judgement>()
+    const facts: Array<string> = []
+    let checking = true
+    const lastLines: Array<string> = []
+    const child = yield* ProcessChild.spawn({
+      cmd: sshCommand(worker, sessionScript(worker, options.run, options.tag, options.graceMs, options.netTimeoutScale), options.tunnelPort),
+      stdin: "pipe",
+      onLine: (raw, stream) => {
+        const line = raw.trimEnd()
+        if (checking && stream === "stdout") {
+          if (line !== CHECKED) facts.push(line)
+          else {
+            checking = false
+            Deferred.unsafeDone(checked, Effect.succeed(judge(worker, facts.join("\n"), options.lockHash)))
+          }
+          return
+        }
+        lastLines.push(line)
+        if (lastLines.length > 5) lastLines.shift()
+        // ssh's own complaints during the preflight belong in its verdict, not in the run's output.
+        if (!checking) options.output(line, stream)
+      },
+      grace: options.graceMs + 2_000
+    }).pipe(Effect.mapError((error) => `${worker.host}: ${error.message}`))
+
+    const endedEarly = (exit: ChildExit): Judgement => {
+      const said = lastLines.at(-1)
+      if (exit._tag === "Exited" && exit.code === 255) return { problems: [`${worker.host}: ${unreachable(worker, said)}`], notes: [] }
+      const judged = judge(worker, facts.join("\n"), options.lockHash)
+      if (judged.problems.length > 0) return judged
+      return { problems: [`${worker.host}: the preflight there ended with ${describeExit(exit)}${said === undefined ? "" : `: ${said}`}`], notes: judged.notes }
+    }
+    const exited = yield* Effect.forkScoped(Effect.tap(child.exited, (exit) => checking ? Deferred.succeed(checked, endedEarly(exit)) : Effect.void))
+
+    const stdin = child.subprocess.stdin as import("bun").FileSink
+    return {
+      checked: Deferred.await(checked),
+      begin: (spec) => Effect.promise(async () => {
+        stdin.write(`${spec}\n`)
+        await stdin.flush()
+      }),
+      ended: Effect.gen(function*() {
+        const exit = yield* Fiber.join(exited)
+        if (exit._tag === "Exited" && exit.code === 0) return
+        const said = lastLines.at(-1)
+        const why = exit._tag === "Exited" && exit.code === 255
+          ? unreachable(worker, said)
+          : `its agent ended with ${describeExit(exit)}${said === undefined ? "" : `: ${said}`}`
+        return yield* Effect.fail(`${worker.host}: ${why}`)
+      })
+    }
+  })

@@ -1,0 +1,151 @@
+/**
+ * The agent's program (`src/cli/agent.ts` runs it from the bundle):
+ * `bun run agent --controller HOST:PORT [options]`, a self-deployed agent.
+ * It dials a launcher, joins its run with this machine's devices, and runs
+ * the ranks it is given. The launcher's ssh fan-out starts the same program
+ * with its spec in `COHORT_AGENT_SPEC` (read from the session's stdin).
+ *
+ * The salt is never an argument: `--salt-file FILE`, `--salt-stdin`, or
+ * `COHORT_SALT`; with none the agent asks for open admission.
+ *
+ * Exit status: 0 the run ended, 1 transient (the launcher was not there, or
+ * went away; `--persist` dials again after 5 s, doubling to 60 s), 2
+ * permanent (refused, or bad arguments).
+ */
+import { readFileSync } from "node:fs"
+import { hostname } from "node:os"
+import { resolve } from "node:path"
+import * as Effect from "effect/Effect"
+import * as Agent from "../actors/agent/Agent.ts"
+import { type AgentLaunch, isSaltHex, parseDevices, parseEndpoint, readAgentSpec } from "../actors/agent/AgentSpec.ts"
+import { resolveDevices } from "../actors/agent/Devices.ts"
+import { roleVariables } from "../actors/Role.ts"
+import { deadlines, netTimeoutScale, scaled } from "../config/NetTimeouts.ts"
+import { dieWithParent } from "../native/library.ts"
+import { VERSION } from "../version.ts"
+import { saltFromHex } from "../wire/Keys.ts"
+import * as Log from "./logger.ts"
+
+const usage = `usage: bun run agent --controller HOST:PORT [--host NAME] [--devices N|I,J|all] [--path DIR]
+                     [--salt-file FILE | --salt-stdin] [--persist]
+
+Joins the run of the launcher at HOST:PORT with this machine's devices and runs the ranks it is given.
+
+  --controller HOST:PORT  the launcher's port, as this machine reaches it
+  --host NAME             this host's name in the run (default: the hostname)
+  --devices N|I,J|all     N CPU ranks, GPU indices, or every GPU (default: all)
+  --path DIR              where ranks run: the project checkout (default: here)
+  --salt-file FILE        the run's salt (32 hex digits) from a file; or --salt-stdin, or COHORT_SALT.
+                          Without one, the agent asks for open admission.
+  --persist               dial again after a transient failure (5 s, doubling to 60 s)
+
+Exit status: 0 the run ended, 1 transient failure, 2 refused or bad input.`
+
+const fail = (message: string): never => {
+  process.stderr.write(`cohort agent: ${message}\n`)
+  process.exit(2)
+}
+
+const fromArguments = (args: ReadonlyArray<string>): AgentLaunch => {
+  const values = new Map<string, string>()
+  const flags = new Set<string>()
+  // --tag: a label in the process list, by which the launcher finds its own agents' leftovers.
+  const valued = ["--controller", "--host", "--devices", "--path", "--salt-file", "--tag"]
+  for (let i = 0; i < args.length; i++) {
+    const arg = args[i]!
+    if (arg === "--persist" || arg === "--salt-stdin") flags.add(arg)
+    else if (valued.includes(arg)) {
+      const value = args[++i]
+      if (value === undefined || value.startsWith("--")) fail(`${arg} needs a value\n\n${usage}`)
+      values.set(arg, value!)
+    } else fail(`unknown argument ${arg}\n\n${usage}`)
+  }
+  const controllerText = values.get("--controller") ?? fail(`--controller HOST:PORT is required\n\n${usage}`)
+  const controller = parseEndpoint(controllerText)
+  if (typeof controller === "string") fail(`--controller: ${controller}`)
+  const devices = parseDevices(values.get("--devices") ?? "all")
+  if (typeof devices === "string") fail(`--devices: ${devices}`)
+  const saltFile = values.get("--salt-file")
+  const saltText = saltFile !== undefined
+    ? readFileSync(saltFile, "utf8")
+    : flags.has("--salt-stdin")
+    ? readFileSync(0, "utf8")
+    : process.env.COHORT_SALT
+  const saltHex = saltText?.trim()
+  if (saltHex !== undefined && saltHex !== "" && !isSaltHex(saltHex)) {
+    fail(`the salt (${saltFile ?? (flags.has("--salt-stdin") ? "stdin" : "COHORT_SALT")}) must be 32 hex digits, as the launcher prints it`)
+  }
+  return {
+    host: values.get("--host") ?? hostname(),
+    controller: controller as { host: string; port: number },
+    saltHex: saltHex === "" ? undefined : saltHex,
+    devices: devices as Exclude<typeof devices, string>,
+    path: resolve(values.get("--path") ?? "."),
+    persist: flags.has("--persist")
+  }
+}
+
+const args = process.argv.slice(2)
+if (args.includes("--help") || args.includes("-h")) {
+  console.log(usage)
+  process.exit(0)
+}
+const specText = process.env[roleVariables.agent]
+const launch = specText !== undefined && specText !== "" ? readAgentSpec(specText) : fromArguments(args)
+if (typeof launch === "string") fail(launch)
+const { controller, host, path, persist, saltHex } = launch as AgentLaunch
+// Started by the launcher's ssh session: it ends with that session's shell.
+if (specText !== undefined && dieWithParent(process.ppid) === "parent-gone") process.exit(1)
+
+let scale = 1
+try {
+  scale = netTimeoutScale()
+} catch (error) {
+  fail((error as Error).message)
+}
+const devices = resolveDevices(host, (launch as AgentLaunch).devices)
+if (typeof devices === "string") fail(devices)
+// The agent's own role variable must not reach the relay and ranks it starts.
+const inheritedEnv = { ...process.env, [roleVariables.agent]: undefined, COHORT_SALT: undefined }
+
+const once = Effect.gen(function*() {
+  yield* Agent.run({
+    host,
+    devices: devices as Exclude<typeof devices, string>,
+    controller,
+    salt: saltHex === undefined ? undefined : saltFromHex(saltHex),
+    version: VERSION,
+    path,
+    inheritedEnv,
+    handshakeMs: scaled(deadlines.handshakeMs, scale),
+    output: (line, stream) => (stream === "stdout" ? process.stdout : process.stderr).write(`${line}\n`)
+  })
+}).pipe(
+  Effect.scoped,
+  Effect.as(0),
+  Effect.catchAll((error) => Effect.as(Effect.logError(error.message), error.permanent === true ? 2 : 1))
+)
+
+const program = Effect.gen(function*() {
+  let backoff = 5_000
+  while (true) {
+    const status = yield* once
+    if (status !== 1 || !persist) return status
+    yield* Effect.logWarning(`dialling ${controller.host}:${controller.port} again in ${backoff / 1000} s`)
+    yield* Effect.sleep(backoff)
+    backoff = Math.min(backoff * 2, 60_000)
+  }
+})
+
+let interrupted = false
+const fiber = Effect.runFork(program.pipe(Effect.provide(Log.layer(undefined, `cohort agent ${host}: `))))
+for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"] as const) {
+  process.on(signal, () => {
+    if (interrupted) process.exit(130)
+    interrupted = true
+    // Interrupting closes the agent's scope: its relay and ranks are stopped in order.
+    Effect.runFork(fiber.interruptAsFork(fiber.id()))
+  })
+}
+const exit = await Effect.runPromise(fiber.await)
+process.exit(exit._tag === "Success" ? exit.value : interrupted ? 130 : 1)
