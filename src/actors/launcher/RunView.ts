@@ -1,0 +1,273 @@
+/**
+ * RunView: what people see of a run, in one value. The launcher records
+ * `RunEvent`s as things happen; `apply` folds each into the `RunState` that
+ * the status endpoint, the live page, `bun run status`, /metrics and the
+ * terminal all read. The events themselves are the `--events` file, one JSON
+ * object per line: a run's whole story, for machines.
+ *
+ * Pure: no clock of its own (every event carries `at`, ms since the epoch),
+ * no I/O.
+ */
+
+export type Phase = "waiting" | "forming" | "training" | "done" | "failed"
+
+export type RankState = "starting" | "running" | "exited" | "dead"
+
+/** A rank's resource use, sampled by its agent every few seconds. */
+export interface ResourceSample {
+  /** Share of one core over the last interval (1 = one core busy). */
+  readonly cpu: number
+  readonly rssBytes: number
+  /** Its device's memory in use and utilisation (0–1), on GPU hosts that can tell; null elsewhere. */
+  readonly gpuMemoryBytes: number | null
+  readonly gpuUtilization: number | null
+  readonly at: number
+}
+
+export interface RankStatus {
+  readonly rank: number
+  readonly host: string
+  /** The device index, or `cpu`. */
+  readonly device: string
+  readonly pid: number | null
+  readonly state: RankState
+  /** "status 0", "signal SIGKILL", … once an incarnation has ended. */
+  readonly exit: string | null
+  readonly restarts: number
+  /** When its current (or last) incarnation started and ended, ms since the epoch. */
+  readonly startedAt: number | null
+  readonly endedAt: number | null
+  readonly resources: ResourceSample | null
+}
+
+export interface HostStatus {
+  readonly host: string
+  /** Ranks the cluster file declares for it (devices). */
+  readonly declaredRanks: number
+  readonly state: "waiting" | "joined" | "gone"
+  /** Why it is gone, once it is. */
+  readonly reason: string | null
+}
+
+export interface Death {
+  readonly rank: number
+  readonly host: string
+  readonly cause: string
+  readonly at: number
+}
+
+export interface Training {
+  readonly epoch: number
+  readonly epochs: number
+  /** Samples processed in the current epoch, across ranks, and the epoch's size. */
+  readonly samplesDone: number
+  readonly datasetSize: number
+  /** Across ranks, over the last progress interval; null before the first. */
+  readonly samplesPerSec: number | null
+  /** The ranks' latest reported metrics, averaged (loss, accuracy, …). */
+  readonly metrics: Readonly<Record<string, number>>
+}
+
+export interface RunState {
+  readonly run: string
+  readonly phase: Phase
+  readonly startedAt: number
+  readonly updatedAt: number
+  /** Ranks the file declares, and once formed, the world's size. */
+  readonly world: number
+  readonly joinedRanks: number
+  readonly joinedHosts: number
+  /** Join-window countdowns in ms; frozen at formation, null once irrelevant. */
+  readonly windowRemainingMs: number | null
+  readonly capRemainingMs: number | null
+  readonly hosts: ReadonlyArray<HostStatus>
+  readonly ranks: ReadonlyArray<RankStatus>
+  readonly deaths: ReadonlyArray<Death>
+  readonly training: Training | null
+  /** Samples per second across ranks over time, newest last (at most THROUGHPUT_POINTS). */
+  readonly throughput: ReadonlyArray<{ readonly at: number; readonly samplesPerSec: number }>
+  /** The verdict line once the run has ended. */
+  readonly verdict: string | null
+}
+
+export const THROUGHPUT_POINTS = 240
+
+/** One thing that happened; `at` is ms since the epoch. */
+export type RunEvent =
+  | { readonly event: "run_started"; readonly at: number; readonly run: string; readonly hosts: ReadonlyArray<{ readonly host: string; readonly ranks: number }> }
+  | { readonly event: "listening"; readonly at: number; readonly address: string; readonly port: number }
+  | { readonly event: "join_window"; readonly at: number; readonly windowRemainingMs: number; readonly capRemainingMs: number }
+  | { readonly event: "host_joined"; readonly at: number; readonly host: string; readonly ranks: ReadonlyArray<number> }
+  | { readonly event: "join_rejected"; readonly at: number; readonly peer: string; readonly reason: string }
+  | { readonly event: "world_formed"; readonly at: number; readonly world: number; readonly hosts: ReadonlyArray<{ readonly host: string; readonly ranks: ReadonlyArray<number>; readonly devices: ReadonlyArray<string> }> }
+  | { readonly event: "rank_started"; readonly at: number; readonly rank: number; readonly pid: number }
+  | { readonly event: "cohort_formed"; readonly at: number }
+  | { readonly event: "rank_exited"; readonly at: number; readonly rank: number; readonly exit: string; readonly clean: boolean }
+  | { readonly event: "rank_lost"; readonly at: number; readonly ranks: ReadonlyArray<number>; readonly cause: string }
+  | { readonly event: "decision"; readonly at: number; readonly decision: string; readonly detail: string }
+  | { readonly event: "host_gone"; readonly at: number; readonly host: string; readonly reason: string }
+  | { readonly event: "progress"; readonly at: number; readonly epoch: number; readonly epochs: number; readonly samplesDone: number; readonly datasetSize: number; readonly samplesPerSec: number | null; readonly metrics: Readonly<Record<string, number>> }
+  | { readonly event: "epoch_done"; readonly at: number; readonly epoch: number; readonly epochs: number; readonly seconds: number; readonly samples: number; readonly metrics: Readonly<Record<string, number>> }
+  | { readonly event: "checkpoint"; readonly at: number; readonly epoch: number; readonly path: string; readonly reason: string }
+  | { readonly event: "resources"; readonly at: number; readonly host: string; readonly samples: ReadonlyArray<{ readonly rank: number } & Omit<ResourceSample, "at">> }
+  | { readonly event: "phase"; readonly at: number; readonly phase: Phase }
+  | { readonly event: "verdict"; readonly at: number; readonly outcome: string; readonly exitCode: number; readonly summary: string }
+
+/** Events too frequent for the `--events` file: they only move the view. */
+export const isEphemeral = (event: RunEvent): boolean =>
+  event.event === "progress" || event.event === "resources" || event.event === "join_window"
+
+export const initial = (run: string, at: number): RunState => ({
+  run,
+  phase: "waiting",
+  startedAt: at,
+  updatedAt: at,
+  world: 0,
+  joinedRanks: 0,
+  joinedHosts: 0,
+  windowRemainingMs: null,
+  capRemainingMs: null,
+  hosts: [],
+  ranks: [],
+  deaths: [],
+  training: null,
+  throughput: [],
+  verdict: null
+})
+
+const withRank = (state: RunState, rank: number, change: (status: RankStatus) => RankStatus): ReadonlyArray<RankStatus> =>
+  state.ranks.map((status) => (status.rank === rank ? change(status) : status))
+
+const withHost = (state: RunState, host: string, change: (status: HostStatus) => HostStatus): ReadonlyArray<HostStatus> =>
+  state.hosts.map((status) => (status.host === host ? change(status) : status))
+
+/** The state after `event`. */
+export const apply = (state: RunState, event: RunEvent): RunState => {
+  const next = step(state, event)
+  return next === state ? state : { ...next, updatedAt: Math.max(state.updatedAt, event.at) }
+}
+
+const step = (state: RunState, event: RunEvent): RunState => {
+  switch (event.event) {
+    case "run_started":
+      return {
+        ...initial(event.run, event.at),
+        world: event.hosts.reduce((sum, host) => sum + host.ranks, 0),
+        hosts: event.hosts.map((host) => ({ host: host.host, declaredRanks: host.ranks, state: "waiting", reason: null }))
+      }
+    case "listening":
+    case "decision":
+    case "checkpoint":
+      return state
+    case "join_window":
+      return state.phase === "waiting" ? { ...state, windowRemainingMs: event.windowRemainingMs, capRemainingMs: event.capRemainingMs } : state
+    case "host_joined": {
+      const known = state.hosts.some((host) => host.host === event.host)
+      const hosts = known
+        ? withHost(state, event.host, (host) => ({ ...host, state: "joined" }))
+        : [...state.hosts, { host: event.host, declaredRanks: event.ranks.length, state: "joined" as const, reason: null }]
+      return { ...state, hosts, joinedHosts: hosts.filter((host) => host.state === "joined").length, joinedRanks: state.joinedRanks + event.ranks.length }
+    }
+    case "join_rejected":
+      return state
+    case "world_formed":
+      return {
+        ...state,
+        phase: "forming",
+        world: event.world,
+        ranks: event.hosts.flatMap((host) =>
+          host.ranks.map((rank, slot): RankStatus => ({
+            rank,
+            host: host.host,
+            device: host.devices[slot] ?? "?",
+            pid: null,
+            state: "starting",
+            exit: null,
+            restarts: 0,
+            startedAt: null,
+            endedAt: null,
+            resources: null
+          }))
+        ).sort((a, b) => a.rank - b.rank)
+      }
+    case "rank_started":
+      return {
+        ...state,
+        ranks: withRank(state, event.rank, (rank) => ({
+          ...rank,
+          pid: event.pid,
+          state: "running",
+          // A second start is a restart: the first incarnation's end stays in the deaths.
+          restarts: rank.startedAt === null ? rank.restarts : rank.restarts + 1,
+          startedAt: event.at,
+          endedAt: null,
+          exit: rank.startedAt === null ? null : rank.exit
+        }))
+      }
+    case "cohort_formed":
+      return { ...state, phase: "training" }
+    case "rank_exited":
+      return { ...state, ranks: withRank(state, event.rank, (rank) => ({ ...rank, state: event.clean ? "exited" : "dead", exit: event.exit, endedAt: event.at })) }
+    case "rank_lost": {
+      const deaths = event.ranks.map((rank): Death => ({
+        rank,
+        host: state.ranks.find((status) => status.rank === rank)?.host ?? "?",
+        cause: event.cause,
+        at: event.at
+      }))
+      return {
+        ...state,
+        ranks: state.ranks.map((rank) => (event.ranks.includes(rank.rank) && rank.state !== "exited" ? { ...rank, state: "dead" } : rank)),
+        deaths: [...state.deaths, ...deaths]
+      }
+    }
+    case "host_gone":
+      return { ...state, hosts: withHost(state, event.host, (host) => ({ ...host, state: "gone", reason: event.reason })) }
+    case "progress": {
+      const throughput = event.samplesPerSec === null
+        ? state.throughput
+        : [...state.throughput, { at: event.at, samplesPerSec: event.samplesPerSec }].slice(-THROUGHPUT_POINTS)
+      return {
+        ...state,
+        throughput,
+        training: {
+          epoch: event.epoch,
+          epochs: event.epochs,
+          samplesDone: event.samplesDone,
+          datasetSize: event.datasetSize,
+          samplesPerSec: event.samplesPerSec ?? state.training?.samplesPerSec ?? null,
+          metrics: event.metrics
+        }
+      }
+    }
+    case "epoch_done":
+      return {
+        ...state,
+        training: {
+          epoch: event.epoch,
+          epochs: event.epochs,
+          samplesDone: event.samples,
+          datasetSize: event.samples,
+          samplesPerSec: state.training?.samplesPerSec ?? (event.seconds > 0 ? event.samples / event.seconds : null),
+          metrics: Object.keys(event.metrics).length > 0 ? event.metrics : state.training?.metrics ?? {}
+        }
+      }
+    case "resources": {
+      const byRank = new Map(event.samples.map((sample) => [sample.rank, sample]))
+      return {
+        ...state,
+        ranks: state.ranks.map((rank) => {
+          const sample = byRank.get(rank.rank)
+          if (sample === undefined || rank.host !== event.host) return rank
+          const { rank: _, ...resources } = sample
+          return { ...rank, resources: { ...resources, at: event.at } }
+        })
+      }
+    }
+    case "phase":
+      // The countdowns stop where they were: join_window events move them only while waiting.
+      return { ...state, phase: event.phase }
+    case "verdict":
+      return { ...state, phase: event.exitCode === 0 ? "done" : "failed", verdict: event.summary }
+  }
+}
