@@ -92,11 +92,10 @@ describe("the native library's typed failures", () => {
     expect(report.message).toContain("`bun run build:native`")
   })
 
-  test.skipIf("skip" in wrongAbi)("a library of another ABI: NativeAbiMismatch{found 999, expected 1} saying to rebuild", async () => {
+  test.skipIf("skip" in wrongAbi)("a library of another ABI: NativeAbiMismatch{found 999, expected this build's} saying to rebuild", async () => {
     const path = (wrongAbi as { path: string }).path
     const report = await scenario(["load"], { COHORT_NATIVE_LIB: path })
-    expect(ABI_VERSION).toBe(1)
-    expect(report).toMatchObject({ ok: false, _tag: "NativeAbiMismatch", path, found: 999, expected: 1, bare: "unavailable" })
+    expect(report).toMatchObject({ ok: false, _tag: "NativeAbiMismatch", path, found: 999, expected: ABI_VERSION, bare: "unavailable" })
     expect(report.message).toContain(path)
     expect(report.message).toContain("ABI 999")
     expect(report.message).toMatch(/rebuild it with `bun run build:native`/)

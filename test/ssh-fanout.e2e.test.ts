@@ -8,6 +8,7 @@ import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSy
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { judge } from "../src/actors/launcher/Preflight.ts"
+import { ABI_VERSION } from "../src/native/library.ts"
 import { repoRoot, spawnLaunch } from "./support/launch-scenario.ts"
 import { allPids, childrenOf, commandLine, isGone, waitFor } from "./support/processes.ts"
 import { type Sshd, sshdUnavailable, startSshd } from "./support/sshd.ts"
@@ -136,9 +137,9 @@ describe.skipIf(unavailable !== undefined)("ssh fan-out", () => {
     expect(judge(worker, "bun none\nlock ff\nnative missing\n", "ff").problems).toHaveLength(2)
     expect(judge(worker, "bun ./node_modules/.bin/bun\nlock ff\nnative rebuilt\n", "ff")).toEqual({ problems: [], notes: ["h: built the native library in /p"] })
     expect(judge(worker, "bun b\nlock ff\nnative built\nabi 0\n", "ff").problems).toEqual([
-      "h: the native library in /p speaks ABI 0, this launcher 1: run  bun run build:native  there (or use --sync)"
+      `h: the native library in /p speaks ABI 0, this launcher ${ABI_VERSION}: run  bun run build:native  there (or use --sync)`
     ])
-    expect(judge(worker, "bun b\nlock ff\nnative built\nabi 1\n", "ff").problems).toEqual([])
+    expect(judge(worker, `bun b\nlock ff\nnative built\nabi ${ABI_VERSION}\n`, "ff").problems).toEqual([])
     const gpuWorker = { ...worker, devices: { _tag: "Indices" as const, indices: [0, 3] } }
     expect(judge(gpuWorker, "bun b\nlock ff\nnative built\ngpus 0,1\n", "ff").problems).toEqual(["h: has no GPU 3 (nvidia-smi lists 0, 1); fix workers[].devices for h"])
     expect(judge(gpuWorker, "bun b\nlock ff\nnative built\ngpus unknown\nleftovers 2\n", "ff")).toEqual({

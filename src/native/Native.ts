@@ -8,7 +8,9 @@
  * - `cuda`: device count, names, UUIDs and memory, and device buffers and
  *   streams whose lifetime is a Scope;
  * - `nccl`: version, unique ids, and communicators (a Scope destroys them;
- *   `abort` ends one at once after a peer's death).
+ *   `abort` ends one at once after a peer's death);
+ * - `nvml`: a GPU's memory in use and utilisation, read without a CUDA
+ *   context (synchronous and cheap: the agent samples every few seconds).
  *
  * Every failure is a typed error that says what to do; nothing throws and
  * nothing crashes. A device pointer or handle is a bigint, only ever passed
@@ -49,6 +51,13 @@ export class NcclUnavailable extends Data.TaggedError("NcclUnavailable")<{ reado
 export class NcclError extends Data.TaggedError("NcclError")<{ readonly code: number; readonly detail: string }> {
   override get message(): string {
     return `NCCL error ${this.code}: ${this.detail}`
+  }
+}
+
+/** NVML refused a query about a device it has (an index out of range, a GPU fallen off the bus). */
+export class NvmlError extends Data.TaggedError("NvmlError")<{ readonly device: number; readonly detail: string }> {
+  override get message(): string {
+    return `NVML cannot sample GPU ${this.device}: ${this.detail}`
   }
 }
 
@@ -133,12 +142,31 @@ export interface Nccl {
   readonly communicator: (rank: number, worldSize: number, id: Uint8Array) => Effect.Effect<Communicator, NcclUnavailable | NcclError, Scope.Scope>
 }
 
+export interface GpuSample {
+  /** Memory in use on the whole device (every process's, and the driver's reserve), in bytes. */
+  readonly memoryUsedBytes: number
+  readonly memoryTotalBytes: number
+  /** The share of the last sample period (1/6 s to 1 s) a kernel ran, 0–1; null where the device keeps none (a MIG instance). */
+  readonly utilization: number | null
+}
+
+export interface Nvml {
+  /**
+   * The device's memory and utilisation, `device` being NVML's index (PCI bus
+   * order, as ranks see with CUDA_DEVICE_ORDER=PCI_BUS_ID). undefined when NVML
+   * is not there (no driver, or no libnvidia-ml.so.1 on the loader's path); an
+   * NvmlError, returned and not thrown, when NVML refuses. Never creates a CUDA context.
+   */
+  readonly sample: (device: number) => GpuSample | NvmlError | undefined
+}
+
 export interface NativeLibrary {
   readonly path: string
   readonly kernels: Kernels
   readonly process: ProcessHelpers
   readonly cuda: Cuda
   readonly nccl: Nccl
+  readonly nvml: Nvml
 }
 
 export class Native extends Context.Tag("cohort/Native")<Native, NativeLibrary>() {}
@@ -326,7 +354,25 @@ export const fromLibrary = (library: OpenLibrary): NativeLibrary => {
       })
   }
 
-  return { path: library.path, kernels, process: processHelpers, cuda, nccl }
+  // Out-parameters allocated once: the calls are synchronous, and the agent samples every few seconds.
+  const memoryOut = new BigUint64Array(2)
+  const percentOut = new Uint32Array(1)
+  const nvml: Nvml = {
+    sample: (device) => {
+      const code = native.cohort_gpu_sample(device, ptr(memoryOut), ptr(memoryOut, 8), ptr(percentOut))
+      if (code === status.unavailable) return undefined
+      if (code !== status.ok) return new NvmlError({ device, detail: library.lastError() })
+      const percent = percentOut[0]!
+      return {
+        memoryUsedBytes: Number(memoryOut[0]!),
+        memoryTotalBytes: Number(memoryOut[1]!),
+        // u32::MAX: the device keeps no utilisation.
+        utilization: percent === 0xffff_ffff ? null : percent / 100
+      }
+    }
+  }
+
+  return { path: library.path, kernels, process: processHelpers, cuda, nccl, nvml }
 }
 
 /** Load the library (default: `libraryPath()`), checking its ABI. */

@@ -14,9 +14,9 @@ import { existsSync } from "node:fs"
 import { dirname, join } from "node:path"
 
 /** The ABI this binding speaks; the library's `cohort_abi_version` must say the same. */
-export const ABI_VERSION = 1
+export const ABI_VERSION = 2
 
-export const status = { ok: 0, invalid: -1, unavailable: -2, cuda: -3, nccl: -4, os: -5 } as const
+export const status = { ok: 0, invalid: -1, unavailable: -2, cuda: -3, nccl: -4, os: -5, nvml: -6 } as const
 
 const { f32, f64, i32, ptr: pointer, u32, u64 } = FFIType
 /** size_t: 64-bit on every platform cohort runs on. */
@@ -63,7 +63,9 @@ export const symbols = {
   cohort_nccl_comm_abort: { args: [u64], returns: i32 },
   cohort_nccl_comm_destroy: { args: [u64], returns: i32 },
   cohort_nccl_comm_get_async_error: { args: [u64, pointer], returns: i32 },
-  cohort_nccl_error_string: { args: [i32, pointer, usize], returns: i32 }
+  cohort_nccl_error_string: { args: [i32, pointer, usize], returns: i32 },
+  // NVML, opened by the library at first use: (device, out used bytes, out total bytes, out utilisation percent).
+  cohort_gpu_sample: { args: [i32, pointer, pointer, pointer], returns: i32 }
 } as const
 
 export type Symbols = ReturnType<typeof dlopen<typeof symbols>>["symbols"]

@@ -67,7 +67,7 @@ pub(crate) unsafe fn write_c_string(text: &[u8], out: *mut c_char, capacity: usi
     *out.add(n) = 0;
 }
 
-fn open_first(what: &str, candidates: &[String], advice: &str) -> Result<Library, String> {
+pub(crate) fn open_first(what: &str, candidates: &[String], advice: &str) -> Result<Library, String> {
     let mut tried = Vec::new();
     for candidate in candidates {
         match Library::open(candidate) {

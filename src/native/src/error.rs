@@ -16,6 +16,8 @@ pub mod status {
     pub const NCCL: i32 = -4;
     /// The operating system refused (errno in the last error).
     pub const OS: i32 = -5;
+    /// NVML refused a query (its code and text are in the last error).
+    pub const NVML: i32 = -6;
 }
 
 thread_local! {
