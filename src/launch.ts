@@ -122,7 +122,7 @@ const checkHosts = (plan: Plan): Effect.Effect<void, LaunchInputError> =>
 
 /** Run a cluster; resolves with the result, rejects on a mistake of input. Logs `cohort: …` lines on stderr. */
 export const launch = async (input: ClusterInput, options: Launcher.LaunchOptions = {}): Promise<Launcher.RunResult> => {
-  const outcome = await Effect.runPromise(Effect.either(launchEffect(input, options)).pipe(Effect.provide(Log.layer())))
+  const outcome = await Effect.runPromise(Effect.either(launchEffect(input, options)).pipe(Effect.provide(Log.layer(undefined, undefined, options.logLine))))
   // Reject with the error itself (its class and message), not Effect's wrapper.
   if (Either.isLeft(outcome)) throw outcome.left
   return outcome.right

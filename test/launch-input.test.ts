@@ -396,7 +396,7 @@ describe("bun run launch, the good paths", () => {
   test("--help prints the usage on stdout and exits 0", async () => {
     const { code, stderr, stdout } = await launch(["--help"])
     expect(stdout).toContain(usage)
-    expect(stdout).toContain("--dry-run   print the plan")
+    expect(stdout).toContain("--dry-run        print the plan")
     expect(stdout).toContain("Exit status: 0 completed (also DEGRADED), 1 failed, 2 bad input, 130 interrupted.")
     expect(stderr).toBe("")
     expect(code).toBe(0)

@@ -4,19 +4,21 @@
 import { describe, expect } from "bun:test"
 import * as Effect from "effect/Effect"
 import * as PortMux from "../src/actors/PortMux.ts"
+import * as RunView from "../src/actors/launcher/RunView.ts"
 import * as StatusBoard from "../src/actors/StatusBoard.ts"
 import { newSalt } from "../src/wire/Keys.ts"
 import { effect } from "./support/effect.ts"
 
 const state: StatusBoard.RunState = {
+  ...RunView.initial("board", 0),
   phase: "training",
   joinedRanks: 2,
   joinedHosts: 1,
   windowRemainingMs: null,
   capRemainingMs: null,
   ranks: [
-    { rank: 0, host: "node-a", device: "cpu:0", pid: 100, state: "running", exit: null },
-    { rank: 1, host: "node-a", device: "cpu:1", pid: null, state: "dead", exit: "signal SIGKILL" }
+    { rank: 0, host: "node-a", device: "cpu:0", pid: 100, state: "running", exit: null, restarts: 0, startedAt: 1, endedAt: null, resources: null },
+    { rank: 1, host: "node-a", device: "cpu:1", pid: null, state: "dead", exit: "signal SIGKILL", restarts: 0, startedAt: 1, endedAt: 2, resources: null }
   ]
 }
 
@@ -73,7 +75,7 @@ describe("StatusBoard", () => {
       const { url } = yield* setup()
       const response = yield* fetchJson(url("/nope"))
       expect(response.status).toBe(404)
-      expect((response.body as { paths: unknown }).paths).toEqual(["GET /state.json", "GET /", "POST /start?token=<salt hex>"])
+      expect((response.body as { paths: unknown }).paths).toEqual(["GET /state.json", "GET /", "GET /events", "GET /metrics", "POST /start?token=<salt hex>"])
     }))
 
   effect.live("POST /start: loopback needs no token; 409 when nothing can be armed; the join gate decides", () =>

@@ -1,8 +1,13 @@
 /**
  * StatusBoard: the run's state over HTTP on the mux port.
  *
- * - `GET /state.json` (and `GET /`): 200 with the last published state, 503
- *   before the first publication.
+ * - `GET /state.json`: 200 with the last published state, 503 before the
+ *   first publication.
+ * - `GET /`: the live page (served from here: the machines are offline).
+ * - `GET /events`: Server-Sent Events, one `state` event with the whole state
+ *   at once and then after each publication, at most every 250 ms; a slow
+ *   reader gets the newest state when it catches up, never a backlog.
+ * - `GET /metrics`: Prometheus text.
  * - `POST /start[?token=…]`: arms an operator start for `start: manual` join
  *   windows. From loopback no token is needed; from anywhere else the token is
  *   the run's salt in hex. 403 for a bad token, 409 when there is nothing to
@@ -10,7 +15,8 @@
  * - Anything else: 404 listing the valid paths.
  *
  * One request per connection (`Connection: close`, CORS open: the page is
- * read-only). The request line must arrive within the deadline and fit in
+ * read-only), except `/events`, which stays open until the client or the run
+ * ends. The request line must arrive within the deadline and fit in
  * 2 KiB. Each connection is served from its own callbacks, so a slow or idle
  * client never holds up another.
  */
@@ -22,29 +28,10 @@ import type * as Scope from "effect/Scope"
 import * as Actor from "./Actor.ts"
 import type { Accepted } from "./PortMux.ts"
 import type { Connection } from "../wire/Connection.ts"
+import type { RunState } from "./launcher/RunView.ts"
 import { isLoopbackAddress } from "../wire/Trust.ts"
 
-export type Phase = "waiting" | "forming" | "training" | "done" | "failed"
-
-export interface RankStatus {
-  readonly rank: number
-  readonly host: string
-  readonly device: string
-  readonly pid: number | null
-  readonly state: "starting" | "running" | "exited" | "dead"
-  /** "status 0", "signal SIGKILL", … once it has ended. */
-  readonly exit: string | null
-}
-
-export interface RunState {
-  readonly phase: Phase
-  readonly joinedRanks: number
-  readonly joinedHosts: number
-  /** Join-window countdowns in ms; frozen at formation, null once irrelevant. */
-  readonly windowRemainingMs: number | null
-  readonly capRemainingMs: number | null
-  readonly ranks: ReadonlyArray<RankStatus>
-}
+export type { Phase, RankStatus, RunState } from "./launcher/RunView.ts"
 
 export type StartOutcome = { readonly armed: true } | { readonly armed: false; readonly reason: string }
 
@@ -55,6 +42,10 @@ export interface StatusBoardOptions {
   readonly requestDeadlineMs: number
   /** Arm an operator start; the join gate decides. Without it, there is never anything to arm. */
   readonly onStart?: () => Effect.Effect<StartOutcome>
+  /** The page `GET /` serves (HTML); without it, `/` answers like `/state.json`. */
+  readonly page?: string
+  /** Prometheus text for `GET /metrics`; without it, 404. */
+  readonly metrics?: () => Effect.Effect<string>
 }
 
 export interface StatusBoard {
@@ -66,7 +57,11 @@ export interface StatusBoard {
 const MAX_REQUEST_LINE = 2048
 /** Request line, headers and body together: the endpoints take no real input. */
 const MAX_REQUEST = 16384
-const paths = ["GET /state.json", "GET /", "POST /start?token=<salt hex>"]
+const paths = ["GET /state.json", "GET /", "GET /events", "GET /metrics", "POST /start?token=<salt hex>"]
+/** SSE: no more than one state per client this often. */
+const EVENTS_EVERY_MS = 250
+/** SSE: a comment this often keeps idle proxies from closing the stream. */
+const EVENTS_KEEPALIVE_MS = 15_000
 const reasons: Record<number, string> = {
   200: "OK",
   400: "Bad Request",
@@ -78,11 +73,11 @@ const reasons: Record<number, string> = {
   503: "Service Unavailable"
 }
 
-const respond = (connection: Connection, status: number, body: unknown): Promise<void> => {
-  const text = JSON.stringify(body)
+const respond = (connection: Connection, status: number, body: unknown, contentType = "application/json"): Promise<void> => {
+  const text = typeof body === "string" && contentType !== "application/json" ? body : JSON.stringify(body)
   const head = [
     `HTTP/1.1 ${status} ${reasons[status] ?? ""}`,
-    "Content-Type: application/json",
+    `Content-Type: ${contentType}`,
     `Content-Length: ${Buffer.byteLength(text)}`,
     "Connection: close",
     "Access-Control-Allow-Origin: *",
@@ -104,10 +99,25 @@ export const make = (options: StatusBoardOptions): Effect.Effect<StatusBoard, ne
   Effect.gen(function*() {
     const published = yield* Ref.make<RunState | undefined>(undefined)
     const runPromise = Runtime.runPromise(yield* Effect.runtime<never>())
+    const streams = new Set<EventStream>()
+    yield* Effect.addFinalizer(() => Effect.sync(() => streams.forEach((stream) => stream.close())))
 
     const answer = (connection: Connection, requestLine: string): Promise<void> => {
       const [method, target] = requestLine.split(" ")
       const url = new URL(target ?? "/", "http://status")
+      if (method === "GET" && url.pathname === "/" && options.page !== undefined) {
+        return respond(connection, 200, options.page, "text/html; charset=utf-8")
+      }
+      if (method === "GET" && url.pathname === "/events") {
+        return runPromise(Ref.get(published)).then((state) => {
+          const stream = openEventStream(connection, () => streams.delete(stream))
+          streams.add(stream)
+          if (state !== undefined) stream.offer(state)
+        })
+      }
+      if (method === "GET" && url.pathname === "/metrics" && options.metrics !== undefined) {
+        return runPromise(options.metrics()).then((text) => respond(connection, 200, text, "text/plain; version=0.0.4; charset=utf-8"))
+      }
       if (method === "GET" && (url.pathname === "/state.json" || url.pathname === "/")) {
         return runPromise(Ref.get(published)).then((state) =>
           state === undefined
@@ -179,5 +189,64 @@ export const make = (options: StatusBoardOptions): Effect.Effect<StatusBoard, ne
       name: "status-board",
       handlers: { Accepted: ({ connection }) => Effect.sync(() => serve(connection)) }
     })
-    return { owner, publish: (state) => Ref.set(published, state) }
+    return {
+      owner,
+      publish: (state) => Effect.zipRight(Ref.set(published, state), Effect.sync(() => streams.forEach((stream) => stream.offer(state))))
+    }
   })
+
+interface EventStream {
+  /** Send this state when the client is ready for one (the newest wins). */
+  readonly offer: (state: RunState) => void
+  readonly close: () => void
+}
+
+/** Answer `/events` and keep the connection: states go out at most every EVENTS_EVERY_MS, newest first. */
+const openEventStream = (connection: Connection, onClosed: () => void): EventStream => {
+  let pending: RunState | undefined
+  let sending = false
+  let lastSentAt = 0
+  let timer: ReturnType<typeof setTimeout> | undefined
+  const encoder = new TextEncoder()
+  const keepAlive = setInterval(() => void connection.write(encoder.encode(": keep-alive\n\n")), EVENTS_KEEPALIVE_MS)
+  const pump = () => {
+    timer = undefined
+    if (sending || pending === undefined || connection.isClosed) return
+    const wait = lastSentAt + EVENTS_EVERY_MS - Date.now()
+    if (wait > 0) {
+      timer = setTimeout(pump, wait)
+      return
+    }
+    const state = pending
+    pending = undefined
+    sending = true
+    lastSentAt = Date.now()
+    void connection.write(encoder.encode(`event: state\ndata: ${JSON.stringify(state)}\n\n`)).then(() => {
+      sending = false
+      if (pending !== undefined && timer === undefined) pump()
+    })
+  }
+  const close = () => {
+    clearInterval(keepAlive)
+    clearTimeout(timer)
+    if (!connection.isClosed) connection.end()
+    onClosed()
+  }
+  void connection.write(encoder.encode([
+    "HTTP/1.1 200 OK",
+    "Content-Type: text/event-stream",
+    "Cache-Control: no-store",
+    "Access-Control-Allow-Origin: *",
+    "Connection: keep-alive",
+    "",
+    ""
+  ].join("\r\n")))
+  connection.receive({ data: () => {}, close })
+  return {
+    offer: (state) => {
+      pending = state
+      if (timer === undefined) pump()
+    },
+    close
+  }
+}

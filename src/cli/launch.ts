@@ -1,5 +1,5 @@
 /**
- * `bun run launch <cluster.yml> [--dry-run] [--resume] [--sync]`: run a cluster.
+ * `bun run launch <cluster.yml> [options]`: run a cluster (see the usage below).
  *
  * Exit status: 0 completed (degraded included), 1 failed by the policy,
  * 2 bad input (file, arguments, environment), 130 interrupted. The last line
@@ -12,17 +12,26 @@
  * (`bundle.ts`).
  */
 import { loadLibrary } from "./bundle.ts"
+import { make as makeConsole, summaryTable } from "./RunConsole.ts"
 
 const usage = `usage: bun run launch <cluster.yml> [--dry-run] [--resume] [--sync]
+                  [--quiet] [--ranks 0,3] [--log-dir DIR] [--events FILE]
 
 Runs the job of a cluster file: one port, an agent per host, a rank per device,
 supervised under the file's failure_policy.
 
-  --dry-run   print the plan (hosts, ranks, devices, commands, env, policy) and start nothing
-  --resume    continue from the consensus checkpoint (job.checkpoint, by default
-              .cohort/checkpoints/<name>.json): epochs start after the saved one
-  --sync      copy this checkout to every ssh host's path first (rsync, else tar over ssh)
-  -h, --help  show this help
+  --dry-run        print the plan (hosts, ranks, devices, commands, env, policy) and start nothing
+  --resume         continue from the consensus checkpoint (job.checkpoint, by default
+                   .cohort/checkpoints/<name>.json): epochs start after the saved one
+  --sync           copy this checkout to every ssh host's path first (rsync, else tar over ssh)
+  --quiet          show only cohort's own lines, and a dead rank's last lines
+  --ranks 0,3      show only these ranks' lines
+  --log-dir DIR    also write each rank's, relay's and agent's lines to a file of its own in DIR
+  --events FILE    write every join, death, restart, decision and the verdict as JSON lines
+  -h, --help       show this help
+
+While it runs: a live page at http://<its address>/ , metrics at /metrics, and
+\`bun run status\` in this directory.
 
 Exit status: 0 completed (also DEGRADED), 1 failed, 2 bad input, 130 interrupted.
 Example: bun run launch examples/local.yml`
@@ -38,12 +47,28 @@ if (args.includes("--help") || args.includes("-h")) {
   console.log(usage)
   process.exit(0)
 }
-const flags = args.filter((arg) => arg.startsWith("-"))
-const files = args.filter((arg) => !arg.startsWith("-"))
-const unknown = flags.filter((flag) => !["--dry-run", "--resume", "--sync"].includes(flag))
-if (unknown.length > 0) fail(`unknown option ${unknown.join(", ")}\n\n${usage}`)
+const switches = ["--dry-run", "--resume", "--sync", "--quiet"]
+const valued = ["--ranks", "--log-dir", "--events"]
+const flags = new Set<string>()
+const values = new Map<string, string>()
+const files: Array<string> = []
+for (let i = 0; i < args.length; i++) {
+  const arg = args[i]!
+  if (switches.includes(arg)) flags.add(arg)
+  else if (valued.includes(arg)) {
+    const value = args[++i]
+    if (value === undefined || value.startsWith("--")) fail(`${arg} needs a value\n\n${usage}`)
+    values.set(arg, value!)
+  } else if (arg.startsWith("-")) fail(`unknown option ${arg}\n\n${usage}`)
+  else files.push(arg)
+}
 if (files.length !== 1) fail(`${files.length === 0 ? "no cluster file given" : `one cluster file at a time, got ${files.join(", ")}`}\n\n${usage}`)
 const file = files[0]!
+const rankList = values.get("--ranks")
+const ranks = rankList === undefined ? undefined : rankList.split(",").map((part) => part.trim())
+if (ranks !== undefined && (ranks.length === 0 || ranks.some((rank) => !/^\d+$/.test(rank)))) {
+  fail(`--ranks takes rank numbers separated by commas (like 0,3), got ${rankList}`)
+}
 
 const cohort = await loadLibrary()
 
@@ -54,10 +79,16 @@ const refuse = (error: unknown): never => {
   process.exit(1)
 }
 
-if (flags.includes("--dry-run")) {
+if (flags.has("--dry-run")) {
   console.log(await cohort.dryRun(file).catch(refuse))
   process.exit(0)
 }
+
+const runConsole = makeConsole({
+  quiet: flags.has("--quiet"),
+  ranks: ranks === undefined ? undefined : new Set(ranks.map(Number)),
+  logDir: values.get("--log-dir")
+})
 
 // A second signal while stopping: the operator insists. Children die with us (PR_SET_PDEATHSIG).
 let signals = 0
@@ -65,12 +96,28 @@ for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"] as const) {
   process.on(signal, () => {
     signals += 1
     if (signals > 1) {
+      runConsole.close()
       process.stderr.write("cohort: run failed: interrupted again: exiting now without waiting for the ranks\n")
       process.exit(130)
     }
   })
 }
 
-const result = await cohort.launch(file, { handleSignals: true, resume: flags.includes("--resume"), sync: flags.includes("--sync") }).catch(refuse)
+const result = await cohort.launch(file, {
+  handleSignals: true,
+  resume: flags.has("--resume"),
+  sync: flags.has("--sync"),
+  eventsFile: values.get("--events"),
+  output: runConsole.output,
+  logLine: runConsole.cohortLine,
+  onEvent: runConsole.onEvent
+}).catch((error) => {
+  runConsole.close()
+  return refuse(error)
+})
+const last = runConsole.lastState()
+const table = last === undefined ? "" : summaryTable(last)
+runConsole.close()
+if (table !== "") process.stderr.write(`${table}\n`)
 process.stderr.write(`cohort: ${result.summary}\n`)
 process.exit(result.exitCode)

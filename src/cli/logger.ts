@@ -11,14 +11,16 @@ import * as LogLevel from "effect/LogLevel"
 const render = (message: unknown): string =>
   Array.isArray(message) ? message.map(render).join(" ") : typeof message === "string" ? message : String(message)
 
-export const lineLogger = (prefix: string) => Logger.make(({ cause, logLevel, message }) => {
+const toStderr = (text: string) => void process.stderr.write(text)
+
+export const lineLogger = (prefix: string, write: (text: string) => void = toStderr) => Logger.make(({ cause, logLevel, message }) => {
   const level = LogLevel.greaterThanEqual(logLevel, LogLevel.Error)
     ? "error: "
     : LogLevel.greaterThanEqual(logLevel, LogLevel.Warning)
     ? "warning: "
     : ""
   const detail = Cause.isEmpty(cause) ? "" : `\n${Cause.pretty(cause)}`
-  process.stderr.write(`${prefix}${level}${render(message)}${detail}\n`)
+  write(`${prefix}${level}${render(message)}${detail}\n`)
 })
 
 /**
@@ -26,5 +28,5 @@ export const lineLogger = (prefix: string) => Logger.make(({ cause, logLevel, me
  * above. A relay or rank logs with no prefix of its own: its agent prefixes
  * every line it forwards.
  */
-export const layer = (minimum: LogLevel.LogLevel = LogLevel.Info, prefix = "cohort: ") =>
-  Layer.merge(Logger.replace(Logger.defaultLogger, lineLogger(prefix)), Logger.minimumLogLevel(minimum))
+export const layer = (minimum: LogLevel.LogLevel = LogLevel.Info, prefix = "cohort: ", write: (text: string) => void = toStderr) =>
+  Layer.merge(Logger.replace(Logger.defaultLogger, lineLogger(prefix, write)), Logger.minimumLogLevel(minimum))

@@ -5,6 +5,7 @@
  * tagged with the rank (`FromRank`, `ToRanks` in ControlMessages).
  */
 import * as Schema from "effect/Schema"
+import { ALLREDUCE_BUCKETS_S } from "./LatencyBuckets.ts"
 
 const Count = Schema.Int.pipe(Schema.nonNegative())
 
@@ -16,11 +17,19 @@ export type SampleRange = typeof SampleRange.Type
 /** The rank is connected and ready for plans. */
 export class Attach extends Schema.TaggedClass<Attach>()("Attach", {}) {}
 export class Heartbeat extends Schema.TaggedClass<Heartbeat>()("Heartbeat", {}) {}
+/** The rank's all-reduce calls since its previous report: a count per bucket (LatencyBuckets) and their total seconds. */
+export const LatencyCounts = Schema.Struct({
+  counts: Schema.Array(Count).pipe(Schema.itemsCount(ALLREDUCE_BUCKETS_S.length + 1)),
+  sum: Schema.Number.pipe(Schema.nonNegative())
+})
+export type LatencyCounts = typeof LatencyCounts.Type
+
 /** Cumulative: `done` samples of this epoch's plan (in plan order) are processed. */
 export class Progress extends Schema.TaggedClass<Progress>()("Progress", {
   epoch: Count,
   done: Count,
-  metrics: Schema.optional(Schema.Record({ key: Schema.String, value: Schema.Number }))
+  metrics: Schema.optional(Schema.Record({ key: Schema.String, value: Schema.Number })),
+  allreduce: Schema.optional(LatencyCounts)
 }) {}
 /** The consensus state after `epoch`, as StateJson text. */
 export class CheckpointSave extends Schema.TaggedClass<CheckpointSave>()("CheckpointSave", {

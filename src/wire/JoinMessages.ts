@@ -114,6 +114,19 @@ export class RunEnded extends Schema.TaggedClass<RunEnded>()("RunEnded", {
   verdict: Schema.String
 }) {}
 
+/** The host's ranks' resource use, sampled by the agent every few seconds (the status page and /metrics). */
+export class RankResources extends Schema.TaggedClass<RankResources>()("RankResources", {
+  samples: Schema.Array(Schema.Struct({
+    rank: Rank,
+    /** Share of one core since the previous sample. */
+    cpu: Schema.Number.pipe(Schema.nonNegative()),
+    rssBytes: Schema.Number.pipe(Schema.nonNegative()),
+    gpuMemoryBytes: Schema.NullOr(Schema.Number.pipe(Schema.nonNegative())),
+    /** 0–1. */
+    gpuUtilization: Schema.NullOr(Schema.Number.pipe(Schema.between(0, 1)))
+  }))
+}) {}
+
 /** In kind order: a message's kind byte is its index here, so never reorder, only append. */
 export const JoinMessage = Schema.Union(
   Hello,
@@ -126,6 +139,7 @@ export const JoinMessage = Schema.Union(
   StopRank,
   RankStarted,
   RankRunning,
-  RunEnded
+  RunEnded,
+  RankResources
 )
 export type JoinMessage = typeof JoinMessage.Type

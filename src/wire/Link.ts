@@ -19,6 +19,7 @@ import { type ChannelName, defaultCeiling, magic } from "./Channel.ts"
 import type { Codec } from "./Codec.ts"
 import { Connection, forwardingHandlers, type SocketData } from "./Connection.ts"
 import { encodeFrame, FrameDecoder, type FrameErrorReason } from "./Frame.ts"
+import * as WireCounters from "./WireCounters.ts"
 import { deriveKeys, NONCE_BYTES, newNonce } from "./Keys.ts"
 
 export type LinkErrorReason = "closed" | "handshake" | "connect" | "decode" | FrameErrorReason
@@ -111,7 +112,9 @@ const open = <In, Out>(
     connection.receive({
       data: (bytes) => {
         if (ended !== undefined) return
+        let frames = 0
         const failed = decoder.pushEach(bytes, (frame) => {
+          frames += 1
           if (ended !== undefined) return
           const message = options.inbound.decode(frame.kind, frame.payload)
           if (Either.isLeft(message)) {
@@ -124,6 +127,7 @@ const open = <In, Out>(
           if (salt !== undefined) switchTo(salt)
           Queue.unsafeOffer(inbox, Either.right(message.right))
         })
+        WireCounters.received(channel, frames, bytes.length)
         if (failed !== undefined) {
           end(new LinkError({ channel, peer, reason: failed.reason, detail: failed.detail }))
           connection.reset()
@@ -147,6 +151,7 @@ const open = <In, Out>(
           const { kind, payload } = options.outbound.encode(message)
           const parts = encodeFrame(sendKey, kind, sequence, payload)
           sequence += 1n
+          WireCounters.sent(channel, parts.reduce((sum, part) => sum + part.length, 0))
           return Effect.promise(() => connection.write(...parts))
         }),
       receive,

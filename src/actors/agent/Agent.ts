@@ -25,7 +25,9 @@ import * as Scope from "effect/Scope"
 import { describe as describeExit, isClean } from "../ChildExit.ts"
 import * as ProcessChild from "../ProcessChild.ts"
 import { roleVariables } from "../Role.ts"
-import { type Accept, Hello, type JoinMessage, RankExited, RankRunning, RankStarted, type StartRank, type StopRank, type WorldFormed } from "../../wire/JoinMessages.ts"
+import { type Accept, Hello, type JoinMessage, RankExited, RankResources, RankRunning, RankStarted, type StartRank, type StopRank, type WorldFormed } from "../../wire/JoinMessages.ts"
+import * as Native from "../../native/Native.ts"
+import { makeResourceSampler } from "./ResourceSampler.ts"
 import { OPEN_SALT, saltFromHex, saltToHex } from "../../wire/Keys.ts"
 import * as Link from "../../wire/Link.ts"
 import { joinCodec, type JoinLink } from "../launcher/JoinGate.ts"
@@ -44,6 +46,9 @@ export class AgentError extends Data.TaggedError("AgentError")<{ readonly host: 
     return `agent of ${this.host}: ${this.reason}`
   }
 }
+
+/** How often the ranks' resource use is sampled and sent. */
+const RESOURCES_EVERY = Duration.seconds(2)
 
 export type OutputSink = (line: string, stream: "stdout" | "stderr") => void
 
@@ -149,6 +154,24 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
     const ranks = new Map<number, RankProcess>()
     let ending = false
     const report = (message: JoinMessage) => Effect.ignore(link.send(message))
+
+    // The ranks' resource use, for the status page and /metrics. GPUs are read through NVML (no CUDA context here).
+    const gpuHost = options.devices.devices.some((device) => device.kind === "gpu")
+    const native = gpuHost ? yield* Effect.option(Native.load()) : undefined
+    const sampler = makeResourceSampler(native?._tag === "Some" ? native.value.nvml.sample : undefined)
+    yield* Effect.forkIn(
+      Effect.forever(Effect.zipRight(
+        Effect.sleep(RESOURCES_EVERY),
+        Effect.suspend(() => {
+          const processes = [...ranks].map(([rank, { child }]) => {
+            const device = options.devices.devices[accept.ranks.indexOf(rank)]
+            return { rank, pid: child.pid, device: device?.kind === "gpu" ? device.index : "cpu" as const }
+          })
+          return processes.length === 0 ? Effect.void : report(new RankResources({ samples: sampler.sample(processes, performance.now()) }))
+        })
+      )),
+      scope
+    )
 
     const stopAll = (why: string) =>
       Effect.gen(function*() {

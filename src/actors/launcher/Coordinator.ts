@@ -38,8 +38,10 @@ import {
   TrainingDone,
   Welcome
 } from "../../wire/CoordinatorMessages.ts"
+import type { LatencyCounts } from "../../wire/LatencyBuckets.ts"
 import * as CheckpointFile from "./CheckpointFile.ts"
 import * as Ledger from "./EpochLedger.ts"
+import type { RunEvent } from "./RunView.ts"
 
 export interface CoordinatorOptions {
   readonly run: string
@@ -59,6 +61,10 @@ export interface CoordinatorOptions {
   readonly drained: Effect.Effect<void>
   /** The controller's model root as StateJson text, saved with every checkpoint. */
   readonly rootState: () => string | undefined
+  /** Told training's progress (at most every PROGRESS_EVERY_MS), each epoch's end and each checkpoint written (the run's journal). */
+  readonly onEvent?: (event: RunEvent) => Effect.Effect<void>
+  /** Told each rank's all-reduce latencies as its progress reports bring them (/metrics). */
+  readonly onLatency?: (counts: LatencyCounts) => void
   /** Told when survivors hold a dead rank's redistributed work (benchmarks, tests). */
   readonly onRedistributed?: (dead: number, extensions: ReadonlyMap<number, ReadonlyArray<Ledger.SampleRange>>) => void
 }
@@ -80,6 +86,8 @@ export interface Coordinator {
 }
 
 const BEAT_MS = 1_000
+/** Progress goes to the journal (and so the terminal and the page) no more often than this. */
+const PROGRESS_EVERY_MS = 500
 
 export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, never, Scope.Scope> =>
   Effect.gen(function*() {
@@ -107,6 +115,30 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
     const firstEpoch = (options.resume?.epoch ?? 0) + 1
     const live = () => [...alive].sort((a, b) => a - b)
     const now = Clock.currentTimeMillis
+    const tell = options.onEvent ?? (() => Effect.void)
+    /** Samples of the epochs finished in this run, and the last progress told: the rate is taken between two of them. */
+    let samplesBefore = 0
+    let lastTold: { at: number; samples: number } | undefined
+    const tellProgress = (force: boolean) =>
+      Effect.gen(function*() {
+        if (ledger === undefined) return
+        const at = yield* now
+        if (!force && lastTold !== undefined && at - lastTold.at < PROGRESS_EVERY_MS) return
+        const done = [...ledger.done.values()].reduce((sum, count) => sum + count, 0)
+        const samples = samplesBefore + done
+        const samplesPerSec = lastTold !== undefined && at > lastTold.at ? ((samples - lastTold.samples) * 1000) / (at - lastTold.at) : null
+        lastTold = { at, samples }
+        yield* tell({
+          event: "progress",
+          at,
+          epoch: ledger.epoch,
+          epochs: lastEpoch,
+          samplesDone: done,
+          datasetSize: ledger.datasetSize,
+          samplesPerSec,
+          metrics: averageMetrics(metrics)
+        })
+      })
 
     const writeCheckpoint = (reason: CheckpointFile.SaveReason) =>
       consensus === undefined
@@ -155,6 +187,17 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
         if (at !== undefined && at > epochStartedAt && done > 0) throughput.set(rank, done / ((at - epochStartedAt) / 1000))
       }
       const shown = summariseMetrics(metrics)
+      yield* tellProgress(true)
+      samplesBefore += finishedLedger.datasetSize
+      yield* tell({
+        event: "epoch_done",
+        at: yield* now,
+        epoch: finishedLedger.epoch,
+        epochs: lastEpoch,
+        seconds: took / 1000,
+        samples: finishedLedger.datasetSize,
+        metrics: averageMetrics(metrics)
+      })
       yield* Effect.logInfo(
         `epoch ${finishedLedger.epoch}/${lastEpoch} done in ${(took / 1000).toFixed(1)} s: ${finishedLedger.datasetSize} samples ` +
           `(${[...finishedLedger.done].sort(([a], [b]) => a - b).map(([rank, done]) => `r${rank} ${done}`).join(", ")})${shown}`
@@ -221,12 +264,14 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
           }
           case "Progress": {
             if (report.metrics !== undefined) metrics.set(rank, report.metrics)
+            if (report.allreduce !== undefined) options.onLatency?.(report.allreduce)
             if (ledger === undefined || report.epoch !== ledger.epoch) return
             const { clipped, ledger: next } = Ledger.report(ledger, rank, report.done + (doneBefore.get(rank) ?? 0))
             ledger = next
             lastProgressAt.set(rank, yield* now)
             if (clipped) yield* Effect.logWarning(`rank ${rank} reported ${report.done} samples done in epoch ${next.epoch}, more than the ${Ledger.assignedCount(next, rank)} it was given`)
             if (Ledger.isComplete(next)) yield* endEpoch
+            else yield* tellProgress(false)
             return
           }
           case "CheckpointSave": {
@@ -274,8 +319,8 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
     }
   })
 
-/** ", loss 0.123 (mean of 4 ranks)" from each rank's latest metrics. */
-const summariseMetrics = (metrics: ReadonlyMap<number, Readonly<Record<string, number>>>): string => {
+/** Each metric's mean over the ranks' latest reports. */
+const averageMetrics = (metrics: ReadonlyMap<number, Readonly<Record<string, number>>>): Record<string, number> => {
   const sums = new Map<string, { total: number; count: number }>()
   for (const values of metrics.values()) {
     for (const [name, value] of Object.entries(values)) {
@@ -283,6 +328,12 @@ const summariseMetrics = (metrics: ReadonlyMap<number, Readonly<Record<string, n
       sums.set(name, { total: entry.total + value, count: entry.count + 1 })
     }
   }
-  if (sums.size === 0) return ""
-  return `; ${[...sums].map(([name, { count, total }]) => `${name} ${(total / count).toPrecision(4)}`).join(", ")} (mean of the ranks' latest)`
+  return Object.fromEntries([...sums].map(([name, { count, total }]) => [name, total / count]))
+}
+
+/** "; loss 0.123 (mean of the ranks' latest)" from each rank's latest metrics. */
+const summariseMetrics = (metrics: ReadonlyMap<number, Readonly<Record<string, number>>>): string => {
+  const means = Object.entries(averageMetrics(metrics))
+  if (means.length === 0) return ""
+  return `; ${means.map(([name, mean]) => `${name} ${mean.toPrecision(4)}`).join(", ")} (mean of the ranks' latest)`
 }

@@ -59,6 +59,9 @@ export interface JoinGateOptions {
   /** Time a connection has to send its Hello (already scaled). */
   readonly handshakeMs: number
   readonly floodLimit?: number
+  /** Told each admission and each refusal (the run's journal). */
+  readonly onJoined?: (host: string, ranks: ReadonlyArray<number>) => Effect.Effect<void>
+  readonly onRefused?: (peer: string, reason: string) => Effect.Effect<void>
 }
 
 export interface JoinGate {
@@ -111,9 +114,10 @@ export const make = (options: JoinGateOptions): Effect.Effect<JoinGate, never, S
       )
 
     /** Every refusal counts towards the flood guard, answered or not. */
-    const countRefusal = (message: string) =>
+    const countRefusal = (peer: string, reason: string, message: string) =>
       Ref.update(window, (state) => ({ ...state, rejected: state.rejected + 1 })).pipe(
         Effect.zipRight(Effect.logWarning(message)),
+        Effect.zipRight(options.onRefused?.(peer, reason) ?? Effect.void),
         Effect.zipRight(settle)
       )
 
@@ -121,7 +125,7 @@ export const make = (options: JoinGateOptions): Effect.Effect<JoinGate, never, S
       Effect.gen(function*() {
         yield* Effect.ignore(link.send(new Reject({ reason })))
         yield* link.close
-        yield* countRefusal(`refused a join from ${link.peer}: ${reason}`)
+        yield* countRefusal(link.peer, reason, `refused a join from ${link.peer}: ${reason}`)
       })
 
     /** Why a Hello cannot be admitted, or undefined when it can. */
@@ -176,6 +180,7 @@ export const make = (options: JoinGateOptions): Effect.Effect<JoinGate, never, S
         }
         if (options.admission.mode === "open") yield* link.rekey(options.salt)
         yield* Effect.logInfo(`${hello.host} joined with ranks ${member.ranks.join(", ")}`)
+        if (options.onJoined !== undefined) yield* options.onJoined(hello.host, member.ranks)
         yield* settle
         // Until the window closes, the member's link ending fails it at once. The
         // watch stops at the outcome: from then on the link belongs to whoever runs the cohort.
@@ -194,7 +199,7 @@ export const make = (options: JoinGateOptions): Effect.Effect<JoinGate, never, S
         yield* admit(link, first)
       }).pipe(
         // A frame that fails authentication (or never comes) gets no answer: only the count.
-        Effect.catchAll((error) => countRefusal(`dropped a join connection: ${error.message}`))
+        Effect.catchAll((error) => countRefusal(connection.peer, error.message, `dropped a join connection: ${error.message}`))
       )
 
     const owner = yield* Actor.spawn<Accepted, Scope.Scope>({

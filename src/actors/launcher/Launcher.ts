@@ -24,7 +24,7 @@ import type * as Scope from "effect/Scope"
 import * as Agent from "../agent/Agent.ts"
 import { deviceTag } from "../agent/Devices.ts"
 import { describe as describeExit, isClean } from "../ChildExit.ts"
-import { SupervisionEvent } from "../decide.ts"
+import { type Directive, SupervisionEvent } from "../decide.ts"
 import * as PortMux from "../PortMux.ts"
 import { onSignals } from "../signals.ts"
 import * as StatusBoard from "../StatusBoard.ts"
@@ -39,6 +39,12 @@ import * as ControlGate from "./ControlGate.ts"
 import * as JoinGate from "./JoinGate.ts"
 import { checkpointPath, hostRunSpec, LaunchInputError, type Plan, sshWorkers } from "./Plan.ts"
 import * as RemoteRanks from "./RemoteRanks.ts"
+import { dashboardPage } from "./dashboard/page.ts"
+import * as Metrics from "./Metrics.ts"
+import * as RunJournal from "./RunJournal.ts"
+import * as RunRegistry from "./RunRegistry.ts"
+import type { RunEvent, RunState } from "./RunView.ts"
+import * as WireCounters from "../../wire/WireCounters.ts"
 import * as RendezvousGate from "./RendezvousGate.ts"
 import { localLockHash } from "./Preflight.ts"
 import * as SshSession from "./SshSession.ts"
@@ -98,6 +104,12 @@ export interface LaunchOptions {
   readonly sync?: boolean
   /** Told when survivors hold a dead rank's redistributed work (benchmarks, tests). */
   readonly onRedistributed?: Coordinator.CoordinatorOptions["onRedistributed"]
+  /** Where cohort's own lines go (default: stderr). */
+  readonly logLine?: (text: string) => void
+  /** `--events FILE`: the run's events as JSON lines. */
+  readonly eventsFile?: string | undefined
+  /** Told every event the run records, with the state after it (the terminal's progress lines). */
+  readonly onEvent?: (event: RunEvent, state: RunState) => void
 }
 
 const defaultOutput: Agent.OutputSink = (line, stream) => {
@@ -145,36 +157,31 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
     const phase = yield* Ref.make<StatusBoard.Phase>("waiting")
     const book = new Map<number, RankBook>()
     const openedAt = Date.now()
+    const latency = Metrics.latencyHistogram()
 
     let gate: JoinGate.JoinGate | undefined
     const board = yield* StatusBoard.make({
       salt,
       requestDeadlineMs: scaled(deadlines.httpRequestMs, scale),
-      onStart: () => gate?.arm ?? Effect.succeed({ armed: false as const, reason: "the run is still starting" })
+      onStart: () => gate?.arm ?? Effect.succeed({ armed: false as const, reason: "the run is still starting" }),
+      page: dashboardPage,
+      metrics: (): Effect.Effect<string> => Effect.map(journal.state, (state) => Metrics.render(state, latency, WireCounters.snapshot()))
     })
-    const publish = Effect.gen(function*() {
-      const members = gate === undefined ? [] : yield* gate.members
-      const now = Date.now()
-      const current = yield* Ref.get(phase)
-      const waiting = current === "waiting"
-      yield* board.publish({
-        phase: current,
-        joinedRanks: members.reduce((sum, member) => sum + member.ranks.length, 0),
-        joinedHosts: members.length,
-        windowRemainingMs: waiting ? Math.max(0, openedAt + join.timeoutMs - now) : null,
-        capRemainingMs: waiting ? Math.max(0, openedAt + join.maxTimeoutMs - now) : null,
-        ranks: [...book.entries()].sort(([a], [b]) => a - b).map(([rank, entry]) => ({
-          rank,
-          host: entry.host,
-          device: entry.device,
-          pid: entry.pid,
-          state: entry.state,
-          exit: entry.exits.at(-1) ?? null
-        }))
-      })
+    // Everything that happens is recorded here: the status page, /metrics, --events and the terminal read it.
+    const journal: RunJournal.RunJournal = yield* RunJournal.make({
+      run: config.name,
+      eventsFile: options.eventsFile,
+      onEvent: (event, state) => Effect.zipRight(board.publish(state), Effect.sync(() => options.onEvent?.(event, state)))
+    })
+    const record = (event: RunEvent) => journal.record(event)
+    yield* record({
+      event: "run_started",
+      at: Date.now(),
+      run: config.name,
+      hosts: plan.hosts.map(({ devices, worker }) => ({ host: worker.host, ranks: devices.devices.length }))
     })
     const enter = (next: StatusBoard.Phase) =>
-      Effect.zipRight(Ref.set(phase, next), Effect.zipRight(Effect.sync(() => options.onPhase?.(next)), publish))
+      Effect.zipRight(Ref.set(phase, next), Effect.zipRight(Effect.sync(() => options.onPhase?.(next)), record({ event: "phase", at: Date.now(), phase: next })))
 
     gate = yield* JoinGate.make({
       rules: {
@@ -189,7 +196,9 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
       specFor: (host) => hostRunSpec(config, host, heartbeatTimeoutMs),
       salt,
       version: VERSION,
-      handshakeMs
+      handshakeMs,
+      onJoined: (host, ranks) => record({ event: "host_joined", at: Date.now(), host, ranks }),
+      onRefused: (peer, reason) => record({ event: "join_rejected", at: Date.now(), peer, reason })
     })
     const world = yield* Ref.make(new Map<string, ReadonlyArray<number>>())
     // The training roles exist once the world has formed; relays register only after that.
@@ -237,12 +246,23 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
       `${config.name}: listening on ${plan.bindAddress}:${mux.port} (status: http://${plan.bindAddress}:${mux.port}/state.json); ` +
         `waiting for ${plan.world} rank(s) on ${plan.hosts.length} host(s)`
     )
-    yield* publish
+    yield* record({ event: "listening", at: Date.now(), address: plan.bindAddress, port: mux.port })
+    yield* RunRegistry.register({ run: config.name, address: plan.dialAddress, port: mux.port, pid: process.pid, startedAt: openedAt })
     // The window's countdowns move while it is open.
+    const countDown = Effect.suspend(() => {
+      const now = Date.now()
+      return record({
+        event: "join_window",
+        at: now,
+        windowRemainingMs: Math.max(0, openedAt + join.timeoutMs - now),
+        capRemainingMs: Math.max(0, openedAt + join.maxTimeoutMs - now)
+      })
+    })
+    yield* countDown
     yield* Effect.forkScoped(Effect.gen(function*() {
       while ((yield* Ref.get(phase)) === "waiting") {
         yield* Effect.sleep(Duration.millis(500))
-        yield* publish
+        if ((yield* Ref.get(phase)) === "waiting") yield* countDown
       }
     }))
 
@@ -342,6 +362,13 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
         const summary = describeVerdict(verdict, lost)
         yield* enter(verdict._tag === "Completed" ? "done" : "failed")
         const code = exitCode(verdict) as 0 | 1 | 130
+        yield* record({
+          event: "verdict",
+          at: Date.now(),
+          outcome: verdict._tag === "Failed" ? (code === 130 ? "interrupted" : "failed") : verdict.dead > 0 ? "degraded" : "completed",
+          exitCode: code,
+          summary
+        })
         return {
           run: config.name,
           outcome: verdict._tag === "Failed"
@@ -388,6 +415,7 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
         gone.add(host)
         return Effect.all([
           Effect.logWarning(`${host} is gone (${why}): its ranks are lost`),
+          record({ event: "host_gone", at: Date.now(), host, reason: why }),
           controller?.leave(host) ?? Effect.void,
           member.link.abort(why)
         ], { discard: true })
@@ -408,6 +436,12 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
     // Every rank of this version runs on the launcher's machine: any live one may generate ids.
     if (rendezvous !== undefined) yield* rendezvous.begin([...book.keys()], new Set(book.keys()))
     yield* Effect.forEach(members, (member) => Effect.ignore(member.link.send(worldFormed)), { discard: true })
+    yield* record({
+      event: "world_formed",
+      at: Date.now(),
+      world: worldSize,
+      hosts: members.map((member) => ({ host: member.host, ranks: member.ranks, devices: member.ranks.map((_, slot) => deviceLabel(plan, member.host, slot)) }))
+    })
     yield* enter("forming")
 
     // Formed once every rank runs user code. Told to the Supervisor from the
@@ -417,6 +451,7 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
       if (formed || supervisor === undefined) return
       formed = true
       yield* Effect.logInfo(`cohort formed: all ${worldSize} rank(s) run user code`)
+      yield* record({ event: "cohort_formed", at: Date.now() })
       yield* supervisor.send(SupervisionEvent.CohortFormed())
       if (coordinator !== undefined) yield* coordinator.cohortFormed
       yield* enter("training")
@@ -426,7 +461,7 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
         const entry = book.get(rank)!
         entry.pid = pid
         entry.state = "running"
-        return publish
+        return record({ event: "rank_started", at: Date.now(), rank, pid })
       }),
       running: (rank) => Effect.suspend(() => {
         book.get(rank)!.running = true
@@ -436,8 +471,9 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
         const entry = book.get(rank)!
         entry.exits.push(describeExit(exit))
         entry.state = isClean(exit) ? "exited" : "dead"
-        return publish
-      })
+        return record({ event: "rank_exited", at: Date.now(), rank, exit: describeExit(exit), clean: isClean(exit) })
+      }),
+      resources: (host, samples) => record({ event: "resources", at: Date.now(), host, samples })
     }, graceMs)
 
     // Orders for ranks go down their host's relay link.
@@ -494,6 +530,8 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
             }
           }),
         limitReached,
+        onEvent: record,
+        onLatency: (counts) => latency.add(counts),
         drained: Effect.suspend(() => supervisor?.send(SupervisionEvent.RunDrained()) ?? Effect.void),
         ...(options.onRedistributed === undefined ? {} : { onRedistributed: options.onRedistributed })
       })
@@ -508,7 +546,10 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
       onDirective: (directive) =>
         directive._tag === "ReportDead"
           ? Effect.zipRight(
-            Effect.sync(() => lost.push({ ranks: directive.ranks, cause: directive.cause })),
+            Effect.zipRight(
+              Effect.sync(() => lost.push({ ranks: directive.ranks, cause: directive.cause })),
+              record({ event: "rank_lost", at: Date.now(), ranks: directive.ranks, cause: directive.cause })
+            ),
             Effect.zipRight(
               // The death chain: the survivors take the dead ranks' work.
               coordinator?.ranksDead(directive.ranks, directive.cause) ?? Effect.void,
@@ -516,7 +557,9 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
               rendezvous?.lose(directive.ranks, directive.cause) ?? Effect.void
             )
           )
-          : Effect.void
+          : directive._tag === "Start" || directive._tag === "Verdict"
+          ? Effect.void
+          : record({ event: "decision", at: Date.now(), decision: directive._tag, detail: describeDirective(directive) })
     })
     // An interruption that raced formation still stops the ranks.
     if (yield* Deferred.isDone(interrupted)) yield* interrupt(yield* Deferred.await(interrupted))
@@ -552,4 +595,20 @@ const selfDeployHint = (host: string, saltHex: string | undefined, controller: s
 const deviceLabel = (plan: Plan, host: string, slot: number): string => {
   const device = plan.hosts.find(({ worker }) => worker.host === host)?.devices.devices[slot]
   return device === undefined ? "?" : deviceTag(device)
+}
+
+/** A supervisor's decision, in words, for the events file. */
+const describeDirective = (directive: Directive): string => {
+  switch (directive._tag) {
+    case "Terminate":
+      return `${directive.mode === "kill" ? "kill" : "stop"} ${directive.ids.join(", ")}: ${directive.reason}`
+    case "Restart":
+      return `restart ${directive.id} in ${directive.after} ms`
+    case "Escalate":
+      return directive.cause
+    case "Note":
+      return directive.message
+    default:
+      return directive._tag
+  }
 }

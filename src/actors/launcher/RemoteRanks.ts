@@ -19,7 +19,7 @@ import type { ChildHandle, StopMode } from "../ChildHandle.ts"
 import { ChildExit } from "../ChildExit.ts"
 import type { SupervisedChild } from "../Supervisor.ts"
 import { rankChild } from "../Supervisor.ts"
-import { StartRank, StopRank } from "../../wire/JoinMessages.ts"
+import { type RankResources, StartRank, StopRank } from "../../wire/JoinMessages.ts"
 import type { Member } from "./JoinGate.ts"
 
 export interface RankObserver {
@@ -27,6 +27,8 @@ export interface RankObserver {
   /** The rank runs user code (an entry rank checked in, a command rank was started). */
   readonly running: (rank: number) => Effect.Effect<void>
   readonly exited: (rank: number, exit: ChildExit) => Effect.Effect<void>
+  /** The host's agent sampled its ranks' resource use. */
+  readonly resources: (host: string, samples: RankResources["samples"]) => Effect.Effect<void>
 }
 
 interface Incarnation {
@@ -81,6 +83,10 @@ export const make = (
               yield* endIncarnation(message.rank, incarnation, exit)
               break
             }
+            case "RankResources":
+              // Only the host's own ranks: an agent speaks for no one else.
+              yield* observer.resources(member.host, message.samples.filter((sample) => member.ranks.includes(sample.rank)))
+              break
             default:
               yield* Effect.logWarning(`ignored an unexpected ${message._tag} from the agent of ${member.host}`)
           }

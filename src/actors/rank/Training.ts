@@ -11,6 +11,7 @@
  * Effect-free on purpose: it is on every rank's start-up path.
  */
 import { lengthOf, take } from "../launcher/EpochLedger.ts"
+import { bucketOf, emptyCounts } from "../../wire/LatencyBuckets.ts"
 import { parseState, stringifyState } from "../../wire/StateJson.ts"
 import type { AllreduceOptions, EpochPlan, RankContext, SampleRange } from "./RankContext.ts"
 import { RankCallError } from "./RankContext.ts"
@@ -108,9 +109,16 @@ export const training = (
     changed.fire()
   }
 
+  // Every reduction's latency, told with the next progress report (the launcher's /metrics histogram).
+  let latency = emptyCounts()
   const reduce = async (buffer: Float32Array, op: RelayOp, weight: number) => {
     ensureLive()
-    await (await client).reduce(buffer, op, weight)
+    const relay = await client
+    const started = performance.now()
+    await relay.reduce(buffer, op, weight)
+    const seconds = (performance.now() - started) / 1000
+    latency.counts[bucketOf(seconds)]! += 1
+    latency.sum += seconds
   }
 
   const planOf = (state: EpochState): EpochPlan => {
@@ -172,7 +180,11 @@ export const training = (
       if (!Number.isInteger(samples) || samples < 0) throw new RankCallError(`progress(samples) needs a whole number ≥ 0, got ${samples}`)
       current.done += samples
       const state = current
-      void client.then((relay) => relay.report({ _tag: "Progress", epoch: state.epoch, done: state.done, ...(metrics === undefined ? {} : { metrics }) }))
+      const allreduce = latency.counts.some((count) => count > 0) ? latency : undefined
+      if (allreduce !== undefined) latency = emptyCounts()
+      void client.then((relay) =>
+        relay.report({ _tag: "Progress", epoch: state.epoch, done: state.done, ...(metrics === undefined ? {} : { metrics }), ...(allreduce === undefined ? {} : { allreduce }) })
+      )
     },
     checkpoint: {
       save: async (state: unknown) => {

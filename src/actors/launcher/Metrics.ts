@@ -1,0 +1,120 @@
+/**
+ * `GET /metrics`: the run in Prometheus' text format (version 0.0.4), for
+ * the monitoring people already run. Everything comes from the RunView, the
+ * wire counters and the ranks' all-reduce latencies; nothing is sampled
+ * here.
+ */
+import { ALLREDUCE_BUCKETS_S, type LatencyCounts } from "../../wire/LatencyBuckets.ts"
+import type { ChannelCounts } from "../../wire/WireCounters.ts"
+import type { RankState, RunState } from "./RunView.ts"
+
+export interface LatencyHistogram {
+  readonly add: (counts: LatencyCounts) => void
+  /** Per bucket (not cumulative), then the sum in seconds. */
+  readonly counts: () => { readonly counts: ReadonlyArray<number>; readonly sum: number }
+}
+
+export const latencyHistogram = (): LatencyHistogram => {
+  const totals = new Array<number>(ALLREDUCE_BUCKETS_S.length + 1).fill(0)
+  let sum = 0
+  return {
+    add: (counts) => {
+      counts.counts.forEach((count, index) => {
+        if (index < totals.length) totals[index]! += count
+      })
+      sum += counts.sum
+    },
+    counts: () => ({ counts: [...totals], sum })
+  }
+}
+
+/** A label value, escaped as the format asks. */
+const label = (value: string): string => value.replaceAll("\\", "\\\\").replaceAll("\"", "\\\"").replaceAll("\n", "\\n")
+
+const number = (value: number): string => (Number.isFinite(value) ? String(value) : value > 0 ? "+Inf" : value < 0 ? "-Inf" : "NaN")
+
+const STATES: ReadonlyArray<RankState> = ["starting", "running", "exited", "dead"]
+
+export const render = (
+  state: RunState,
+  latency: LatencyHistogram,
+  wire: ReadonlyMap<string, Readonly<ChannelCounts>>
+): string => {
+  const lines: Array<string> = []
+  const family = (name: string, type: "gauge" | "counter" | "histogram", help: string) => {
+    lines.push(`# HELP ${name} ${help}`, `# TYPE ${name} ${type}`)
+  }
+  const run = `run="${label(state.run)}"`
+
+  family("cohort_world_size", "gauge", "Ranks in the world (declared until it forms).")
+  lines.push(`cohort_world_size{${run}} ${state.world}`)
+  family("cohort_phase", "gauge", "1 for the run's current phase.")
+  for (const phase of ["waiting", "forming", "training", "done", "failed"] as const) {
+    lines.push(`cohort_phase{${run},phase="${phase}"} ${state.phase === phase ? 1 : 0}`)
+  }
+  family("cohort_ranks", "gauge", "Ranks by state.")
+  for (const rankState of STATES) {
+    lines.push(`cohort_ranks{${run},state="${rankState}"} ${state.ranks.filter((rank) => rank.state === rankState).length}`)
+  }
+  family("cohort_joined_ranks", "gauge", "Ranks admitted by the join window.")
+  lines.push(`cohort_joined_ranks{${run}} ${state.joinedRanks}`)
+  family("cohort_joined_hosts", "gauge", "Hosts admitted by the join window.")
+  lines.push(`cohort_joined_hosts{${run}} ${state.joinedHosts}`)
+  family("cohort_join_window_remaining_seconds", "gauge", "Time left in the join window (frozen once it closed).")
+  lines.push(`cohort_join_window_remaining_seconds{${run}} ${number((state.windowRemainingMs ?? 0) / 1000)}`)
+  family("cohort_deaths_total", "counter", "Ranks lost.")
+  lines.push(`cohort_deaths_total{${run}} ${state.deaths.length}`)
+  family("cohort_restarts_total", "counter", "Rank restarts.")
+  lines.push(`cohort_restarts_total{${run}} ${state.ranks.reduce((sum, rank) => sum + rank.restarts, 0)}`)
+
+  if (state.training !== null) {
+    family("cohort_epoch", "gauge", "The current epoch.")
+    lines.push(`cohort_epoch{${run}} ${state.training.epoch}`)
+    family("cohort_epoch_samples_done", "gauge", "Samples done in the current epoch.")
+    lines.push(`cohort_epoch_samples_done{${run}} ${state.training.samplesDone}`)
+    family("cohort_samples_per_second", "gauge", "Samples per second across ranks.")
+    lines.push(`cohort_samples_per_second{${run}} ${number(state.training.samplesPerSec ?? 0)}`)
+    family("cohort_metric", "gauge", "The ranks' reported metrics, averaged.")
+    for (const [name, value] of Object.entries(state.training.metrics)) lines.push(`cohort_metric{${run},name="${label(name)}"} ${number(value)}`)
+  }
+
+  family("cohort_frames_total", "counter", "Frames through the launcher's links.")
+  for (const [channel, counts] of wire) {
+    lines.push(`cohort_frames_total{${run},channel="${channel}",direction="in"} ${counts.framesIn}`)
+    lines.push(`cohort_frames_total{${run},channel="${channel}",direction="out"} ${counts.framesOut}`)
+  }
+  family("cohort_bytes_total", "counter", "Bytes through the launcher's links (framing included).")
+  for (const [channel, counts] of wire) {
+    lines.push(`cohort_bytes_total{${run},channel="${channel}",direction="in"} ${counts.bytesIn}`)
+    lines.push(`cohort_bytes_total{${run},channel="${channel}",direction="out"} ${counts.bytesOut}`)
+  }
+
+  family("cohort_allreduce_latency_seconds", "histogram", "Latency of the ranks' all-reduce calls, as they measure it.")
+  const histogram = latency.counts()
+  let cumulative = 0
+  ALLREDUCE_BUCKETS_S.forEach((bound, index) => {
+    cumulative += histogram.counts[index] ?? 0
+    lines.push(`cohort_allreduce_latency_seconds_bucket{${run},le="${bound}"} ${cumulative}`)
+  })
+  cumulative += histogram.counts[ALLREDUCE_BUCKETS_S.length] ?? 0
+  lines.push(`cohort_allreduce_latency_seconds_bucket{${run},le="+Inf"} ${cumulative}`)
+  lines.push(`cohort_allreduce_latency_seconds_sum{${run}} ${number(histogram.sum)}`)
+  lines.push(`cohort_allreduce_latency_seconds_count{${run}} ${cumulative}`)
+
+  const sampled = state.ranks.filter((rank) => rank.resources !== null)
+  if (sampled.length > 0) {
+    const rankLabels = (rank: (typeof sampled)[number]) => `${run},rank="${rank.rank}",host="${label(rank.host)}",device="${label(rank.device)}"`
+    family("cohort_rank_cpu_ratio", "gauge", "A rank's CPU use in cores, over the agent's last sampling interval.")
+    for (const rank of sampled) lines.push(`cohort_rank_cpu_ratio{${rankLabels(rank)}} ${number(rank.resources!.cpu)}`)
+    family("cohort_rank_resident_memory_bytes", "gauge", "A rank's resident set size.")
+    for (const rank of sampled) lines.push(`cohort_rank_resident_memory_bytes{${rankLabels(rank)}} ${rank.resources!.rssBytes}`)
+    const gpu = sampled.filter((rank) => rank.resources!.gpuMemoryBytes !== null)
+    if (gpu.length > 0) {
+      family("cohort_rank_gpu_memory_bytes", "gauge", "Memory in use on a rank's GPU.")
+      for (const rank of gpu) lines.push(`cohort_rank_gpu_memory_bytes{${rankLabels(rank)}} ${rank.resources!.gpuMemoryBytes}`)
+      family("cohort_rank_gpu_utilization_ratio", "gauge", "A rank's GPU utilisation (0-1).")
+      for (const rank of gpu) lines.push(`cohort_rank_gpu_utilization_ratio{${rankLabels(rank)}} ${number(rank.resources!.gpuUtilization ?? 0)}`)
+    }
+  }
+  return `${lines.join("\n")}\n`
+}

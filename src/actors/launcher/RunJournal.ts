@@ -1,0 +1,65 @@
+/**
+ * RunJournal: where the launcher records what happens. Each `RunEvent`
+ * moves the RunView (what the status page, `bun run status` and /metrics
+ * show), goes to the `--events` file unless it is only a view update, and
+ * is told to the listeners (the terminal, the status board).
+ *
+ * The events file is appended to line by line, synchronously: a launcher
+ * killed mid-run leaves every event it had recorded, each line whole.
+ */
+import { appendFileSync, mkdirSync, writeFileSync } from "node:fs"
+import { dirname } from "node:path"
+import * as Effect from "effect/Effect"
+import * as Ref from "effect/Ref"
+import { LaunchInputError } from "./Plan.ts"
+import * as RunView from "./RunView.ts"
+
+export interface RunJournal {
+  readonly record: (event: RunView.RunEvent) => Effect.Effect<void>
+  readonly state: Effect.Effect<RunView.RunState>
+}
+
+export interface RunJournalOptions {
+  readonly run: string
+  /** `--events FILE`: every event but the view-only ones, as JSON lines. */
+  readonly eventsFile?: string | undefined
+  /** Told every event after it has moved the view. */
+  readonly onEvent?: (event: RunView.RunEvent, state: RunView.RunState) => Effect.Effect<void>
+}
+
+export const make = (options: RunJournalOptions): Effect.Effect<RunJournal, LaunchInputError> =>
+  Effect.gen(function*() {
+    const { eventsFile } = options
+    if (eventsFile !== undefined) {
+      yield* Effect.try({
+        try: () => {
+          mkdirSync(dirname(eventsFile), { recursive: true })
+          writeFileSync(eventsFile, "")
+        },
+        catch: (error) => new LaunchInputError({ problems: [`--events ${eventsFile}: cannot write there (${(error as Error).message}); give a writable path`] })
+      })
+    }
+    const view = yield* Ref.make(RunView.initial(options.run, Date.now()))
+    let warned = false
+    const append = (event: RunView.RunEvent) =>
+      Effect.suspend(() => {
+        if (eventsFile === undefined || RunView.isEphemeral(event)) return Effect.void
+        try {
+          appendFileSync(eventsFile, `${JSON.stringify(event)}\n`)
+          return Effect.void
+        } catch (error) {
+          if (warned) return Effect.void
+          warned = true
+          return Effect.logWarning(`--events ${eventsFile}: writing failed (${(error as Error).message}); the run goes on without it`)
+        }
+      })
+    return {
+      record: (event) =>
+        Effect.gen(function*() {
+          const state = yield* Ref.updateAndGet(view, (current) => RunView.apply(current, event))
+          yield* append(event)
+          if (options.onEvent !== undefined) yield* options.onEvent(event, state)
+        }),
+      state: Ref.get(view)
+    }
+  })

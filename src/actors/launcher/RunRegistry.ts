@@ -1,0 +1,38 @@
+/**
+ * Where `bun run status` finds a running launcher without being told:
+ * `.cohort/runs/<run>.json` under the launch's working directory, holding
+ * the address and port to ask, written once the port listens and removed
+ * when the run ends. A file left by a killed launcher names a dead pid;
+ * readers skip it.
+ */
+import { mkdirSync, rmSync, writeFileSync } from "node:fs"
+import { join } from "node:path"
+import * as Effect from "effect/Effect"
+import type * as Scope from "effect/Scope"
+
+export const RUNS_DIR = ".cohort/runs"
+
+export interface RunEntry {
+  readonly run: string
+  readonly address: string
+  readonly port: number
+  readonly pid: number
+  readonly startedAt: number
+}
+
+const fileOf = (run: string) => join(RUNS_DIR, `${run.replace(/[^A-Za-z0-9_.-]/g, "_")}.json`)
+
+/** Announce this run until the Scope closes; a directory that cannot be written only costs the discovery. */
+export const register = (entry: RunEntry): Effect.Effect<void, never, Scope.Scope> =>
+  Effect.acquireRelease(
+    Effect.sync(() => {
+      try {
+        mkdirSync(RUNS_DIR, { recursive: true })
+        writeFileSync(fileOf(entry.run), `${JSON.stringify(entry)}\n`)
+        return true
+      } catch {
+        return false
+      }
+    }),
+    (written) => Effect.sync(() => written && rmSync(fileOf(entry.run), { force: true }))
+  ).pipe(Effect.asVoid)

@@ -1,0 +1,251 @@
+/**
+ * The launcher's terminal: every line it prints goes through here.
+ *
+ * - On a terminal, one live line at the bottom (stderr) says where the run
+ *   is: the join window's count and countdown, then the ranks starting, then
+ *   the epoch, samples/s and the ranks' metrics. Other lines are printed
+ *   above it (it is cleared, the line written, then it is drawn again).
+ *   Elsewhere (a pipe, a file, CI) there is no live line; the join window is
+ *   reported every JOIN_LINE_EVERY_MS instead, and training by the
+ *   coordinator's own epoch lines.
+ * - Rank, relay and agent lines: prefixes coloured per host on a terminal;
+ *   `ranks` shows only those ranks' lines; `quiet` shows none of them, but
+ *   keeps each source's last lines and prints them when that rank dies.
+ * - `logDir`: one file per rank (`rank-N.log`), per relay (`relay-HOST.log`)
+ *   and per remote agent (`agent-HOST.log`), prefixes stripped; cohort's own
+ *   lines and anything else go to `launcher.log`. Written whatever the
+ *   filters, so nothing is lost.
+ */
+import { appendFileSync, mkdirSync } from "node:fs"
+import { join } from "node:path"
+import type { RunEvent, RunState } from "../actors/launcher/RunView.ts"
+
+export interface RunConsoleOptions {
+  readonly quiet?: boolean
+  /** Show only these ranks' lines. */
+  readonly ranks?: ReadonlySet<number> | undefined
+  readonly logDir?: string | undefined
+  /** Whether stderr (the live line) and stdout (rank lines) are terminals; default: ask the streams. */
+  readonly stderrIsTty?: boolean
+  readonly stdoutIsTty?: boolean
+  /** Where text goes; default: the process's streams. */
+  readonly write?: (text: string, stream: "stdout" | "stderr") => void
+  /** The clock, for the plain join lines' pacing. */
+  readonly now?: () => number
+}
+
+export interface RunConsole {
+  /** A rank's, relay's or agent's line, prefix included. */
+  readonly output: (line: string, stream: "stdout" | "stderr") => void
+  /** One of cohort's own lines (already `cohort: `-prefixed). */
+  readonly cohortLine: (text: string) => void
+  /** The run recorded something: the live line follows. */
+  readonly onEvent: (event: RunEvent, state: RunState) => void
+  /** The last state seen (for the summary). */
+  readonly lastState: () => RunState | undefined
+  /** Clear the live line for good. */
+  readonly close: () => void
+}
+
+const JOIN_LINE_EVERY_MS = 5_000
+const REDRAW_EVERY_MS = 100
+/** Lines kept per rank under `quiet`, shown when it dies. */
+const KEPT_LINES = 20
+
+const PALETTE = [36, 33, 35, 32, 34, 31, 96, 93, 95, 92, 94, 91]
+
+/** A line's source, from its prefix. */
+type Source = { readonly kind: "rank"; readonly rank: number; readonly host: string } | { readonly kind: "relay" | "agent"; readonly host: string } | { readonly kind: "other" }
+
+const RANK_PREFIX = /^\[([^\]:]+):[^\]]*:r(\d+)\] /
+const RELAY_PREFIX = /^\[([^\]:]+):relay\] /
+const AGENT_PREFIX = /^cohort agent ([^:]+): /
+
+const sourceOf = (line: string): { source: Source; body: string } => {
+  const rank = RANK_PREFIX.exec(line)
+  if (rank !== null) return { source: { kind: "rank", rank: Number(rank[2]), host: rank[1]! }, body: line.slice(rank[0].length) }
+  const relay = RELAY_PREFIX.exec(line)
+  if (relay !== null) return { source: { kind: "relay", host: relay[1]! }, body: line.slice(relay[0].length) }
+  const agent = AGENT_PREFIX.exec(line)
+  if (agent !== null) return { source: { kind: "agent", host: agent[1]! }, body: line.slice(agent[0].length) }
+  return { source: { kind: "other" }, body: line }
+}
+
+const fileName = (source: Source): string => {
+  const safe = (host: string) => host.replace(/[^A-Za-z0-9_.-]/g, "_")
+  switch (source.kind) {
+    case "rank":
+      return `rank-${source.rank}.log`
+    case "relay":
+      return `relay-${safe(source.host)}.log`
+    case "agent":
+      return `agent-${safe(source.host)}.log`
+    case "other":
+      return "launcher.log"
+  }
+}
+
+const thousands = (value: number): string => Math.round(value).toLocaleString("en-US")
+
+const metricText = (metrics: Readonly<Record<string, number>>): string =>
+  Object.entries(metrics).map(([name, value]) => `${name} ${Math.abs(value) >= 100 ? value.toFixed(1) : value.toPrecision(3)}`).join(" · ")
+
+/** The live line for a state; undefined when there is nothing to show. */
+export const liveLine = (state: RunState, now: number): string | undefined => {
+  switch (state.phase) {
+    case "waiting": {
+      const left = state.windowRemainingMs === null ? "" : `, window ${Math.ceil(Math.max(0, state.windowRemainingMs - (now - state.updatedAt)) / 1000)} s left`
+      return `joined ${state.joinedRanks}/${state.world} ranks on ${state.joinedHosts}/${state.hosts.length} hosts${left}`
+    }
+    case "forming": {
+      const running = state.ranks.filter((rank) => rank.state === "running").length
+      return `starting ranks: ${running}/${state.ranks.length} running`
+    }
+    case "training": {
+      const training = state.training
+      const dead = state.ranks.filter((rank) => rank.state === "dead").length
+      const alive = state.ranks.filter((rank) => rank.state === "running").length
+      const ranks = `${alive}/${state.ranks.length} ranks${dead > 0 ? ` (${dead} dead)` : ""}`
+      if (training === null) return `training · ${ranks}`
+      const share = training.datasetSize > 0 ? training.samplesDone / training.datasetSize : 0
+      const width = 20
+      const filled = Math.min(width, Math.round(share * width))
+      const bar = `[${"#".repeat(filled)}${"-".repeat(width - filled)}] ${Math.floor(share * 100)}%`
+      const rate = training.samplesPerSec === null ? "" : ` · ${thousands(training.samplesPerSec)} samples/s`
+      const metrics = metricText(training.metrics)
+      return `epoch ${training.epoch}/${training.epochs} ${bar}${rate}${metrics === "" ? "" : ` · ${metrics}`} · ${ranks}`
+    }
+    default:
+      return undefined
+  }
+}
+
+/** The end-of-run table: per host and rank, device, how it ended, restarts, run time. */
+export const summaryTable = (state: RunState): string => {
+  if (state.ranks.length === 0) return ""
+  const exitOf = (exit: string | null, rankState: string) =>
+    exit === null ? (rankState === "dead" ? "lost" : "–") : exit.replace(/^status /, "").replace(/^signal /, "")
+  const runTime = (startedAt: number | null, endedAt: number | null) =>
+    startedAt === null ? "–" : `${((endedAt ?? state.updatedAt) - startedAt) / 1000 < 10 ? (((endedAt ?? state.updatedAt) - startedAt) / 1000).toFixed(1) : Math.round(((endedAt ?? state.updatedAt) - startedAt) / 1000)} s`
+  const rows = [...state.ranks]
+    .sort((a, b) => a.host.localeCompare(b.host) || a.rank - b.rank)
+    .map((rank) => [rank.host, String(rank.rank), rank.device, exitOf(rank.exit, rank.state), String(rank.restarts), runTime(rank.startedAt, rank.endedAt)])
+  const header = ["host", "rank", "device", "exit", "restarts", "run time"]
+  const widths = header.map((title, column) => Math.max(title.length, ...rows.map((row) => row[column]!.length)))
+  const format = (row: ReadonlyArray<string>) => row.map((cell, column) => (column === 1 || column >= 4 ? cell.padStart(widths[column]!) : cell.padEnd(widths[column]!))).join("  ").trimEnd()
+  return [format(header), ...rows.map(format)].join("\n")
+}
+
+export const make = (options: RunConsoleOptions = {}): RunConsole => {
+  const write = options.write ?? ((text, stream) => void (stream === "stdout" ? process.stdout : process.stderr).write(text))
+  const now = options.now ?? Date.now
+  const live = options.stderrIsTty ?? process.stderr.isTTY === true
+  const colour = (options.stdoutIsTty ?? process.stdout.isTTY === true) && process.env.NO_COLOR === undefined
+  const hostColours = new Map<string, number>()
+  const kept = new Map<number, Array<string>>()
+  let state: RunState | undefined
+  let shown: string | undefined
+  let lastDraw = 0
+  let redraw: ReturnType<typeof setTimeout> | undefined
+  let lastJoinLine = now()
+  let closed = false
+  if (options.logDir !== undefined) mkdirSync(options.logDir, { recursive: true })
+
+  const toFile = (name: string, text: string) => {
+    if (options.logDir === undefined) return
+    try {
+      appendFileSync(join(options.logDir, name), `${text}\n`)
+    } catch {
+      // A full disk must not stop the run; the terminal still has the line.
+    }
+  }
+
+  const clear = () => {
+    if (shown !== undefined) write("\r\x1b[2K", "stderr")
+  }
+  const draw = () => {
+    if (!live || closed || state === undefined) return
+    const text = liveLine(state, now())
+    const columns = process.stderr.columns ?? 120
+    const fitted = text === undefined ? undefined : text.length > columns - 1 ? `${text.slice(0, columns - 2)}…` : text
+    if (fitted === shown) return
+    clear()
+    if (fitted !== undefined) write(fitted, "stderr")
+    shown = fitted
+    lastDraw = now()
+  }
+  /** Print a whole line above the live line. */
+  const print = (text: string, stream: "stdout" | "stderr") => {
+    const hadLive = shown !== undefined
+    clear()
+    shown = undefined
+    write(`${text}\n`, stream)
+    if (hadLive) draw()
+  }
+
+  const tinted = (line: string, host: string, prefixLength: number) => {
+    if (!colour) return line
+    let code = hostColours.get(host)
+    if (code === undefined) hostColours.set(host, code = PALETTE[hostColours.size % PALETTE.length]!)
+    return `\x1b[${code}m${line.slice(0, prefixLength)}\x1b[0m${line.slice(prefixLength)}`
+  }
+
+  return {
+    output: (line, stream) => {
+      const { body, source } = sourceOf(line)
+      toFile(fileName(source), body)
+      if (source.kind === "rank") {
+        if (options.ranks !== undefined && !options.ranks.has(source.rank)) return
+        if (options.quiet === true) {
+          const lines = kept.get(source.rank) ?? []
+          lines.push(line)
+          if (lines.length > KEPT_LINES) lines.shift()
+          kept.set(source.rank, lines)
+          return
+        }
+        return print(tinted(line, source.host, line.length - body.length), stream)
+      }
+      if (options.quiet === true && source.kind !== "other") return
+      if (source.kind === "relay" || source.kind === "agent") return print(tinted(line, source.host, line.length - body.length), stream)
+      print(line, stream)
+    },
+    cohortLine: (text) => {
+      for (const line of text.replace(/\n$/, "").split("\n")) toFile("launcher.log", line)
+      print(text.replace(/\n$/, ""), "stderr")
+    },
+    onEvent: (event, next) => {
+      state = next
+      if (event.event === "rank_exited" && !event.clean && options.quiet === true) {
+        const lines = kept.get(event.rank) ?? []
+        kept.delete(event.rank)
+        if (lines.length > 0) {
+          print(`cohort: rank ${event.rank} ended with ${event.exit}; its last ${lines.length} line(s):`, "stderr")
+          for (const line of lines) print(line, "stderr")
+        }
+      }
+      if (!live) {
+        // No live line: the join window's count now and then, so a long wait is not silent.
+        if (event.event === "join_window" && now() - lastJoinLine >= JOIN_LINE_EVERY_MS) {
+          lastJoinLine = now()
+          const text = liveLine(next, now())
+          if (text !== undefined) print(`cohort: ${text}`, "stderr")
+        }
+        return
+      }
+      if (now() - lastDraw >= REDRAW_EVERY_MS) draw()
+      else if (redraw === undefined) {
+        redraw = setTimeout(() => {
+          redraw = undefined
+          draw()
+        }, REDRAW_EVERY_MS)
+      }
+    },
+    lastState: () => state,
+    close: () => {
+      clearTimeout(redraw)
+      clear()
+      shown = undefined
+      closed = true
+    }
+  }
+}
