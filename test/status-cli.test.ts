@@ -1,0 +1,426 @@
+/**
+ * `bun run status` as an operator runs it: the real CLI as a subprocess,
+ * against fake status servers (a hand-built RunState), against ports where
+ * nothing or something else answers, finding its run from `.cohort/runs/`,
+ * and against a live launcher.
+ */
+import { afterAll, afterEach, describe, expect, test } from "bun:test"
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import type { RankStatus, RunState } from "../src/actors/launcher/RunView.ts"
+import { readState, render } from "../src/cli/statusTable.ts"
+import { fetchState, repoRoot, spawnLaunch } from "./support/launch-scenario.ts"
+import { collectLines, waitFor } from "./support/processes.ts"
+
+const cli = join(repoRoot, "src/cli/status.ts")
+
+const dirs: Array<string> = []
+const servers: Array<{ stop: (force?: boolean) => unknown }> = []
+const launched: Array<Bun.Subprocess> = []
+afterEach(() => {
+  for (const server of servers.splice(0)) server.stop(true)
+  for (const proc of launched.splice(0)) proc.kill("SIGKILL")
+})
+afterAll(() => dirs.forEach((dir) => rmSync(dir, { recursive: true, force: true })))
+
+const tempDir = () => {
+  const dir = mkdtempSync(join(tmpdir(), "cohort-status-"))
+  dirs.push(dir)
+  return dir
+}
+
+/** The CLI, run to its end. */
+const status = async (args: ReadonlyArray<string>, cwd = repoRoot) => {
+  const proc = Bun.spawn([process.execPath, cli, ...args], { cwd, stdout: "pipe", stderr: "pipe" })
+  launched.push(proc)
+  const [stdout, stderr, code] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited])
+  return { code, stdout, stderr }
+}
+
+const START = Date.now() - 125_000
+
+const rank = (rank: number, host: string, state: RankStatus["state"], extra: Partial<RankStatus> = {}): RankStatus => ({
+  rank,
+  host,
+  device: String(rank % 2),
+  pid: state === "dead" ? null : 4000 + rank,
+  state,
+  exit: state === "dead" ? "signal SIGKILL" : null,
+  restarts: 0,
+  startedAt: START + 5_000,
+  endedAt: null,
+  resources: { cpu: 0.973, rssBytes: 812 * 1024 * 1024, gpuMemoryBytes: 30_000 * 1024 * 1024, gpuUtilization: 0.87, at: START + 100_000 },
+  ...extra
+})
+
+const fakeState = (phase: RunState["phase"] = "training"): RunState => ({
+  run: "fake-run",
+  phase,
+  startedAt: START,
+  updatedAt: START + 120_000,
+  world: 4,
+  joinedRanks: 4,
+  joinedHosts: 2,
+  windowRemainingMs: null,
+  capRemainingMs: null,
+  hosts: [
+    { host: "gpu-a", declaredRanks: 2, state: "joined", reason: null },
+    { host: "gpu-b", declaredRanks: 2, state: "gone", reason: "its agent's link ended" }
+  ],
+  ranks: [
+    rank(0, "gpu-a", "running"),
+    rank(1, "gpu-a", "running", { restarts: 1, resources: { cpu: 0.02, rssBytes: 1024 * 1024 * 1024, gpuMemoryBytes: null, gpuUtilization: null, at: START } }),
+    rank(2, "gpu-b", "exited", { exit: "status 0", resources: null }),
+    rank(3, "gpu-b", "dead")
+  ],
+  deaths: [{ rank: 3, host: "gpu-b", cause: "heartbeat silent for 5 s", at: START + 65_000 }],
+  training: { epoch: 2, epochs: 5, samplesDone: 12_500, datasetSize: 50_000, samplesPerSec: 20_480, metrics: { loss: 0.185123, accuracy: 0.93127 } },
+  throughput: [{ at: START + 100_000, samplesPerSec: 20_480 }],
+  verdict: phase === "done" ? "completed DEGRADED (1 of 4 ranks lost: rank 3 on gpu-b)" : null
+})
+
+/** A status endpoint on a free port; `answer` gets the request's number, from 1. */
+const serve = (answer: (request: number) => Response | Promise<Response>) => {
+  let requests = 0
+  const server = Bun.serve({
+    hostname: "127.0.0.1",
+    port: 0,
+    fetch: (request) => (new URL(request.url).pathname === "/state.json" ? answer(++requests) : new Response("no", { status: 404 }))
+  })
+  servers.push(server)
+  return { server, address: `127.0.0.1:${server.port}`, requests: () => requests }
+}
+
+const serveState = (state: unknown) => serve(() => Response.json(state))
+
+/** A port nothing listens on: one a server had, then gave back. */
+const closedPort = () => {
+  const server = Bun.serve({ hostname: "127.0.0.1", port: 0, fetch: () => new Response() })
+  const port = server.port
+  server.stop(true)
+  return port
+}
+
+describe("against a status endpoint", () => {
+  test("the table: header, training, every rank aligned, the death, the host gone", async () => {
+    const { address } = serveState(fakeState())
+    const { code, stdout, stderr } = await status([address])
+    expect(stderr).toBe("")
+    expect(code).toBe(0)
+    const lines = stdout.split("\n")
+    expect(lines[0]).toMatch(/^run fake-run · training · up 2m0\ds · world 4 · joined 4\/4 ranks on 2\/2 hosts$/)
+    expect(lines[1]).toBe("training: epoch 2/5 · 25% of epoch (12,500/50,000 samples) · 20,480 samples/s · loss 0.1851 accuracy 0.9313")
+    expect(stdout).toContain("ranks: 2 running, 1 exited, 1 dead")
+    const header = lines.find((line) => line.startsWith("RANK  HOST"))!
+    expect(header).toBeDefined()
+    const rows = lines.slice(lines.indexOf(header) + 1, lines.indexOf(header) + 5)
+    expect(rows.map((row) => row.trim().split(/\s+/).slice(0, 4))).toEqual([
+      ["0", "gpu-a", "0", "running"],
+      ["1", "gpu-a", "1", "running"],
+      ["2", "gpu-b", "0", "exited"],
+      ["3", "gpu-b", "1", "dead"]
+    ])
+    // Aligned: text starts where its title starts, numbers end where theirs ends.
+    for (const title of ["HOST", "STATE", "EXIT"]) {
+      const column = header.indexOf(title)
+      for (const row of rows) expect(row[column - 1] + row[column]).toMatch(/^ \S$/)
+    }
+    for (const title of ["PID", "RESTARTS", "RSS MiB"]) {
+      const end = header.indexOf(title) + title.length
+      for (const row of rows) expect(row[end - 1] + row[end]).toMatch(/^\S $/)
+    }
+    expect(rows[0]).toMatch(/4000\s+—\s+0\s+97\s+812\s+30000\s+87$/)
+    expect(rows[1]).toMatch(/1\s+2\.0\s+1024\s+—\s+—$/)
+    expect(rows[2]).toMatch(/4002\s+status 0\s+0\s+—\s+—\s+—\s+—$/)
+    // A dead rank keeps its last sample: what it used when it died (an OOM shows).
+    expect(rows[3]).toMatch(/—\s+signal SIGKILL\s+0\s+97\s+812\s+30000\s+87$/)
+    expect(stdout).toMatch(/deaths: 1\nRANK\s+HOST\s+AFTER\s+CAUSE\n\s*3\s+gpu-b\s+1m05s\s+heartbeat silent for 5 s\n/)
+    expect(stdout).toMatch(/hosts gone: 1\nHOST\s+REASON\ngpu-b\s+its agent's link ended\n/)
+    expect(stdout).not.toContain("verdict")
+  })
+
+  test("--json: the state as served, pretty-printed", async () => {
+    const state = fakeState()
+    const { address } = serveState(state)
+    const { code, stdout } = await status([address, "--json"])
+    expect(code).toBe(0)
+    expect(JSON.parse(stdout)).toEqual(state)
+    expect(stdout).toContain('\n  "phase": "training",\n')
+  })
+
+  test("the status URL the launcher prints works as the address too", async () => {
+    const { address } = serveState(fakeState())
+    const { code, stdout } = await status([`http://${address}/state.json`])
+    expect(code).toBe(0)
+    expect(stdout).toStartWith("run fake-run")
+  })
+
+  test("a 503 (still starting): said so, exit 1", async () => {
+    const { address } = serve(() => Response.json({ error: "no state published yet" }, { status: 503 }))
+    const { code, stdout, stderr } = await status([address])
+    expect(code).toBe(1)
+    expect(stdout).toBe("")
+    expect(stderr).toBe(`cohort status: the run at ${address} is still starting: it has no state to show yet; try again in a moment, or use --watch\n`)
+  })
+
+  test("--watch: keeps trying through a 503, redraws, exits 0 with the final state when the run is done", async () => {
+    const { address, requests } = serve((request) =>
+      request === 1
+        ? Response.json({ error: "starting" }, { status: 503 })
+        : Response.json(fakeState(request < 3 ? "training" : "done"))
+    )
+    const { code, stdout } = await status([address, "--watch"])
+    expect(code).toBe(0)
+    expect(requests()).toBe(3)
+    // Not a TTY: snapshots one after another, a blank line between them, no escape codes.
+    expect(stdout).not.toContain("\x1b[")
+    const snapshots = stdout.split(/\n\n(?=run |the run )/)
+    expect(snapshots).toHaveLength(3)
+    expect(snapshots[0]).toContain("still starting")
+    expect(snapshots[1]).toStartWith("run fake-run · training")
+    expect(snapshots[2]).toStartWith("run fake-run · done · up 2m00s")
+    expect(snapshots[2]).toEndWith("verdict: completed DEGRADED (1 of 4 ranks lost: rank 3 on gpu-b)\n")
+  }, 10_000)
+
+  test("--watch: the launcher going away after answering ends it with exit 0 and says so", async () => {
+    const { server, address } = serveState(fakeState())
+    const proc = Bun.spawn([process.execPath, cli, address, "--watch"], { cwd: repoRoot, stdout: "pipe", stderr: "pipe" })
+    launched.push(proc)
+    const stdout = collectLines(proc.stdout)
+    const stderr = new Response(proc.stderr).text()
+    await waitFor(() => stdout.lines.some((line) => line.startsWith("run fake-run")), "a first snapshot", 5_000)
+    server.stop(true)
+    expect(await proc.exited).toBe(0)
+    expect(await stderr).toBe("cohort status: the launcher is gone; last state above\n")
+  }, 10_000)
+
+  test("--watch: Ctrl-C is exit 130", async () => {
+    const { address } = serveState(fakeState())
+    const proc = Bun.spawn([process.execPath, cli, address, "--watch"], { cwd: repoRoot, stdout: "pipe", stderr: "pipe" })
+    launched.push(proc)
+    const stdout = collectLines(proc.stdout)
+    await waitFor(() => stdout.lines.some((line) => line.startsWith("run fake-run")), "a first snapshot", 5_000)
+    proc.kill("SIGINT")
+    expect(await proc.exited).toBe(130)
+  }, 10_000)
+
+  test("thousands of ranks: a summary by state and every row, quickly", async () => {
+    const state = fakeState()
+    const ranks = Array.from({ length: 10_000 }, (_, index) => rank(index, `node-${Math.floor(index / 8)}`, index % 1000 === 7 ? "dead" : "running"))
+    const { address } = serveState({ ...state, world: ranks.length, ranks })
+    const started = performance.now()
+    const { code, stdout } = await status([address])
+    const elapsed = performance.now() - started
+    expect(code).toBe(0)
+    expect(stdout).toContain("ranks: 9990 running, 10 dead")
+    expect(stdout.split("\n").filter((line) => /^\s*\d+\s+node-\d+\s/.test(line))).toHaveLength(10_000)
+    expect(elapsed).toBeLessThan(3_000)
+  }, 10_000)
+})
+
+describe("when nothing (usable) answers", () => {
+  test("nothing listening: exit 1, one line naming the address and what to check", async () => {
+    const address = `127.0.0.1:${closedPort()}`
+    const { code, stdout, stderr } = await status([address])
+    expect(code).toBe(1)
+    expect(stdout).toBe("")
+    expect(stderr).toBe(
+      `cohort status: nothing listens on ${address} (connection refused); check that the launcher runs and that the address is the one its "listening on HOST:PORT" line prints\n`
+    )
+  })
+
+  test("--watch when nothing ever answered: exit 1 at once", async () => {
+    const address = `127.0.0.1:${closedPort()}`
+    const { code, stderr } = await status([address, "--watch"])
+    expect(code).toBe(1)
+    expect(stderr).toContain(`nothing listens on ${address}`)
+  })
+
+  test("something that is not HTTP, or not a cohort state: exit 1 naming the address", async () => {
+    const ssh = Bun.listen({ hostname: "127.0.0.1", port: 0, socket: { open: (socket) => void socket.end("SSH-2.0-OpenSSH_9.6\r\n"), data: () => {} } })
+    servers.push(ssh)
+    const notHttp = await status([`127.0.0.1:${ssh.port}`])
+    expect(notHttp.code).toBe(1)
+    expect(notHttp.stderr).toStartWith(`cohort status: 127.0.0.1:${ssh.port} answered, but not over HTTP;`)
+
+    const other = serve(() => Response.json({ hello: "world" }))
+    const notCohort = await status([other.address])
+    expect(notCohort.code).toBe(1)
+    expect(notCohort.stderr).toStartWith(`cohort status: ${other.address} answered JSON, not a cohort run state;`)
+  })
+
+  test("a port that accepts and never answers: exit 1 after the 2 s timeout", async () => {
+    const mute = Bun.listen({ hostname: "127.0.0.1", port: 0, socket: { data: () => {} } })
+    servers.push(mute)
+    const started = performance.now()
+    const { code, stderr } = await status([`127.0.0.1:${mute.port}`])
+    expect(code).toBe(1)
+    expect(stderr).toStartWith(`cohort status: 127.0.0.1:${mute.port} did not answer within 2 s;`)
+    expect(performance.now() - started).toBeLessThan(4_500)
+  }, 10_000)
+})
+
+describe("finding the run from .cohort/runs/", () => {
+  const runFile = (cwd: string, run: string, address: string, pid: number, startedAt: number) => {
+    mkdirSync(join(cwd, ".cohort", "runs"), { recursive: true })
+    const [host, port] = [address.slice(0, address.lastIndexOf(":")), Number(address.slice(address.lastIndexOf(":") + 1))]
+    writeFileSync(join(cwd, ".cohort", "runs", `${run}.json`), JSON.stringify({ run, address: host, port, pid, startedAt }))
+  }
+
+  /** A pid that was ours and has ended. */
+  const deadPid = async () => {
+    const proc = Bun.spawn(["true"])
+    await proc.exited
+    return proc.pid
+  }
+
+  test("no HOST:PORT and no run file: exit 1 with the hint", async () => {
+    const cwd = tempDir()
+    const { code, stderr } = await status([], cwd)
+    expect(code).toBe(1)
+    expect(stderr).toBe(
+      `cohort status: no running launcher found in ${join(cwd, ".cohort", "runs")}; give the launcher's HOST:PORT (its "listening on HOST:PORT" line prints it)\n`
+    )
+  })
+
+  test("the newest run whose launcher is alive is found; a stale one is skipped", async () => {
+    const cwd = tempDir()
+    const live = serveState(fakeState())
+    runFile(cwd, "fake-run", live.address, process.pid, Date.now() - 60_000)
+    // Newer, but its launcher is gone: it must not be chosen.
+    runFile(cwd, "stale", `127.0.0.1:${closedPort()}`, await deadPid(), Date.now())
+    writeFileSync(join(cwd, ".cohort", "runs", "half-written.json"), "{\"run\": ")
+    const { code, stdout, stderr } = await status([], cwd)
+    expect(stderr).toBe("")
+    expect(code).toBe(0)
+    expect(stdout).toStartWith("run fake-run · training")
+  })
+
+  test("several runs: the newest, with a note; --run NAME chooses; an unknown or ended run is exit 1", async () => {
+    const cwd = tempDir()
+    const older = serveState({ ...fakeState(), run: "older" })
+    const newer = serveState({ ...fakeState(), run: "newer" })
+    runFile(cwd, "older", older.address, process.pid, Date.now() - 60_000)
+    runFile(cwd, "newer", newer.address, process.pid, Date.now())
+    runFile(cwd, "ended", `127.0.0.1:${closedPort()}`, await deadPid(), Date.now())
+
+    const newest = await status([], cwd)
+    expect(newest.code).toBe(0)
+    expect(newest.stdout).toStartWith("run newer ·")
+    expect(newest.stderr).toBe("cohort status: 2 runs are running here (newer, older): showing newer, the newest; choose with --run NAME\n")
+
+    const chosen = await status(["--run", "older", "--json"], cwd)
+    expect(chosen.code).toBe(0)
+    expect(JSON.parse(chosen.stdout).run).toBe("older")
+
+    const unknown = await status(["--run", "nope"], cwd)
+    expect(unknown.code).toBe(1)
+    expect(unknown.stderr).toContain("no run nope is running from")
+    expect(unknown.stderr).toContain("(running: newer, older)")
+
+    const ended = await status(["--run", "ended"], cwd)
+    expect(ended.code).toBe(1)
+    expect(ended.stderr).toMatch(/^cohort status: run ended is not running here: its launcher \(pid \d+\) is gone\n$/)
+  })
+
+  test("a run file whose launcher does not answer: the message names the address and the run", async () => {
+    const cwd = tempDir()
+    const port = closedPort()
+    runFile(cwd, "silent", `0.0.0.0:${port}`, process.pid, Date.now())
+    const { code, stderr } = await status([], cwd)
+    expect(code).toBe(1)
+    // Bound to every interface: asked on loopback.
+    expect(stderr).toStartWith(`cohort status: nothing listens on 127.0.0.1:${port} (connection refused) (run silent, from .cohort/runs/);`)
+  })
+})
+
+describe("arguments", () => {
+  test("--help: the usage, exit 0", async () => {
+    const { code, stdout } = await status(["--help"])
+    expect(code).toBe(0)
+    expect(stdout).toStartWith("usage: bun run status [HOST:PORT]")
+  })
+
+  test.each([
+    [["--frobnicate"], "unknown option --frobnicate"],
+    [["localhost"], "localhost is not HOST:PORT"],
+    [["127.0.0.1:99999"], "127.0.0.1:99999 is not HOST:PORT"],
+    [["127.0.0.1:1", "127.0.0.1:2"], "one launcher at a time"],
+    [["--run"], "--run needs a run name"],
+    [["127.0.0.1:1", "--run", "x"], "give HOST:PORT or --run NAME, not both"]
+  ])("%p: exit 2 with the usage", async (args, message) => {
+    const { code, stdout, stderr } = await status(args)
+    expect(code).toBe(2)
+    expect(stdout).toBe("")
+    expect(stderr).toStartWith(`cohort status: ${message}`)
+    expect(stderr).toContain("usage: bun run status")
+  })
+})
+
+describe("the table alone", () => {
+  test("a state with only some fields (an older launcher's) renders without a crash", () => {
+    const state = readState({
+      phase: "waiting",
+      joinedRanks: 1,
+      joinedHosts: 1,
+      windowRemainingMs: 12_300,
+      capRemainingMs: 55_000,
+      ranks: [{ rank: 0, host: "localhost", device: "cpu", pid: null, state: "starting", exit: null }, { nonsense: true }]
+    })!
+    const text = render(state, { now: Date.now() })
+    expect(text).toStartWith("run · waiting · world 1 · joined 1/1 ranks on 1 hosts · join window closes in 12s (hard cap in 55s)\n")
+    expect(text).toMatch(/\n\s*0\s+localhost\s+cpu\s+starting\s+—\s+—\s+0\s+—\s+—\s+—\s+—\n/)
+    expect(readState({ hello: "world" })).toBeUndefined()
+    expect(readState([])).toBeUndefined()
+  })
+
+  test("fitted to a screen: the ranks that are not running first, the rest counted", () => {
+    const ranks = Array.from({ length: 1000 }, (_, index) => rank(index, "h", index === 500 ? "dead" : "running"))
+    const text = render({ ...fakeState(), ranks }, { now: Date.now(), fitLines: 30 })
+    expect(text.split("\n")).toHaveLength(30 + 1)
+    const rows = text.split("\n").filter((line) => /^\s*\d+\s+h\s/.test(line))
+    expect(rows).toHaveLength(16)
+    expect(rows.some((row) => /^\s*500\s+h\s+0\s+dead/.test(row))).toBe(true)
+    expect(text).toContain("… 984 more running ranks not shown")
+  })
+})
+
+test("against a live launcher: the ranks of a running job", async () => {
+  const dir = tempDir()
+  const file = join(dir, "cluster.yml")
+  writeFileSync(file, `
+name: status-live
+workers:
+  - { host: localhost, devices: 2, path: ${repoRoot} }
+job:
+  entry: examples/train.ts
+  dataset_size: 20000
+  # Long enough to still run when looked at; the test stops it.
+  epochs: 200
+  checkpoint: ${join(dir, "checkpoint.json")}
+failure_policy:
+  grace: 2s
+`)
+  const run = spawnLaunch(file)
+  launched.push(run.proc)
+  await waitFor(() => run.stderr.lines.some((line) => /listening on 127\.0\.0\.1:\d+/.test(line)), "the launcher to listen", 15_000)
+  const port = Number(/listening on 127\.0\.0\.1:(\d+)/.exec(run.stderr.lines.find((line) => /listening on/.test(line))!)![1])
+  let ranksRunning = false
+  const deadline = performance.now() + 15_000
+  while (!ranksRunning && performance.now() < deadline) {
+    const state = await fetchState(port)
+    ranksRunning = state?.phase === "training" && state.ranks.filter((entry) => entry.state === "running").length === 2
+    if (!ranksRunning) await Bun.sleep(20)
+  }
+  expect(ranksRunning, run.stderr.lines.join("\n")).toBe(true)
+
+  const { code, stdout, stderr } = await status([`127.0.0.1:${port}`])
+  expect(code, stderr).toBe(0)
+  expect(stdout).toMatch(/ · training · /)
+  expect(stdout).toMatch(/\n\s*0\s+localhost\s+\S+\s+running\s+\d+/)
+  expect(stdout).toMatch(/\n\s*1\s+localhost\s+\S+\s+running\s+\d+/)
+
+  run.proc.kill("SIGINT")
+  expect(await run.proc.exited).toBe(130)
+}, 40_000)
