@@ -8,6 +8,7 @@ import * as RunView from "../src/actors/launcher/RunView.ts"
 import * as StatusBoard from "../src/actors/StatusBoard.ts"
 import { newSalt } from "../src/wire/Keys.ts"
 import { effect } from "./support/effect.ts"
+import { waitFor } from "./support/processes.ts"
 
 const state: StatusBoard.RunState = {
   ...RunView.initial("board", 0),
@@ -22,10 +23,10 @@ const state: StatusBoard.RunState = {
   ]
 }
 
-const setup = (onStart?: () => Effect.Effect<StatusBoard.StartOutcome>) =>
+const setup = (onStart?: () => Effect.Effect<StatusBoard.StartOutcome>, extra: Partial<StatusBoard.StatusBoardOptions> = {}) =>
   Effect.gen(function*() {
     const salt = newSalt()
-    const board = yield* StatusBoard.make({ salt, requestDeadlineMs: 300, ...(onStart ? { onStart } : {}) })
+    const board = yield* StatusBoard.make({ salt, requestDeadlineMs: 300, ...(onStart ? { onStart } : {}), ...extra })
     const mux = yield* PortMux.start({ address: "127.0.0.1", port: 0, magicDeadlineMs: 1_000, owners: { http: board.owner } })
     const url = (path: string) => `http://127.0.0.1:${mux.port}${path}`
     return { board, mux, salt, url }
@@ -111,5 +112,56 @@ describe("StatusBoard", () => {
       // All ten were answered while the slow client still waited for its deadline.
       expect(slow.unsafePoll()).toBeNull()
       expect(yield* Effect.fromFiber(slow)).toStartWith("HTTP/1.1 408")
+    }))
+
+  effect.live("GET / serves the page and GET /metrics the metrics text, when they are given", () =>
+    Effect.gen(function*() {
+      const { url } = yield* setup(undefined, { page: "<!doctype html><p>page</p>", metrics: () => Effect.succeed("cohort_up 1\n") })
+      const page = yield* Effect.promise(() => fetch(url("/")))
+      expect(page.headers.get("content-type")).toBe("text/html; charset=utf-8")
+      expect(yield* Effect.promise(() => page.text())).toBe("<!doctype html><p>page</p>")
+      const metrics = yield* Effect.promise(() => fetch(url("/metrics")))
+      expect(metrics.headers.get("content-type")).toStartWith("text/plain; version=0.0.4")
+      expect(yield* Effect.promise(() => metrics.text())).toBe("cohort_up 1\n")
+    }))
+
+  effect.live("GET /events: the state at once, then the newest after each publication, at most every 250 ms; the stream ends with the board", () =>
+    Effect.gen(function*() {
+      const events: Array<{ at: number; state: StatusBoard.RunState }> = []
+      const ended = yield* Effect.scoped(Effect.gen(function*() {
+        const started = yield* setup()
+        yield* started.board.publish(state)
+        const response = yield* Effect.promise(() => fetch(started.url("/events")))
+        expect(response.headers.get("content-type")).toBe("text/event-stream")
+        const reader = response.body!.getReader()
+        const ended = (async () => {
+          let buffer = ""
+          for (;;) {
+            const { done, value } = await reader.read()
+            if (done) return
+            buffer += new TextDecoder().decode(value)
+            let end: number
+            while ((end = buffer.indexOf("\n\n")) >= 0) {
+              const block = buffer.slice(0, end)
+              buffer = buffer.slice(end + 2)
+              const data = /^event: state\ndata: (.*)$/s.exec(block)
+              if (data !== null) events.push({ at: performance.now(), state: JSON.parse(data[1]!) })
+            }
+          }
+        })()
+        yield* Effect.promise(() => waitFor(() => events.length === 1, "the first state"))
+        expect(events[0]!.state).toEqual(state)
+        // A burst of publications: the client gets the newest, not a backlog.
+        for (let epoch = 1; epoch <= 20; epoch++) {
+          yield* started.board.publish({ ...state, training: { epoch, epochs: 20, samplesDone: 0, datasetSize: 1, samplesPerSec: null, metrics: {} } })
+        }
+        yield* Effect.promise(() => waitFor(() => events.at(-1)?.state.training?.epoch === 20, "the newest state", 4_000))
+        expect(events.length).toBeLessThanOrEqual(3)
+        const gaps = events.slice(1).map((event, index) => event.at - events[index]!.at)
+        expect(gaps.every((gap) => gap >= 200)).toBe(true)
+        return ended
+      }))
+      // The board's scope has closed: the stream ends (a test timeout otherwise).
+      yield* Effect.promise(() => ended)
     }))
 })

@@ -125,8 +125,11 @@ export const summaryTable = (state: RunState): string => {
   if (state.ranks.length === 0) return ""
   const exitOf = (exit: string | null, rankState: string) =>
     exit === null ? (rankState === "dead" ? "lost" : "–") : exit.replace(/^status /, "").replace(/^signal /, "")
-  const runTime = (startedAt: number | null, endedAt: number | null) =>
-    startedAt === null ? "–" : `${((endedAt ?? state.updatedAt) - startedAt) / 1000 < 10 ? (((endedAt ?? state.updatedAt) - startedAt) / 1000).toFixed(1) : Math.round(((endedAt ?? state.updatedAt) - startedAt) / 1000)} s`
+  const runTime = (startedAt: number | null, endedAt: number | null) => {
+    if (startedAt === null) return "–"
+    const seconds = ((endedAt ?? state.updatedAt) - startedAt) / 1000
+    return `${seconds < 10 ? seconds.toFixed(1) : Math.round(seconds)} s`
+  }
   const rows = [...state.ranks]
     .sort((a, b) => a.host.localeCompare(b.host) || a.rank - b.rank)
     .map((rank) => [rank.host, String(rank.rank), rank.device, exitOf(rank.exit, rank.state), String(rank.restarts), runTime(rank.startedAt, rank.endedAt)])
@@ -145,7 +148,7 @@ export const make = (options: RunConsoleOptions = {}): RunConsole => {
   const kept = new Map<number, Array<string>>()
   let state: RunState | undefined
   let shown: string | undefined
-  let lastDraw = 0
+  let lastDraw = Number.NEGATIVE_INFINITY
   let redraw: ReturnType<typeof setTimeout> | undefined
   let lastJoinLine = now()
   let closed = false

@@ -1,0 +1,106 @@
+/**
+ * RunView: a run's story, event by event, and the state each step leaves.
+ */
+import { describe, expect, test } from "bun:test"
+import * as RunView from "../src/actors/launcher/RunView.ts"
+
+const story: ReadonlyArray<RunView.RunEvent> = [
+  { event: "run_started", at: 1_000, run: "demo", hosts: [{ host: "a", ranks: 2 }, { host: "b", ranks: 1 }] },
+  { event: "listening", at: 1_001, address: "0.0.0.0", port: 4000 },
+  { event: "join_window", at: 1_002, windowRemainingMs: 30_000, capRemainingMs: 60_000 },
+  { event: "host_joined", at: 1_100, host: "a", ranks: [0, 1] },
+  { event: "join_rejected", at: 1_150, peer: "10.0.0.9:5000", reason: "host c is not among the workers" },
+  { event: "join_window", at: 1_502, windowRemainingMs: 29_500, capRemainingMs: 59_500 },
+  { event: "host_joined", at: 1_600, host: "b", ranks: [2] },
+  { event: "world_formed", at: 1_601, world: 3, hosts: [{ host: "a", ranks: [0, 1], devices: ["0", "1"] }, { host: "b", ranks: [2], devices: ["cpu"] }] },
+  { event: "phase", at: 1_601, phase: "forming" },
+  { event: "rank_started", at: 1_650, rank: 0, pid: 100 },
+  { event: "rank_started", at: 1_651, rank: 1, pid: 101 },
+  { event: "rank_started", at: 1_652, rank: 2, pid: 200 },
+  { event: "cohort_formed", at: 1_700 },
+  { event: "phase", at: 1_700, phase: "training" },
+  { event: "progress", at: 2_000, epoch: 1, epochs: 2, samplesDone: 300, datasetSize: 900, samplesPerSec: null, metrics: { loss: 1 } },
+  { event: "progress", at: 2_500, epoch: 1, epochs: 2, samplesDone: 600, datasetSize: 900, samplesPerSec: 600, metrics: { loss: 0.5 } },
+  { event: "resources", at: 2_600, host: "b", samples: [{ rank: 2, cpu: 0.9, rssBytes: 1 << 20, gpuMemoryBytes: null, gpuUtilization: null }] },
+  // A host may only speak for its own ranks: this sample names a rank of host a.
+  { event: "resources", at: 2_601, host: "b", samples: [{ rank: 0, cpu: 5, rssBytes: 1, gpuMemoryBytes: null, gpuUtilization: null }] },
+  { event: "rank_exited", at: 2_700, rank: 1, exit: "signal SIGKILL", clean: false },
+  { event: "rank_lost", at: 2_701, ranks: [1], cause: "exited with signal SIGKILL" },
+  { event: "decision", at: 2_701, decision: "Note", detail: "continuing with 2 of 3 ranks" },
+  { event: "epoch_done", at: 3_000, epoch: 1, epochs: 2, seconds: 1.3, samples: 900, metrics: { loss: 0.4 } },
+  { event: "checkpoint", at: 3_001, epoch: 1, path: "/tmp/c.json", reason: "checkpoint" },
+  { event: "host_gone", at: 3_500, host: "b", reason: "none of its ranks has beaten for 2000 ms" },
+  { event: "rank_exited", at: 4_000, rank: 0, exit: "status 0", clean: true },
+  { event: "phase", at: 4_010, phase: "done" },
+  { event: "verdict", at: 4_010, outcome: "degraded", exitCode: 0, summary: "run completed DEGRADED: 1 of 3 rank(s) lost" }
+]
+
+const replay = (events: ReadonlyArray<RunView.RunEvent>) => events.reduce(RunView.apply, RunView.initial("demo", 0))
+
+describe("RunView", () => {
+  test("the join window: declared hosts, who joined, the countdown while waiting", () => {
+    const waiting = replay(story.slice(0, 7))
+    expect(waiting).toMatchObject({ phase: "waiting", world: 3, joinedRanks: 3, joinedHosts: 2, windowRemainingMs: 29_500, capRemainingMs: 59_500 })
+    expect(waiting.hosts).toEqual([
+      { host: "a", declaredRanks: 2, state: "joined", reason: null },
+      { host: "b", declaredRanks: 1, state: "joined", reason: null }
+    ])
+    expect(replay(story.slice(0, 4)).joinedHosts).toBe(1)
+  })
+
+  test("formation lists every rank with its host and device; starts give pids; the countdown freezes", () => {
+    const formed = replay(story.slice(0, 12))
+    expect(formed.phase).toBe("forming")
+    expect(formed.ranks.map((rank) => [rank.rank, rank.host, rank.device, rank.pid, rank.state])).toEqual([
+      [0, "a", "0", 100, "running"],
+      [1, "a", "1", 101, "running"],
+      [2, "b", "cpu", 200, "running"]
+    ])
+    const later = RunView.apply(replay(story.slice(0, 14)), { event: "join_window", at: 1_800, windowRemainingMs: 1, capRemainingMs: 1 })
+    expect(later.windowRemainingMs).toBe(29_500)
+  })
+
+  test("training: progress, throughput points, and resource samples only for the host's own ranks", () => {
+    const training = replay(story.slice(0, 18))
+    expect(training.phase).toBe("training")
+    expect(training.training).toEqual({ epoch: 1, epochs: 2, samplesDone: 600, datasetSize: 900, samplesPerSec: 600, metrics: { loss: 0.5 } })
+    expect(training.throughput).toEqual([{ at: 2_500, samplesPerSec: 600 }])
+    expect(training.ranks[2]!.resources).toEqual({ cpu: 0.9, rssBytes: 1 << 20, gpuMemoryBytes: null, gpuUtilization: null, at: 2_600 })
+    expect(training.ranks[0]!.resources).toBeNull()
+  })
+
+  test("a death: the rank is dead with its exit, the death is listed with its cause; a host gone keeps its reason", () => {
+    const end = replay(story)
+    expect(end.ranks[1]).toMatchObject({ state: "dead", exit: "signal SIGKILL", endedAt: 2_700 })
+    expect(end.deaths).toEqual([{ rank: 1, host: "a", cause: "exited with signal SIGKILL", at: 2_701 }])
+    expect(end.hosts[1]).toEqual({ host: "b", declaredRanks: 1, state: "gone", reason: "none of its ranks has beaten for 2000 ms" })
+    expect(end.ranks[0]).toMatchObject({ state: "exited", exit: "status 0" })
+    expect(end).toMatchObject({ phase: "done", verdict: "run completed DEGRADED: 1 of 3 rank(s) lost", updatedAt: 4_010 })
+    expect(end.training).toMatchObject({ epoch: 1, samplesDone: 900, metrics: { loss: 0.4 } })
+  })
+
+  test("a restart counts, and the new incarnation is running again", () => {
+    const restarted = replay([
+      ...story.slice(0, 12),
+      { event: "rank_exited", at: 2_000, rank: 2, exit: "status 3", clean: false },
+      { event: "decision", at: 2_000, decision: "Restart", detail: "restart rank-2 in 500 ms" },
+      { event: "rank_started", at: 2_500, rank: 2, pid: 201 }
+    ])
+    expect(restarted.ranks[2]).toMatchObject({ pid: 201, state: "running", restarts: 1, startedAt: 2_500, endedAt: null })
+  })
+
+  test("a failed verdict fails the phase; ephemeral events stay out of the events file", () => {
+    const failed = replay([...story.slice(0, 12), { event: "verdict", at: 3_000, outcome: "failed", exitCode: 1, summary: "run failed: max_failure exceeded" }])
+    expect(failed.phase).toBe("failed")
+    expect(story.filter(RunView.isEphemeral).map((event) => event.event)).toEqual(["join_window", "join_window", "progress", "progress", "resources", "resources"])
+  })
+
+  test("the throughput series keeps the newest points only", () => {
+    let state = replay(story.slice(0, 14))
+    for (let i = 0; i < RunView.THROUGHPUT_POINTS + 10; i++) {
+      state = RunView.apply(state, { event: "progress", at: 3_000 + i, epoch: 1, epochs: 2, samplesDone: i, datasetSize: 900, samplesPerSec: i, metrics: {} })
+    }
+    expect(state.throughput).toHaveLength(RunView.THROUGHPUT_POINTS)
+    expect(state.throughput.at(-1)).toEqual({ at: 3_000 + RunView.THROUGHPUT_POINTS + 9, samplesPerSec: RunView.THROUGHPUT_POINTS + 9 })
+  })
+})
