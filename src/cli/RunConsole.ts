@@ -208,7 +208,8 @@ export const make = (options: RunConsoleOptions = {}): RunConsole => {
         }
         return print(tinted(line, source.host, line.length - body.length), stream)
       }
-      if (options.quiet === true && source.kind !== "other") return
+      // Quiet: a remote agent's warnings and errors are cohort's own lines too; the rest is chatter.
+      if (options.quiet === true && source.kind !== "other" && !(source.kind === "agent" && /^(warning|error): /.test(body))) return
       if (source.kind === "relay" || source.kind === "agent") return print(tinted(line, source.host, line.length - body.length), stream)
       print(line, stream)
     },

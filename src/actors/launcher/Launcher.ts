@@ -243,7 +243,7 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
     options.onListening?.(mux.port)
     options.onPhase?.("waiting")
     yield* Effect.logInfo(
-      `${config.name}: listening on ${plan.bindAddress}:${mux.port} (status: http://${plan.bindAddress}:${mux.port}/state.json); ` +
+      `${config.name}: listening on ${plan.bindAddress}:${mux.port} (live page: http://${plan.bindAddress}:${mux.port}/ ; bun run status); ` +
         `waiting for ${plan.world} rank(s) on ${plan.hosts.length} host(s)`
     )
     yield* record({ event: "listening", at: Date.now(), address: plan.bindAddress, port: mux.port })
