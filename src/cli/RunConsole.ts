@@ -169,7 +169,8 @@ export const make = (options: RunConsoleOptions = {}): RunConsole => {
   const draw = () => {
     if (!live || closed || state === undefined) return
     const text = liveLine(state, now())
-    const columns = process.stderr.columns ?? 120
+    // A pseudo-terminal without a size reports 0 columns.
+    const columns = (process.stderr.columns ?? 0) >= 20 ? process.stderr.columns : 120
     const fitted = text === undefined ? undefined : text.length > columns - 1 ? `${text.slice(0, columns - 2)}…` : text
     if (fitted === shown) return
     clear()
