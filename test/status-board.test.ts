@@ -164,4 +164,22 @@ describe("StatusBoard", () => {
       // The board's scope has closed: the stream ends (a test timeout otherwise).
       yield* Effect.promise(() => ended)
     }))
+
+  effect.live("endStreams: the state waiting behind the 250 ms pacing goes out at once, then the stream ends", () =>
+    Effect.gen(function*() {
+      const { board, url } = yield* setup()
+      yield* board.publish(state)
+      const response = yield* Effect.promise(() => fetch(url("/events")))
+      const body = Effect.promise(() => response.text())
+      const reading = yield* Effect.fork(body)
+      yield* Effect.sleep(50)
+      yield* board.publish({ ...state, phase: "done", verdict: "run completed" })
+      const started = performance.now()
+      yield* board.endStreams
+      const text = yield* Effect.fromFiber(reading)
+      expect(performance.now() - started).toBeLessThan(200)
+      const states = [...text.matchAll(/^data: (.*)$/gm)].map((match) => JSON.parse(match[1]!) as StatusBoard.RunState)
+      expect(states.map((each) => each.phase)).toEqual(["training", "done"])
+      expect(states.at(-1)!.verdict).toBe("run completed")
+    }))
 })

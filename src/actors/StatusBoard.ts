@@ -21,6 +21,7 @@
  * client never holds up another.
  */
 import { timingSafeEqual } from "node:crypto"
+import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Ref from "effect/Ref"
 import * as Runtime from "effect/Runtime"
@@ -52,6 +53,8 @@ export interface StatusBoard {
   /** Give this to the PortMux as its `http` owner. */
   readonly owner: Actor.ActorRef<Accepted>
   readonly publish: (state: RunState) => Effect.Effect<void>
+  /** The run is over: send every `/events` client the last state now, then end the streams (at most a second). */
+  readonly endStreams: Effect.Effect<void>
 }
 
 const MAX_REQUEST_LINE = 2048
@@ -191,13 +194,19 @@ export const make = (options: StatusBoardOptions): Effect.Effect<StatusBoard, ne
     })
     return {
       owner,
-      publish: (state) => Effect.zipRight(Ref.set(published, state), Effect.sync(() => streams.forEach((stream) => stream.offer(state))))
+      publish: (state) => Effect.zipRight(Ref.set(published, state), Effect.sync(() => streams.forEach((stream) => stream.offer(state)))),
+      endStreams: Effect.promise(() => Promise.all([...streams].map((stream) => stream.finish()))).pipe(
+        Effect.timeout(Duration.seconds(1)),
+        Effect.ignore
+      )
     }
   })
 
 interface EventStream {
   /** Send this state when the client is ready for one (the newest wins). */
   readonly offer: (state: RunState) => void
+  /** Send what is waiting now, then end the stream. */
+  readonly finish: () => Promise<void>
   readonly close: () => void
 }
 
@@ -246,6 +255,14 @@ const openEventStream = (connection: Connection, onClosed: () => void): EventStr
     offer: (state) => {
       pending = state
       if (timer === undefined) pump()
+    },
+    finish: async () => {
+      clearTimeout(timer)
+      timer = undefined
+      const last = pending
+      pending = undefined
+      if (last !== undefined && !connection.isClosed) await connection.write(encoder.encode(`event: state\ndata: ${JSON.stringify(last)}\n\n`))
+      close()
     },
     close
   }

@@ -369,6 +369,8 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
           exitCode: code,
           summary
         })
+        // The live pages see the verdict before the port closes under them.
+        yield* board.endStreams
         return {
           run: config.name,
           outcome: verdict._tag === "Failed"
