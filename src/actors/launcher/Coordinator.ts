@@ -73,6 +73,7 @@ type CoordinatorMessage = Data.TaggedEnum<{
   Report: { readonly rank: number; readonly report: RankReport }
   CohortFormed: {}
   RanksDead: { readonly ranks: ReadonlyArray<number>; readonly cause: string }
+  StopOrdered: { readonly ranks: ReadonlyArray<number> }
   Tick: {}
 }>
 const CoordinatorMessage = Data.taggedEnum<CoordinatorMessage>()
@@ -83,6 +84,8 @@ export interface Coordinator {
   readonly ranksDead: (ranks: ReadonlyArray<number>, cause: string) => Effect.Effect<void>
   /** Every rank runs user code: from now on a rank that never attaches is as silent as one that stopped beating. */
   readonly cohortFormed: Effect.Effect<void>
+  /** Cohort is stopping these ranks (the supervisor's order): their leaving early is not a loss. */
+  readonly stopOrdered: (ranks: ReadonlyArray<number>) => Effect.Effect<void>
 }
 
 const BEAT_MS = 1_000
@@ -97,6 +100,8 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
     const dead = new Set<number>()
     const attached = new Set<number>()
     const exiting = new Set<number>()
+    /** Ranks cohort itself is stopping (or restarting): their leaving is no loss. */
+    const ordered = new Set<number>()
     const lastSeen = new Map<number, number>()
     const metrics = new Map<number, Readonly<Record<string, number>>>()
     /** Samples per second of each rank in the last finished epoch. */
@@ -250,6 +255,7 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
         switch (report._tag) {
           case "Attach": {
             attached.add(rank)
+            ordered.delete(rank)
             // A rank (re)starting mid-run continues from the latest consensus; at the start, from --resume's.
             const checkpoint = ledger !== undefined ? consensus?.state : options.resume?.state
             yield* options.send([rank], new Welcome({ firstEpoch: ledger?.epoch ?? firstEpoch, ...(checkpoint === undefined ? {} : { checkpoint }) }))
@@ -281,9 +287,15 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
             }
             return yield* options.send([rank], new CheckpointSaved({ epoch: report.epoch }))
           }
-          case "Exiting":
+          case "Exiting": {
             exiting.add(rank)
-            return
+            // A rank that returns with work left, unasked, is lost like a dead one: its samples go to the survivors.
+            const left = ledger === undefined ? 0 : Ledger.lengthOf(Ledger.remainder(ledger, rank))
+            if (left === 0 || finished || stopping || ordered.has(rank)) return
+            const reason = `returned with ${left} sample(s) of epoch ${ledger!.epoch} left`
+            yield* options.loseRanks([rank], reason)
+            return yield* markDead([rank], reason)
+          }
           case "Heartbeat":
             return
         }
@@ -308,6 +320,7 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
         Report: ({ rank, report }) => onReport(rank, report),
         CohortFormed: () => Effect.flatMap(now, (at) => Effect.sync(() => (formedAt ??= at))),
         RanksDead: ({ cause, ranks }) => markDead(ranks, cause),
+        StopOrdered: ({ ranks }) => Effect.sync(() => ranks.forEach((rank) => ordered.add(rank))),
         Tick: () => tick
       }
     })
@@ -315,7 +328,8 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
     return {
       report: (rank, report) => Effect.ignore(actor.tell(CoordinatorMessage.Report({ rank, report }))),
       ranksDead: (ranks, cause) => Effect.ignore(actor.tell(CoordinatorMessage.RanksDead({ ranks, cause }))),
-      cohortFormed: Effect.ignore(actor.tell(CoordinatorMessage.CohortFormed()))
+      cohortFormed: Effect.ignore(actor.tell(CoordinatorMessage.CohortFormed())),
+      stopOrdered: (ranks) => Effect.ignore(actor.tell(CoordinatorMessage.StopOrdered({ ranks })))
     }
   })
 

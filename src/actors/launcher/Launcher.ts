@@ -561,7 +561,13 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
           )
           : directive._tag === "Start" || directive._tag === "Verdict"
           ? Effect.void
-          : record({ event: "decision", at: Date.now(), decision: directive._tag, detail: describeDirective(directive) })
+          : Effect.zipRight(
+            // Ranks cohort stops leave early on purpose: the coordinator must not count them lost.
+            directive._tag === "Terminate" && coordinator !== undefined
+              ? coordinator.stopOrdered(directive.ids.flatMap((id) => /^rank-(\d+)$/.exec(id) === null ? [] : [Number(id.slice(5))]))
+              : Effect.void,
+            record({ event: "decision", at: Date.now(), decision: directive._tag, detail: describeDirective(directive) })
+          )
     })
     // An interruption that raced formation still stops the ranks.
     if (yield* Deferred.isDone(interrupted)) yield* interrupt(yield* Deferred.await(interrupted))
