@@ -1,6 +1,7 @@
 /**
- * `bun run chaos [--seed S] [--scenarios N] [--local]`: draw N scenarios from
- * the seed (printed, for replay), run each with real processes, and report:
+ * `bun run chaos [--seed S] [--scenarios N] [--only I,J] [--local]`: draw N
+ * scenarios from the seed (printed, for replay; `--only` replays some of
+ * them by number), run each with real processes, and report:
  * scenarios run, verdicts as predicted, orphans found, hangs. Exit 1 when any
  * scenario did not go as its policy predicts. Network-namespace hosts are
  * used when this machine can make them (root); `--local` leaves them out.
@@ -9,7 +10,7 @@ import { type Hosts, makeHosts, netnsUnavailable } from "../test/support/netns.t
 import { draw, type Topology } from "./Scenario.ts"
 import { runScenario, summary } from "./runScenario.ts"
 
-const usage = "usage: bun run chaos [--seed S] [--scenarios N] [--local]"
+const usage = "usage: bun run chaos [--seed S] [--scenarios N] [--only I,J] [--local]"
 const args = process.argv.slice(2)
 const value = (name: string) => {
   const index = args.indexOf(name)
@@ -32,7 +33,8 @@ console.log(`chaos: seed ${seed}, ${count} scenario(s), topologies ${topologies.
 const hosts: Hosts | undefined = unavailable === undefined ? await makeHosts(2) : undefined
 const results = []
 try {
-  for (const scenario of draw(seed, count, topologies)) {
+  const only = value("--only")?.split(",").map(Number)
+  for (const scenario of draw(seed, count, topologies).filter((each) => only === undefined || only.includes(each.id))) {
     const result = await runScenario(scenario, hosts)
     results.push(result)
     console.log(summary(result))

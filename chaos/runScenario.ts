@@ -26,7 +26,7 @@ import { describe, predict, type Prediction, type Scenario } from "./Scenario.ts
 
 const ROOT = resolve(import.meta.dir, "..")
 const DATASET = 6_000
-const EPOCHS = 4
+const EPOCHS = 3
 /** A pause before each batch: an epoch then lasts about a second. */
 const BATCH_DELAY_MS = 20
 const HEARTBEAT_TIMEOUT_MS = 2_000
@@ -231,7 +231,7 @@ export const runScenario = async (scenario: Scenario, hosts?: Hosts): Promise<Sc
     const agentPid = () =>
       scenario.topology === "self"
         ? selfAgent?.pid
-        : allPids().find((pid) => new RegExp(`bun\\S* src/cli/agent\\.ts --tag ${run}/${victimHost}$`).test(commandLine(pid)))
+        : allPids().find((pid) => new RegExp(`bun\\S* src/cli/agent\\.ts --tag ${run}/${victimHost}(\\s|$)`).test(commandLine(pid)))
     const relayPid = () =>
       allPids().find((pid) => {
         const spec = environmentOf(pid).COHORT_RELAY_SPEC

@@ -299,6 +299,8 @@ class Step {
       // Fail first: kill_all kills at once, even when these were the last ranks.
       this.fail({ kind: "child-failed", message: what }, "kill", `${what}: terminating every child (kill_all)`)
     }
+    // Under restart the silent rank's process is killed, and its exit restarts it like any failure.
+    if (current._tag === "Restart") return this.note(`${what}: it is killed and restarted`)
     this.markDead(ranks, what, false)
   }
 

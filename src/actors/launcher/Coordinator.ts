@@ -250,6 +250,12 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
 
     const onReport = (rank: number, report: RankReport) =>
       Effect.gen(function*() {
+        // A rank given up for silence and then restarted (restart policy) comes back: the next epochs count on it again.
+        if (report._tag === "Attach" && dead.has(rank) && !stopping && !finished) {
+          dead.delete(rank)
+          alive.add(rank)
+          exiting.delete(rank)
+        }
         if (!alive.has(rank)) return
         lastSeen.set(rank, yield* now)
         switch (report._tag) {
