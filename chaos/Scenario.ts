@@ -116,10 +116,9 @@ export const predict = (scenario: Omit<Scenario, "id" | "seed">): Prediction | u
     case "stalled_hello":
       return completed()
     case "rank_signal":
-      // SIGTERM asks the example to finish its step and return: a clean exit with work left, which is
-      // a loss, and (clean) no restart.
-      if (moment !== "mid_epoch") return undefined
-      return fault.signal === "SIGTERM" && policy === "restart" ? degraded(1, world) : afterDeaths(policy, 1, world, true)
+      // SIGTERM asks the example to finish its step and return: a clean exit with work left, which is a
+      // loss like any death (and under restart, restarted like one).
+      return moment === "mid_epoch" ? afterDeaths(policy, 1, world, true) : undefined
     case "rank_exit":
     case "rank_freeze":
       return moment === "mid_epoch" ? afterDeaths(policy, 1, world, true) : undefined

@@ -63,6 +63,8 @@ export interface ChildState {
    * and while it is being stopped on behalf of a group restart.
    */
   readonly restartAt?: number | undefined
+  /** Membership gave up on it (silent, or it returned with work left): its next exit is a failure, clean or not. */
+  readonly lost?: boolean | undefined
 }
 
 type Failure = { readonly kind: "child-failed" | "restart-intensity" | "aborted"; readonly message: string }
@@ -214,8 +216,9 @@ class Step {
     const child = this.child(id)
     if (child === undefined || (child.status !== "running" && child.status !== "stopping")) return
     const { spec } = child
-    const abnormal = !ChildExitModule.isClean(exit)
-    const what = `${spec.label} exited with ${ChildExitModule.describe(exit)}`
+    const abnormal = !ChildExitModule.isClean(exit) || child.lost === true
+    const what = `${spec.label} exited with ${ChildExitModule.describe(exit)}${child.lost === true && ChildExitModule.isClean(exit) ? " with its work unfinished" : ""}`
+    if (child.lost === true) this.setChild(id, { lost: undefined })
 
     if (child.status === "stopping") {
       // We asked for this exit; it says nothing about the child's health.
@@ -299,8 +302,15 @@ class Step {
       // Fail first: kill_all kills at once, even when these were the last ranks.
       this.fail({ kind: "child-failed", message: what }, "kill", `${what}: terminating every child (kill_all)`)
     }
-    // Under restart the silent rank's process is killed, and its exit restarts it like any failure.
-    if (current._tag === "Restart") return this.note(`${what}: it is killed and restarted`)
+    // Under restart a lost rank is restarted like any failure: at its exit if it still runs (it is being
+    // killed), at once if it has already gone.
+    if (current._tag === "Restart") {
+      for (const child of this.state.children.filter((each) => each.spec.ranks.some((rank) => ranks.includes(rank)))) {
+        if (child.status === "running") this.setChild(child.spec.id, { lost: true })
+        else if (child.status === "exited") this.restart(child, current, `${what} after ${child.spec.label} had exited`)
+      }
+      return
+    }
     this.markDead(ranks, what, false)
   }
 

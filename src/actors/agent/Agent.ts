@@ -47,6 +47,9 @@ export class AgentError extends Data.TaggedError("AgentError")<{ readonly host: 
   }
 }
 
+/** How long a relay that left cleanly gives the launcher's RunEnded to arrive before the agent ends too. */
+const RUN_END_WAIT = Duration.seconds(2)
+
 /** How often the ranks' resource use is sampled and sent. */
 const RESOURCES_EVERY = Duration.seconds(2)
 
@@ -203,8 +206,16 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
       }).pipe(Scope.extend(scope))
       yield* Effect.forkIn(
         Effect.flatMap(relay.exited, (exit) =>
-          ending || isClean(exit)
+          ending
             ? Effect.void
+            : isClean(exit)
+            // The relay leaves on its own when the launcher has gone silent (a cut cable closes nothing), or
+            // when the run ends, a moment before the RunEnded on this link. Past that moment the agent has no
+            // one left to serve either, and ends like one that lost its link.
+            ? Effect.zipRight(
+              Effect.sleep(RUN_END_WAIT),
+              Effect.suspend(() => (ending ? Effect.void : link.abort("the launcher went silent (the host's relay left)")))
+            )
             : Effect.zipRight(Effect.logError(`${host}: the relay exited with ${describeExit(exit)}`), stopAll("the host's relay is gone"))),
         scope
       )
