@@ -5,6 +5,7 @@ import { frameThroughput } from "./frame-throughput.ts"
 import { launchLatency } from "./launch-latency.ts"
 import { multihostFormation } from "./multihost-formation.ts"
 import { nativeKernels } from "./native-kernels.ts"
+import { scale } from "./scale.ts"
 
 console.log(`bun ${Bun.version}, ${navigator.hardwareConcurrency} cores, ${new Date().toISOString()}\n`)
 console.log(await failureReaction())
@@ -18,3 +19,5 @@ console.log()
 console.log(await allreduce())
 console.log()
 console.log(await multihostFormation())
+console.log()
+console.log(await scale())

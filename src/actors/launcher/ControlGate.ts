@@ -20,6 +20,9 @@ import * as Link from "../../wire/Link.ts"
 
 export const controlCodec = Codec.make("control", ControlMessage)
 
+/** One beat for every link: it carries nothing, so it is built and encoded once, not once per relay per second. */
+const beat = new LauncherBeat()
+
 export type ControlLink = Link.Link<ControlMessage, ControlMessage>
 
 export interface ControlGate {
@@ -76,7 +79,7 @@ export const make = (options: ControlGateOptions): Effect.Effect<ControlGate, ne
         yield* Effect.logDebug(`relay of ${hello.host} registered`)
         const host = hello.host
         // The relay leaves when the launcher goes silent: beat while the link lasts.
-        yield* Effect.forkScoped(Effect.forever(Effect.zipRight(Effect.sleep(Duration.seconds(1)), link.send(new LauncherBeat()))).pipe(Effect.ignore))
+        yield* Effect.forkScoped(Effect.forever(Effect.zipRight(Effect.sleep(Duration.seconds(1)), link.send(beat))).pipe(Effect.ignore))
         while (true) {
           const message = yield* Effect.either(link.receive)
           if (message._tag === "Left") {

@@ -135,8 +135,17 @@ export const initial = (run: string, at: number): RunState => ({
   verdict: null
 })
 
-const withRank = (state: RunState, rank: number, change: (status: RankStatus) => RankStatus): ReadonlyArray<RankStatus> =>
-  state.ranks.map((status) => (status.rank === rank ? change(status) : status))
+/** Where `rank` is in `ranks`: its own index when the ranks are 0…n−1 in order (always, once formed), else -1. */
+const slotOf = (ranks: ReadonlyArray<RankStatus>, rank: number): number => (ranks[rank]?.rank === rank ? rank : -1)
+
+// Events come one rank at a time, thousands of them as a big world starts: find the rank by index, not by a scan.
+const withRank = (state: RunState, rank: number, change: (status: RankStatus) => RankStatus): ReadonlyArray<RankStatus> => {
+  const slot = slotOf(state.ranks, rank)
+  if (slot === -1) return state.ranks.map((status) => (status.rank === rank ? change(status) : status))
+  const ranks = state.ranks.slice()
+  ranks[slot] = change(ranks[slot]!)
+  return ranks
+}
 
 const withHost = (state: RunState, host: string, change: (status: HostStatus) => HostStatus): ReadonlyArray<HostStatus> =>
   state.hosts.map((status) => (status.host === host ? change(status) : status))
@@ -209,15 +218,19 @@ const step = (state: RunState, event: RunEvent): RunState => {
     case "rank_exited":
       return { ...state, ranks: withRank(state, event.rank, (rank) => ({ ...rank, state: event.clean ? "exited" : "dead", exit: event.exit, endedAt: event.at })) }
     case "rank_lost": {
-      const deaths = event.ranks.map((rank): Death => ({
-        rank,
-        host: state.ranks.find((status) => status.rank === rank)?.host ?? "?",
-        cause: event.cause,
-        at: event.at
-      }))
+      const deaths = event.ranks.map((rank): Death => {
+        const slot = slotOf(state.ranks, rank)
+        return {
+          rank,
+          host: (slot === -1 ? state.ranks.find((status) => status.rank === rank) : state.ranks[slot])?.host ?? "?",
+          cause: event.cause,
+          at: event.at
+        }
+      })
+      const lost = new Set(event.ranks)
       return {
         ...state,
-        ranks: state.ranks.map((rank) => (event.ranks.includes(rank.rank) && rank.state !== "exited" ? { ...rank, state: "dead" } : rank)),
+        ranks: state.ranks.map((rank) => (lost.has(rank.rank) && rank.state !== "exited" ? { ...rank, state: "dead" } : rank)),
         deaths: [...state.deaths, ...deaths]
       }
     }
@@ -254,15 +267,19 @@ const step = (state: RunState, event: RunEvent): RunState => {
       }
     case "resources": {
       const byRank = new Map(event.samples.map((sample) => [sample.rank, sample]))
-      return {
-        ...state,
-        ranks: state.ranks.map((rank) => {
-          const sample = byRank.get(rank.rank)
-          if (sample === undefined || rank.host !== event.host) return rank
-          const { rank: _, ...resources } = sample
-          return { ...rank, resources: { ...resources, at: event.at } }
-        })
+      const sampled = (rank: RankStatus): RankStatus => {
+        const sample = byRank.get(rank.rank)
+        if (sample === undefined || rank.host !== event.host) return rank
+        const { rank: _, ...resources } = sample
+        return { ...rank, resources: { ...resources, at: event.at } }
       }
+      // Every host reports every few seconds: touch its own ranks, not the whole world.
+      if ([...byRank.keys()].every((rank) => slotOf(state.ranks, rank) !== -1)) {
+        const ranks = state.ranks.slice()
+        for (const rank of byRank.keys()) ranks[rank] = sampled(ranks[rank]!)
+        return { ...state, ranks }
+      }
+      return { ...state, ranks: state.ranks.map(sampled) }
     }
     case "phase":
       // The countdowns stop where they were: join_window events move them only while waiting.

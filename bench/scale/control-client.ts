@@ -1,0 +1,45 @@
+/**
+ * Relays without ranks, for `heartbeat-path.ts`: `bun control-client.ts PORT SALT_HEX HOSTS`
+ * registers HOSTS relays of 8 ranks on the control channel, attaches every rank,
+ * says `attached`, and after `beat` on stdin sends each rank's Heartbeat once a
+ * second (the hosts spread over the second). Exits when stdin closes.
+ */
+import * as Deferred from "effect/Deferred"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Schedule from "effect/Schedule"
+import * as Codec from "../../src/wire/Codec.ts"
+import { ControlMessage, FromRank, RelayHello } from "../../src/wire/ControlMessages.ts"
+import { Attach, Heartbeat } from "../../src/wire/CoordinatorMessages.ts"
+import { saltFromHex } from "../../src/wire/Keys.ts"
+import * as Link from "../../src/wire/Link.ts"
+
+const [port, saltHex, hostsText] = process.argv.slice(2)
+const HOSTS = Number(hostsText)
+const DEVICES = 8
+const salt = saltFromHex(saltHex ?? "")
+if (salt === undefined) throw new Error("usage: control-client.ts PORT SALT_HEX HOSTS")
+const codec = Codec.make("control", ControlMessage)
+const beating = Effect.runSync(Deferred.make<void>())
+let attached = 0
+
+const relay = (host: number) =>
+  Effect.scoped(Effect.gen(function*() {
+    const link = yield* Link.dial({ channel: "control", host: "127.0.0.1", port: Number(port), salt, inbound: codec, outbound: codec, handshakeMs: 60_000 })
+    const ranks = Array.from({ length: DEVICES }, (_, slot) => host * DEVICES + slot)
+    yield* link.send(new RelayHello({ host: `sim-${host}`, ranks }))
+    yield* link.receive
+    yield* Effect.forkScoped(Effect.forever(link.receive).pipe(Effect.ignore))
+    for (const rank of ranks) yield* link.send(new FromRank({ rank, report: new Attach() }))
+    if (++attached === HOSTS) console.log("attached")
+    yield* Deferred.await(beating)
+    yield* Effect.sleep(Duration.millis((host * 1000) / HOSTS))
+    const beats = ranks.map((rank) => new FromRank({ rank, report: new Heartbeat() }))
+    yield* Effect.repeat(Effect.forEach(beats, (message) => link.send(message), { discard: true }), Schedule.fixed(Duration.seconds(1)))
+  })).pipe(Effect.catchAll((error) => Effect.sync(() => console.error(error.message))))
+
+for (let host = 0; host < HOSTS; host++) Effect.runFork(relay(host))
+for await (const chunk of Bun.stdin.stream()) {
+  if (new TextDecoder().decode(chunk).includes("beat")) Effect.runSync(Deferred.succeed(beating, undefined))
+}
+process.exit(0)

@@ -1,0 +1,108 @@
+/**
+ * The launcher's heartbeat path alone, in this process: PortMux, ControlGate
+ * and Coordinator wired as Launcher.ts wires them (its `sendToRanks` is
+ * copied here), 1,000 relays × 8 ranks simulated by a child process
+ * (`control-client.ts`). CPU of this process over 5 s with every rank attached
+ * and silent (its own beats, LauncherBeat and CoordinatorBeat, 2,000 frames/s),
+ * then over 10 s with 8,000 heartbeats/s.
+ *
+ * `bun bench/scale/heartbeat-path.ts` (HOSTS changes the host count).
+ */
+import * as Effect from "effect/Effect"
+import * as ControlGate from "../../src/actors/launcher/ControlGate.ts"
+import * as Coordinator from "../../src/actors/launcher/Coordinator.ts"
+import * as PortMux from "../../src/actors/PortMux.ts"
+import * as Log from "../../src/cli/logger.ts"
+import type { Job } from "../../src/config/ClusterConfig.ts"
+import { ToRanks } from "../../src/wire/ControlMessages.ts"
+import type { CoordinatorOrder } from "../../src/wire/CoordinatorMessages.ts"
+import { newSalt, saltToHex } from "../../src/wire/Keys.ts"
+
+const HOSTS = Number(process.env.HOSTS ?? 1000)
+const DEVICES = 8
+const salt = newSalt()
+const world = new Map(Array.from({ length: HOSTS }, (_, host) => [`sim-${host}`, Array.from({ length: DEVICES }, (_, slot) => host * DEVICES + slot)] as const))
+const hostOf = new Map([...world].flatMap(([host, ranks]) => ranks.map((rank) => [rank, host] as const)))
+const job: Job = {
+  program: { _tag: "Entry", entry: "examples/train.ts" },
+  args: [],
+  backend: "cpu_sync",
+  datasetSize: HOSTS * DEVICES * 100,
+  epochs: 1,
+  cadence: 1,
+  checkpoint: undefined,
+  outerOptimizer: undefined,
+  asyncAlpha: 0.5
+}
+const cpuSeconds = () => {
+  const usage = process.cpuUsage()
+  return (usage.user + usage.system) / 1e6
+}
+
+const program = Effect.gen(function*() {
+  let coordinator: Coordinator.Coordinator | undefined
+  const control = yield* ControlGate.make({
+    salt,
+    hosts: Effect.succeed(world),
+    handshakeMs: 60_000,
+    onMessage: (_host, message) => (message._tag === "FromRank" ? coordinator?.report(message.rank, message.report) ?? Effect.void : Effect.void),
+    onClosed: () => Effect.void
+  })
+  // As Launcher.ts sends orders: one ToRanks per host.
+  const sendToRanks = (ranks: ReadonlyArray<number>, order: CoordinatorOrder) => {
+    const byHost = new Map<string, Array<number>>()
+    for (const rank of ranks) {
+      const host = hostOf.get(rank)
+      if (host !== undefined) byHost.set(host, [...(byHost.get(host) ?? []), rank])
+    }
+    return Effect.forEach(byHost, ([host, targets]) => control.send(host, new ToRanks({ ranks: targets, order })), { discard: true })
+  }
+  coordinator = yield* Coordinator.make({
+    run: "heartbeat-path",
+    ranks: [...hostOf.keys()],
+    job,
+    heartbeatTimeoutMs: 600_000,
+    checkpointPath: "/dev/null",
+    resume: undefined,
+    send: sendToRanks,
+    loseRanks: () => Effect.void,
+    limitReached: () => false,
+    drained: Effect.void,
+    rootState: () => undefined
+  })
+  const mux = yield* PortMux.start({ address: "127.0.0.1", port: 0, magicDeadlineMs: 60_000, owners: { control: control.owner } })
+  const client = Bun.spawn([process.execPath, `${import.meta.dir}/control-client.ts`, String(mux.port), saltToHex(salt), String(HOSTS)], {
+    stdin: "pipe",
+    stdout: "pipe",
+    stderr: "inherit"
+  })
+  yield* Effect.addFinalizer(() => Effect.sync(() => client.kill()))
+  const reader = client.stdout.getReader()
+  const decoder = new TextDecoder()
+  let said = ""
+  yield* Effect.promise(async () => {
+    while (!said.includes("attached")) {
+      const { done, value } = await reader.read()
+      if (done) throw new Error("the control client died")
+      said += decoder.decode(value)
+    }
+  })
+  // The first epoch's plans go out after the last Attach: let them.
+  yield* Effect.sleep("4 seconds")
+  const share = (seconds: number) =>
+    Effect.gen(function*() {
+      const cpu = cpuSeconds()
+      const t0 = performance.now()
+      yield* Effect.sleep(`${seconds} seconds`)
+      return (cpuSeconds() - cpu) / ((performance.now() - t0) / 1000)
+    })
+  const silent = yield* share(5)
+  client.stdin.write("beat\n")
+  client.stdin.flush()
+  yield* Effect.sleep("2 seconds")
+  const beating = yield* share(10)
+  return `${HOSTS} relays × ${DEVICES} ranks; CPU of one core: silent ${(silent * 100).toFixed(1)}%, beating ${(beating * 100).toFixed(1)}%`
+})
+
+console.log(await Effect.runPromise(Effect.scoped(program).pipe(Effect.provide(Log.layer()))))
+process.exit(0)

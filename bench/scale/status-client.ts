@@ -1,0 +1,98 @@
+/**
+ * `GET /state.json` at a fixed rate, for `bench/scale.ts`: one new TCP
+ * connection per request (the board answers `Connection: close`), fired on
+ * an open-loop schedule (a slow answer does not delay the next request), timed
+ * from the moment the connection is asked for until the server has closed it
+ * after the whole body.
+ *
+ * `bun bench/scale/status-client.ts RATE`; starts once stdin gives the port
+ * (so its own start-up is over by then), runs until stdin says `stop` (or
+ * closes), then prints one JSON line: every request's start (wall clock),
+ * latency in ms, status and bytes.
+ */
+import type { Socket } from "bun"
+
+const interval = 1000 / Number(process.argv[2] ?? 200)
+const wallClock = () => performance.timeOrigin + performance.now()
+const request = new TextEncoder().encode("GET /state.json HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+
+interface Sample {
+  at: number
+  ms: number
+  status: number
+  bytes: number
+}
+const samples: Array<Sample> = []
+let inFlight = 0
+let stopping = false
+
+const fire = () => {
+  const at = wallClock()
+  const t0 = performance.now()
+  let bytes = 0
+  let head = ""
+  let done = false
+  inFlight += 1
+  const finish = (status: number) => {
+    if (done) return
+    done = true
+    inFlight -= 1
+    samples.push({ at, ms: performance.now() - t0, status, bytes })
+  }
+  Bun.connect<undefined>({
+    hostname: "127.0.0.1",
+    port,
+    socket: {
+      open: (socket: Socket<undefined>) => void socket.write(request),
+      data: (_socket, chunk) => {
+        bytes += chunk.length
+        if (head.length < 16) head += new TextDecoder().decode(chunk.subarray(0, 16))
+      },
+      close: () => finish(Number(/^HTTP\/1\.1 (\d{3})/.exec(head)?.[1] ?? 0)),
+      error: () => finish(0)
+    }
+  }).catch(() => finish(0))
+}
+
+const input = Bun.stdin.stream().getReader()
+const decoder = new TextDecoder()
+let received = ""
+const readUntil = async (pattern: RegExp): Promise<RegExpExecArray | undefined> => {
+  while (true) {
+    const match = pattern.exec(received)
+    if (match !== null) return match
+    const { done, value } = await input.read()
+    if (done) return undefined
+    received += decoder.decode(value, { stream: true })
+  }
+}
+process.stdout.write("ready\n")
+const portLine = await readUntil(/^(\d+)\n/)
+if (portLine === undefined) process.exit(0)
+const port = Number(portLine[1])
+
+// Drift-free: request i goes out at start + i × interval, whatever the timers do.
+const start = performance.now()
+let sent = 0
+const pace = () => {
+  if (stopping) return
+  const now = performance.now()
+  while (start + sent * interval <= now) {
+    sent += 1
+    fire()
+  }
+  setTimeout(pace, Math.max(0, start + sent * interval - performance.now()))
+}
+pace()
+
+const finish = async () => {
+  stopping = true
+  const deadline = performance.now() + 5_000
+  while (inFlight > 0 && performance.now() < deadline) await Bun.sleep(10)
+  // Exit only once the pipe has taken the whole line: process.exit right after a write can cut a long one short.
+  await new Promise((done) => process.stdout.write(`${JSON.stringify({ samples, unfinished: inFlight })}\n`, done))
+  process.exit(0)
+}
+
+await readUntil(/stop/)
+await finish()
