@@ -22,7 +22,7 @@ import { join, resolve } from "node:path"
 import { magic } from "../src/wire/Channel.ts"
 import { allPids, collectLines, commandLine, environment } from "../test/support/processes.ts"
 import type { Hosts } from "../test/support/netns.ts"
-import { describe, predict, type Prediction, type Scenario } from "./Scenario.ts"
+import { describe, predict, type Prediction, type Scenario, worldOf } from "./Scenario.ts"
 
 const ROOT = resolve(import.meta.dir, "..")
 const DATASET = 6_000
@@ -251,9 +251,7 @@ export const runScenario = async (scenario: Scenario, hosts?: Hosts): Promise<Sc
         await waitLine(/world formed: /)
         break
       case "mid_epoch":
-        if (scenario.fault.kind === "rank_signal" || scenario.fault.kind === "rank_exit" || scenario.fault.kind === "rank_freeze") {
-          await waitLine(/epoch 1\/\d+ done/)
-        } else await waitLine(/epoch 1\/\d+ done/)
+        await waitLine(/epoch 1\/\d+ done/)
         break
       case "teardown":
         await waitLine(/training done: /)
@@ -320,7 +318,7 @@ export const runScenario = async (scenario: Scenario, hosts?: Hosts): Promise<Sc
     // Training: the survivors agree, and the work was done, each sample once.
     if (prediction.trained && !hung) {
       const checksums = [...stdout.lines, ...(selfLines?.lines ?? [])].flatMap((each) => /final weights checksum (\w+)/.exec(each)?.[1] ?? [])
-      const expected = worldOf(scenario) - prediction.lost
+      const expected = worldOf(scenario.topology) - prediction.lost
       if (checksums.length !== expected || new Set(checksums).size !== 1) mismatches.push(`checksums ${checksums.join(",")}, predicted ${expected} equal`)
       const lost = new Set((events?.last()?.ranks ?? []).filter((rank) => rank.state === "dead").map((rank) => rank.rank))
       const seen = traces(trace)
@@ -353,8 +351,6 @@ export const runScenario = async (scenario: Scenario, hosts?: Hosts): Promise<Sc
     rmSync(dir, { recursive: true, force: true })
   }
 }
-
-const worldOf = (scenario: Scenario) => (scenario.topology === "local" ? 3 : 4)
 
 export const summary = (result: ScenarioResult): string => {
   const ok = result.mismatches.length === 0 && result.orphans.length === 0 && !result.hung
