@@ -253,8 +253,10 @@ describe("elastic training", () => {
     process.kill(frozen, "SIGSTOP")
     const stoppedAt = performance.now()
     await waitForLine(launch.stderr.lines, /rank 1 lost \(no heartbeat for 2\.0 s\)/, "the coordinator to give up on rank 1", 15_000)
+    // The rank beats once a second, so its last beat came up to 1 s before the SIGSTOP: the timeout (2 s) runs
+    // from that beat, and the coordinator may give up as early as 1 s after the stop.
     const noticed = performance.now() - stoppedAt
-    expect(noticed).toBeGreaterThanOrEqual(2_000)
+    expect(noticed).toBeGreaterThanOrEqual(1_000)
     expect(await launch.proc.exited).toBe(0)
     await launch.stdout.done
     expect(isGone(frozen)).toBe(true)
