@@ -165,13 +165,14 @@ export const make = (options: JoinGateOptions): Effect.Effect<JoinGate, never, S
           return [joined, { ...state, members: [...state.members, joined] }]
         })
         if (typeof member === "string") return yield* refuse(link, member)
+        // Built unchecked: the codec checks it as it encodes it.
         const accepted = yield* Effect.either(link.send(
           new Accept({
             ranks: member.ranks,
             saltHex: options.admission.mode === "open" ? saltToHex(options.salt) : undefined,
             formationWaitMs: Math.max(0, openedAt + rules.maxTimeoutMs - now),
             spec: options.specFor(member.host)
-          })
+          }, true)
         ))
         if (accepted._tag === "Left") {
           // The Accept never left: the admission is rolled back, ranks and all.
