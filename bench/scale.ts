@@ -8,7 +8,7 @@
  * hundred per process (`bench/scale/sim-agents.ts`), on the real wire
  * modules: join, Hello, Accept, WorldFormed, answers to StartRank, then per
  * host a control link like a relay's, an Attach for each rank and, when told,
- * a Heartbeat per rank per second. They read the run's salt from the file the
+ * a HostBeats per host per second, as a relay beats for its ranks. They read the run's salt from the file the
  * launcher writes for `bun run agent --salt-file`, and dial once the launcher
  * has printed that hint for every host. No rank, relay or agent process runs.
  *

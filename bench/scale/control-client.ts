@@ -1,16 +1,16 @@
 /**
  * Relays without ranks, for `heartbeat-path.ts`: `bun control-client.ts PORT SALT_HEX HOSTS`
  * registers HOSTS relays of 8 ranks on the control channel, attaches every rank,
- * says `attached`, and after `beat` on stdin sends each rank's Heartbeat once a
- * second (the hosts spread over the second). Exits when stdin closes.
+ * says `attached`, and after `beat` on stdin sends each host's HostBeats once a
+ * second, as a relay does (the hosts spread over the second). Exits when stdin closes.
  */
 import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Schedule from "effect/Schedule"
 import * as Codec from "../../src/wire/Codec.ts"
-import { ControlMessage, FromRank, RelayHello } from "../../src/wire/ControlMessages.ts"
-import { Attach, Heartbeat } from "../../src/wire/CoordinatorMessages.ts"
+import { ControlMessage, FromRank, HostBeats, RelayHello } from "../../src/wire/ControlMessages.ts"
+import { Attach } from "../../src/wire/CoordinatorMessages.ts"
 import { saltFromHex } from "../../src/wire/Keys.ts"
 import * as Link from "../../src/wire/Link.ts"
 
@@ -34,8 +34,7 @@ const relay = (host: number) =>
     if (++attached === HOSTS) console.log("attached")
     yield* Deferred.await(beating)
     yield* Effect.sleep(Duration.millis((host * 1000) / HOSTS))
-    const beats = ranks.map((rank) => new FromRank({ rank, report: new Heartbeat() }))
-    yield* Effect.repeat(Effect.forEach(beats, (message) => link.send(message), { discard: true }), Schedule.fixed(Duration.seconds(1)))
+    yield* Effect.repeat(link.send(new HostBeats({ ranks })), Schedule.fixed(Duration.seconds(1)))
   })).pipe(Effect.catchAll((error) => Effect.sync(() => console.error(error.message))))
 
 for (let host = 0; host < HOSTS; host++) Effect.runFork(relay(host))

@@ -3,8 +3,9 @@
  * and Coordinator wired as Launcher.ts wires them (its `sendToRanks` is
  * copied here), 1,000 relays × 8 ranks simulated by a child process
  * (`control-client.ts`). CPU of this process over 5 s with every rank attached
- * and silent (its own beats, LauncherBeat and CoordinatorBeat, 2,000 frames/s),
- * then over 10 s with 8,000 heartbeats/s.
+ * and silent (the coordinator's beats, 1,000 frames/s; a link that carries
+ * them needs no LauncherBeat), then over 10 s with every rank beating at 1 Hz
+ * (one HostBeats per relay per second).
  *
  * `bun bench/scale/heartbeat-path.ts` (HOSTS changes the host count).
  */
@@ -45,7 +46,12 @@ const program = Effect.gen(function*() {
     salt,
     hosts: Effect.succeed(world),
     handshakeMs: 60_000,
-    onMessage: (_host, message) => (message._tag === "FromRank" ? coordinator?.report(message.rank, message.report) ?? Effect.void : Effect.void),
+    onMessage: (_host, message) =>
+      message._tag === "FromRank"
+        ? coordinator?.report(message.rank, message.report) ?? Effect.void
+        : message._tag === "HostBeats"
+        ? coordinator?.beats(message.ranks) ?? Effect.void
+        : Effect.void,
     onClosed: () => Effect.void
   })
   // As Launcher.ts sends orders: one ToRanks per host.

@@ -7,7 +7,7 @@
  *    and `RankRunning` (a fake pid);
  *  - once the host's ranks all "run", the control channel: `RelayHello`,
  *    `RelayAccepted`, a `FromRank` `Attach` for each rank; after the `beat`
- *    command, a `FromRank` `Heartbeat` for each rank once a second, the hosts'
+ *    command, a `HostBeats` naming every rank once a second, the hosts'
  *    phases spread over the second as unsynchronised relays would be.
  * Whatever the launcher sends afterwards is read and dropped.
  *
@@ -21,8 +21,8 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Schedule from "effect/Schedule"
 import * as Codec from "../../src/wire/Codec.ts"
-import { ControlMessage, FromRank, RelayHello } from "../../src/wire/ControlMessages.ts"
-import { Attach, Heartbeat } from "../../src/wire/CoordinatorMessages.ts"
+import { ControlMessage, FromRank, HostBeats, RelayHello } from "../../src/wire/ControlMessages.ts"
+import { Attach } from "../../src/wire/CoordinatorMessages.ts"
 import { Hello, JoinMessage, RankExited, RankRunning, RankStarted } from "../../src/wire/JoinMessages.ts"
 import { saltFromHex } from "../../src/wire/Keys.ts"
 import * as Link from "../../src/wire/Link.ts"
@@ -142,8 +142,8 @@ const simHost = (host: string, slot: number) => {
     yield* Deferred.await(beating)
     yield* Effect.sleep(Duration.millis((slot * 1000) / go.hosts.length))
     // Built once: constructing (and so validating) a message costs more than sending it.
-    const beats = answer.ranks.map((rank) => new FromRank({ rank, report: new Heartbeat() }))
-    const beat = Effect.forEach(beats, (message) => control.send(message), { discard: true })
+    // As a relay beats for its ranks: one HostBeats a second naming them all.
+    const beat = control.send(new HostBeats({ ranks: answer.ranks }))
     yield* Effect.repeat(Effect.map(beat, () => void (heartbeats += answer.ranks.length)), Schedule.fixed(Duration.seconds(1)))
   }).pipe(
     Effect.scoped,

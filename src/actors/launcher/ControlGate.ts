@@ -6,11 +6,12 @@
  * exactly that host's ranks; anything else is told why and closed. The
  * accepted links stay open until the run ends (`closeAll`): their EOF is the
  * relays' signal to leave. What a relay sends after registering (its ranks'
- * reports, its folds) goes to `onMessage`; a link that ends goes to `onClosed`.
+ * reports, its folds) goes to `onMessage`, for its own ranks only; a link that
+ * ends goes to `onClosed`. A link that has carried nothing for a while gets a
+ * `LauncherBeat`: a relay leaves a launcher it has not heard from.
  */
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Ref from "effect/Ref"
 import type * as Scope from "effect/Scope"
 import * as Actor from "../Actor.ts"
 import type { Accepted } from "../PortMux.ts"
@@ -22,6 +23,13 @@ export const controlCodec = Codec.make("control", ControlMessage)
 
 /** One beat for every link: it carries nothing, so it is built and encoded once, not once per relay per second. */
 const beat = new LauncherBeat()
+/**
+ * A link gets a beat once nothing has gone down it for this long, checked every BEAT_CHECK_MS: a relay hears
+ * something at least every 1.35 s (its timeout is 2 s at the least), and a link that carries the coordinator's
+ * beats every second needs none of its own.
+ */
+const QUIET_MS = 1_100
+const BEAT_CHECK_MS = 250
 
 export type ControlLink = Link.Link<ControlMessage, ControlMessage>
 
@@ -44,14 +52,41 @@ export interface ControlGateOptions {
   readonly onClosed: (host: string) => Effect.Effect<void>
 }
 
+interface Registered {
+  readonly link: ControlLink
+  /** The host's ranks: the relay speaks for these only. */
+  readonly ranks: ReadonlySet<number>
+  /** When something last went down the link (ms). */
+  sentAt: number
+}
+
+const sendOn = (registered: Registered, message: ControlMessage): Effect.Effect<void> =>
+  Effect.suspend(() => {
+    registered.sentAt = Date.now()
+    return Effect.ignore(registered.link.send(message))
+  })
+
+/** The message, with only the relay's own ranks in it; undefined when it speaks for another host's rank. */
+const ownRanks = (registered: Registered, message: ControlMessage): ControlMessage | undefined => {
+  switch (message._tag) {
+    case "FromRank":
+    case "ElasticPush":
+      return registered.ranks.has(message.rank) ? message : undefined
+    case "HostBeats":
+      return message.ranks.every((rank) => registered.ranks.has(rank)) ? message : undefined
+    default:
+      return message
+  }
+}
+
 export const make = (options: ControlGateOptions): Effect.Effect<ControlGate, never, Scope.Scope> =>
   Effect.gen(function*() {
-    const links = yield* Ref.make(new Map<string, ControlLink>())
+    const links = new Map<string, Registered>()
 
-    const problem = (hello: { host: string; ranks: ReadonlyArray<number> }, world: ReadonlyMap<string, ReadonlyArray<number>>, registered: ReadonlyMap<string, ControlLink>) => {
+    const problem = (hello: { host: string; ranks: ReadonlyArray<number> }, world: ReadonlyMap<string, ReadonlyArray<number>>) => {
       const ranks = world.get(hello.host)
       if (ranks === undefined) return `host ${hello.host} is not in this world`
-      if (registered.has(hello.host)) return `the relay of ${hello.host} has already registered`
+      if (links.has(hello.host)) return `the relay of ${hello.host} has already registered`
       if (ranks.join(",") !== hello.ranks.join(",")) {
         return `the relay of ${hello.host} claims ranks ${hello.ranks.join(", ")}, but the host has ${ranks.join(", ")}`
       }
@@ -63,35 +98,26 @@ export const make = (options: ControlGateOptions): Effect.Effect<ControlGate, ne
         const link = yield* Link.accept(connection, { channel: "control", salt: options.salt, inbound: controlCodec, outbound: controlCodec })
         const hello = yield* link.receiveWithin(options.handshakeMs, "RelayHello")
         const world = yield* options.hosts
-        const why = hello._tag !== "RelayHello"
-          ? `expected RelayHello first, got ${hello._tag}`
-          : yield* Ref.modify(links, (current) => {
-            const refused = problem(hello, world, current)
-            return refused === undefined ? [undefined, new Map([...current, [hello.host, link]])] : [refused, current]
-          })
-        if (why !== undefined) {
-          yield* Effect.ignore(link.send(new RelayRejected({ reason: why })))
+        const why = hello._tag !== "RelayHello" ? `expected RelayHello first, got ${hello._tag}` : problem(hello, world)
+        if (why !== undefined || hello._tag !== "RelayHello") {
+          yield* Effect.ignore(link.send(new RelayRejected({ reason: why ?? "" })))
           yield* link.close
           return yield* Effect.logWarning(`refused a relay from ${link.peer}: ${why}`)
         }
-        yield* link.send(new RelayAccepted())
-        if (hello._tag !== "RelayHello") return
-        yield* Effect.logDebug(`relay of ${hello.host} registered`)
         const host = hello.host
-        // The relay leaves when the launcher goes silent: beat while the link lasts.
-        yield* Effect.forkScoped(Effect.forever(Effect.zipRight(Effect.sleep(Duration.seconds(1)), link.send(beat))).pipe(Effect.ignore))
+        const registered: Registered = { link, ranks: new Set(hello.ranks), sentAt: Date.now() }
+        links.set(host, registered)
+        yield* sendOn(registered, new RelayAccepted())
+        yield* Effect.logDebug(`relay of ${host} registered`)
         while (true) {
           const message = yield* Effect.either(link.receive)
           if (message._tag === "Left") {
-            yield* Ref.update(links, (current) => {
-              if (current.get(host) !== link) return current
-              const next = new Map(current)
-              next.delete(host)
-              return next
-            })
+            if (links.get(host) === registered) links.delete(host)
             return yield* options.onClosed(host)
           }
-          yield* options.onMessage(host, message.right)
+          const own = ownRanks(registered, message.right)
+          if (own !== undefined) yield* options.onMessage(host, own)
+          else yield* Effect.logWarning(`the relay of ${host} spoke for ranks that are not its host's; dropped`)
         }
       }).pipe(Effect.catchAll((error) => Effect.logWarning(`dropped a control connection: ${error.message}`)))
 
@@ -99,15 +125,27 @@ export const make = (options: ControlGateOptions): Effect.Effect<ControlGate, ne
       name: "control-gate",
       handlers: { Accepted: ({ connection }) => Effect.asVoid(Effect.forkScoped(serve(connection))) }
     })
-    const closeAll: Effect.Effect<void> = Effect.flatMap(
-      Ref.getAndSet(links, new Map<string, ControlLink>()),
-      (current) => Effect.forEach([...current.values()], (link) => link.close, { discard: true })
-    )
+    // The relays leave when the launcher goes silent: one loop beats every link that has been quiet.
+    yield* Effect.forkScoped(Effect.forever(Effect.zipRight(
+      Effect.sleep(Duration.millis(BEAT_CHECK_MS)),
+      Effect.suspend(() => {
+        const quietSince = Date.now() - QUIET_MS
+        return Effect.forEach(links.values(), (registered) => registered.sentAt <= quietSince ? sendOn(registered, beat) : Effect.void, { discard: true })
+      })
+    )))
+    const closeAll: Effect.Effect<void> = Effect.suspend(() => {
+      const current = [...links.values()]
+      links.clear()
+      return Effect.forEach(current, ({ link }) => link.close, { discard: true })
+    })
     yield* Effect.addFinalizer(() => closeAll)
     return {
       owner,
-      registered: Effect.map(Ref.get(links), (current) => new Set(current.keys())),
-      send: (host, message) => Effect.flatMap(Ref.get(links), (current) => Effect.ignore(current.get(host)?.send(message) ?? Effect.void)),
+      registered: Effect.sync(() => new Set(links.keys())),
+      send: (host, message) => Effect.suspend(() => {
+        const registered = links.get(host)
+        return registered === undefined ? Effect.void : sendOn(registered, message)
+      }),
       closeAll
     }
   })

@@ -80,6 +80,8 @@ const CoordinatorMessage = Data.taggedEnum<CoordinatorMessage>()
 
 export interface Coordinator {
   readonly report: (rank: number, report: RankReport) => Effect.Effect<void>
+  /** Ranks heard beating (a relay's `HostBeats`). */
+  readonly beats: (ranks: ReadonlyArray<number>) => Effect.Effect<void>
   /** The death chain for ranks the supervisor reports dead (idempotent). */
   readonly ranksDead: (ranks: ReadonlyArray<number>, cause: string) => Effect.Effect<void>
   /** Every rank runs user code: from now on a rank that never attaches is as silent as one that stopped beating. */
@@ -333,16 +335,16 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
       }
     })
     yield* Effect.forkScoped(Effect.forever(Effect.zipRight(Effect.sleep(Duration.millis(BEAT_MS)), Effect.ignore(actor.tell(CoordinatorMessage.Tick())))))
+    // A heartbeat only moves its rank's last-seen time, and every rank beats once a second: beats are applied
+    // here rather than queued through the mailbox. A beat from a rank that is not alive is ignored either way,
+    // and `tick` reads the times in one synchronous pass.
+    const beats = (ranks: ReadonlyArray<number>) =>
+      Effect.map(now, (at) => {
+        for (const rank of ranks) if (alive.has(rank)) lastSeen.set(rank, at)
+      })
     return {
-      // A heartbeat only moves its rank's last-seen time, and every rank sends one a second (8,000 a second for
-      // 8,000 ranks): it is applied here rather than queued through the mailbox. A beat from a rank that is not
-      // alive is ignored either way, and `tick` reads the times in one synchronous pass.
-      report: (rank, report) =>
-        report._tag === "Heartbeat"
-          ? Effect.map(now, (at) => {
-            if (alive.has(rank)) lastSeen.set(rank, at)
-          })
-          : Effect.ignore(actor.tell(CoordinatorMessage.Report({ rank, report }))),
+      report: (rank, report) => report._tag === "Heartbeat" ? beats([rank]) : Effect.ignore(actor.tell(CoordinatorMessage.Report({ rank, report }))),
+      beats,
       ranksDead: (ranks, cause) => Effect.ignore(actor.tell(CoordinatorMessage.RanksDead({ ranks, cause }))),
       cohortFormed: Effect.ignore(actor.tell(CoordinatorMessage.CohortFormed())),
       stopOrdered: (ranks) => Effect.ignore(actor.tell(CoordinatorMessage.StopOrdered({ ranks })))

@@ -4,8 +4,9 @@
  * Upstream it registers the host's ranks with the launcher over the control
  * channel and holds that link for the run. Downstream it serves the host's
  * ranks on a Unix socket in the host's private run directory:
- * - reports (progress, heartbeats, checkpoints) go up to the coordinator,
- *   orders (plans, beats, stop) come down to the ranks they name;
+ * - reports (progress, checkpoints) go up to the coordinator, the ranks'
+ *   heartbeats once a second in one `HostBeats`; orders (plans, beats,
+ *   stop) come down to the ranks they name;
  * - reductions: each rank leaves its tensor in its shared-memory segment and
  *   says so; once every active rank has (`FoldBarrier`), the relay sums them
  *   with the native kernel. A host alone in the world finishes the round
@@ -34,7 +35,7 @@ import type * as Scope from "effect/Scope"
 import { controlCodec } from "../launcher/ControlGate.ts"
 import * as Native from "../../native/Native.ts"
 import { CoordinatorOrder, RankReport } from "../../wire/CoordinatorMessages.ts"
-import { ElasticPush, FromRank, HostFold, HostIdle, type Reduced, RelayHello } from "../../wire/ControlMessages.ts"
+import { ElasticPush, FromRank, HostBeats, HostFold, HostIdle, type Reduced, RelayHello } from "../../wire/ControlMessages.ts"
 import { saltFromHex } from "../../wire/Keys.ts"
 import * as Link from "../../wire/Link.ts"
 import { encodeLocal, LocalFrameReader } from "../../wire/LocalFrames.ts"
@@ -56,6 +57,14 @@ interface RankSocket {
 
 const encodeOrder = Schema.encodeSync(CoordinatorOrder)
 const decodeReport = Schema.decodeUnknownEither(RankReport)
+
+/** The host's beats go up this often, in one `HostBeats`. */
+const HOST_BEAT_MS = 1_000
+/**
+ * A rank is in a `HostBeats` while its own last beat (every second) is this recent: a beat that comes late
+ * by up to a second still keeps it in every one, so a busy rank is not taken for a silent one.
+ */
+const BEAT_FRESH_MS = 2_000
 
 /** Register with the launcher, then serve the host's ranks until the link ends. */
 export const run = (spec: RelaySpec, handshakeMs: number): Effect.Effect<void, RelayError | Link.LinkError, Scope.Scope> =>
@@ -97,6 +106,8 @@ export const run = (spec: RelaySpec, handshakeMs: number): Effect.Effect<void, R
     let endedEpoch = 0
     /** `cpu_async` exchanges waiting for the controller, by rank: the answer goes back into the rank's segment. */
     const exchanges = new Map<number, { source: Uint8Array; bytes: number }>()
+    /** Each connected rank's last heartbeat (performance.now()). */
+    const beatAt = new Map<number, number>()
 
     const tell = (rank: number, message: unknown) => {
       sockets.get(rank)?.write(encodeLocal(message))
@@ -201,7 +212,12 @@ export const run = (spec: RelaySpec, handshakeMs: number): Effect.Effect<void, R
         case "report": {
           const report = decodeReport(message.report)
           if (Either.isLeft(report)) return runFork(Effect.logWarning(`rank ${rank} sent a malformed report; dropped`))
-          return upstream(new FromRank({ rank, report: report.right }))
+          if (report.right._tag === "Heartbeat") {
+            beatAt.set(rank, performance.now())
+            return
+          }
+          // Unchecked: the report was just decoded, and the codec checks the message again as it encodes it.
+          return upstream(new FromRank({ rank, report: report.right }, true))
         }
       }
     }
@@ -225,6 +241,7 @@ export const run = (spec: RelaySpec, handshakeMs: number): Effect.Effect<void, R
           const { rank } = socket.data
           if (rank === undefined || sockets.get(rank) !== socket) return
           sockets.delete(rank)
+          beatAt.delete(rank)
           segments.forget(rank)
           barrier.leave(rank)
           advance()
@@ -233,6 +250,13 @@ export const run = (spec: RelaySpec, handshakeMs: number): Effect.Effect<void, R
       }
     })
     yield* Effect.addFinalizer(() => Effect.sync(() => server.stop(true)))
+
+    const beatUp = Effect.suspend(() => {
+      const now = performance.now()
+      const ranks = [...beatAt].flatMap(([rank, at]) => (now - at <= BEAT_FRESH_MS ? [rank] : []))
+      return ranks.length === 0 ? Effect.void : Effect.ignore(link.send(new HostBeats({ ranks }, true)))
+    })
+    yield* Effect.forkScoped(Effect.forever(Effect.zipRight(Effect.sleep(Duration.millis(HOST_BEAT_MS)), beatUp)))
 
     // Served until the launcher closes the link (the end of the run, not an error) or goes silent
     // (it beats every second): a frozen launcher must not keep the host's relay forever.
