@@ -27,7 +27,7 @@ const setup = (onStart?: () => Effect.Effect<StatusBoard.StartOutcome>, extra: P
   Effect.gen(function*() {
     const salt = newSalt()
     const board = yield* StatusBoard.make({ salt, requestDeadlineMs: 300, ...(onStart ? { onStart } : {}), ...extra })
-    const mux = yield* PortMux.start({ address: "127.0.0.1", port: 0, magicDeadlineMs: 1_000, owners: { http: board.owner } })
+    const mux = yield* PortMux.start({ address: "127.0.0.1", port: 0, magicDeadlineMs: 1_000, owners: { http: board } })
     const url = (path: string) => `http://127.0.0.1:${mux.port}${path}`
     return { board, mux, salt, url }
   })

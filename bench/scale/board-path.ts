@@ -25,7 +25,7 @@ for (let rank = 0; rank < 8000; rank++) state = RunView.apply(state, { event: "r
 
 const program = Effect.gen(function*() {
   const board = yield* StatusBoard.make({ salt: newSalt(), requestDeadlineMs: 5_000 })
-  const mux = yield* PortMux.start({ address: "127.0.0.1", port: 0, magicDeadlineMs: 5_000, owners: { http: board.owner } })
+  const mux = yield* PortMux.start({ address: "127.0.0.1", port: 0, magicDeadlineMs: 5_000, owners: { http: board } })
   yield* board.publish(state)
   const client = Bun.spawn([process.execPath, `${import.meta.dir}/status-client.ts`, "200"], { stdin: "pipe", stdout: "pipe" })
   yield* Effect.sleep("500 millis")

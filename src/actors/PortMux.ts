@@ -4,7 +4,9 @@
  * Every connection must name its channel in its first four bytes within a
  * deadline (`Channel`). The mux hands it, with any bytes read past the
  * magic, to the actor that owns that channel in this run, as an `Accepted`
- * message; HTTP goes to the status server. A connection with an unknown
+ * message. HTTP goes to the status server straight from the socket callback,
+ * never queued behind the control plane's work (a big run's formation keeps
+ * thousands of fibers busy). A connection with an unknown
  * magic, that closes early or that misses the deadline is closed and logged
  * (once per peer address and reason); one for a channel nobody owns is reset
  * at once, so its dialer fails fast instead of waiting. Nothing a connection
@@ -23,6 +25,11 @@ import { Connection, forwardingHandlers, type SocketData } from "../wire/Connect
 export class Accepted extends Data.TaggedClass("Accepted")<{ readonly connection: Connection }> {}
 
 export type Owner = Actor.ActorRef<Accepted>
+
+/** The status server: called with each HTTP connection at once, from the socket callback. */
+export interface HttpOwner {
+  readonly serve: (connection: Connection) => void
+}
 
 export class BindError extends Data.TaggedError("BindError")<{
   readonly address: string
@@ -56,7 +63,7 @@ export interface PortMuxOptions {
   readonly port: number
   /** How long a connection has to name its channel (already scaled). */
   readonly magicDeadlineMs: number
-  readonly owners: Partial<Record<ChannelName | "http", Owner>>
+  readonly owners: Partial<Record<ChannelName, Owner>> & { readonly http?: HttpOwner }
 }
 
 export interface PortMux {
@@ -112,7 +119,8 @@ export const start = (options: PortMuxOptions): Effect.Effect<PortMux, BindError
             case "Channel":
               return hand(connection, options.owners[where.channel], `${where.channel} channel`)
             case "Http":
-              return hand(connection, options.owners.http, "status (HTTP)")
+              // Served from `sniff`; a run without a status server resets it here.
+              return hand(connection, undefined, "status (HTTP)")
             case "Unknown":
               connection.end()
               return dropOnce(connection.address, connection.peer, "unknown channel magic")
@@ -134,8 +142,13 @@ export const start = (options: PortMuxOptions): Effect.Effect<PortMux, BindError
           tell(new Dropped({ address: connection.address, peer: connection.peer, reason: "closed before sending its channel magic", quiet: true }))
         } else {
           const where = route(first)
-          // The connection stays parked until its owner takes it; HTTP keeps the method bytes.
-          if (where._tag === "Http") connection.unread(first)
+          if (where._tag === "Http" && options.owners.http !== undefined) {
+            // HTTP keeps the method bytes.
+            connection.unread(first)
+            routed["status (HTTP)"] = (routed["status (HTTP)"] ?? 0) + 1
+            return options.owners.http.serve(connection)
+          }
+          // The connection stays parked until its owner takes it.
           tell(new Sniffed({ connection, route: where }))
         }
       })

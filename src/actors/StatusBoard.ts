@@ -17,17 +17,18 @@
  * One request per connection (`Connection: close`, CORS open: the page is
  * read-only), except `/events`, which stays open until the client or the run
  * ends. The request line must arrive within the deadline and fit in
- * 2 KiB. Each connection is served from its own callbacks, so a slow or idle
- * client never holds up another.
+ * 2 KiB. Each connection is served from its own socket callbacks, so a slow
+ * or idle client never holds up another; the state's pages (`/state.json`,
+ * `/events`, `/`) are answered there too, from the newest published state,
+ * so the launcher's other work never holds them up either. Only `/metrics`
+ * and `/start` run an Effect.
  */
 import { timingSafeEqual } from "node:crypto"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Ref from "effect/Ref"
 import * as Runtime from "effect/Runtime"
 import type * as Scope from "effect/Scope"
-import * as Actor from "./Actor.ts"
-import type { Accepted } from "./PortMux.ts"
+import type { HttpOwner } from "./PortMux.ts"
 import type { Connection } from "../wire/Connection.ts"
 import type { RunState } from "./launcher/RunView.ts"
 import { isLoopbackAddress } from "../wire/Trust.ts"
@@ -49,9 +50,8 @@ export interface StatusBoardOptions {
   readonly metrics?: () => Effect.Effect<string>
 }
 
-export interface StatusBoard {
-  /** Give this to the PortMux as its `http` owner. */
-  readonly owner: Actor.ActorRef<Accepted>
+/** Give the board to the PortMux as its `http` owner. */
+export interface StatusBoard extends HttpOwner {
   readonly publish: (state: RunState) => Effect.Effect<void>
   /** The run is over: send every `/events` client the last state now, then end the streams (at most a second). */
   readonly endStreams: Effect.Effect<void>
@@ -139,7 +139,7 @@ const tokenMatches = (token: string | null, salt: Uint8Array): boolean => {
 
 export const make = (options: StatusBoardOptions): Effect.Effect<StatusBoard, never, Scope.Scope> =>
   Effect.gen(function*() {
-    const published = yield* Ref.make<RunState | undefined>(undefined)
+    let published: RunState | undefined
     /** The bytes of the newest state asked for: between two publications every request reuses them. */
     let body: { readonly state: RunState; readonly bytes: Uint8Array } | undefined
     const bodyOf = (state: RunState): Uint8Array => {
@@ -157,21 +157,18 @@ export const make = (options: StatusBoardOptions): Effect.Effect<StatusBoard, ne
         return respond(connection, 200, options.page, "text/html; charset=utf-8")
       }
       if (method === "GET" && url.pathname === "/events") {
-        return runPromise(Ref.get(published)).then((state) => {
-          const stream = openEventStream(connection, () => streams.delete(stream))
-          streams.add(stream)
-          if (state !== undefined) stream.offer(state)
-        })
+        const stream = openEventStream(connection, () => streams.delete(stream))
+        streams.add(stream)
+        if (published !== undefined) stream.offer(published)
+        return Promise.resolve()
       }
       if (method === "GET" && url.pathname === "/metrics" && options.metrics !== undefined) {
         return runPromise(options.metrics()).then((text) => respond(connection, 200, text, "text/plain; version=0.0.4; charset=utf-8"))
       }
       if (method === "GET" && (url.pathname === "/state.json" || url.pathname === "/")) {
-        return runPromise(Ref.get(published)).then((state) =>
-          state === undefined
-            ? respond(connection, 503, { error: "no state published yet: the run is still starting" })
-            : respondBytes(connection, 200, bodyOf(state), "application/json")
-        )
+        return published === undefined
+          ? respond(connection, 503, { error: "no state published yet: the run is still starting" })
+          : respondBytes(connection, 200, bodyOf(published), "application/json")
       }
       if (url.pathname === "/start") {
         if (method !== "POST") return respond(connection, 405, { error: "use POST /start", paths })
@@ -233,13 +230,13 @@ export const make = (options: StatusBoardOptions): Effect.Effect<StatusBoard, ne
       })
     }
 
-    const owner = yield* Actor.spawn<Accepted, never>({
-      name: "status-board",
-      handlers: { Accepted: ({ connection }) => Effect.sync(() => serve(connection)) }
-    })
     return {
-      owner,
-      publish: (state) => Effect.zipRight(Ref.set(published, state), Effect.sync(() => streams.forEach((stream) => stream.offer(state)))),
+      serve,
+      publish: (state) =>
+        Effect.sync(() => {
+          published = state
+          streams.forEach((stream) => stream.offer(state))
+        }),
       endStreams: Effect.promise(() => Promise.all([...streams].map((stream) => stream.finish()))).pipe(
         Effect.timeout(Duration.seconds(1)),
         Effect.ignore

@@ -241,7 +241,7 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
       address: plan.bindAddress,
       port: config.controller.port,
       magicDeadlineMs: scaled(deadlines.magicMs, scale),
-      owners: { join: gate.owner, control: control.owner, http: board.owner, ...(rendezvous === undefined ? {} : { rendezvous: rendezvous.owner }) }
+      owners: { join: gate.owner, control: control.owner, http: board, ...(rendezvous === undefined ? {} : { rendezvous: rendezvous.owner }) }
     })
     options.onListening?.(mux.port)
     options.onPhase?.("waiting")
