@@ -496,7 +496,7 @@ export const scale = async (): Promise<string> => {
   out.push("")
   out.push(`\`GET /state.json\` at ${STATUS_RATE}/s, one connection each (ms; failed = not a 200 or no answer):`)
   out.push("")
-  out.push("| run | window | requests | p50 | p99 | max | failed | body (MiB) |")
+  out.push("| run | window | requests | p50 | p99 | max | failed | response on the wire, gzipped (MiB) |")
   out.push("|---|---|---|---|---|---|---|---|")
   runs.forEach((run, index) => {
     for (const [window, summary] of [["formation (first dial → cohort formed)", run.statusFormation], [`quiet: the ${QUIET_MS / 1000} s after the first epoch is planned`, run.statusSteady]] as const) {

@@ -7,7 +7,7 @@ import * as PortMux from "../src/actors/PortMux.ts"
 import * as RunView from "../src/actors/launcher/RunView.ts"
 import * as StatusBoard from "../src/actors/StatusBoard.ts"
 import { newSalt } from "../src/wire/Keys.ts"
-import { effect } from "./support/effect.ts"
+import { effect, eventually } from "./support/effect.ts"
 import { waitFor } from "./support/processes.ts"
 
 const state: StatusBoard.RunState = {
@@ -112,6 +112,31 @@ describe("StatusBoard", () => {
       // All ten were answered while the slow client still waited for its deadline.
       expect(slow.unsafePoll()).toBeNull()
       expect(yield* Effect.fromFiber(slow)).toStartWith("HTTP/1.1 408")
+    }))
+
+  effect.live("a big state: gzipped for a client that accepts it, plain for one that does not; rebuilt within 100 ms of a change", () =>
+    Effect.gen(function*() {
+      const { board, mux, url } = yield* setup()
+      const bigState = (pid: number): StatusBoard.RunState => ({
+        ...state,
+        ranks: Array.from({ length: 2_000 }, (_, rank) => ({ ...state.ranks[0]!, rank, pid: pid + rank }))
+      })
+      const first = bigState(1_000)
+      yield* board.publish(first)
+      const plain = yield* raw(mux.port, "GET /state.json HTTP/1.1\r\nHost: x\r\n\r\n")
+      expect(plain).not.toContain("Content-Encoding")
+      expect(JSON.parse(plain.slice(plain.indexOf("\r\n\r\n") + 4))).toEqual(first)
+      // fetch asks for gzip and inflates it.
+      const zipped = yield* Effect.promise(() => fetch(url("/state.json")))
+      expect(zipped.headers.get("content-encoding")).toBe("gzip")
+      expect(Number(zipped.headers.get("content-length"))).toBeLessThan(JSON.stringify(first).length / 4)
+      expect(yield* Effect.promise(() => zipped.json())).toEqual(first)
+      const second = bigState(50_000)
+      yield* board.publish(second)
+      const servedAt = performance.now()
+      yield* eventually(Effect.map(fetchJson(url("/state.json")), ({ body }) => (body as StatusBoard.RunState).ranks[0]!.pid === 50_000), "the new state", 2_000)
+      expect(performance.now() - servedAt).toBeLessThan(1_000)
+      expect((yield* fetchJson(url("/state.json"))).body).toEqual(second)
     }))
 
   effect.live("GET / serves the page and GET /metrics the metrics text, when they are given", () =>
