@@ -43,6 +43,7 @@ import type { Subprocess } from "bun"
 import { cpuSeconds, listenOverflows, vmMiB } from "./scale/procfs.ts"
 import { wallClock } from "./phase-lines.ts"
 import { median, percentile } from "./stats.ts"
+import { beatEveryMs, defaultFailurePolicy } from "../src/config/FailurePolicy.ts"
 
 const HOSTS = Number(process.env.SCALE_HOSTS ?? 1000)
 const DEVICES = Number(process.env.SCALE_DEVICES ?? 8)
@@ -53,8 +54,13 @@ const STATUS_RATE = Number(process.env.SCALE_STATUS_RATE ?? 200)
 /** Once the first epoch's plans have reached every rank, the status client runs this much longer (the quiet window). */
 const QUIET_MS = 2_000
 const BASELINE_MS = 5_000
-/** Heartbeats start within a second of `beat`; the window opens after this. */
-const RAMP_MS = 2_000
+/**
+ * How often each simulated relay sends its HostBeats: by default as a relay does at the default
+ * heartbeat_timeout (30 s), which is also how often this launcher (heartbeat_timeout 10m) beats down.
+ */
+const BEAT_EVERY_MS = Number(process.env.SCALE_BEAT_EVERY_MS ?? beatEveryMs(defaultFailurePolicy.heartbeatTimeout))
+/** The relays' first beats are spread over one interval after `beat`; the window opens after this. */
+const RAMP_MS = BEAT_EVERY_MS + 1_000
 const HEARTBEAT_WINDOW_MS = 10_000
 const PHASE_DEADLINE_MS = 120_000
 /** Extra flags for the launcher's bun (e.g. `--cpu-prof --cpu-prof-md --cpu-prof-dir=/tmp/prof`): it is then stopped with SIGINT so it can write them. */
@@ -331,7 +337,7 @@ const runOnce = async (): Promise<Figures> => {
     const joinStart = { at: performance.now(), launcher: cpuSeconds(launcher.pid), simulators: simPids.map(cpuSeconds), overflows: listenOverflows() }
     sims.forEach((sim, index) => {
       const hosts = Array.from({ length: HOSTS }, (_, host) => hostName(host)).slice(index * perWorker, (index + 1) * perWorker)
-      sim.write(`${JSON.stringify({ port: listenPort, saltHex, hosts, devices: DEVICES })}\n`)
+      sim.write(`${JSON.stringify({ port: listenPort, saltHex, hosts, devices: DEVICES, beatEveryMs: BEAT_EVERY_MS })}\n`)
     })
     // A stage is over once every simulated host has reached it or failed before it.
     const allAt = (t: string) => () => {

@@ -39,6 +39,7 @@ const joinedAgent = Effect.gen(function*() {
     salt,
     hosts: Effect.succeed(new Map([["localhost", [0, 1]]])),
     handshakeMs: 5_000,
+    beatEveryMs: 1_000,
     onMessage: () => Effect.void,
     onClosed: () => Effect.void
   })

@@ -23,6 +23,7 @@ const gateWithRelay = (host: string) =>
       salt,
       hosts: Effect.succeed(world),
       handshakeMs: 5_000,
+      beatEveryMs: 1_000,
       onMessage: (from, message) => Effect.sync(() => delivered.push({ host: from, message })),
       onClosed: () => Effect.void
     })

@@ -1,7 +1,7 @@
 import { describe, expect, test } from "bun:test"
 import * as Effect from "effect/Effect"
 import { Backoff, Count, Elastic, KillAll, Percent, Phased, Restart } from "../src/actors/Strategy.ts"
-import { defaultFailurePolicy, parseFailurePolicy } from "../src/config/FailurePolicy.ts"
+import { beatEveryMs, defaultFailurePolicy, parseFailurePolicy } from "../src/config/FailurePolicy.ts"
 import { formatDuration, parseDuration } from "../src/config/Duration.ts"
 
 const decode = (text: string) => Effect.runPromise(parseFailurePolicy(text, "cluster.yml"))
@@ -130,5 +130,12 @@ describe("durations", () => {
   )
   test.each(["5", "5 sec", "-1s", "0.5ms", "1d", "", "s"])("%p is not a duration", (text) => {
     expect(parseDuration(text)).toBeUndefined()
+  })
+})
+
+describe("beat interval", () => {
+  test("a sixth of the heartbeat timeout, between 1 s and 5 s: at least twice per timeout, every 5 s at the default", () => {
+    expect([2_000, 6_000, 12_000, 30_000, 600_000].map(beatEveryMs)).toEqual([1_000, 1_000, 2_000, 5_000, 5_000])
+    for (let timeout = 2_000; timeout <= 3_600_000; timeout += 997) expect(beatEveryMs(timeout) * 2).toBeLessThanOrEqual(timeout)
   })
 })

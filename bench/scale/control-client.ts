@@ -1,8 +1,8 @@
 /**
- * Relays without ranks, for `heartbeat-path.ts`: `bun control-client.ts PORT SALT_HEX HOSTS`
+ * Relays without ranks, for `heartbeat-path.ts`: `bun control-client.ts PORT SALT_HEX HOSTS [BEAT_EVERY_MS]`
  * registers HOSTS relays of 8 ranks on the control channel, attaches every rank,
- * says `attached`, and after `beat` on stdin sends each host's HostBeats once a
- * second, as a relay does (the hosts spread over the second). Exits when stdin closes.
+ * says `attached`, and after `beat` on stdin sends each host's HostBeats every
+ * BEAT_EVERY_MS (default 1 s), as a relay does (the hosts spread over the interval). Exits when stdin closes.
  */
 import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
@@ -14,7 +14,8 @@ import { Attach } from "../../src/wire/CoordinatorMessages.ts"
 import { saltFromHex } from "../../src/wire/Keys.ts"
 import * as Link from "../../src/wire/Link.ts"
 
-const [port, saltHex, hostsText] = process.argv.slice(2)
+const [port, saltHex, hostsText, beatEveryText] = process.argv.slice(2)
+const BEAT_EVERY_MS = Number(beatEveryText ?? 1_000)
 const HOSTS = Number(hostsText)
 const DEVICES = 8
 const salt = saltFromHex(saltHex ?? "")
@@ -33,8 +34,8 @@ const relay = (host: number) =>
     for (const rank of ranks) yield* link.send(new FromRank({ rank, report: new Attach() }))
     if (++attached === HOSTS) console.log("attached")
     yield* Deferred.await(beating)
-    yield* Effect.sleep(Duration.millis((host * 1000) / HOSTS))
-    yield* Effect.repeat(link.send(new HostBeats({ ranks })), Schedule.fixed(Duration.seconds(1)))
+    yield* Effect.sleep(Duration.millis((host * BEAT_EVERY_MS) / HOSTS))
+    yield* Effect.repeat(link.send(new HostBeats({ ranks })), Schedule.fixed(Duration.millis(BEAT_EVERY_MS)))
   })).pipe(Effect.catchAll((error) => Effect.sync(() => console.error(error.message))))
 
 for (let host = 0; host < HOSTS; host++) Effect.runFork(relay(host))

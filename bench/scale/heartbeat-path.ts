@@ -3,23 +3,28 @@
  * and Coordinator wired as Launcher.ts wires them (its `sendToRanks` is
  * copied here), 1,000 relays × 8 ranks simulated by a child process
  * (`control-client.ts`). CPU of this process over 5 s with every rank attached
- * and silent (the coordinator's beats, 1,000 frames/s; a link that carries
- * them needs no LauncherBeat), then over 10 s with every rank beating at 1 Hz
- * (one HostBeats per relay per second).
+ * and silent (the coordinator's beats, one frame per relay per interval; a
+ * link that carries them needs no LauncherBeat), then over 10 s with every
+ * rank beating (one HostBeats per relay per interval).
  *
- * `bun bench/scale/heartbeat-path.ts` (HOSTS changes the host count).
+ * `bun bench/scale/heartbeat-path.ts` (HOSTS changes the host count,
+ * HEARTBEAT_TIMEOUT_MS the run's timeout: 30 s, the default, beats every 5 s).
  */
+import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as ControlGate from "../../src/actors/launcher/ControlGate.ts"
 import * as Coordinator from "../../src/actors/launcher/Coordinator.ts"
 import * as PortMux from "../../src/actors/PortMux.ts"
 import * as Log from "../../src/cli/logger.ts"
 import type { Job } from "../../src/config/ClusterConfig.ts"
+import { beatEveryMs, defaultFailurePolicy } from "../../src/config/FailurePolicy.ts"
 import { ToRanks } from "../../src/wire/ControlMessages.ts"
 import type { CoordinatorOrder } from "../../src/wire/CoordinatorMessages.ts"
 import { newSalt, saltToHex } from "../../src/wire/Keys.ts"
 
 const HOSTS = Number(process.env.HOSTS ?? 1000)
+/** The run's heartbeat_timeout: it sets how often the relays and the coordinator beat (`beatEveryMs`). */
+const HEARTBEAT_TIMEOUT_MS = Number(process.env.HEARTBEAT_TIMEOUT_MS ?? defaultFailurePolicy.heartbeatTimeout)
 const DEVICES = 8
 const salt = newSalt()
 const world = new Map(Array.from({ length: HOSTS }, (_, host) => [`sim-${host}`, Array.from({ length: DEVICES }, (_, slot) => host * DEVICES + slot)] as const))
@@ -46,6 +51,7 @@ const program = Effect.gen(function*() {
     salt,
     hosts: Effect.succeed(world),
     handshakeMs: 60_000,
+    beatEveryMs: beatEveryMs(HEARTBEAT_TIMEOUT_MS),
     onMessage: (_host, message) =>
       message._tag === "FromRank"
         ? coordinator?.report(message.rank, message.report) ?? Effect.void
@@ -67,7 +73,7 @@ const program = Effect.gen(function*() {
     run: "heartbeat-path",
     ranks: [...hostOf.keys()],
     job,
-    heartbeatTimeoutMs: 600_000,
+    heartbeatTimeoutMs: HEARTBEAT_TIMEOUT_MS,
     checkpointPath: "/dev/null",
     resume: undefined,
     send: sendToRanks,
@@ -77,7 +83,7 @@ const program = Effect.gen(function*() {
     rootState: () => undefined
   })
   const mux = yield* PortMux.start({ address: "127.0.0.1", port: 0, magicDeadlineMs: 60_000, owners: { control: control.owner } })
-  const client = Bun.spawn([process.execPath, `${import.meta.dir}/control-client.ts`, String(mux.port), saltToHex(salt), String(HOSTS)], {
+  const client = Bun.spawn([process.execPath, `${import.meta.dir}/control-client.ts`, String(mux.port), saltToHex(salt), String(HOSTS), String(beatEveryMs(HEARTBEAT_TIMEOUT_MS))], {
     stdin: "pipe",
     stdout: "pipe",
     stderr: "inherit"
@@ -105,7 +111,8 @@ const program = Effect.gen(function*() {
   const silent = yield* share(5)
   client.stdin.write("beat\n")
   client.stdin.flush()
-  yield* Effect.sleep("2 seconds")
+  // The relays' first beats are spread over one interval.
+  yield* Effect.sleep(Duration.millis(beatEveryMs(HEARTBEAT_TIMEOUT_MS) + 1_000))
   const beating = yield* share(10)
   return `${HOSTS} relays × ${DEVICES} ranks; CPU of one core: silent ${(silent * 100).toFixed(1)}%, beating ${(beating * 100).toFixed(1)}%`
 })

@@ -7,8 +7,9 @@
  *    and `RankRunning` (a fake pid);
  *  - once the host's ranks all "run", the control channel: `RelayHello`,
  *    `RelayAccepted`, a `FromRank` `Attach` for each rank; after the `beat`
- *    command, a `HostBeats` naming every rank once a second, the hosts'
- *    phases spread over the second as unsynchronised relays would be.
+ *    command, a `HostBeats` naming every rank every `beatEveryMs`, the
+ *    hosts' phases spread over the interval as unsynchronised relays would
+ *    be (the ranks' own beats, one a second each, are counted as carried).
  * Whatever the launcher sends afterwards is read and dropped.
  *
  * Talks to the benchmark by lines: stdin gets one JSON `go` object, then
@@ -33,6 +34,8 @@ interface Go {
   readonly saltHex: string
   readonly hosts: ReadonlyArray<string>
   readonly devices: number
+  /** How often each host's HostBeats goes up. */
+  readonly beatEveryMs: number
 }
 
 const joinCodec = Codec.make("join", JoinMessage)
@@ -140,11 +143,12 @@ const simHost = (host: string, slot: number) => {
     reach("attached", mine)
 
     yield* Deferred.await(beating)
-    yield* Effect.sleep(Duration.millis((slot * 1000) / go.hosts.length))
+    yield* Effect.sleep(Duration.millis((slot * go.beatEveryMs) / go.hosts.length))
     // Built once: constructing (and so validating) a message costs more than sending it.
-    // As a relay beats for its ranks: one HostBeats a second naming them all.
+    // As a relay beats for its ranks, each beating once a second: one HostBeats naming them all every interval.
     const beat = control.send(new HostBeats({ ranks: answer.ranks }))
-    yield* Effect.repeat(Effect.map(beat, () => void (heartbeats += answer.ranks.length)), Schedule.fixed(Duration.seconds(1)))
+    const beatsCarried = (answer.ranks.length * go.beatEveryMs) / 1000
+    yield* Effect.repeat(Effect.map(beat, () => void (heartbeats += beatsCarried)), Schedule.fixed(Duration.millis(go.beatEveryMs)))
   }).pipe(
     Effect.scoped,
     Effect.catchAll((error) =>

@@ -24,11 +24,11 @@ export const controlCodec = Codec.make("control", ControlMessage)
 /** One beat for every link: it carries nothing, so it is built and encoded once, not once per relay per second. */
 const beat = new LauncherBeat()
 /**
- * A link gets a beat once nothing has gone down it for this long, checked every BEAT_CHECK_MS: a relay hears
- * something at least every 1.35 s (its timeout is 2 s at the least), and a link that carries the coordinator's
- * beats every second needs none of its own.
+ * A link gets a beat once nothing has gone down it for a beat interval and QUIET_MARGIN_MS, checked every
+ * BEAT_CHECK_MS: a link that carries the coordinator's beats needs none of its own, and a relay hears
+ * something at least every interval + 350 ms (its timeout is at least twice the interval).
  */
-const QUIET_MS = 1_100
+const QUIET_MARGIN_MS = 100
 const BEAT_CHECK_MS = 250
 
 export type ControlLink = Link.Link<ControlMessage, ControlMessage>
@@ -48,6 +48,8 @@ export interface ControlGateOptions {
   /** The world: each host and its ranks. */
   readonly hosts: Effect.Effect<ReadonlyMap<string, ReadonlyArray<number>>>
   readonly handshakeMs: number
+  /** The coordinator's beat interval (`beatEveryMs`). */
+  readonly beatEveryMs: number
   readonly onMessage: (host: string, message: ControlMessage) => Effect.Effect<void>
   readonly onClosed: (host: string) => Effect.Effect<void>
 }
@@ -129,7 +131,7 @@ export const make = (options: ControlGateOptions): Effect.Effect<ControlGate, ne
     yield* Effect.forkScoped(Effect.forever(Effect.zipRight(
       Effect.sleep(Duration.millis(BEAT_CHECK_MS)),
       Effect.suspend(() => {
-        const quietSince = Date.now() - QUIET_MS
+        const quietSince = Date.now() - options.beatEveryMs - QUIET_MARGIN_MS
         return Effect.forEach(links.values(), (registered) => registered.sentAt <= quietSince ? sendOn(registered, beat) : Effect.void, { discard: true })
       })
     )))

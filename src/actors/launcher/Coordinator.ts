@@ -26,6 +26,7 @@ import * as Effect from "effect/Effect"
 import type * as Scope from "effect/Scope"
 import * as Actor from "../Actor.ts"
 import type { Job } from "../../config/ClusterConfig.ts"
+import { beatEveryMs } from "../../config/FailurePolicy.ts"
 import {
   CheckpointSaved,
   CoordinatorBeat,
@@ -90,7 +91,6 @@ export interface Coordinator {
   readonly stopOrdered: (ranks: ReadonlyArray<number>) => Effect.Effect<void>
 }
 
-const BEAT_MS = 1_000
 /** Progress goes to the journal (and so the terminal and the page) no more often than this. */
 const PROGRESS_EVERY_MS = 500
 
@@ -334,7 +334,9 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
         Tick: () => tick
       }
     })
-    yield* Effect.forkScoped(Effect.forever(Effect.zipRight(Effect.sleep(Duration.millis(BEAT_MS)), Effect.ignore(actor.tell(CoordinatorMessage.Tick())))))
+    // Beats down, and the silence check, as often as the heartbeat timeout calls for.
+    const beatEvery = Duration.millis(beatEveryMs(options.heartbeatTimeoutMs))
+    yield* Effect.forkScoped(Effect.forever(Effect.zipRight(Effect.sleep(beatEvery), Effect.ignore(actor.tell(CoordinatorMessage.Tick())))))
     // A heartbeat only moves its rank's last-seen time, and every rank beats once a second: beats are applied
     // here rather than queued through the mailbox. A beat from a rank that is not alive is ignored either way,
     // and `tick` reads the times in one synchronous pass.

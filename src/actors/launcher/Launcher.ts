@@ -31,6 +31,7 @@ import { onSignals } from "../signals.ts"
 import * as StatusBoard from "../StatusBoard.ts"
 import * as Supervisor from "../Supervisor.ts"
 import { describeVerdict, exitCode, type Loss, Verdict } from "../Verdict.ts"
+import { beatEveryMs } from "../../config/FailurePolicy.ts"
 import { deadlines, netTimeoutScale, scaled } from "../../config/NetTimeouts.ts"
 import { VERSION } from "../../version.ts"
 import { WorldFormed, RunEnded, Abort } from "../../wire/JoinMessages.ts"
@@ -209,6 +210,7 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
       salt,
       hosts: Ref.get(world),
       handshakeMs,
+      beatEveryMs: beatEveryMs(heartbeatTimeoutMs),
       onMessage: (host, message) => {
         switch (message._tag) {
           case "FromRank":

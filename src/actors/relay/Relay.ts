@@ -33,6 +33,7 @@ import * as Runtime from "effect/Runtime"
 import * as Schema from "effect/Schema"
 import type * as Scope from "effect/Scope"
 import { controlCodec } from "../launcher/ControlGate.ts"
+import { beatEveryMs } from "../../config/FailurePolicy.ts"
 import * as Native from "../../native/Native.ts"
 import { CoordinatorOrder, RankReport } from "../../wire/CoordinatorMessages.ts"
 import { ElasticPush, FromRank, HostBeats, HostFold, HostIdle, type Reduced, RelayHello } from "../../wire/ControlMessages.ts"
@@ -58,8 +59,6 @@ interface RankSocket {
 const encodeOrder = Schema.encodeSync(CoordinatorOrder)
 const decodeReport = Schema.decodeUnknownEither(RankReport)
 
-/** The host's beats go up this often, in one `HostBeats`. */
-const HOST_BEAT_MS = 1_000
 /**
  * A rank is in a `HostBeats` while its own last beat (every second) is this recent: a beat that comes late
  * by up to a second still keeps it in every one, so a busy rank is not taken for a silent one.
@@ -256,7 +255,8 @@ export const run = (spec: RelaySpec, handshakeMs: number): Effect.Effect<void, R
       const ranks = [...beatAt].flatMap(([rank, at]) => (now - at <= BEAT_FRESH_MS ? [rank] : []))
       return ranks.length === 0 ? Effect.void : Effect.ignore(link.send(new HostBeats({ ranks }, true)))
     })
-    yield* Effect.forkScoped(Effect.forever(Effect.zipRight(Effect.sleep(Duration.millis(HOST_BEAT_MS)), beatUp)))
+    // The host's beats go up in one `HostBeats`, as often as the heartbeat timeout calls for.
+    yield* Effect.forkScoped(Effect.forever(Effect.zipRight(Effect.sleep(Duration.millis(beatEveryMs(spec.heartbeatTimeoutMs))), beatUp)))
 
     // Served until the launcher closes the link (the end of the run, not an error) or goes silent
     // (it beats every second): a frozen launcher must not keep the host's relay forever.
