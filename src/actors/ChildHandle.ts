@@ -24,4 +24,11 @@ export interface ChildHandle {
    * has ended; does nothing to a child that already has.
    */
   readonly stop: (mode: StopMode, grace: Duration.DurationInput) => Effect.Effect<void>
+  /**
+   * Optional: have `react` run once the child has ended (at once if it has),
+   * by whoever ends it. Where given, the supervisor watches the child with it
+   * instead of a fiber waiting on `exited` for the child's whole life (~4 KB
+   * each: thousands of remote ranks). `react` must not wait for long.
+   */
+  readonly onExit?: (react: (exit: ChildExit) => Effect.Effect<void>) => Effect.Effect<void>
 }

@@ -104,13 +104,16 @@ export const start = (options: SupervisorOptions): Effect.Effect<Supervisor, nev
         }
         const handle = started.right
         handles.set(id, handle)
-        yield* background(
-          handle.exited.pipe(
-            Effect.tap(() => Effect.sync(() => handles.get(id) === handle && handles.delete(id))),
-            Effect.tap(() => Scope.close(incarnation, Exit.void)),
-            Effect.flatMap((exit) => enqueue(SupervisionEvent.ChildExited({ id, exit })))
+        const ended = (exit: ChildExit) =>
+          Effect.sync(() => handles.get(id) === handle && handles.delete(id)).pipe(
+            Effect.zipRight(Scope.close(incarnation, Exit.void)),
+            Effect.zipRight(enqueue(SupervisionEvent.ChildExited({ id, exit })))
           )
-        )
+        // Either way the reaction runs in a background fiber of `scope`; with
+        // `onExit` that fiber exists only once the child has ended.
+        yield* handle.onExit === undefined
+          ? background(Effect.flatMap(handle.exited, ended))
+          : handle.onExit((exit) => background(ended(exit)))
       })
 
     const stopChildren = (ids: ReadonlyArray<string>, mode: "kill" | "graceful") => {

@@ -14,7 +14,7 @@
 import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import type * as Scope from "effect/Scope"
+import * as Scope from "effect/Scope"
 import type { ChildHandle, StopMode } from "../ChildHandle.ts"
 import { ChildExit } from "../ChildExit.ts"
 import type { SupervisedChild } from "../Supervisor.ts"
@@ -34,6 +34,10 @@ export interface RankObserver {
 interface Incarnation {
   readonly number: number
   readonly exited: Deferred.Deferred<ChildExit>
+  /** `exited`'s value, readable without a fiber: `onExit` checks and registers in one step. */
+  ended: ChildExit | undefined
+  /** The handle's `onExit` reactions, run by whoever ends the incarnation. */
+  readonly reactions: Array<(exit: ChildExit) => Effect.Effect<void>>
 }
 
 export interface RemoteRanks {
@@ -59,7 +63,14 @@ export const make = (
     }
 
     const endIncarnation = (rank: number, incarnation: Incarnation, exit: ChildExit) =>
-      Effect.flatMap(Deferred.succeed(incarnation.exited, exit), (first) => (first ? observer.exited(rank, exit) : Effect.void))
+      Effect.suspend(() => {
+        if (incarnation.ended !== undefined) return Effect.void
+        incarnation.ended = exit
+        return Deferred.succeed(incarnation.exited, exit).pipe(
+          Effect.zipRight(observer.exited(rank, exit)),
+          Effect.zipRight(Effect.forEach(incarnation.reactions.splice(0), (react) => react(exit), { discard: true }))
+        )
+      })
 
     const listen = (member: Member) =>
       Effect.gen(function*() {
@@ -111,23 +122,33 @@ export const make = (
         const gone = lost.get(member.host)
         if (gone !== undefined) return yield* Effect.fail(gone)
         const number = (current.get(rank)?.number ?? -1) + 1
-        const incarnation: Incarnation = { number, exited: yield* Deferred.make<ChildExit>() }
+        const incarnation: Incarnation = { number, exited: yield* Deferred.make<ChildExit>(), ended: undefined, reactions: [] }
         current.set(rank, incarnation)
-        yield* member.link.send(new StartRank({ rank, incarnation: number })).pipe(
+        // Built unchecked: the codec checks it as it encodes it (8,000 of them as a big world starts).
+        yield* member.link.send(new StartRank({ rank, incarnation: number }, true)).pipe(
           Effect.catchAll((error) => Effect.fail(`cannot reach the agent of ${member.host}: ${error.message}`))
         )
         const stop = (mode: StopMode, grace: Duration.DurationInput) =>
           Effect.gen(function*() {
-            if (yield* Deferred.isDone(incarnation.exited)) return
+            if (incarnation.ended !== undefined) return
             const graceMs = Math.round(Duration.toMillis(grace))
             yield* Effect.ignore(member.link.send(new StopRank({ rank, incarnation: number, mode, graceMs })))
             yield* Deferred.await(incarnation.exited)
           })
-        yield* Effect.addFinalizer(() => stop("graceful", Duration.millis(graceMs)))
+        // Scope.addFinalizer, not Effect.addFinalizer: `stop` needs none of this fiber's refs, and
+        // capturing them for restoring costs several hundred bytes per rank.
+        yield* Scope.addFinalizer(yield* Effect.scope, stop("graceful", Duration.millis(graceMs)))
         const handle: ChildHandle = {
           describe: `rank ${rank} (incarnation ${number}) on ${member.host}`,
           exited: Deferred.await(incarnation.exited),
-          stop
+          stop,
+          // Checks and registers in one synchronous step: no ending slips in between.
+          onExit: (react) =>
+            Effect.suspend(() => {
+              if (incarnation.ended !== undefined) return react(incarnation.ended)
+              incarnation.reactions.push(react)
+              return Effect.void
+            })
         }
         return handle
       })
