@@ -91,7 +91,15 @@ export class Connection {
 
   /** Queue bytes for sending; resolves once the kernel has taken all of them. */
   write(...parts: ReadonlyArray<Uint8Array>): Promise<void> {
-    if (this.closed) return Promise.resolve()
+    return this.send(...parts) ? Promise.resolve() : this.drained()
+  }
+
+  /**
+   * Queue bytes for sending; true when the kernel took all of them at once, as it
+   * does for nearly every small frame: the sender then has nothing to wait for.
+   */
+  send(...parts: ReadonlyArray<Uint8Array>): boolean {
+    if (this.closed) return true
     const total = parts.reduce((sum, part) => sum + part.length, 0)
     if (parts.length > 1 && total > 0 && total <= COALESCE_BYTES) {
       // A small frame's header, payload and MAC in one send: one system call instead of three.
@@ -106,6 +114,11 @@ export class Connection {
       for (const part of parts) if (part.length > 0) this.outbox.push(part)
     }
     this.flush()
+    return this.outbox.length === 0
+  }
+
+  /** Resolves once everything queued has gone to the kernel (or the connection has closed). */
+  drained(): Promise<void> {
     return this.outbox.length === 0 ? Promise.resolve() : new Promise((resolve) => this.flushed.push(resolve))
   }
 

@@ -152,7 +152,8 @@ const open = <In, Out>(
           const parts = encodeFrame(sendKey, kind, sequence, payload)
           sequence += 1n
           WireCounters.sent(channel, parts.reduce((sum, part) => sum + part.length, 0))
-          return Effect.promise(() => connection.write(...parts))
+          // Waiting only when the kernel's buffer is full: an Effect.promise per frame cost a fiber suspension each.
+          return connection.send(...parts) ? Effect.void : Effect.promise(() => connection.drained())
         }),
       receive,
       receiveWithin: (ms, what) =>
