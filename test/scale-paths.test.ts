@@ -2,7 +2,8 @@
  * The shortcuts that keep a large world cheap (see bench/scale.ts) change no
  * result: the status board's cached JSON is `JSON.stringify` of the state,
  * RunView's by-index updates give what a scan gives, including for ranks
- * that are not numbered 0…n−1, and an encoded message is the same bytes
+ * that are not numbered 0…n−1, a batch applied at once gives what its
+ * events give one by one, and an encoded message is the same bytes
  * however often it is sent.
  */
 import { describe, expect, test } from "bun:test"
@@ -139,6 +140,26 @@ describe("large-world shortcuts", () => {
           slow = byScan(slow, next)
           expect(fast).toEqual(slow)
         }
+      }), { numRuns: 200 })
+    }
+  })
+
+  test("applyAll gives what applying one by one gives, and changes nothing it was given or had returned", () => {
+    for (const shuffle of [false, true]) {
+      const formed = RunView.apply(RunView.initial("demo", 0), world(3, 4, shuffle))
+      const ranks = formed.ranks.map((status) => status.rank)
+      fc.assert(fc.property(fc.array(fc.array(event(ranks, 3), { maxLength: 12 }), { maxLength: 5 }), (batches) => {
+        let batched = formed
+        let single = formed
+        const seen: Array<{ state: RunView.RunState; json: string }> = [{ state: formed, json: JSON.stringify(formed) }]
+        for (const batch of batches) {
+          batched = RunView.applyAll(batched, batch)
+          single = batch.reduce(RunView.apply, single)
+          expect(batched).toEqual(single)
+          seen.push({ state: batched, json: JSON.stringify(batched) })
+        }
+        // Every state handed out stays as it was when handed out: later batches copy before they write.
+        for (const { json, state } of seen) expect(JSON.stringify(state)).toBe(json)
       }), { numRuns: 200 })
     }
   })

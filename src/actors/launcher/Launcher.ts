@@ -471,7 +471,7 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
         const entry = book.get(rank)!
         entry.pid = pid
         entry.state = "running"
-        return record({ event: "rank_started", at: Date.now(), rank, pid })
+        return journal.recordSoon({ event: "rank_started", at: Date.now(), rank, pid })
       }),
       running: (rank) => Effect.suspend(() => {
         const entry = book.get(rank)!
@@ -485,9 +485,9 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
         const entry = book.get(rank)!
         entry.exits.push(describeExit(exit))
         entry.state = isClean(exit) ? "exited" : "dead"
-        return record({ event: "rank_exited", at: Date.now(), rank, exit: describeExit(exit), clean: isClean(exit) })
+        return journal.recordSoon({ event: "rank_exited", at: Date.now(), rank, exit: describeExit(exit), clean: isClean(exit) })
       }),
-      resources: (host, samples) => record({ event: "resources", at: Date.now(), host, samples })
+      resources: (host, samples) => journal.recordSoon({ event: "resources", at: Date.now(), host, samples })
     }, graceMs)
 
     // Orders for ranks go down their host's relay link.

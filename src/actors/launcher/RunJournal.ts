@@ -6,6 +6,11 @@
  *
  * The events file is appended to line by line, synchronously: a launcher
  * killed mid-run leaves every event it had recorded, each line whole.
+ *
+ * Rank events come in bursts (8,000 ranks starting, exiting, or reporting
+ * their resources): `recordSoon` gathers them until the fibers already
+ * waiting have run, then moves the view once for the lot. Any other record,
+ * and any read of the state, takes what is gathered first: order is kept.
  */
 import { appendFileSync, mkdirSync, writeFileSync } from "node:fs"
 import { dirname } from "node:path"
@@ -16,6 +21,8 @@ import * as RunView from "./RunView.ts"
 
 export interface RunJournal {
   readonly record: (event: RunView.RunEvent) => Effect.Effect<void>
+  /** Record with the others of a burst: shortly, and before anything recorded after it. */
+  readonly recordSoon: (event: RunView.RunEvent) => Effect.Effect<void>
   readonly state: Effect.Effect<RunView.RunState>
 }
 
@@ -53,13 +60,33 @@ export const make = (options: RunJournalOptions): Effect.Effect<RunJournal, Laun
           return Effect.logWarning(`--events ${eventsFile}: writing failed (${(error as Error).message}); the run goes on without it`)
         }
       })
+    const recordAll = (events: ReadonlyArray<RunView.RunEvent>) =>
+      Effect.gen(function*() {
+        const state = yield* Ref.updateAndGet(view, (current) => RunView.applyAll(current, events))
+        for (const event of events) yield* append(event)
+        if (options.onEvent !== undefined) for (const event of events) yield* options.onEvent(event, state)
+      })
+    let gathered: Array<RunView.RunEvent> = []
+    let flushScheduled = false
+    const flush = Effect.suspend(() => {
+      if (gathered.length === 0) return Effect.void
+      const events = gathered
+      gathered = []
+      return recordAll(events)
+    })
     return {
-      record: (event) =>
-        Effect.gen(function*() {
-          const state = yield* Ref.updateAndGet(view, (current) => RunView.apply(current, event))
-          yield* append(event)
-          if (options.onEvent !== undefined) yield* options.onEvent(event, state)
+      record: (event) => Effect.zipRight(flush, recordAll([event])),
+      recordSoon: (event) =>
+        Effect.suspend(() => {
+          gathered.push(event)
+          if (flushScheduled) return Effect.void
+          flushScheduled = true
+          // After the fibers already waiting to run: the rest of the burst is among them.
+          return Effect.asVoid(Effect.forkDaemon(Effect.yieldNow().pipe(
+            Effect.zipRight(Effect.sync(() => (flushScheduled = false))),
+            Effect.zipRight(flush)
+          )))
         }),
-      state: Ref.get(view)
+      state: Effect.zipRight(flush, Ref.get(view))
     }
   })
