@@ -27,6 +27,7 @@ import { ConfigError } from "./config/ConfigError.ts"
 import { netTimeoutScale } from "./config/NetTimeouts.ts"
 import { ConfigErrors } from "./config/Yaml.ts"
 import * as Log from "./cli/logger.ts"
+import { fairScheduler } from "./actors/FairScheduler.ts"
 
 export class RunInProgress extends Data.TaggedError("RunInProgress")<{}> {
   override get message(): string {
@@ -122,7 +123,9 @@ const checkHosts = (plan: Plan): Effect.Effect<void, LaunchInputError> =>
 
 /** Run a cluster; resolves with the result, rejects on a mistake of input. Logs `cohort: …` lines on stderr. */
 export const launch = async (input: ClusterInput, options: Launcher.LaunchOptions = {}): Promise<Launcher.RunResult> => {
-  const outcome = await Effect.runPromise(Effect.either(launchEffect(input, options)).pipe(Effect.provide(Log.layer(undefined, undefined, options.logLine))))
+  const outcome = await Effect.runPromise(
+    Effect.either(launchEffect(input, options)).pipe(Effect.withScheduler(fairScheduler), Effect.provide(Log.layer(undefined, undefined, options.logLine)))
+  )
   // Reject with the error itself (its class and message), not Effect's wrapper.
   if (Either.isLeft(outcome)) throw outcome.left
   return outcome.right
