@@ -76,6 +76,8 @@ export interface JoinGate {
 
 interface Window {
   readonly members: ReadonlyArray<Member>
+  /** The members' ranks, counted as they join: a thousand joins must not each sum them all. */
+  readonly joinedRanks: number
   readonly rejected: number
   readonly armed: boolean
   readonly outcome: Formation | undefined
@@ -86,7 +88,9 @@ export const make = (options: JoinGateOptions): Effect.Effect<JoinGate, never, S
     const { rules } = options
     const floodLimit = options.floodLimit ?? FLOOD_LIMIT
     const openedAt = yield* Clock.currentTimeMillis
-    const window = yield* Ref.make<Window>({ members: [], rejected: 0, armed: false, outcome: undefined })
+    const window = yield* Ref.make<Window>({ members: [], joinedRanks: 0, rejected: 0, armed: false, outcome: undefined })
+    /** The members' hosts, kept with `members` (every change to one is made with the other, in one synchronous step). */
+    const memberHosts = new Set<string>()
     const outcome = yield* Deferred.make<Formation>()
     const keyed = joinSalt(options.admission, options.salt)
 
@@ -95,7 +99,7 @@ export const make = (options: JoinGateOptions): Effect.Effect<JoinGate, never, S
       const now = yield* Clock.currentTimeMillis
       const state = yield* Ref.get(window)
       if (state.outcome !== undefined) return
-      const joinedRanks = state.members.reduce((sum, member) => sum + member.ranks.length, 0)
+      const { joinedRanks } = state
       const verdict = state.rejected >= floodLimit
         ? { _tag: "Failed" as const, reason: `${state.rejected} joins were rejected: refusing to go on (flood guard)` }
         : joinVerdict(rules, { joinedRanks, rejected: 0, startArmed: state.armed, elapsedMs: now - openedAt })
@@ -134,7 +138,7 @@ export const make = (options: JoinGateOptions): Effect.Effect<JoinGate, never, S
       if (hello.version !== options.version) {
         return `version skew: the launcher runs cohort ${options.version}, this agent ${hello.version}`
       }
-      if (state.members.some((member) => member.host === hello.host)) return `host ${hello.host} has already joined`
+      if (memberHosts.has(hello.host)) return `host ${hello.host} has already joined`
       const declared = options.declared.get(hello.host)
       if (!options.declared.has(hello.host) && options.admission.mode !== "open") {
         return `host ${hello.host} is not among the workers of this run (${[...options.declared.keys()].join(", ")})`
@@ -153,7 +157,7 @@ export const make = (options: JoinGateOptions): Effect.Effect<JoinGate, never, S
         const member = yield* Ref.modify(window, (state): readonly [Member | string, Window] => {
           const why = problem(hello, state)
           if (why !== undefined) return [why, state]
-          const first = state.members.reduce((sum, existing) => sum + existing.ranks.length, 0)
+          const first = state.joinedRanks
           const joined: Member = {
             host: hello.host,
             ranks: hello.devices.map((_, index) => first + index),
@@ -162,7 +166,8 @@ export const make = (options: JoinGateOptions): Effect.Effect<JoinGate, never, S
             pid: hello.pid,
             link
           }
-          return [joined, { ...state, members: [...state.members, joined] }]
+          memberHosts.add(joined.host)
+          return [joined, { ...state, members: [...state.members, joined], joinedRanks: state.joinedRanks + joined.ranks.length }]
         })
         if (typeof member === "string") return yield* refuse(link, member)
         // Built unchecked: the codec checks it as it encodes it.
@@ -176,7 +181,10 @@ export const make = (options: JoinGateOptions): Effect.Effect<JoinGate, never, S
         ))
         if (accepted._tag === "Left") {
           // The Accept never left: the admission is rolled back, ranks and all.
-          yield* Ref.update(window, (state) => ({ ...state, members: state.members.filter((other) => other !== member) }))
+          yield* Ref.update(window, (state) => {
+            memberHosts.delete(member.host)
+            return { ...state, members: state.members.filter((other) => other !== member), joinedRanks: state.joinedRanks - member.ranks.length }
+          })
           return
         }
         if (options.admission.mode === "open") yield* link.rekey(options.salt)

@@ -199,11 +199,13 @@ const step = (state: RunState, event: RunEvent): RunState => {
     case "join_window":
       return state.phase === "waiting" ? { ...state, windowRemainingMs: event.windowRemainingMs, capRemainingMs: event.capRemainingMs } : state
     case "host_joined": {
-      const known = state.hosts.some((host) => host.host === event.host)
-      const hosts = known
-        ? withHost(state, event.host, (host) => ({ ...host, state: "joined" }))
-        : [...state.hosts, { host: event.host, declaredRanks: event.ranks.length, state: "joined" as const, reason: null }]
-      return { ...state, hosts, joinedHosts: hosts.filter((host) => host.state === "joined").length, joinedRanks: state.joinedRanks + event.ranks.length }
+      // One pass per join, not three: a thousand hosts join within seconds.
+      const at = state.hosts.findIndex((host) => host.host === event.host)
+      const hosts = state.hosts.slice()
+      if (at === -1) hosts.push({ host: event.host, declaredRanks: event.ranks.length, state: "joined", reason: null })
+      else hosts[at] = { ...hosts[at]!, state: "joined" }
+      const newlyJoined = at === -1 || state.hosts[at]!.state !== "joined"
+      return { ...state, hosts, joinedHosts: state.joinedHosts + (newlyJoined ? 1 : 0), joinedRanks: state.joinedRanks + event.ranks.length }
     }
     case "join_rejected":
       return state
