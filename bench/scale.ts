@@ -31,12 +31,14 @@
  * `SCALE_RUNS` runs (default 1), each with a fresh launcher; `SCALE_HOSTS`,
  * `SCALE_DEVICES` and `SCALE_WORKERS` change the shape (default 1000, 8, 4);
  * `SCALE_STATUS_RATE=0` leaves the status client out; `SCALE_LAUNCHER_FLAGS`
- * passes flags to the launcher's bun (a CPU or heap profile). Every process
+ * passes flags to the launcher's bun (a CPU or heap profile),
+ * `SCALE_LAUNCHER_LOG` names a file for its whole stderr, and
+ * `SCALE_BEAT_EVERY_MS` sets the relays' beat interval. Every process
  * it starts is killed when it ends, however it ends: the launcher runs under
  * `setpriv --pdeathsig KILL`, and the helpers exit when their stdin closes.
  */
 import { execSync } from "node:child_process"
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
+import { appendFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { loadavg, tmpdir } from "node:os"
 import { join, resolve } from "node:path"
 import type { Subprocess } from "bun"
@@ -65,6 +67,8 @@ const HEARTBEAT_WINDOW_MS = 10_000
 const PHASE_DEADLINE_MS = 120_000
 /** Extra flags for the launcher's bun (e.g. `--cpu-prof --cpu-prof-md --cpu-prof-dir=/tmp/prof`): it is then stopped with SIGINT so it can write them. */
 const LAUNCHER_FLAGS = (process.env.SCALE_LAUNCHER_FLAGS ?? "").split(" ").filter((flag) => flag !== "")
+/** A file that gets every line of the launcher's stderr (appended). */
+const LAUNCHER_LOG = process.env.SCALE_LAUNCHER_LOG
 
 const TARGET_FORMATION_MS = 2_000
 const TARGET_RSS_MB = 300
@@ -293,6 +297,7 @@ const runOnce = async (): Promise<Figures> => {
       waits.poke()
     })
     void eachLine(launcher.stderr, (line) => {
+      if (LAUNCHER_LOG !== undefined) appendFileSync(LAUNCHER_LOG, `${line}\n`)
       const at = wallClock() - t0
       const listening = / listening on [^ ]+:(\d+) /.exec(line)
       if (listening !== null && port === undefined) {

@@ -27,6 +27,7 @@ import { Attach } from "../../src/wire/CoordinatorMessages.ts"
 import { Hello, JoinMessage, RankExited, RankRunning, RankStarted } from "../../src/wire/JoinMessages.ts"
 import { saltFromHex } from "../../src/wire/Keys.ts"
 import * as Link from "../../src/wire/Link.ts"
+import { fairScheduler } from "../../src/actors/FairScheduler.ts"
 import { VERSION } from "../../src/version.ts"
 
 interface Go {
@@ -166,7 +167,9 @@ const simHost = (host: string, slot: number) => {
 
 say({ t: "dialing", at: wallClock() })
 // Every host dials at once, as a scheduler's agents would (srun, a Kubernetes Job).
-for (const [slot, host] of go.hosts.entries()) Effect.runFork(simHost(host, slot))
+// With the launcher's scheduler: 250 hosts' fibers on Effect's default one kept this process's event loop from a
+// new connection's first write for seconds, past the launcher's 5 s deadline for a channel's magic.
+for (const [slot, host] of go.hosts.entries()) Effect.runFork(Effect.withScheduler(simHost(host, slot), fairScheduler))
 
 while (true) {
   const command = await nextLine()
