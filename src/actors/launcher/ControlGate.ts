@@ -60,6 +60,8 @@ interface Registered {
   readonly ranks: ReadonlySet<number>
   /** When something last went down the link (ms). */
   sentAt: number
+  /** It has spoken for another host's ranks (logged once). */
+  warned: boolean
 }
 
 const sendOn = (registered: Registered, message: ControlMessage): Effect.Effect<void> =>
@@ -68,16 +70,16 @@ const sendOn = (registered: Registered, message: ControlMessage): Effect.Effect<
     return Effect.ignore(registered.link.send(message))
   })
 
-/** The message, with only the relay's own ranks in it; undefined when it speaks for another host's rank. */
-const ownRanks = (registered: Registered, message: ControlMessage): ControlMessage | undefined => {
+/** Does the message speak only for the relay's own ranks? */
+const speaksForItsOwn = (registered: Registered, message: ControlMessage): boolean => {
   switch (message._tag) {
     case "FromRank":
     case "ElasticPush":
-      return registered.ranks.has(message.rank) ? message : undefined
+      return registered.ranks.has(message.rank)
     case "HostBeats":
-      return message.ranks.every((rank) => registered.ranks.has(rank)) ? message : undefined
+      return message.ranks.every((rank) => registered.ranks.has(rank))
     default:
-      return message
+      return true
   }
 }
 
@@ -95,19 +97,22 @@ export const make = (options: ControlGateOptions): Effect.Effect<ControlGate, ne
       return undefined
     }
 
+    const refuse = (link: ControlLink, why: string) =>
+      Effect.gen(function*() {
+        yield* Effect.ignore(link.send(new RelayRejected({ reason: why })))
+        yield* link.close
+        yield* Effect.logWarning(`refused a relay from ${link.peer}: ${why}`)
+      })
+
     const serve = (connection: Accepted["connection"]) =>
       Effect.gen(function*() {
         const link = yield* Link.accept(connection, { channel: "control", salt: options.salt, inbound: controlCodec, outbound: controlCodec })
         const hello = yield* link.receiveWithin(options.handshakeMs, "RelayHello")
-        const world = yield* options.hosts
-        const why = hello._tag !== "RelayHello" ? `expected RelayHello first, got ${hello._tag}` : problem(hello, world)
-        if (why !== undefined || hello._tag !== "RelayHello") {
-          yield* Effect.ignore(link.send(new RelayRejected({ reason: why ?? "" })))
-          yield* link.close
-          return yield* Effect.logWarning(`refused a relay from ${link.peer}: ${why}`)
-        }
+        if (hello._tag !== "RelayHello") return yield* refuse(link, `expected RelayHello first, got ${hello._tag}`)
+        const why = problem(hello, yield* options.hosts)
+        if (why !== undefined) return yield* refuse(link, why)
         const host = hello.host
-        const registered: Registered = { link, ranks: new Set(hello.ranks), sentAt: Date.now() }
+        const registered: Registered = { link, ranks: new Set(hello.ranks), sentAt: Date.now(), warned: false }
         links.set(host, registered)
         yield* sendOn(registered, new RelayAccepted())
         yield* Effect.logDebug(`relay of ${host} registered`)
@@ -117,9 +122,11 @@ export const make = (options: ControlGateOptions): Effect.Effect<ControlGate, ne
             if (links.get(host) === registered) links.delete(host)
             return yield* options.onClosed(host)
           }
-          const own = ownRanks(registered, message.right)
-          if (own !== undefined) yield* options.onMessage(host, own)
-          else yield* Effect.logWarning(`the relay of ${host} spoke for ranks that are not its host's; dropped`)
+          if (speaksForItsOwn(registered, message.right)) yield* options.onMessage(host, message.right)
+          else if (!registered.warned) {
+            registered.warned = true
+            yield* Effect.logWarning(`the relay of ${host} spoke for ranks that are not its host's; dropped (further ones are not logged)`)
+          }
         }
       }).pipe(Effect.catchAll((error) => Effect.logWarning(`dropped a control connection: ${error.message}`)))
 
