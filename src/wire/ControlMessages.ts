@@ -76,8 +76,8 @@ export class ElasticPulled extends Schema.TaggedClass<ElasticPulled>()("ElasticP
 export class LauncherBeat extends Schema.TaggedClass<LauncherBeat>()("LauncherBeat", {}) {}
 
 /**
- * The host's ranks that are beating: once a second, every rank of the host heard from lately, in one
- * frame instead of one `FromRank` `Heartbeat` per rank (at 8,000 ranks, 1,000 frames a second instead of 8,000).
+ * The host's ranks that are beating: every beat interval (`beatEveryMs`), every rank of the host heard from
+ * lately, in one frame instead of one `FromRank` `Heartbeat` per rank per second.
  */
 export class HostBeats extends Schema.TaggedClass<HostBeats>()("HostBeats", {
   ranks: Schema.Array(Count)

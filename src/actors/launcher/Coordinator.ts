@@ -337,7 +337,7 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
     // Beats down, and the silence check, as often as the heartbeat timeout calls for.
     const beatEvery = Duration.millis(beatEveryMs(options.heartbeatTimeoutMs))
     yield* Effect.forkScoped(Effect.forever(Effect.zipRight(Effect.sleep(beatEvery), Effect.ignore(actor.tell(CoordinatorMessage.Tick())))))
-    // A heartbeat only moves its rank's last-seen time, and every rank beats once a second: beats are applied
+    // A heartbeat only moves its rank's last-seen time, and every rank's beat comes each interval: beats are applied
     // here rather than queued through the mailbox. A beat from a rank that is not alive is ignored either way,
     // and `tick` reads the times in one synchronous pass.
     const beats = (ranks: ReadonlyArray<number>) =>

@@ -89,8 +89,6 @@ export const make = (options: JoinGateOptions): Effect.Effect<JoinGate, never, S
     const floodLimit = options.floodLimit ?? FLOOD_LIMIT
     const openedAt = yield* Clock.currentTimeMillis
     const window = yield* Ref.make<Window>({ members: [], joinedRanks: 0, rejected: 0, armed: false, outcome: undefined })
-    /** The members' hosts, kept with `members` (every change to one is made with the other, in one synchronous step). */
-    const memberHosts = new Set<string>()
     const outcome = yield* Deferred.make<Formation>()
     const keyed = joinSalt(options.admission, options.salt)
 
@@ -138,7 +136,7 @@ export const make = (options: JoinGateOptions): Effect.Effect<JoinGate, never, S
       if (hello.version !== options.version) {
         return `version skew: the launcher runs cohort ${options.version}, this agent ${hello.version}`
       }
-      if (memberHosts.has(hello.host)) return `host ${hello.host} has already joined`
+      if (state.members.some((member) => member.host === hello.host)) return `host ${hello.host} has already joined`
       const declared = options.declared.get(hello.host)
       if (!options.declared.has(hello.host) && options.admission.mode !== "open") {
         return `host ${hello.host} is not among the workers of this run (${[...options.declared.keys()].join(", ")})`
@@ -166,7 +164,6 @@ export const make = (options: JoinGateOptions): Effect.Effect<JoinGate, never, S
             pid: hello.pid,
             link
           }
-          memberHosts.add(joined.host)
           return [joined, { ...state, members: [...state.members, joined], joinedRanks: state.joinedRanks + joined.ranks.length }]
         })
         if (typeof member === "string") return yield* refuse(link, member)
@@ -181,10 +178,11 @@ export const make = (options: JoinGateOptions): Effect.Effect<JoinGate, never, S
         ))
         if (accepted._tag === "Left") {
           // The Accept never left: the admission is rolled back, ranks and all.
-          yield* Ref.update(window, (state) => {
-            memberHosts.delete(member.host)
-            return { ...state, members: state.members.filter((other) => other !== member), joinedRanks: state.joinedRanks - member.ranks.length }
-          })
+          yield* Ref.update(window, (state) => ({
+            ...state,
+            members: state.members.filter((other) => other !== member),
+            joinedRanks: state.joinedRanks - member.ranks.length
+          }))
           return
         }
         if (options.admission.mode === "open") yield* link.rekey(options.salt)

@@ -503,7 +503,7 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
         else targets.push(rank)
       }
       // Built unchecked: the codec checks every message as it encodes it, and the constructor's check of `order`
-      // alone cost ~30 µs, once per host per order (the coordinator's beat: 1,000 a second at 1,000 hosts).
+      // alone cost ~30 µs, once per host per order (the coordinator's beat: every host, every beat interval).
       return Effect.zipRight(wake, Effect.forEach(byHost, ([host, targets]) => control.send(host, new ToRanks({ ranks: targets, order }, true)), { discard: true }))
     }
     const afterFormation = inForce(config.failurePolicy.strategy, true)

@@ -5,7 +5,7 @@
  * channel and holds that link for the run. Downstream it serves the host's
  * ranks on a Unix socket in the host's private run directory:
  * - reports (progress, checkpoints) go up to the coordinator, the ranks'
- *   heartbeats once a second in one `HostBeats`; orders (plans, beats,
+ *   heartbeats in one `HostBeats` per beat interval; orders (plans, beats,
  *   stop) come down to the ranks they name;
  * - reductions: each rank leaves its tensor in its shared-memory segment and
  *   says so; once every active rank has (`FoldBarrier`), the relay sums them
