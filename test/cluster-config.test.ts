@@ -24,7 +24,7 @@ describe("cluster.yml", () => {
       controller: {
         host: "127.0.0.1",
         port: 0,
-        join: { minRanks: 4, targetRanks: 4, timeoutMs: 60_000, maxTimeoutMs: 120_000, openAdmission: false, start: "auto" }
+        join: { minRanks: 4, targetRanks: 4, timeoutMs: 60_000, maxTimeoutMs: 120_000, openAdmission: false, start: "auto", afterFormation: "reject", maxRanks: undefined }
       },
       workers: [{ host: "localhost", devices: { _tag: "Count", count: 4 }, path: ".", env: { OMP_NUM_THREADS: "1" }, ssh: undefined, tunnel: false, agent: undefined }],
       env: {},

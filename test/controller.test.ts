@@ -39,8 +39,8 @@ const setUp = (hosts: ReadonlyArray<string>, options: { readonly kernels: Native
 /** The fold's bytes: a copy of the floats, at byte offset 0. */
 const bytesOf = (values: ReadonlyArray<number>) => new Uint8Array(Float32Array.from(values).buffer)
 
-const fold = (values: ReadonlyArray<number>, options: { op?: HostFold["op"]; weight?: number; ranks?: number } = {}) =>
-  new HostFold({ op: options.op ?? "avg", weight: options.weight ?? 1, ranks: options.ranks ?? 1, data: bytesOf(values) })
+const fold = (values: ReadonlyArray<number>, options: { op?: HostFold["op"]; weight?: number; ranks?: number; epoch?: number } = {}) =>
+  new HostFold({ op: options.op ?? "avg", weight: options.weight ?? 1, ranks: options.ranks ?? 1, epoch: options.epoch ?? 0, data: bytesOf(values) })
 
 const floatsOf = (message: { readonly data: Uint8Array }) => {
   const copy = message.data.slice()
@@ -283,9 +283,9 @@ describe("Controller", () => {
       return view
     }
     const data = [[1.5, -2, 3, 1e6], [0.5, 4, -3, 1e6], [2, 1, 0, -2e6]]
-    run(controller.fold("a", new HostFold({ op: "sum", weight: 1, ranks: 1, data: unaligned(data[0]!, 1) })))
-    run(controller.fold("b", new HostFold({ op: "sum", weight: 1, ranks: 1, data: unaligned(data[1]!, 2) })))
-    run(controller.fold("c", new HostFold({ op: "sum", weight: 1, ranks: 1, data: unaligned(data[2]!, 7) })))
+    run(controller.fold("a", new HostFold({ op: "sum", weight: 1, ranks: 1, epoch: 0, data: unaligned(data[0]!, 1) })))
+    run(controller.fold("b", new HostFold({ op: "sum", weight: 1, ranks: 1, epoch: 0, data: unaligned(data[1]!, 2) })))
+    run(controller.fold("c", new HostFold({ op: "sum", weight: 1, ranks: 1, epoch: 0, data: unaligned(data[2]!, 7) })))
     const sent = drain()
     expect(sent).toHaveLength(3)
     for (const { message } of sent) {
@@ -298,7 +298,7 @@ describe("Controller", () => {
     const { controller, run, drain } = setUp(["a", "b"])
     const backing = Float32Array.from([99, 1, 2, 99])
     const view = new Uint8Array(backing.buffer, 4, 8)
-    run(controller.fold("a", new HostFold({ op: "sum", weight: 1, ranks: 1, data: view })))
+    run(controller.fold("a", new HostFold({ op: "sum", weight: 1, ranks: 1, epoch: 0, data: view })))
     run(controller.fold("b", fold([10, 20], { op: "sum" })))
     for (const { message } of drain()) expect(floatsOf(message)).toEqual([11, 22])
     // The input was not written to.

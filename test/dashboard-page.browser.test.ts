@@ -76,7 +76,9 @@ const base: RunState = {
   deaths: [],
   training: null,
   throughput: [],
-  verdict: null
+  verdict: null,
+  joinedAfterFormation: 0,
+  worldSizes: []
 }
 
 const waiting = base

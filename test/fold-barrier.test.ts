@@ -17,6 +17,7 @@ const c = (rank: number, options: Partial<Omit<Contribution<string>, "rank">> = 
   op: options.op ?? "avg",
   bytes: options.bytes ?? 16,
   weight: options.weight ?? 1,
+  epoch: options.epoch ?? 0,
   source: options.source ?? `segment-${rank}`
 })
 
@@ -303,7 +304,7 @@ test("model: random contribute/idle/wake/leave/take/finish sequences agree with 
         switch (s.kind) {
           case "contribute": {
             const id = nextId++
-            const refused = barrier.contribute({ rank: s.rank, op: "avg", bytes: 8, weight: 1, source: id })
+            const refused = barrier.contribute({ rank: s.rank, op: "avg", bytes: 8, weight: 1, epoch: 0, source: id })
             expect(refused === undefined ? "accepted" : "refused").toBe(model.contribute(s.rank, id))
             if (refused !== undefined) expect(refused).toContain(`rank ${s.rank}`)
             break

@@ -77,7 +77,9 @@ const fakeState = (phase: RunState["phase"] = "training"): RunState => ({
   deaths: [{ rank: 3, host: "gpu-b", cause: "heartbeat silent for 5 s", at: START + 65_000 }],
   training: { epoch: 2, epochs: 5, samplesDone: 12_500, datasetSize: 50_000, samplesPerSec: 20_480, metrics: { loss: 0.185123, accuracy: 0.93127 } },
   throughput: [{ at: START + 100_000, samplesPerSec: 20_480 }],
-  verdict: phase === "done" ? "completed DEGRADED (1 of 4 ranks lost: rank 3 on gpu-b)" : null
+  verdict: phase === "done" ? "completed DEGRADED (1 of 4 ranks lost: rank 3 on gpu-b)" : null,
+  joinedAfterFormation: 0,
+  worldSizes: []
 })
 
 /** A status endpoint on a free port; `answer` gets the request's number, from 1. */

@@ -44,12 +44,32 @@ export const failureLimit = (maxFailure: MaxFailure, world: number): number => {
 export class KillAll extends Schema.TaggedClass<KillAll>()("KillAll", {}) {}
 
 /**
+ * What a `maxFailure` percentage is taken of once the world has grown (ranks
+ * joined after formation): the world at formation (the default), or every
+ * rank the run has had so far (`current`).
+ */
+export const FailureBase = Schema.Literal("formation", "current")
+export type FailureBase = typeof FailureBase.Type
+
+/**
  * An abnormal exit is a membership event: the child's ranks are reported dead
  * and the survivors carry on. Absent `maxFailure` tolerates any partial loss.
  */
 export class Elastic extends Schema.TaggedClass<Elastic>()("Elastic", {
-  maxFailure: Schema.optional(MaxFailure)
+  maxFailure: Schema.optional(MaxFailure),
+  base: Schema.optional(FailureBase)
 }) {}
+
+/**
+ * How many dead ranks trip an elastic strategy's threshold, if it has one: the
+ * limit of its `maxFailure` over the base it names (`formation`: the world at
+ * formation; `current`: that plus every rank that joined since). A limit of 0
+ * means the first death trips it, so it is at least 1.
+ */
+export const elasticLimit = (strategy: Elastic, formationWorld: number, currentWorld: number): number | undefined =>
+  strategy.maxFailure === undefined
+    ? undefined
+    : Math.max(1, failureLimit(strategy.maxFailure, strategy.base === "current" ? currentWorld : formationWorld))
 
 /** Delay before the n-th restart: `min(max, initial × factor^n)`, then ± `jitter` of itself, never above `max`. */
 export class Backoff extends Schema.Class<Backoff>("Backoff")(

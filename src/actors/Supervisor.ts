@@ -68,6 +68,8 @@ export type ExternalEvent = Extract<
 
 export interface Supervisor {
   readonly send: (event: ExternalEvent) => Effect.Effect<void>
+  /** Elastic growth: these children carry ranks that joined the formed cohort; they start unless `decide` refuses them. */
+  readonly join: (children: ReadonlyArray<SupervisedChild>) => Effect.Effect<void>
   /** Waits for the verdict: every child has ended for good. */
   readonly verdict: Effect.Effect<Verdict>
   readonly state: Effect.Effect<SupervisorState>
@@ -142,6 +144,10 @@ export const start = (options: SupervisorOptions): Effect.Effect<Supervisor, nev
 
     const step = (event: SupervisionEvent) =>
       Effect.gen(function*() {
+        // A joining child's start effect must be known before `decide` can ask for it.
+        if (event._tag === "ChildrenJoined") {
+          for (const child of event.children as ReadonlyArray<SupervisedChild>) if (!specs.has(child.id)) specs.set(child.id, child)
+        }
         const now = yield* Clock.currentTimeMillis
         const [directives, next] = decide(strategy, yield* Ref.get(state), event, now)
         yield* Ref.set(state, next)
@@ -161,7 +167,8 @@ export const start = (options: SupervisorOptions): Effect.Effect<Supervisor, nev
         CoordinatorFailed: step,
         RunDrained: step,
         AbortRequested: step,
-        RestartDue: step
+        RestartDue: step,
+        ChildrenJoined: step
       }
     })
     yield* self.tell(SupervisionEvent.Boot()).pipe(Effect.orDie)
@@ -169,6 +176,7 @@ export const start = (options: SupervisorOptions): Effect.Effect<Supervisor, nev
     const ref = self
     const supervisor: Supervisor = {
       send: (event) => Effect.ignore(ref.tell(event)),
+      join: (children) => Effect.ignore(ref.tell(SupervisionEvent.ChildrenJoined({ children }))),
       verdict: Deferred.await(verdict),
       state: Ref.get(state),
       handle: (id) => Effect.sync(() => handles.get(id))

@@ -12,7 +12,7 @@ import * as Data from "effect/Data"
 import * as ChildExitModule from "./ChildExit.ts"
 import type { ChildExit } from "./ChildExit.ts"
 import { type ChildSpec, worldOf } from "./ChildSpec.ts"
-import { type Backoff, failureLimit, inForce, type Strategy } from "./Strategy.ts"
+import { type Backoff, elasticLimit, inForce, type Strategy } from "./Strategy.ts"
 import { Verdict } from "./Verdict.ts"
 
 export type SupervisionEvent = Data.TaggedEnum<{
@@ -29,6 +29,8 @@ export type SupervisionEvent = Data.TaggedEnum<{
   AbortRequested: { readonly reason: string }
   /** A restart scheduled by a `Restart` directive is due. */
   RestartDue: { readonly id: string }
+  /** Children carrying new ranks joined the formed cohort (elastic growth): start them; the world grows. */
+  ChildrenJoined: { readonly children: ReadonlyArray<ChildSpec> }
 }>
 export const SupervisionEvent = Data.taggedEnum<SupervisionEvent>()
 
@@ -71,7 +73,10 @@ type Failure = { readonly kind: "child-failed" | "restart-intensity" | "aborted"
 
 export interface SupervisorState {
   readonly children: ReadonlyArray<ChildState>
+  /** Ranks in the world at formation. */
   readonly world: number
+  /** Ranks that joined after formation: the current world is `world + joined`. */
+  readonly joined: number
   readonly formed: boolean
   readonly drained: boolean
   /** A run-wide stop is under way: no restarts, no new failures. */
@@ -97,6 +102,7 @@ export const initialState = (children: ReadonlyArray<ChildSpec>, seed = 0x5eed):
   return {
     children: children.map((spec) => ({ spec, status: "pending" })),
     world: worldOf(children),
+    joined: 0,
     formed: false,
     drained: false,
     stopping: false,
@@ -113,10 +119,14 @@ export const initialState = (children: ReadonlyArray<ChildSpec>, seed = 0x5eed):
 /** The limit of the elastic strategy in force, if it has one. */
 export const deathLimit = (strategy: Strategy, state: SupervisorState): number | undefined => {
   const current = inForce(strategy, state.formed)
-  if (current._tag !== "Elastic" || current.maxFailure === undefined) return undefined
-  // A limit of 0 ("0%" or a count of 0) means the first death trips; no deaths never does.
-  return Math.max(1, failureLimit(current.maxFailure, state.world))
+  return current._tag === "Elastic" ? elasticLimit(current, state.world, state.world + state.joined) : undefined
 }
+
+/** "3/4", or once ranks have joined "3 of 6 (4 at formation)": the verdict names both worlds. */
+export const deadOfWorld = (state: SupervisorState): string =>
+  state.joined === 0
+    ? `${state.dead.length}/${state.world}`
+    : `${state.dead.length} of ${state.world + state.joined} (${state.world} at formation, ${state.joined} joined since)`
 
 /** The verdict the state calls for, by the rules in `Verdict.ts`. */
 export const verdictOf = (strategy: Strategy, state: SupervisorState): Verdict => {
@@ -125,17 +135,17 @@ export const verdictOf = (strategy: Strategy, state: SupervisorState): Verdict =
   }
   if (state.failure !== undefined) return Verdict.Failed(state.failure)
   const dead = state.dead.length
-  if (state.world > 0 && dead >= state.world) {
-    return Verdict.Failed({ kind: "all-ranks-lost", message: `every rank was lost (${dead}/${state.world})` })
+  if (state.world > 0 && dead >= state.world + state.joined) {
+    return Verdict.Failed({ kind: "all-ranks-lost", message: `every rank was lost (${deadOfWorld(state)})` })
   }
   const limit = deathLimit(strategy, state)
   if (limit !== undefined && dead >= limit) {
     return Verdict.Failed({
       kind: "max-failure",
-      message: `max_failure exceeded: ${dead}/${state.world} ranks dead, threshold ${limit}`
+      message: `max_failure exceeded: ${deadOfWorld(state)} ranks dead, threshold ${limit}`
     })
   }
-  return Verdict.Completed({ dead, world: state.world, tolerated: state.tolerated })
+  return Verdict.Completed({ dead, world: state.world + state.joined, tolerated: state.tolerated })
 }
 
 /** mulberry32: a tiny, well-mixed 32-bit generator; returns a draw in [0, 1) and the next seed. */
@@ -179,7 +189,8 @@ export const decide = (
     CoordinatorFailed: ({ reason }) => step.coordinatorFailed(reason),
     RunDrained: () => step.drain(),
     AbortRequested: ({ reason }) => step.abort(reason),
-    RestartDue: ({ id }) => step.restartDue(id)
+    RestartDue: ({ id }) => step.restartDue(id),
+    ChildrenJoined: ({ children }) => step.join(children)
   })
   step.settle()
   return [step.directives, step.state]
@@ -352,10 +363,10 @@ class Step {
     if (this.state.stopping) return
     const dead = this.state.dead.length
     const limit = deathLimit(this.strategy, this.state)
-    if (this.state.world > 0 && dead >= this.state.world) {
-      this.stopAll("graceful", `every rank was lost (${dead}/${this.state.world}): stopping the run`)
+    if (this.state.world > 0 && dead >= this.state.world + this.state.joined) {
+      this.stopAll("graceful", `every rank was lost (${deadOfWorld(this.state)}): stopping the run`)
     } else if (limit !== undefined && dead >= limit) {
-      this.stopAll("graceful", `max_failure exceeded (${dead}/${this.state.world} dead, threshold ${limit}): stopping the run`)
+      this.stopAll("graceful", `max_failure exceeded (${deadOfWorld(this.state)} dead, threshold ${limit}): stopping the run`)
     }
   }
 
@@ -401,6 +412,34 @@ class Step {
       this.setChild(other.spec.id, { status: "running", restartAt: undefined })
       this.directives.push(Directive.Start({ id: other.spec.id }))
     }
+  }
+
+  /**
+   * Growth: children with ranks new to the run join the formed cohort and start
+   * at once. Refused (nothing changes) before formation, once the run is
+   * stopping or drained, and for an id or a rank the run has already had:
+   * rank numbers are never reused.
+   */
+  join(children: ReadonlyArray<ChildSpec>): void {
+    if (!this.state.formed || this.state.stopping || this.state.drained) return
+    const ids = positionsOf(this.state.children)
+    const ranks = new Set(this.state.children.flatMap((child) => child.spec.ranks))
+    const seen = new Set<string>()
+    const fresh = children.filter((child) => {
+      if (ids.has(child.id) || seen.has(child.id) || child.ranks.some((rank) => ranks.has(rank))) return false
+      seen.add(child.id)
+      for (const rank of child.ranks) ranks.add(rank)
+      return true
+    })
+    if (fresh.length === 0) return
+    const joined = new Set(fresh.flatMap((child) => child.ranks)).size
+    this.update({
+      children: [...this.state.children, ...fresh.map((spec): ChildState => ({ spec, status: "running" }))],
+      joined: this.state.joined + joined
+    })
+    this.ownChildren = undefined
+    for (const child of fresh) this.directives.push(Directive.Start({ id: child.id }))
+    this.note(`${fresh.map((child) => child.label).join(", ")} joined the cohort: ${this.state.world + this.state.joined} rank(s) now`)
   }
 
   coordinatorFailed(reason: string): void {

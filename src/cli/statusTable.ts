@@ -97,7 +97,13 @@ export const readState = (json: unknown): RunState | undefined => {
     ),
     training: readTraining(json.training),
     throughput: [],
-    verdict: typeof json.verdict === "string" ? json.verdict : null
+    verdict: typeof json.verdict === "string" ? json.verdict : null,
+    joinedAfterFormation: num(json.joinedAfterFormation) ?? 0,
+    worldSizes: list(json.worldSizes).flatMap((point) =>
+      isObject(point) && num(point.at) !== null && num(point.ranks) !== null
+        ? [{ at: num(point.at)!, ranks: num(point.ranks)!, alive: num(point.alive) ?? num(point.ranks)! }]
+        : []
+    )
   }
 }
 
@@ -187,7 +193,7 @@ const headerLine = (state: RunState, now: number): string => {
     parts.push(`up ${duration(end - state.startedAt)}`)
   }
   const world = state.world > 0 ? state.world : state.ranks.length
-  parts.push(`world ${world}`)
+  parts.push(state.joinedAfterFormation > 0 ? `world ${world} (${state.joinedAfterFormation} joined after formation)` : `world ${world}`)
   const hosts = state.hosts.length > 0 ? `${state.joinedHosts}/${state.hosts.length}` : String(state.joinedHosts)
   parts.push(`joined ${state.joinedRanks}/${world} ranks on ${hosts} hosts`)
   if (state.phase === "waiting" && state.windowRemainingMs !== null) {

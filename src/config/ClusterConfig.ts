@@ -7,6 +7,7 @@
  *   host: 127.0.0.1          # the address workers dial
  *   port: 0                  # the mux port; 0 picks a free one
  *   join: { min_ranks: 4, target_ranks: 4, timeout: 30s, max_timeout: 120s, open_admission: false, start: auto }
+ *   # join: { …, after_formation: accept, max_ranks: 16 }   # grow: agents that dial in later join at the next epoch
  * workers:
  *   - host: localhost
  *     devices: 4             # N CPU ranks, [0, 1] GPU indices, or "all"
@@ -78,6 +79,10 @@ export interface JoinWindow {
   readonly maxTimeoutMs: number
   readonly openAdmission: boolean
   readonly start: StartMode
+  /** Agents that dial in once the cohort has formed: refused (the default), or admitted and grown into the run. */
+  readonly afterFormation: "reject" | "accept"
+  /** With `accept`: the most ranks the run may have had in all (undefined: no cap). */
+  readonly maxRanks: number | undefined
 }
 
 export type Backend = "cpu_sync" | "cpu_cadence" | "cpu_async" | "nccl"
@@ -169,7 +174,7 @@ const boolean = (field: Field): boolean => {
 }
 
 const decodeJoin = (field: Field, capacity: number | undefined): JoinWindow => {
-  const keys = field.map(["min_ranks", "target_ranks", "timeout", "max_timeout", "open_admission", "start"])
+  const keys = field.map(["min_ranks", "target_ranks", "timeout", "max_timeout", "open_admission", "start", "after_formation", "max_ranks"])
   const ranks = (f: Field) => f.int(1, 1_000_000, "a number of ranks ≥ 1")
   const minRanks = keys.min_ranks!.readOr(ranks, capacity)
   const start = keys.start!.readOr((f) => f.literal(["auto", "manual", "hybrid"]), "auto")
@@ -185,13 +190,22 @@ const decodeJoin = (field: Field, capacity: number | undefined): JoinWindow => {
   if (start === "manual" && keys.target_ranks!.present) {
     keys.target_ranks!.report("a manual start closes the window on the operator's word: remove target_ranks, or use start: hybrid")
   }
+  const afterFormation = keys.after_formation!.readOr((f) => f.literal(["reject", "accept"] as const), "reject")
+  const maxRanks = keys.max_ranks!.readOr(ranks, undefined)
+  if (maxRanks !== undefined && afterFormation !== "accept") {
+    keys.max_ranks!.report("max_ranks caps growth after formation: add after_formation: accept, or remove max_ranks")
+  } else if (maxRanks !== undefined && minRanks !== undefined && maxRanks < minRanks) {
+    keys.max_ranks!.report(`expected at least min_ranks (${minRanks}), got ${maxRanks}`)
+  }
   return {
     minRanks,
     targetRanks,
     timeoutMs,
     maxTimeoutMs,
     openAdmission: keys.open_admission!.readOr(boolean, false),
-    start
+    start,
+    afterFormation,
+    maxRanks
   }
 }
 
@@ -202,7 +216,9 @@ const unreadableJoin: JoinWindow = {
   timeoutMs: 60_000,
   maxTimeoutMs: 120_000,
   openAdmission: false,
-  start: "auto"
+  start: "auto",
+  afterFormation: "reject",
+  maxRanks: undefined
 }
 
 const decodeJob = (field: Field): Job => {
@@ -266,6 +282,10 @@ export const decodeCluster = (root: Field, fallbackName: string): ClusterConfig 
   const job = top.job!.attempt(() =>
     top.job!.present ? decodeJob(top.job!) : top.job!.fail("expected a job section with entry or command")
   )
+  const growth = controller?.join!.present === true ? controller.join!.get("after_formation") : undefined
+  if (growth?.scalar === "accept" && job?.program._tag === "Command") {
+    growth.report("a command job (torchrun-style) has a fixed world: growth needs an entry job, or after_formation: reject")
+  }
   return {
     name: top.name!.readOr((f) => f.string("a run name"), fallbackName),
     controller: {

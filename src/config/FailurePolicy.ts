@@ -11,6 +11,7 @@
  *   #   restart: { max_restarts: 3, within: 10m, backoff: { initial: 1s, max: 30s, factor: 2, jitter: 0.2 }, scope: all }
  *   grace: 5s                                  # SIGTERM → SIGKILL
  *   heartbeat_timeout: 30s                     # a rank silent this long is dead (scaled by COHORT_NET_TIMEOUT_SCALE)
+ *   max_failure_base: formation                # or current: a max_failure percentage of every rank the run has had
  * ```
  *
  * A single strategy is written `kill_all`, `elastic` (no limit),
@@ -58,7 +59,7 @@ export const defaultFailurePolicy: FailurePolicy = {
   heartbeatTimeout: 30_000
 }
 
-const policyKeys = ["before_formation", "after_formation", "grace", "heartbeat_timeout"] as const
+const policyKeys = ["before_formation", "after_formation", "grace", "heartbeat_timeout", "max_failure_base"] as const
 const simpleKeys = ["kill_all", "elastic", "restart"] as const
 const restartDefaults = {
   maxRestarts: 3,
@@ -73,10 +74,15 @@ export const decodeFailurePolicy = (field: Field): FailurePolicy => {
   const keys = field.map(policyKeys)
   const defaults = defaultFailurePolicy.strategy
   // Each part is read on its own, so every mistake in the section is reported together.
+  const afterFormation = keys.after_formation!.readOr(decodeSimple, defaults.afterFormation)
+  const base = keys.max_failure_base!.readOr((f) => f.literal(["formation", "current"] as const), undefined)
+  if (base !== undefined && (afterFormation._tag !== "Elastic" || afterFormation.maxFailure === undefined)) {
+    keys.max_failure_base!.report("only an elastic after_formation policy with a max_failure has a base: add one, or remove max_failure_base")
+  }
   return {
     strategy: new Phased({
       beforeFormation: keys.before_formation!.readOr(decodeSimple, defaults.beforeFormation),
-      afterFormation: keys.after_formation!.readOr(decodeSimple, defaults.afterFormation)
+      afterFormation: base !== undefined && afterFormation._tag === "Elastic" ? new Elastic({ ...afterFormation, base }) : afterFormation
     }),
     grace: keys.grace!.readOr((grace) => grace.duration(), defaultFailurePolicy.grace),
     heartbeatTimeout: keys.heartbeat_timeout!.readOr((timeout) => timeout.duration(2_000), defaultFailurePolicy.heartbeatTimeout)
@@ -116,8 +122,10 @@ const decodeSimple = (field: Field): Simple => {
     case "elastic": {
       const options = keys.elastic!
       if (!options.present) return new Elastic({})
-      const maxFailure = options.map(["max_failure"]).max_failure!
-      return maxFailure.present ? new Elastic({ maxFailure: decodeMaxFailure(maxFailure) }) : new Elastic({})
+      const elastic = options.map(["max_failure", "max_failure_base"])
+      const maxFailure = elastic.max_failure!.readOr(decodeMaxFailure, undefined)
+      const base = elastic.max_failure_base!.readOr((f) => f.literal(["formation", "current"] as const), undefined)
+      return new Elastic({ ...(maxFailure === undefined ? {} : { maxFailure }), ...(base === undefined ? {} : { base }) })
     }
     case "restart":
       return decodeRestart(keys.restart!)
@@ -175,9 +183,14 @@ export const encodeStrategy = (strategy: Strategy): unknown => {
     case "KillAll":
       return "kill_all"
     case "Elastic":
-      return strategy.maxFailure === undefined
+      return strategy.maxFailure === undefined && strategy.base === undefined
         ? "elastic"
-        : { elastic: { max_failure: encodeMaxFailure(strategy.maxFailure) } }
+        : {
+          elastic: {
+            ...(strategy.maxFailure === undefined ? {} : { max_failure: encodeMaxFailure(strategy.maxFailure) }),
+            ...(strategy.base === undefined ? {} : { max_failure_base: strategy.base })
+          }
+        }
     case "Restart":
       return {
         restart: {

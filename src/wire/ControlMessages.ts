@@ -43,6 +43,8 @@ export class HostFold extends Schema.TaggedClass<HostFold>()("HostFold", {
   op: ReduceOp,
   weight: Schema.Number,
   ranks: Count,
+  /** The epoch the round belongs to: a host that joined at epoch E takes part in rounds of E on. */
+  epoch: Count,
   data: Schema.Uint8ArrayFromSelf
 }) {}
 
@@ -83,6 +85,16 @@ export class HostBeats extends Schema.TaggedClass<HostBeats>()("HostBeats", {
   ranks: Schema.Array(Count)
 }) {}
 
+/**
+ * The world grew: ranks of new hosts take part in reduction rounds of epoch
+ * `fromEpoch` on, so a relay that finished its rounds alone (the only host)
+ * sends those rounds up from then.
+ */
+export class WorldGrown extends Schema.TaggedClass<WorldGrown>()("WorldGrown", {
+  worldSize: Count,
+  fromEpoch: Count
+}) {}
+
 /** In kind order: append only. */
 export const ControlMessage = Schema.Union(
   RelayHello,
@@ -96,6 +108,7 @@ export const ControlMessage = Schema.Union(
   ElasticPush,
   ElasticPulled,
   LauncherBeat,
-  HostBeats
+  HostBeats,
+  WorldGrown
 )
 export type ControlMessage = typeof ControlMessage.Type

@@ -8,7 +8,12 @@
  *
  * A world on one host reaches it only for `ctx.sync` rounds (that relay
  * finishes other rounds itself): the model root, with the outer optimizer's
- * state, lives here. `cpu_async` exchanges (`ElasticPush`) skip rounds
+ * state, lives here.
+ *
+ * Growth: a host that joins the formed world `enter`s at an epoch, and takes
+ * part in rounds of that epoch on. Every fold names its round's epoch; a
+ * round is the earliest epoch any host has a fold for, so a newcomer that is
+ * already at its first step waits while the others finish the epoch before. `cpu_async` exchanges (`ElasticPush`) skip rounds
  * altogether: each is answered on its own from the root's centre variable.
  */
 import * as Effect from "effect/Effect"
@@ -34,6 +39,8 @@ export interface Controller {
   readonly wakeAll: (epoch: number) => Effect.Effect<void>
   /** The host's relay is gone, or its ranks are: it leaves every round. */
   readonly leave: (host: string) => Effect.Effect<void>
+  /** A host that joined the formed world takes part in rounds of `epoch` on. */
+  readonly enter: (host: string, epoch: number) => Effect.Effect<void>
 }
 
 const view = (data: Uint8Array) => {
@@ -45,7 +52,8 @@ const view = (data: Uint8Array) => {
 const bytesOf = (values: Float32Array) => new Uint8Array(values.buffer, values.byteOffset, values.byteLength)
 
 export const make = (options: ControllerOptions): Controller => {
-  const members = new Set(options.hosts)
+  /** Each host in the rounds, with the first epoch whose rounds it takes part in. */
+  const members = new Map(options.hosts.map((host) => [host, 0]))
   const idle = new Set<string>()
   const pending = new Map<string, HostFold>()
   let endedEpoch = 0
@@ -76,7 +84,9 @@ export const make = (options: ControllerOptions): Controller => {
   }
 
   const advance = Effect.suspend(() => {
-    const active = [...members].filter((host) => !idle.has(host))
+    let epoch = Number.POSITIVE_INFINITY
+    for (const fold of pending.values()) epoch = Math.min(epoch, fold.epoch)
+    const active = [...members].flatMap(([host, from]) => (from <= epoch && !idle.has(host) ? [host] : []))
     if (active.length === 0 || active.some((host) => !pending.has(host))) return Effect.void
     const round = active.map((host): [string, HostFold] => [host, pending.get(host)!])
     for (const host of active) pending.delete(host)
@@ -106,6 +116,11 @@ export const make = (options: ControllerOptions): Controller => {
     wakeAll: (epoch) => Effect.sync(() => {
       endedEpoch = Math.max(endedEpoch, epoch)
       idle.clear()
+    }),
+    enter: (host, epoch) => Effect.suspend(() => {
+      members.set(host, epoch)
+      idle.delete(host)
+      return advance
     }),
     leave: (host) => Effect.suspend(() => {
       members.delete(host)

@@ -18,6 +18,13 @@
  * - Checkpoints: the first state offered for an epoch is the consensus (the
  *   ranks' parameters are averaged, so they agree); it is written atomically
  *   to `job.checkpoint`, and a `--resume` run starts after its epoch.
+ * - Growth: ranks that join the formed cohort (`join`) wait, attached, for
+ *   the next epoch boundary. There they enter (`onEnter`, before any order of
+ *   the new epoch leaves), the epoch is split over the grown cohort, and each
+ *   newcomer is welcomed with the consensus of the epoch just ended: when the
+ *   job saves checkpoints, its welcome waits for that epoch's (at most a
+ *   heartbeat timeout), so it never starts from older weights than the others.
+ *   No rank is given work before the epoch it entered at.
  */
 import * as Clock from "effect/Clock"
 import * as Data from "effect/Data"
@@ -68,6 +75,8 @@ export interface CoordinatorOptions {
   readonly onLatency?: (counts: LatencyCounts) => void
   /** Told when survivors hold a dead rank's redistributed work (benchmarks, tests). */
   readonly onRedistributed?: (dead: number, extensions: ReadonlyMap<number, ReadonlyArray<Ledger.SampleRange>>) => void
+  /** Joined ranks enter the cohort at `epoch`: told before any order of that epoch is sent (the data plane widens its rounds). */
+  readonly onEnter?: (ranks: ReadonlyArray<number>, epoch: number) => Effect.Effect<void>
 }
 
 type CoordinatorMessage = Data.TaggedEnum<{
@@ -75,6 +84,7 @@ type CoordinatorMessage = Data.TaggedEnum<{
   CohortFormed: {}
   RanksDead: { readonly ranks: ReadonlyArray<number>; readonly cause: string }
   StopOrdered: { readonly ranks: ReadonlyArray<number> }
+  Joined: { readonly ranks: ReadonlyArray<number> }
   Tick: {}
 }>
 const CoordinatorMessage = Data.taggedEnum<CoordinatorMessage>()
@@ -89,6 +99,8 @@ export interface Coordinator {
   readonly cohortFormed: Effect.Effect<void>
   /** Cohort is stopping these ranks (the supervisor's order): their leaving early is not a loss. */
   readonly stopOrdered: (ranks: ReadonlyArray<number>) => Effect.Effect<void>
+  /** Ranks new to the run joined the formed cohort: they enter at the next epoch boundary. */
+  readonly join: (ranks: ReadonlyArray<number>) => Effect.Effect<void>
 }
 
 /** Progress goes to the journal (and so the terminal and the page) no more often than this. */
@@ -99,6 +111,12 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
     const { job } = options
     const lastEpoch = job.epochs
     const alive = new Set(options.ranks)
+    /** Every rank the run has had: the world at formation and every rank that joined since. */
+    const everyone = new Set(options.ranks)
+    /** Joined, not yet entered: since when (their silence counts from then), and whether they have attached. */
+    const joining = new Map<number, { readonly since: number; attached: boolean }>()
+    /** Entered newcomers whose welcome waits for the consensus of the epoch before `epoch` (since `at`). */
+    const unwelcomed = new Map<number, { readonly epoch: number; readonly at: number }>()
     const dead = new Set<number>()
     const attached = new Set<number>()
     const exiting = new Set<number>()
@@ -158,7 +176,7 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
           epoch: consensus.epoch,
           reason,
           savedAt: new Date().toISOString(),
-          world: options.ranks.length,
+          world: everyone.size,
           dead: [...dead].sort((a, b) => a - b),
           state: consensus.state,
           root: options.rootState()
@@ -177,13 +195,68 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
         }
         const weighted = (job.backend === "cpu_cadence" || job.backend === "cpu_async") &&
           live().every((rank) => (throughput.get(rank) ?? 0) > 0)
+        const entering = yield* enter(epoch)
         ledger = Ledger.plan(epoch, job.datasetSize, live(), weighted ? new Map(live().map((rank) => [rank, throughput.get(rank)!])) : undefined)
         epochStartedAt = yield* now
         lastProgressAt.clear()
         doneBefore.clear()
         metrics.clear()
         for (const rank of live()) {
-          yield* options.send([rank], new EpochStart({ epoch, ranges: ledger.assigned.get(rank) ?? [] }))
+          if (!entering.has(rank)) yield* options.send([rank], new EpochStart({ epoch, ranges: ledger.assigned.get(rank) ?? [] }))
+        }
+        yield* welcomeNewcomers(() => false)
+      })
+
+    /**
+     * The boundary of `epoch`: every joined rank that has attached becomes a member (its work is planned with
+     * the others'). The weighted split needs a throughput for every rank, so an epoch a newcomer enters is split
+     * equally. Returns the ranks that entered.
+     */
+    const enter = (epoch: number) =>
+      Effect.gen(function*() {
+        const at = yield* now
+        const entering = new Set([...joining].flatMap(([rank, { attached: ready }]) => (ready ? [rank] : [])))
+        if (entering.size === 0) return entering
+        for (const rank of entering) {
+          joining.delete(rank)
+          alive.add(rank)
+          attached.add(rank)
+          lastSeen.set(rank, at)
+          unwelcomed.set(rank, { epoch, at })
+        }
+        const ranks = [...entering].sort((a, b) => a - b)
+        yield* Effect.logInfo(`rank(s) ${ranks.join(", ")} enter the cohort at epoch ${epoch}: ${alive.size} rank(s) train it`)
+        yield* options.onEnter?.(ranks, epoch) ?? Effect.void
+        return entering
+      })
+
+    /**
+     * Newcomers start from the consensus of the epoch before theirs. A job that saves checkpoints offers it
+     * after that epoch's last collective, a moment after the boundary: the welcome waits for it. It stops
+     * waiting (`stopWaiting`) once a member has begun the newcomer's epoch without offering one (a rank offers
+     * its checkpoint before it begins the next epoch), or past a heartbeat timeout; it then goes with the
+     * latest consensus there is.
+     */
+    const welcomeNewcomers = (stopWaiting: (entry: { readonly epoch: number; readonly at: number }) => boolean) =>
+      Effect.gen(function*() {
+        for (const [rank, entry] of unwelcomed) {
+          const { at, epoch } = entry
+          // At the first epoch every rank starts from the same place (--resume's checkpoint, or nothing).
+          const current = epoch <= firstEpoch || (consensus !== undefined && consensus.epoch >= epoch - 1)
+          if (!current && !stopWaiting(entry)) continue
+          unwelcomed.delete(rank)
+          if (!alive.has(rank)) continue
+          if (!current) {
+            yield* Effect.logWarning(
+              consensus === undefined
+                ? `rank ${rank} starts epoch ${epoch} from its own initial state: the job has offered no checkpoint (ctx.checkpoint.save) to start it from`
+                : `rank ${rank} starts epoch ${epoch} from the consensus of epoch ${consensus.epoch}: none newer came within ${(yield* now) - at} ms`
+            )
+          }
+          // An epoch that ended meanwhile (the newcomer's share was empty) is not its to start: it starts at the current one.
+          const first = ledger?.epoch ?? lastEpoch + 1
+          yield* options.send([rank], new Welcome({ firstEpoch: first, ...(consensus === undefined ? {} : { checkpoint: consensus.state }) }))
+          if (ledger !== undefined && ledger.epoch === epoch) yield* options.send([rank], new EpochStart({ epoch, ranges: ledger.assigned.get(rank) ?? [] }))
         }
       })
 
@@ -229,9 +302,11 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
     const markDead = (ranks: ReadonlyArray<number>, cause: string) =>
       Effect.gen(function*() {
         for (const rank of ranks) {
-          if (dead.has(rank) || !options.ranks.includes(rank)) continue
+          if (dead.has(rank) || !everyone.has(rank)) continue
           dead.add(rank)
           alive.delete(rank)
+          joining.delete(rank)
+          unwelcomed.delete(rank)
           if (ledger === undefined || finished || stopping) continue
           const { extensions, ledger: next } = Ledger.markDead(ledger, rank)
           ledger = next
@@ -247,7 +322,7 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
         if (stopping || finished) return
         if (alive.size === 0) return yield* saveAndStop(`every rank was lost`, "all_ranks_lost")
         if (options.limitReached(dead.size)) {
-          return yield* saveAndStop(`max_failure exceeded (${dead.size}/${options.ranks.length} ranks lost)`, "max_failure_exceeded")
+          return yield* saveAndStop(`max_failure exceeded (${dead.size}/${everyone.size} ranks lost)`, "max_failure_exceeded")
         }
         if (ledger !== undefined && Ledger.isComplete(ledger)) yield* endEpoch
       })
@@ -260,6 +335,8 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
           alive.add(rank)
           exiting.delete(rank)
         }
+        const waiting = joining.get(rank)
+        if (waiting !== undefined) return yield* onJoinerReport(rank, waiting, report)
         if (!alive.has(rank)) return
         lastSeen.set(rank, yield* now)
         switch (report._tag) {
@@ -279,6 +356,8 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
             return
           }
           case "Progress": {
+            // A member at work in a newcomer's epoch has offered whatever checkpoint it would before it.
+            if (unwelcomed.size > 0 && !unwelcomed.has(rank)) yield* welcomeNewcomers((entry) => report.epoch >= entry.epoch)
             if (report.metrics !== undefined) metrics.set(rank, report.metrics)
             if (report.allreduce !== undefined) options.onLatency?.(report.allreduce)
             if (ledger === undefined || report.epoch !== ledger.epoch) return
@@ -294,6 +373,7 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
             if (consensus === undefined || report.epoch > consensus.epoch) {
               consensus = { epoch: report.epoch, state: report.state }
               yield* writeCheckpoint("checkpoint")
+              yield* welcomeNewcomers(() => false)
             }
             return yield* options.send([rank], new CheckpointSaved({ epoch: report.epoch }))
           }
@@ -311,12 +391,37 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
         }
       })
 
+    /**
+     * A joined rank before its boundary: its Attach is held (no plan, no welcome) until the epoch it enters at; if
+     * training is over or stopping it is told so at once. Its beats keep it alive meanwhile.
+     */
+    const onJoinerReport = (rank: number, waiting: { readonly since: number; attached: boolean }, report: RankReport) =>
+      Effect.gen(function*() {
+        lastSeen.set(rank, yield* now)
+        if (report._tag !== "Attach") return
+        waiting.attached = true
+        if (finished || stopping) {
+          joining.delete(rank)
+          alive.add(rank)
+          attached.add(rank)
+          yield* options.send([rank], new Welcome({ firstEpoch: lastEpoch + 1 }))
+          return yield* options.send([rank], stopping ? new Stop({ reason: "the run is stopping", saved: false }) : new TrainingDone())
+        }
+        // Before the first epoch has started, the first epoch is the next boundary.
+        if (ledger === undefined && job.datasetSize > 0 && everyLiveAttached() && alive.size > 0) yield* startEpoch(firstEpoch)
+      })
+
     const tick = Effect.gen(function*() {
       const at = yield* now
+      if (unwelcomed.size > 0) yield* welcomeNewcomers((entry) => at - entry.at > options.heartbeatTimeoutMs)
       const beating = live().filter((rank) => attached.has(rank) && !exiting.has(rank))
       if (beating.length > 0) yield* options.send(beating, new CoordinatorBeat())
-      // Ranks that never attached count from the cohort's formation.
+      // Ranks that never attached count from the cohort's formation; joined ones from their joining.
       const watched = formedAt === undefined ? beating : live().filter((rank) => !exiting.has(rank))
+      for (const [rank, { since }] of joining) {
+        watched.push(rank)
+        if (!lastSeen.has(rank)) lastSeen.set(rank, since)
+      }
       const silent = watched.filter((rank) => at - (lastSeen.get(rank) ?? formedAt ?? at) > options.heartbeatTimeoutMs)
       if (silent.length === 0) return
       const reason = `no heartbeat for ${(options.heartbeatTimeoutMs / 1000).toFixed(1)} s`
@@ -331,6 +436,15 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
         CohortFormed: () => Effect.flatMap(now, (at) => Effect.sync(() => (formedAt ??= at))),
         RanksDead: ({ cause, ranks }) => markDead(ranks, cause),
         StopOrdered: ({ ranks }) => Effect.sync(() => ranks.forEach((rank) => ordered.add(rank))),
+        Joined: ({ ranks }) =>
+          Effect.flatMap(now, (since) =>
+            Effect.sync(() => {
+              for (const rank of ranks) {
+                if (everyone.has(rank)) continue
+                everyone.add(rank)
+                joining.set(rank, { since, attached: false })
+              }
+            })),
         Tick: () => tick
       }
     })
@@ -342,14 +456,15 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
     // and `tick` reads the times in one synchronous pass.
     const beats = (ranks: ReadonlyArray<number>) =>
       Effect.map(now, (at) => {
-        for (const rank of ranks) if (alive.has(rank)) lastSeen.set(rank, at)
+        for (const rank of ranks) if (alive.has(rank) || joining.has(rank)) lastSeen.set(rank, at)
       })
     return {
       report: (rank, report) => report._tag === "Heartbeat" ? beats([rank]) : Effect.ignore(actor.tell(CoordinatorMessage.Report({ rank, report }))),
       beats,
       ranksDead: (ranks, cause) => Effect.ignore(actor.tell(CoordinatorMessage.RanksDead({ ranks, cause }))),
       cohortFormed: Effect.ignore(actor.tell(CoordinatorMessage.CohortFormed())),
-      stopOrdered: (ranks) => Effect.ignore(actor.tell(CoordinatorMessage.StopOrdered({ ranks })))
+      stopOrdered: (ranks) => Effect.ignore(actor.tell(CoordinatorMessage.StopOrdered({ ranks }))),
+      join: (ranks) => Effect.ignore(actor.tell(CoordinatorMessage.Joined({ ranks })))
     }
   })
 

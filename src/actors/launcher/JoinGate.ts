@@ -13,6 +13,14 @@
  * open links (the hosts' control links) are handed over. A member whose link
  * ends before that fails the window at once: an agent that died while
  * joining must not leave the launcher waiting out the hard cap.
+ *
+ * With `afterFormation: "accept"` the gate stays open once the cohort has
+ * formed: a host that dials in later goes through the same checks (and the
+ * same flood guard), up to `maxRanks` ranks in all, and is handed to
+ * `onLateJoin` with its link. Rank numbers only ever grow: one admission at a
+ * time takes the next numbers, and one whose `Accept` could not be sent gives
+ * them back before anyone else is admitted, so no two hosts share a rank and
+ * no number is reused.
  */
 import * as Clock from "effect/Clock"
 import * as Deferred from "effect/Deferred"
@@ -62,6 +70,14 @@ export interface JoinGateOptions {
   /** Told each admission and each refusal (the run's journal). */
   readonly onJoined?: (host: string, ranks: ReadonlyArray<number>) => Effect.Effect<void>
   readonly onRefused?: (peer: string, reason: string) => Effect.Effect<void>
+  /** Agents dialing in after formation: refused (the default) or admitted to grow the run. */
+  readonly afterFormation?: "reject" | "accept"
+  /** With `accept`: the most ranks the run may have had in all. */
+  readonly maxRanks?: number | undefined
+  /** A host that may join again after formation (it was in the run and is gone). */
+  readonly canRejoin?: (host: string) => boolean
+  /** A host admitted after formation; its link is the launcher's from now on. */
+  readonly onLateJoin?: (member: Member) => Effect.Effect<void>
 }
 
 export interface JoinGate {
@@ -130,13 +146,25 @@ export const make = (options: JoinGateOptions): Effect.Effect<JoinGate, never, S
         yield* countRefusal(link.peer, reason, `refused a join from ${link.peer}: ${reason}`)
       })
 
+    const growing = options.afterFormation === "accept"
     /** Why a Hello cannot be admitted, or undefined when it can. */
     const problem = (hello: Hello, state: Window): string | undefined => {
-      if (state.outcome !== undefined) return "the cohort has already formed"
+      const late = state.outcome?._tag === "Formed"
+      if (state.outcome !== undefined && !(late && growing)) {
+        return state.outcome._tag === "Formed"
+          ? "the cohort has already formed (this run does not grow: controller.join.after_formation is reject)"
+          : "the join window has failed"
+      }
+      if (late && state.rejected >= floodLimit) return `${state.rejected} joins were rejected: no more hosts are admitted (flood guard)`
       if (hello.version !== options.version) {
         return `version skew: the launcher runs cohort ${options.version}, this agent ${hello.version}`
       }
-      if (state.members.some((member) => member.host === hello.host)) return `host ${hello.host} has already joined`
+      if (state.members.some((member) => member.host === hello.host) && !(late && options.canRejoin?.(hello.host) === true)) {
+        return `host ${hello.host} has already joined`
+      }
+      if (late && options.maxRanks !== undefined && state.joinedRanks + hello.devices.length > options.maxRanks) {
+        return `the run would have ${state.joinedRanks + hello.devices.length} ranks, over controller.join.max_ranks (${options.maxRanks})`
+      }
       const declared = options.declared.get(hello.host)
       if (!options.declared.has(hello.host) && options.admission.mode !== "open") {
         return `host ${hello.host} is not among the workers of this run (${[...options.declared.keys()].join(", ")})`
@@ -149,10 +177,31 @@ export const make = (options: JoinGateOptions): Effect.Effect<JoinGate, never, S
       return undefined
     }
 
+    // One admission at a time, Accept included: a rollback always gives back the last numbers taken.
+    const admitting = yield* Effect.makeSemaphore(1)
     const admit = (link: JoinLink, hello: Hello) =>
       Effect.gen(function*() {
         const now = yield* Clock.currentTimeMillis
-        const member = yield* Ref.modify(window, (state): readonly [Member | string, Window] => {
+        const admitted = yield* admitting.withPermits(1)(admitOne(link, hello, now))
+        if (admitted === undefined) return
+        const { late, member } = admitted
+        if (options.admission.mode === "open") yield* link.rekey(options.salt)
+        yield* Effect.logInfo(`${hello.host} joined with ranks ${member.ranks.join(", ")}${late ? " (after formation)" : ""}`)
+        if (options.onJoined !== undefined) yield* options.onJoined(hello.host, member.ranks)
+        if (late) return yield* options.onLateJoin?.(member) ?? Effect.void
+        yield* settle
+        // Until the window closes, the member's link ending fails it at once. The
+        // watch stops at the outcome: from then on the link belongs to whoever runs the cohort.
+        yield* Effect.forkScoped(Effect.raceFirst(
+          Effect.flatMap(Effect.flip(Effect.forever(link.receive)), (ended) =>
+            conclude({ _tag: "Failed", reason: `${hello.host} left before the cohort formed: ${ended.detail}` })),
+          Deferred.await(outcome)
+        ))
+      })
+
+    const admitOne = (link: JoinLink, hello: Hello, now: number) =>
+      Effect.gen(function*() {
+        const admitted = yield* Ref.modify(window, (state): readonly [{ member: Member; late: boolean } | string, Window] => {
           const why = problem(hello, state)
           if (why !== undefined) return [why, state]
           const first = state.joinedRanks
@@ -164,38 +213,31 @@ export const make = (options: JoinGateOptions): Effect.Effect<JoinGate, never, S
             pid: hello.pid,
             link
           }
-          return [joined, { ...state, members: [...state.members, joined], joinedRanks: state.joinedRanks + joined.ranks.length }]
+          const late = state.outcome !== undefined
+          return [{ member: joined, late }, { ...state, members: [...state.members, joined], joinedRanks: state.joinedRanks + joined.ranks.length }]
         })
-        if (typeof member === "string") return yield* refuse(link, member)
+        if (typeof admitted === "string") return yield* Effect.as(refuse(link, admitted), undefined)
+        const { late, member } = admitted
         // Built unchecked: the codec checks it as it encodes it.
         const accepted = yield* Effect.either(link.send(
           new Accept({
             ranks: member.ranks,
             saltHex: options.admission.mode === "open" ? saltToHex(options.salt) : undefined,
-            formationWaitMs: Math.max(0, openedAt + rules.maxTimeoutMs - now),
+            // A late host is told the world at once.
+            formationWaitMs: late ? 0 : Math.max(0, openedAt + rules.maxTimeoutMs - now),
             spec: options.specFor(member.host)
           }, true)
         ))
         if (accepted._tag === "Left") {
-          // The Accept never left: the admission is rolled back, ranks and all.
+          // The Accept never left: the admission is rolled back, ranks and all (they were the last taken).
           yield* Ref.update(window, (state) => ({
             ...state,
             members: state.members.filter((other) => other !== member),
             joinedRanks: state.joinedRanks - member.ranks.length
           }))
-          return
+          return undefined
         }
-        if (options.admission.mode === "open") yield* link.rekey(options.salt)
-        yield* Effect.logInfo(`${hello.host} joined with ranks ${member.ranks.join(", ")}`)
-        if (options.onJoined !== undefined) yield* options.onJoined(hello.host, member.ranks)
-        yield* settle
-        // Until the window closes, the member's link ending fails it at once. The
-        // watch stops at the outcome: from then on the link belongs to whoever runs the cohort.
-        yield* Effect.forkScoped(Effect.raceFirst(
-          Effect.flatMap(Effect.flip(Effect.forever(link.receive)), (ended) =>
-            conclude({ _tag: "Failed", reason: `${hello.host} left before the cohort formed: ${ended.detail}` })),
-          Deferred.await(outcome)
-        ))
+        return admitted
       })
 
     const serve = (connection: Accepted["connection"]) =>

@@ -19,6 +19,7 @@ import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
+import * as Queue from "effect/Queue"
 import * as Ref from "effect/Ref"
 import type * as Scope from "effect/Scope"
 import * as Agent from "../agent/Agent.ts"
@@ -58,9 +59,9 @@ import * as Coordinator from "./Coordinator.ts"
 import { ModelRoot, type RootState } from "./ModelRoot.ts"
 import { parseState, stringifyState } from "../../wire/StateJson.ts"
 import * as Native from "../../native/Native.ts"
-import { failureLimit, inForce } from "../Strategy.ts"
+import { elasticLimit, inForce } from "../Strategy.ts"
 import type { CoordinatorOrder } from "../../wire/CoordinatorMessages.ts"
-import { ToRanks } from "../../wire/ControlMessages.ts"
+import { ToRanks, WorldGrown } from "../../wire/ControlMessages.ts"
 
 export type Outcome = "completed" | "degraded" | "failed" | "interrupted"
 
@@ -162,6 +163,10 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
     const latency = Metrics.latencyHistogram()
 
     let gate: JoinGate.JoinGate | undefined
+    /** Hosts that can no longer be heard from (see forgetHost); one may come back under the same name and join again. */
+    const gone = new Set<string>()
+    /** Hosts admitted after formation, taken in order once the cohort has formed (see `grow`). */
+    const lateArrivals = yield* Queue.unbounded<JoinGate.Member>()
     const board = yield* StatusBoard.make({
       salt,
       requestDeadlineMs: scaled(deadlines.httpRequestMs, scale),
@@ -200,7 +205,11 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
       version: VERSION,
       handshakeMs,
       onJoined: (host, ranks) => record({ event: "host_joined", at: Date.now(), host, ranks }),
-      onRefused: (peer, reason) => record({ event: "join_rejected", at: Date.now(), peer, reason })
+      onRefused: (peer, reason) => record({ event: "join_rejected", at: Date.now(), peer, reason }),
+      afterFormation: join.afterFormation,
+      maxRanks: join.maxRanks,
+      canRejoin: (host) => gone.has(host),
+      onLateJoin: (member) => Queue.offer(lateArrivals, member)
     })
     const world = yield* Ref.make(new Map<string, ReadonlyArray<number>>())
     // The training roles exist once the world has formed; relays register only after that.
@@ -231,12 +240,14 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
     })
     // Interruption and the rank supervisor come later; the rendezvous reports to whichever exists.
     let supervisor: Supervisor.Supervisor | undefined
+    let giveUpRanks: (ranks: ReadonlyArray<number>, reason: string) => Effect.Effect<void> = () => Effect.void
     const rendezvous = config.job.backend === "nccl"
       ? yield* RendezvousGate.make({
         salt,
         handshakeMs,
         idTimeoutMs: scaled(deadlines.rendezvousIdMs, scale),
-        onFailure: (reason) => supervisor === undefined ? Effect.void : supervisor.send(SupervisionEvent.CoordinatorFailed({ reason }))
+        onFailure: (reason) => supervisor === undefined ? Effect.void : supervisor.send(SupervisionEvent.CoordinatorFailed({ reason })),
+        onAbsent: (ranks, reason) => Effect.zipRight(giveUpRanks(ranks, reason), coordinator?.ranksDead(ranks, reason) ?? Effect.void)
       })
       : undefined
     const mux = yield* PortMux.start({
@@ -384,7 +395,7 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
           exitCode: code,
           summary,
           rootCause: verdict._tag === "Failed" ? verdict.message : undefined,
-          world: plan.world,
+          world: Math.max(plan.world, currentWorld),
           lost,
           ranks: [...book.entries()].sort(([a], [b]) => a - b).map(([rank, entry]) => ({
             rank,
@@ -407,17 +418,20 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
       )
     }
 
-    const { members, worldSize } = formation
+    const { worldSize } = formation
+    /** The world's hosts: those of formation, then each one that joined since (a host that came back is listed again). */
+    const members = [...formation.members]
+    /** Every rank the run has had: numbers only grow, so this is also the next rank number. */
+    let currentWorld = worldSize
     /**
      * A host that cannot be heard from any more (its agent's session ended, or
      * every rank of it went silent): its join link is closed, so its ranks end
      * as lost (RemoteRanks) instead of being waited for, and it leaves the
      * controller's rounds. A cable cut closes nothing by itself.
      */
-    const gone = new Set<string>()
     const forgetHost = (host: string, why: string): Effect.Effect<void> =>
       Effect.suspend(() => {
-        const member = members.find((candidate) => candidate.host === host)
+        const member = members.findLast((candidate) => candidate.host === host)
         if (member === undefined || gone.has(host)) return Effect.void
         gone.add(host)
         return Effect.all([
@@ -457,9 +471,11 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
     // Formed once every rank runs user code. Told to the Supervisor from the
     // link's reader itself, so it precedes any exit reported after it.
     let formed = false
+    const cohortFormed = yield* Deferred.make<void>()
     const formCohort = Effect.gen(function*() {
       if (formed || supervisor === undefined) return
       formed = true
+      yield* Deferred.succeed(cohortFormed, undefined)
       yield* Effect.logInfo(`cohort formed: all ${worldSize} rank(s) run user code`)
       yield* record({ event: "cohort_formed", at: Date.now() })
       yield* supervisor.send(SupervisionEvent.CohortFormed())
@@ -507,10 +523,37 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
       return Effect.zipRight(wake, Effect.forEach(byHost, ([host, targets]) => control.send(host, new ToRanks({ ranks: targets, order }, true)), { discard: true }))
     }
     const afterFormation = inForce(config.failurePolicy.strategy, true)
-    const limitReached = (dead: number) =>
-      afterFormation._tag === "Elastic" && afterFormation.maxFailure !== undefined &&
-      dead >= Math.max(1, failureLimit(afterFormation.maxFailure, worldSize))
+    const limitReached = (dead: number) => {
+      const limit = afterFormation._tag === "Elastic" ? elasticLimit(afterFormation, worldSize, currentWorld) : undefined
+      return limit !== undefined && dead >= limit
+    }
+    /** Joined ranks enter at an epoch boundary: their hosts join the controller's rounds of that epoch, every relay learns that its rounds from then on are shared, and NCCL re-forms with them. */
+    const enterRanks = (ranks: ReadonlyArray<number>, epoch: number) =>
+      Effect.gen(function*() {
+        const hosts = new Set(ranks.flatMap((rank) => hostOf.get(rank) ?? []))
+        for (const host of hosts) yield* controller?.enter(host, epoch) ?? Effect.void
+        const grown = new WorldGrown({ worldSize: currentWorld, fromEpoch: epoch })
+        yield* Effect.forEach(new Set(members.map((member) => member.host)), (host) => gone.has(host) ? Effect.void : control.send(host, grown), { discard: true })
+        if (rendezvous !== undefined) yield* rendezvous.grow(ranks)
+        yield* record({ event: "ranks_entered", at: Date.now(), ranks, epoch })
+      })
     const runScope = yield* Effect.scope
+    /** Ranks given up on while their processes may live (silent, or absent from a rendezvous): counted lost, and killed. */
+    giveUpRanks = (ranks, reason) =>
+      supervisor === undefined ? Effect.void : Effect.gen(function*() {
+        yield* supervisor!.send(SupervisionEvent.RanksLost({ ranks, reason }))
+        for (const rank of ranks) {
+          silent.add(rank)
+          const handle = yield* supervisor!.handle(`rank-${rank}`)
+          if (handle !== undefined) yield* Effect.forkIn(handle.stop("kill", Duration.millis(graceMs)), runScope)
+        }
+        // A host none of whose ranks is heard any more is likely cut off: a kill order would never reach it.
+        for (const member of members) {
+          // A host that came back is judged by its new ranks only.
+          if (members.findLast((each) => each.host === member.host) !== member) continue
+          if (member.ranks.every((rank) => silent.has(rank))) yield* forgetHost(member.host, `none of its ranks has beaten for ${heartbeatTimeoutMs} ms`)
+        }
+      })
     if (config.job.program._tag === "Entry") {
       const kernels = yield* Effect.option(Native.load())
       if (kernels._tag === "None") yield* Effect.logWarning("the native library is missing: CPU reductions across hosts will fail (run `bun run build:native`)")
@@ -535,23 +578,12 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
           return state === undefined ? undefined : stringifyState(state)
         },
         send: sendToRanks,
-        loseRanks: (ranks, reason) =>
-          supervisor === undefined ? Effect.void : Effect.gen(function*() {
-            yield* supervisor!.send(SupervisionEvent.RanksLost({ ranks, reason }))
-            for (const rank of ranks) {
-              silent.add(rank)
-              const handle = yield* supervisor!.handle(`rank-${rank}`)
-              if (handle !== undefined) yield* Effect.forkIn(handle.stop("kill", Duration.millis(graceMs)), runScope)
-            }
-            // A host none of whose ranks is heard any more is likely cut off: a kill order would never reach it.
-            for (const member of members) {
-              if (member.ranks.every((rank) => silent.has(rank))) yield* forgetHost(member.host, `none of its ranks has beaten for ${heartbeatTimeoutMs} ms`)
-            }
-          }),
+        loseRanks: giveUpRanks,
         limitReached,
         onEvent: record,
         onLatency: (counts) => latency.add(counts),
         drained: Effect.suspend(() => supervisor?.send(SupervisionEvent.RunDrained()) ?? Effect.void),
+        onEnter: enterRanks,
         ...(options.onRedistributed === undefined ? {} : { onRedistributed: options.onRedistributed })
       })
     }
@@ -588,6 +620,37 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
     })
     // An interruption that raced formation still stops the ranks.
     if (yield* Deferred.isDone(interrupted)) yield* interrupt(yield* Deferred.await(interrupted))
+
+    /**
+     * Growth: a host admitted after formation is told the world (its ranks numbered after every rank the run
+     * has had), its ranks become the supervisor's children and start, and the coordinator lets them in at the
+     * next epoch boundary. Hosts that dial in while the cohort is still forming wait for it to form.
+     */
+    const grow = (member: JoinGate.Member) =>
+      Effect.gen(function*() {
+        members.push(member)
+        currentWorld += member.ranks.length
+        yield* Ref.update(world, (hosts) => new Map(hosts).set(member.host, member.ranks))
+        gone.delete(member.host)
+        const devices = member.ranks.map((_, slot) => member.deviceLabels[slot] ?? deviceLabel(member.host, slot))
+        member.ranks.forEach((rank, slot) => {
+          hostOf.set(rank, member.host)
+          // `running` only counts ranks towards the cohort's formation, which is behind us.
+          book.set(rank, { host: member.host, device: devices[slot]!, pid: null, state: "starting", exits: [], running: true })
+        })
+        yield* Effect.logInfo(`${member.host} joins the running cohort with rank(s) ${member.ranks.join(", ")}: ${currentWorld} rank(s) in the run`)
+        yield* record({ event: "world_grew", at: Date.now(), world: currentWorld, host: member.host, ranks: member.ranks, devices })
+        yield* Effect.ignore(member.link.send(new WorldFormed({
+          worldSize: currentWorld,
+          hosts: members.map((each) => ({ host: each.host, ranks: each.ranks })),
+          master: worldFormed.master
+        })))
+        const children = yield* remote.add(member)
+        if (coordinator !== undefined) yield* coordinator.join(member.ranks)
+        if (rendezvous !== undefined) yield* rendezvous.admit(member.ranks)
+        yield* supervisor!.join(children)
+      })
+    yield* Effect.forkScoped(Effect.forever(Effect.flatMap(Queue.take(lateArrivals), (member) => Effect.zipRight(Deferred.await(cohortFormed), grow(member)))))
 
     const verdict = yield* supervisor.verdict
     yield* Effect.forEach(members, (member) => Effect.ignore(member.link.send(

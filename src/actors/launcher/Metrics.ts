@@ -46,8 +46,10 @@ export const render = (
   }
   const run = `run="${label(state.run)}"`
 
-  family("cohort_world_size", "gauge", "Ranks in the world (declared until it forms).")
+  family("cohort_world_size", "gauge", "Ranks in the world (declared until it forms; every rank the run has had once it grows).")
   lines.push(`cohort_world_size{${run}} ${state.world}`)
+  family("cohort_ranks_joined_after_formation_total", "counter", "Ranks admitted after the cohort formed (elastic growth).")
+  lines.push(`cohort_ranks_joined_after_formation_total{${run}} ${state.joinedAfterFormation}`)
   family("cohort_phase", "gauge", "1 for the run's current phase.")
   for (const phase of ["waiting", "forming", "training", "done", "failed"] as const) {
     lines.push(`cohort_phase{${run},phase="${phase}"} ${state.phase === phase ? 1 : 0}`)

@@ -43,6 +43,8 @@ interface Incarnation {
 export interface RemoteRanks {
   /** Every rank of the world as a supervised child, in rank order. */
   readonly children: ReadonlyArray<SupervisedChild>
+  /** A host that joined the formed world: its link is heard from now on, and its ranks come back as children. */
+  readonly add: (member: Member) => Effect.Effect<ReadonlyArray<SupervisedChild>>
 }
 
 export const make = (
@@ -52,6 +54,7 @@ export const make = (
   graceMs: number
 ): Effect.Effect<RemoteRanks, never, Scope.Scope> =>
   Effect.gen(function*() {
+    const scope = yield* Effect.scope
     const hostOf = new Map<number, Member>()
     for (const member of members) for (const rank of member.ranks) hostOf.set(rank, member)
     const current = new Map<number, Incarnation>()
@@ -156,5 +159,13 @@ export const make = (
     const children = [...hostOf.entries()]
       .sort(([a], [b]) => a - b)
       .map(([rank, member]) => rankChild(rank, start(rank, member), member.host))
-    return { children }
+    const add = (member: Member) =>
+      Effect.gen(function*() {
+        // A host that comes back under its old name starts afresh: only its new link speaks for it.
+        lost.delete(member.host)
+        for (const rank of member.ranks) hostOf.set(rank, member)
+        yield* Effect.forkIn(listen(member), scope)
+        return member.ranks.map((rank) => rankChild(rank, start(rank, member), member.host))
+      })
+    return { children, add }
   })

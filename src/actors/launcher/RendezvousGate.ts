@@ -10,6 +10,12 @@
  * its process did) end the generation: the survivors are told to abort
  * their communicator (`Reform`), and a new generation forms from whoever
  * lives and has joined, so the survivors carry on with a smaller world.
+ *
+ * Growth goes the same way: ranks that joined the formed cohort may dial in
+ * at once (`admit`), but become members only at their epoch boundary
+ * (`grow`): the generation in force is dissolved and a new one forms with
+ * every live rank in ascending order. A grown rank that has not dialed in
+ * within the id timeout is reported absent (the launcher treats it as dead).
  */
 import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
@@ -38,6 +44,8 @@ export interface RendezvousGateOptions {
   readonly idTimeoutMs: number
   /** No id could be had: the cohort cannot form (the launcher fails the run with this). */
   readonly onFailure: (reason: string) => Effect.Effect<void>
+  /** Grown ranks that never joined the rendezvous in time (the launcher declares them lost). */
+  readonly onAbsent?: (ranks: ReadonlyArray<number>, reason: string) => Effect.Effect<void>
 }
 
 export interface RendezvousGate {
@@ -48,6 +56,10 @@ export interface RendezvousGate {
    * preferred as the generator.
    */
   readonly begin: (world: ReadonlyArray<number>, localRanks: ReadonlySet<number>) => Effect.Effect<void>
+  /** Ranks that joined the formed cohort: they may dial in now, and take part from their `grow`. */
+  readonly admit: (ranks: ReadonlyArray<number>) => Effect.Effect<void>
+  /** Admitted ranks enter: the cohort re-rendezvouses with them. */
+  readonly grow: (ranks: ReadonlyArray<number>) => Effect.Effect<void>
   /** These ranks are dead: the survivors re-rendezvous. */
   readonly lose: (ranks: ReadonlyArray<number>, reason: string) => Effect.Effect<void>
   /** The generation in force, if one has formed. */
@@ -62,6 +74,8 @@ export const make = (options: RendezvousGateOptions): Effect.Effect<RendezvousGa
     const lock = yield* Effect.makeSemaphore(1)
     const serial = <A, E>(effect: Effect.Effect<A, E>) => lock.withPermits(1)(effect)
     const live = new Set<number>()
+    /** Admitted, not yet grown: may dial in, not yet members. */
+    const admitted = new Set<number>()
     let localRanks: ReadonlySet<number> = new Set()
     const links = new Map<number, RendezvousLink>()
     const history: Array<Generation> = []
@@ -99,6 +113,10 @@ export const make = (options: RendezvousGateOptions): Effect.Effect<RendezvousGa
       })
     })
 
+    /** Members are a subset of the live ranks until someone leaves: a different size means someone entered. */
+    const membershipChanged = (members: ReadonlyArray<number>) =>
+      members.length !== live.size || members.some((rank) => !live.has(rank) || !links.has(rank))
+
     const awaitId = (generation: number, generator: number, members: ReadonlyArray<number>, id: Deferred.Deferred<Uint8Array, string>) =>
       Deferred.await(id).pipe(
         Effect.timeoutFail({ duration: Duration.millis(options.idTimeoutMs), onTimeout: () => `rank ${generator} gave no NCCL unique id within ${options.idTimeoutMs} ms` }),
@@ -107,8 +125,8 @@ export const make = (options: RendezvousGateOptions): Effect.Effect<RendezvousGa
             serial(Effect.gen(function*() {
               if (forming?.generation !== generation) return
               forming = undefined
-              // A member (the generator included) that left meanwhile is a membership change, not a failure: retry.
-              if (members.some((rank) => !live.has(rank) || !links.has(rank))) return yield* advance
+              // A member (the generator included) that left, or one that entered, is a membership change, not a failure: retry.
+              if (membershipChanged(members)) return yield* advance
               failed = true
               yield* options.onFailure(`the NCCL rendezvous failed: ${reason}`)
             })),
@@ -116,8 +134,8 @@ export const make = (options: RendezvousGateOptions): Effect.Effect<RendezvousGa
             serial(Effect.gen(function*() {
               if (forming?.generation !== generation) return
               forming = undefined
-              // Someone left while the id was made: this generation is stillborn; start over.
-              if (members.some((rank) => !live.has(rank) || !links.has(rank))) return yield* advance
+              // Someone left or entered while the id was made: this generation is stillborn; start over.
+              if (membershipChanged(members)) return yield* advance
               formed = { generation, members, generator }
               history.push(formed)
               yield* Effect.logInfo(`rendezvous generation ${generation}: ${members.length} rank(s), id from rank ${generator}`)
@@ -151,7 +169,7 @@ export const make = (options: RendezvousGateOptions): Effect.Effect<RendezvousGa
       Effect.gen(function*() {
         const link = yield* Link.accept(connection, { channel: "rendezvous", salt: options.salt, inbound: rendezvousCodec, outbound: rendezvousCodec })
         const first = yield* link.receiveWithin(options.handshakeMs, "Join")
-        if (first._tag !== "Join" || !live.has(first.rank)) {
+        if (first._tag !== "Join" || !(live.has(first.rank) || admitted.has(first.rank))) {
           yield* link.close
           return yield* Effect.logWarning(`refused a rendezvous from ${link.peer}: ${first._tag === "Join" ? `rank ${first.rank} is not a live rank of this world` : `expected Join, got ${first._tag}`}`)
         }
@@ -159,7 +177,7 @@ export const make = (options: RendezvousGateOptions): Effect.Effect<RendezvousGa
           const previous = links.get(first.rank)
           links.set(first.rank, link)
           if (previous !== undefined) yield* previous.close
-          // A member coming back (a restart) makes the formed generation stale.
+          // A member coming back (a restart) makes the formed generation stale; an admitted rank waits for its `grow`.
           if (formed?.members.includes(first.rank)) yield* dissolve(`rank ${first.rank} rejoined`)
           yield* advance
         }))
@@ -179,8 +197,32 @@ export const make = (options: RendezvousGateOptions): Effect.Effect<RendezvousGa
           localRanks = local
           yield* advance
         })),
+      admit: (ranks) => serial(Effect.sync(() => ranks.forEach((rank) => admitted.add(rank)))),
+      grow: (ranks) =>
+        serial(Effect.gen(function*() {
+          const entering = ranks.filter((rank) => admitted.delete(rank))
+          if (entering.length === 0) return
+          for (const rank of entering) live.add(rank)
+          yield* dissolve(`rank(s) ${entering.join(", ")} joined`)
+          if (forming !== undefined) yield* Deferred.fail(forming.id, `rank(s) ${entering.join(", ")} joined`)
+          yield* advance
+          // A rank that never dials in would hold every generation back: past the id timeout it is absent.
+          yield* Effect.forkIn(
+            Effect.zipRight(
+              Effect.sleep(Duration.millis(options.idTimeoutMs)),
+              serial(Effect.suspend(() => {
+                const absent = entering.filter((rank) => live.has(rank) && !links.has(rank))
+                return absent.length === 0
+                  ? Effect.void
+                  : options.onAbsent?.(absent, `did not join the NCCL rendezvous within ${options.idTimeoutMs} ms of entering`) ?? Effect.void
+              }))
+            ),
+            scope
+          )
+        })),
       lose: (ranks, reason) =>
         serial(Effect.gen(function*() {
+          for (const rank of ranks) admitted.delete(rank)
           const gone = ranks.filter((rank) => live.has(rank))
           if (gone.length === 0) return
           for (const rank of gone) {

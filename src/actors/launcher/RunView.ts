@@ -88,6 +88,16 @@ export interface RunState {
   readonly throughput: ReadonlyArray<{ readonly at: number; readonly samplesPerSec: number }>
   /** The verdict line once the run has ended. */
   readonly verdict: string | null
+  /** Ranks that joined after formation (elastic growth). */
+  readonly joinedAfterFormation: number
+  /** The world over time, newest last: every rank the run has had, and those not lost, at formation and at each join or loss. */
+  readonly worldSizes: ReadonlyArray<WorldSize>
+}
+
+export interface WorldSize {
+  readonly at: number
+  readonly ranks: number
+  readonly alive: number
 }
 
 export const THROUGHPUT_POINTS = 240
@@ -100,6 +110,8 @@ export type RunEvent =
   | { readonly event: "host_joined"; readonly at: number; readonly host: string; readonly ranks: ReadonlyArray<number> }
   | { readonly event: "join_rejected"; readonly at: number; readonly peer: string; readonly reason: string }
   | { readonly event: "world_formed"; readonly at: number; readonly world: number; readonly hosts: ReadonlyArray<{ readonly host: string; readonly ranks: ReadonlyArray<number>; readonly devices: ReadonlyArray<string> }> }
+  | { readonly event: "world_grew"; readonly at: number; readonly world: number; readonly host: string; readonly ranks: ReadonlyArray<number>; readonly devices: ReadonlyArray<string> }
+  | { readonly event: "ranks_entered"; readonly at: number; readonly ranks: ReadonlyArray<number>; readonly epoch: number }
   | { readonly event: "rank_started"; readonly at: number; readonly rank: number; readonly pid: number }
   | { readonly event: "cohort_formed"; readonly at: number }
   | { readonly event: "rank_exited"; readonly at: number; readonly rank: number; readonly exit: string; readonly clean: boolean }
@@ -132,8 +144,17 @@ export const initial = (run: string, at: number): RunState => ({
   deaths: [],
   training: null,
   throughput: [],
-  verdict: null
+  verdict: null,
+  joinedAfterFormation: 0,
+  worldSizes: []
 })
+
+/** The world size series with a point for now (a point at the same instant is replaced). */
+const withWorldSize = (state: RunState, at: number, ranks: number, alive: number): ReadonlyArray<WorldSize> => {
+  const last = state.worldSizes.at(-1)
+  const kept = last !== undefined && last.at === at ? state.worldSizes.slice(0, -1) : state.worldSizes
+  return [...kept, { at, ranks, alive }].slice(-THROUGHPUT_POINTS)
+}
 
 /** Where `rank` is in `ranks`: its own index when the ranks are 0…n−1 in order (always, once formed), else -1. */
 const slotOf = (ranks: ReadonlyArray<RankStatus>, rank: number): number => (ranks[rank]?.rank === rank ? rank : -1)
@@ -214,6 +235,7 @@ const step = (state: RunState, event: RunEvent): RunState => {
         ...state,
         phase: "forming",
         world: event.world,
+        worldSizes: withWorldSize(state, event.at, event.world, event.world),
         ranks: event.hosts.flatMap((host) =>
           host.ranks.map((rank, slot): RankStatus => ({
             rank,
@@ -229,6 +251,30 @@ const step = (state: RunState, event: RunEvent): RunState => {
           }))
         ).sort((a, b) => a.rank - b.rank)
       }
+    case "world_grew": {
+      const joined = event.ranks.map((rank, slot): RankStatus => ({
+        rank,
+        host: event.host,
+        device: event.devices[slot] ?? "?",
+        pid: null,
+        state: "starting",
+        exit: null,
+        restarts: 0,
+        startedAt: null,
+        endedAt: null,
+        resources: null
+      }))
+      const alive = (state.worldSizes.at(-1)?.alive ?? state.world) + event.ranks.length
+      return {
+        ...state,
+        world: event.world,
+        joinedAfterFormation: state.joinedAfterFormation + event.ranks.length,
+        ranks: [...state.ranks, ...joined].sort((a, b) => a.rank - b.rank),
+        worldSizes: withWorldSize(state, event.at, event.world, alive)
+      }
+    }
+    case "ranks_entered":
+      return state
     case "rank_started":
       return {
         ...state,
@@ -258,10 +304,12 @@ const step = (state: RunState, event: RunEvent): RunState => {
         }
       })
       const lost = new Set(event.ranks)
+      const alive = Math.max(0, (state.worldSizes.at(-1)?.alive ?? state.world) - lost.size)
       return {
         ...state,
         ranks: state.ranks.map((rank) => (lost.has(rank.rank) && rank.state !== "exited" ? { ...rank, state: "dead" } : rank)),
-        deaths: [...state.deaths, ...deaths]
+        deaths: [...state.deaths, ...deaths],
+        worldSizes: withWorldSize(state, event.at, state.world, alive)
       }
     }
     case "host_gone":

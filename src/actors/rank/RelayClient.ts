@@ -40,7 +40,8 @@ export interface RelayClientOptions {
 }
 
 export interface RelayClient {
-  readonly reduce: (buffer: Float32Array, op: RelayOp, weight: number) => Promise<void>
+  /** `epoch`: the epoch the round belongs to (a host that joined later takes part from its first epoch on). */
+  readonly reduce: (buffer: Float32Array, op: RelayOp, weight: number, epoch: number) => Promise<void>
   /** This rank is waiting for work in `epoch`: leave the reduction barrier until its next `reduce`. */
   readonly idle: (epoch: number) => void
   readonly report: (report: { readonly _tag: string } & Record<string, unknown>) => void
@@ -121,7 +122,7 @@ export const connectRelay = async (options: RelayClientOptions): Promise<RelayCl
 
   // Collectives run one at a time, in call order.
   let queue: Promise<unknown> = Promise.resolve()
-  const reduceNow = async (buffer: Float32Array, op: RelayOp, weight: number): Promise<void> => {
+  const reduceNow = async (buffer: Float32Array, op: RelayOp, weight: number, epoch: number): Promise<void> => {
     if (closing) throw new RankCallError("the rank has lost its relay")
     const bytes = buffer.byteLength
     const shared = options.tensors.locate(buffer)
@@ -131,7 +132,7 @@ export const connectRelay = async (options: RelayClientOptions): Promise<RelayCl
     if (weight !== 1) for (let i = 0; i < staged.length; i++) staged[i]! *= weight
     const reply = new Promise<Record<string, unknown>>((resolve, reject) => (waiting = { resolve, reject }))
     const where = shared === undefined ? { seg: segment.path, offset: 0, tensor: false } : { seg: shared.path, offset: shared.offset, tensor: true }
-    send({ t: "reduce", op, bytes, weight, ...where })
+    send({ t: "reduce", op, bytes, weight, epoch, ...where })
     const answer = await reply
     if (typeof answer.error === "string") throw new RankCallError(answer.error)
     if (shared !== undefined || bytes === 0) return
@@ -140,8 +141,8 @@ export const connectRelay = async (options: RelayClientOptions): Promise<RelayCl
   }
 
   return {
-    reduce: (buffer, op, weight) => {
-      const call = queue.then(() => reduceNow(buffer, op, weight))
+    reduce: (buffer, op, weight, epoch) => {
+      const call = queue.then(() => reduceNow(buffer, op, weight, epoch))
       queue = call.catch(() => undefined)
       return call
     },

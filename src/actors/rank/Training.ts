@@ -115,7 +115,8 @@ export const training = (
     ensureLive()
     const relay = await client
     const started = performance.now()
-    await relay.reduce(buffer, op, weight)
+    // Outside an epoch (before the first, after the last), a round belongs to the epoch the rank starts or last had.
+    await relay.reduce(buffer, op, weight, current?.epoch ?? welcome?.firstEpoch ?? 0)
     const seconds = (performance.now() - started) / 1000
     latency.counts[bucketOf(seconds)]! += 1
     latency.sum += seconds
@@ -171,6 +172,8 @@ export const training = (
           const state = epochs.get(epoch)
           if (state === undefined) return
           current = state
+          // "Begun": any checkpoint of the epoch before is already offered (a newcomer's welcome may wait for it).
+          void client.then((relay) => relay.report({ _tag: "Progress", epoch, done: state.done }))
           yield planOf(state)
         }
       }

@@ -12,6 +12,8 @@ export interface Contribution<S> {
   readonly op: "sum" | "avg" | "sync"
   readonly bytes: number
   readonly weight: number
+  /** The epoch the rank's round belongs to. */
+  readonly epoch: number
   /** Where the rank's tensor is (its mapped segment). */
   readonly source: S
 }

@@ -94,7 +94,9 @@ export const run = (spec: RelaySpec, handshakeMs: number): Effect.Effect<void, R
 
     const runFork = Runtime.runFork(yield* Effect.runtime<never>())
     const upstream = (message: FromRank | HostFold | HostIdle | ElasticPush) => runFork(Effect.ignore(link.send(message)))
-    const solo = spec.ranks.length === spec.worldSize
+    /** Rounds of epochs before this one are finished here (the host is the world's only one); later ones go up. */
+    let aloneBefore = spec.ranks.length === spec.worldSize ? Number.POSITIVE_INFINITY : 0
+    const alone = (round: Round) => round.reduce((epoch, contribution) => Math.max(epoch, contribution.epoch), 0) < aloneBefore
     const sockets = new Map<number, Socket<RankSocket>>()
     const barrier = new FoldBarrier<Source>(spec.ranks)
     const reduction = new HostReduction(native.kernels, spec.dir)
@@ -128,7 +130,8 @@ export const run = (spec: RelaySpec, handshakeMs: number): Effect.Effect<void, R
         const reply = yield* Deferred.make<Reduced>()
         awaitingController = reply
         const weight = round.reduce((sum, contribution) => sum + contribution.weight, 0)
-        upstream(new HostFold({ op, weight, ranks: round.length, data: new Uint8Array(out.buffer, out.byteOffset, bytes).slice() }))
+        const epoch = round.reduce((latest, contribution) => Math.max(latest, contribution.epoch), 0)
+        upstream(new HostFold({ op, weight, ranks: round.length, epoch, data: new Uint8Array(out.buffer, out.byteOffset, bytes).slice() }))
         const reduced = yield* Deferred.await(reply)
         if (reduced.failure !== undefined) return fail(round, reduced.failure)
         out.set(floats(reduced.data.slice(0, bytes), bytes))
@@ -140,7 +143,7 @@ export const run = (spec: RelaySpec, handshakeMs: number): Effect.Effect<void, R
       while (true) {
         const round = barrier.take()
         if (round === undefined) {
-          if (!solo && barrier.allIdle && !toldIdle && awaitingController === undefined) {
+          if (Number.isFinite(aloneBefore) && barrier.allIdle && !toldIdle && awaitingController === undefined) {
             toldIdle = true
             upstream(new HostIdle({ afterEpoch: endedEpoch }))
           }
@@ -148,7 +151,7 @@ export const run = (spec: RelaySpec, handshakeMs: number): Effect.Effect<void, R
         }
         const problem = mismatch(round)
         // Model syncs always go up: the model root is the controller's.
-        if (problem === undefined && (!solo || round[0]!.op === "sync")) {
+        if (problem === undefined && (!alone(round) || round[0]!.op === "sync")) {
           runFork(reduceAcrossHosts(round).pipe(
             Effect.catchAllDefect((defect) => Effect.sync(() => fail(round, `the relay could not reduce: ${String(defect)}`))),
             Effect.ensuring(Effect.sync(() => {
@@ -186,9 +189,10 @@ export const run = (spec: RelaySpec, handshakeMs: number): Effect.Effect<void, R
       if (rank === undefined) return socket.end()
       switch (message.t) {
         case "reduce": {
-          const { bytes, offset, op, seg, tensor, weight } = message
+          const { bytes, epoch, offset, op, seg, tensor, weight } = message
           if (
             typeof bytes !== "number" || typeof offset !== "number" || offset % 4 !== 0 || typeof seg !== "string" || typeof weight !== "number" ||
+            typeof epoch !== "number" ||
             (op !== "sum" && op !== "avg" && op !== "sync" && op !== "elastic")
           ) {
             return tell(rank, { t: "reduced", error: "a malformed reduce request" })
@@ -200,7 +204,7 @@ export const run = (spec: RelaySpec, handshakeMs: number): Effect.Effect<void, R
             exchanges.set(rank, { source, bytes })
             return upstream(new ElasticPush({ rank, data: source.slice() }))
           }
-          const refused = barrier.contribute({ rank, op, bytes, weight, source: { bytes: source, inPlace: tensor === true } })
+          const refused = barrier.contribute({ rank, op, bytes, weight, epoch, source: { bytes: source, inPlace: tensor === true } })
           if (refused !== undefined) return tell(rank, { t: "reduced", error: refused })
           return advance()
         }
@@ -279,6 +283,9 @@ export const run = (spec: RelaySpec, handshakeMs: number): Effect.Effect<void, R
         }
         const order = encodeOrder(received.order)
         for (const rank of received.ranks) tell(rank, { t: "order", order })
+      } else if (received._tag === "WorldGrown") {
+        // Hosts joined: from their first epoch on, this host's rounds are no longer its own to finish.
+        aloneBefore = Math.min(aloneBefore, received.fromEpoch)
       } else if (received._tag === "Reduced") {
         if (awaitingController !== undefined) yield* Deferred.succeed(awaitingController, received)
       } else if (received._tag === "ElasticPulled") {
