@@ -69,8 +69,9 @@ const startLateAgent = (dir: string, port: number, launcherPid: number) => {
   procs.push(proc)
   const collect = async (stream: ReadableStream<Uint8Array>) => {
     let rest = ""
-    for await (const chunk of stream.pipeThrough(new TextDecoderStream())) {
-      const parts = (rest + chunk).split("\n")
+    const decoder = new TextDecoder()
+    for await (const bytes of stream) {
+      const parts = (rest + decoder.decode(bytes, { stream: true })).split("\n")
       rest = parts.pop()!
       lines.push(...parts)
     }

@@ -4,6 +4,7 @@
  */
 import { describe, expect } from "bun:test"
 import * as Effect from "effect/Effect"
+import type * as Either from "effect/Either"
 import * as JoinGate from "../src/actors/launcher/JoinGate.ts"
 import type { JoinRules } from "../src/actors/launcher/joinVerdict.ts"
 import * as PortMux from "../src/actors/PortMux.ts"
@@ -22,12 +23,26 @@ const rules = (overrides: Partial<JoinRules> = {}): JoinRules => ({
   ...overrides
 })
 
-const setup = (options: { rules?: JoinRules; open?: boolean; floodLimit?: number } = {}) =>
+interface Growth {
+  readonly maxRanks?: number
+  readonly canRejoin?: (host: string) => boolean
+}
+
+const setup = (options: { rules?: JoinRules; open?: boolean; floodLimit?: number; growth?: Growth } = {}) =>
   Effect.gen(function*() {
     const salt = newSalt()
+    const late: Array<JoinGate.Member> = []
     const gate = yield* JoinGate.make({
       rules: options.rules ?? rules(),
-      declared: new Map([["a", 2], ["b", 3]]),
+      declared: new Map(options.growth === undefined ? [["a", 2], ["b", 3]] : [["a", 2], ["b", 3], ["c", 1], ["d", 4]]),
+      ...(options.growth === undefined ? {} : {
+        afterFormation: "accept" as const,
+        maxRanks: options.growth.maxRanks,
+        canRejoin: options.growth.canRejoin ?? (() => false),
+        onLateJoin: (member: JoinGate.Member) => Effect.sync(() => {
+          late.push(member)
+        })
+      }),
       admission: options.open ? { mode: "open", warning: undefined } : { mode: "pre-shared" },
       specFor: (host) => runSpec({ run: host }),
       salt,
@@ -36,7 +51,7 @@ const setup = (options: { rules?: JoinRules; open?: boolean; floodLimit?: number
       ...(options.floodLimit === undefined ? {} : { floodLimit: options.floodLimit })
     })
     const mux = yield* PortMux.start({ address: "127.0.0.1", port: 0, magicDeadlineMs: 2_000, owners: { join: gate.owner } })
-    return { gate, mux, salt }
+    return { gate, mux, salt, late }
   })
 
 const hello = (host: string, devices: number, version = "0.1.0") =>
@@ -58,6 +73,71 @@ const join = (port: number, salt: Uint8Array, message: Hello, open = false) =>
     const answer = yield* Effect.either(link.receive)
     return { answer, link }
   })
+
+const ranksOf = (answer: Either.Either<JoinMessage, unknown>) =>
+  answer._tag === "Right" && answer.right._tag === "Accept" ? answer.right.ranks : answer
+
+const reasonOf = (answer: Either.Either<JoinMessage, unknown>) =>
+  answer._tag === "Right" && answer.right._tag === "Reject" ? answer.right.reason : answer
+
+describe("JoinGate after formation", () => {
+  effect.live("by default a host that dials in once the world has formed is refused, saying how to grow", () =>
+    Effect.gen(function*() {
+      const { gate, mux, salt } = yield* setup({ rules: rules({ minRanks: 2, targetRanks: 2 }) })
+      yield* join(mux.port, salt, hello("a", 2))
+      expect((yield* gate.formation)._tag).toBe("Formed")
+      const b = yield* join(mux.port, salt, hello("b", 3))
+      expect(reasonOf(b.answer)).toBe("the cohort has already formed (this run does not grow: controller.join.after_formation is reject)")
+    }))
+
+  effect.live("with accept, late hosts are admitted with the next numbers, handed over with their links, up to max_ranks", () =>
+    Effect.gen(function*() {
+      const { gate, late, mux, salt } = yield* setup({ rules: rules({ minRanks: 2, targetRanks: 2 }), growth: { maxRanks: 6 } })
+      yield* join(mux.port, salt, hello("a", 2))
+      const formation = yield* gate.formation
+      expect(formation._tag === "Formed" && formation.worldSize).toBe(2)
+      const c = yield* join(mux.port, salt, hello("c", 1))
+      expect(ranksOf(c.answer)).toEqual([2])
+      // A late host is told to expect the world at once.
+      expect(c.answer._tag === "Right" && c.answer.right._tag === "Accept" && c.answer.right.formationWaitMs).toBe(0)
+      // Over max_ranks (2 + 1 + 4 > 6): refused, naming the cap; no number is taken.
+      const d = yield* join(mux.port, salt, hello("d", 4))
+      expect(reasonOf(d.answer)).toBe("the run would have 7 ranks, over controller.join.max_ranks (6)")
+      const b = yield* join(mux.port, salt, hello("b", 3))
+      expect(ranksOf(b.answer)).toEqual([3, 4, 5])
+      expect(late.map(({ host, ranks }) => ({ host, ranks }))).toEqual([{ host: "c", ranks: [2] }, { host: "b", ranks: [3, 4, 5] }])
+      // The late member's link is the launcher's: what goes down it arrives.
+      const world = new WorldFormed({ worldSize: 6, hosts: [], master: { addr: "127.0.0.1", port: 29500 } })
+      yield* late[0]!.link.send(world)
+      expect(yield* c.link.receive).toEqual(world)
+      // The same checks as before formation: a host already in, an undeclared one.
+      expect(reasonOf((yield* join(mux.port, salt, hello("a", 2))).answer)).toBe("host a has already joined")
+      expect(reasonOf((yield* join(mux.port, salt, hello("zz", 1))).answer)).toEqual(expect.stringContaining("host zz is not among the workers of this run"))
+    }))
+
+  effect.live("a host that is gone may join again under its name, with new numbers", () =>
+    Effect.gen(function*() {
+      const gone = new Set<string>()
+      const { gate, late, mux, salt } = yield* setup({ rules: rules({ minRanks: 2, targetRanks: 2 }), growth: { canRejoin: (host) => gone.has(host) } })
+      yield* join(mux.port, salt, hello("a", 2))
+      yield* gate.formation
+      expect(reasonOf((yield* join(mux.port, salt, hello("a", 2))).answer)).toBe("host a has already joined")
+      gone.add("a")
+      expect(ranksOf((yield* join(mux.port, salt, hello("a", 2))).answer)).toEqual([2, 3])
+      expect(late.map(({ host, ranks }) => ({ host, ranks }))).toEqual([{ host: "a", ranks: [2, 3] }])
+    }))
+
+  effect.live("concurrent late joins never share a number", () =>
+    Effect.gen(function*() {
+      const { gate, late, mux, salt } = yield* setup({ rules: rules({ minRanks: 2, targetRanks: 2 }), growth: {} })
+      yield* join(mux.port, salt, hello("a", 2))
+      yield* gate.formation
+      const answers = yield* Effect.all([hello("b", 3), hello("c", 1), hello("d", 4)].map((message) => join(mux.port, salt, message)), { concurrency: "unbounded" })
+      const numbers = answers.flatMap(({ answer }) => ranksOf(answer) as ReadonlyArray<number>).sort((x, y) => x - y)
+      expect(numbers).toEqual([2, 3, 4, 5, 6, 7, 8, 9])
+      expect(late).toHaveLength(3)
+    }))
+})
 
 describe("JoinGate", () => {
   effect.live("declared hosts are admitted with contiguous ranks and the target forms the world at once", () =>

@@ -162,9 +162,6 @@ export const make = (options: JoinGateOptions): Effect.Effect<JoinGate, never, S
       if (state.members.some((member) => member.host === hello.host) && !(late && options.canRejoin?.(hello.host) === true)) {
         return `host ${hello.host} has already joined`
       }
-      if (late && options.maxRanks !== undefined && state.joinedRanks + hello.devices.length > options.maxRanks) {
-        return `the run would have ${state.joinedRanks + hello.devices.length} ranks, over controller.join.max_ranks (${options.maxRanks})`
-      }
       const declared = options.declared.get(hello.host)
       if (!options.declared.has(hello.host) && options.admission.mode !== "open") {
         return `host ${hello.host} is not among the workers of this run (${[...options.declared.keys()].join(", ")})`
@@ -173,6 +170,9 @@ export const make = (options: JoinGateOptions): Effect.Effect<JoinGate, never, S
       if (new Set(hello.devices).size !== hello.devices.length) return "a device is listed twice"
       if (declared !== undefined && hello.devices.length !== declared) {
         return `host ${hello.host} was declared with ${declared} devices but brings ${hello.devices.length}`
+      }
+      if (late && options.maxRanks !== undefined && state.joinedRanks + hello.devices.length > options.maxRanks) {
+        return `the run would have ${state.joinedRanks + hello.devices.length} ranks, over controller.join.max_ranks (${options.maxRanks})`
       }
       return undefined
     }
