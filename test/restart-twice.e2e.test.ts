@@ -16,7 +16,7 @@
  * incarnation is back, has resumed and has made progress of its own.
  */
 import { afterAll, describe, expect, test } from "bun:test"
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
+import { existsSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { basename, join } from "node:path"
 import { fetchState, repoRoot, spawnLaunch } from "./support/launch-scenario.ts"
@@ -168,8 +168,15 @@ const start = async (maxRestarts: number) => {
     return pid
   }
 
-  /** Crash on cue: the rank exits with `code` before its next batch. */
-  const crash = (code: number) => writeFileSync(join(dir, `exit-r${VICTIM}`), String(code))
+  /**
+   * Crash on cue: the rank exits with `code` before its next batch. Written aside and renamed into place: the
+   * fixture reads the file as soon as it exists, and an empty one would be read as 0 (a clean exit).
+   */
+  const crash = (code: number) => {
+    const cue = join(dir, `exit-r${VICTIM}`)
+    writeFileSync(`${cue}.next`, String(code))
+    renameSync(`${cue}.next`, cue)
+  }
 
   /** The first death: SIGKILL mid-epoch 2, once epoch 1 is done and checkpointed. */
   const killFirst = async () => {
@@ -272,6 +279,7 @@ describe("restart, a rank that dies more than once", () => {
 
     const code = await run.finish()
     const stderr = run.launch.stderr.lines
+    if (!/exited with status 4; restart/.test(stderr.at(-1) ?? "")) { console.log("DEBUG-STDERR\n" + stderr.join("\n")); console.log("DEBUG-EVENTS\n" + readFileSync(run.events, "utf8")); console.log("DEBUG-R1\n" + run.launch.stdout.lines.filter((l) => l.includes(":r1]")).join("\n")) }
     expect(code).toBe(1)
     expect(stderr.at(-1)).toBe(
       `cohort: run failed: rank ${VICTIM} of localhost exited with status 4; restart intensity exceeded: ` +

@@ -308,8 +308,9 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
           joining.delete(rank)
           unwelcomed.delete(rank)
           if (ledger === undefined || finished || stopping) continue
-          const { extensions, ledger: next } = Ledger.markDead(ledger, rank)
+          const { extensions, ledger: next, orphaned } = Ledger.markDead(ledger, rank)
           ledger = next
+          if (orphaned.length > 0) yield* rescue(orphaned, cause)
           for (const [survivor, ranges] of extensions) yield* options.send([survivor], new EpochExtend({ epoch: next.epoch, ranges }))
           options.onRedistributed?.(rank, extensions)
           const moved = [...extensions.values()].flat().reduce((sum, range) => sum + range.end - range.start, 0)
@@ -325,6 +326,22 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
           return yield* saveAndStop(`max_failure exceeded (${dead.size}/${everyone.size} ranks lost)`, "max_failure_exceeded")
         }
         if (ledger !== undefined && Ledger.isComplete(ledger)) yield* endEpoch
+      })
+
+    /**
+     * The last member died mid-epoch while joined ranks wait, attached, for the boundary: rather than lose the
+     * run, they enter now and take over what is left of the epoch.
+     */
+    const rescue = (orphaned: ReadonlyArray<Ledger.SampleRange>, cause: string) =>
+      Effect.gen(function*() {
+        if (ledger === undefined) return
+        const epoch = ledger.epoch
+        const entering = yield* enter(epoch)
+        if (entering.size === 0) return
+        ledger = Ledger.adopt(ledger, [...entering], orphaned).ledger
+        yield* Effect.logWarning(`every member was lost (${cause}): rank(s) ${[...entering].join(", ")} enter at once and take epoch ${epoch}'s remaining ${Ledger.lengthOf(orphaned)} sample(s)`)
+        // No member is left to offer a newer consensus: they start from the latest there is.
+        yield* welcomeNewcomers(() => true)
       })
 
     const onReport = (rank: number, report: RankReport) =>

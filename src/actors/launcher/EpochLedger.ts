@@ -215,6 +215,29 @@ export const markDead = (
   return { ledger: { ...ledger, assigned, dead }, extensions, orphaned: [] }
 }
 
+/**
+ * New ranks take over `ranges` (work no live rank holds: what `markDead`
+ * left orphaned), cut into contiguous pieces of equal size (±1, lower ranks
+ * first) in ascending rank order. Ranks already in the ledger are ignored.
+ */
+export const adopt = (
+  ledger: EpochLedger,
+  ranks: ReadonlyArray<number>,
+  ranges: ReadonlyArray<SampleRange>
+): { ledger: EpochLedger; pieces: ReadonlyMap<number, ReadonlyArray<SampleRange>> } => {
+  const fresh = [...new Set(ranks)].filter((rank) => !ledger.assigned.has(rank)).sort((a, b) => a - b)
+  const pieces = new Map<number, ReadonlyArray<SampleRange>>()
+  if (fresh.length === 0) return { ledger, pieces }
+  const assigned = new Map(ledger.assigned)
+  const done = new Map(ledger.done)
+  cut(ranges, equalSizes(lengthOf(ranges), fresh.length)).forEach((piece, i) => {
+    assigned.set(fresh[i]!, piece)
+    done.set(fresh[i]!, 0)
+    pieces.set(fresh[i]!, piece)
+  })
+  return { ledger: { ...ledger, assigned, done }, pieces }
+}
+
 /** Samples reported done, summed over ranks (dead ones included). */
 export const doneCount = (ledger: EpochLedger): number => {
   let sum = 0

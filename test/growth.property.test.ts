@@ -1,0 +1,395 @@
+/**
+ * Elastic growth, as properties.
+ *
+ * 1. Re-planning: the real Coordinator, driven by simulated ranks through
+ *    random sequences of joins, attaches, deaths and work at random moments.
+ *    Every epoch's samples are processed exactly once; no rank is given work
+ *    (or welcomed) before the epoch boundary it entered at; a newcomer starts
+ *    from the consensus of the epoch before its first; training finishes.
+ * 2. Supervision: `decide` with ranks joining the formed cohort and dying at
+ *    random: joined ranks start once and are counted, numbers are never
+ *    reused, and the max_failure threshold trips exactly when the dead reach
+ *    the limit over the base the strategy names (the world at formation, or
+ *    every rank the run has had).
+ *
+ * Every `fc.assert` is seeded, so a failure reproduces.
+ */
+import { expect, test } from "bun:test"
+import { mkdtempSync, rmSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import * as Effect from "effect/Effect"
+import * as Logger from "effect/Logger"
+import * as LogLevel from "effect/LogLevel"
+import * as TestContext from "effect/TestContext"
+import fc from "fast-check"
+import * as Coordinator from "../src/actors/launcher/Coordinator.ts"
+import { ChildExit } from "../src/actors/ChildExit.ts"
+import type { ChildSpec } from "../src/actors/ChildSpec.ts"
+import { decide, Directive, initialState, SupervisionEvent, type SupervisorState } from "../src/actors/decide.ts"
+import { Count, Elastic, elasticLimit, KillAll, Percent, Phased } from "../src/actors/Strategy.ts"
+import type { Job } from "../src/config/ClusterConfig.ts"
+import { Attach, CheckpointSave, type CoordinatorOrder, Progress } from "../src/wire/CoordinatorMessages.ts"
+
+const seeded = (seed: number, numRuns: number) => ({ seed, numRuns, includeErrorInReport: true })
+
+// ---------------------------------------------------------------------------
+// 1. The coordinator's re-planning
+// ---------------------------------------------------------------------------
+
+type Action =
+  | { readonly kind: "work"; readonly pick: number; readonly samples: number }
+  | { readonly kind: "join" }
+  | { readonly kind: "attach"; readonly pick: number }
+  | { readonly kind: "die"; readonly pick: number }
+
+const actionArb: fc.Arbitrary<Action> = fc.oneof(
+  { arbitrary: fc.record({ kind: fc.constant("work" as const), pick: fc.nat(), samples: fc.integer({ min: 1, max: 40 }) }), weight: 12 },
+  { arbitrary: fc.record({ kind: fc.constant("join" as const) }), weight: 2 },
+  { arbitrary: fc.record({ kind: fc.constant("attach" as const), pick: fc.nat() }), weight: 2 },
+  { arbitrary: fc.record({ kind: fc.constant("die" as const), pick: fc.nat() }), weight: 1 }
+)
+
+interface SimRank {
+  readonly rank: number
+  /** Formation ranks and attached joiners; a dead rank does nothing more. */
+  state: "joined" | "attached" | "dead"
+  welcomed: { firstEpoch: number; checkpoint: string | undefined } | undefined
+  /** Per epoch: its plan (ranges, in order) and how much of it is done. */
+  readonly plans: Map<number, { ranges: Array<{ start: number; end: number }>; done: number }>
+  current: number | undefined
+}
+
+interface Scenario {
+  readonly world: number
+  readonly datasetSize: number
+  readonly epochs: number
+  /** Does the job offer a checkpoint at each epoch's end (ctx.checkpoint.save)? */
+  readonly saves: boolean
+  readonly actions: ReadonlyArray<Action>
+}
+
+const scenarioArb: fc.Arbitrary<Scenario> = fc.record({
+  world: fc.integer({ min: 1, max: 4 }),
+  datasetSize: fc.integer({ min: 1, max: 300 }),
+  epochs: fc.integer({ min: 1, max: 4 }),
+  saves: fc.boolean(),
+  actions: fc.array(actionArb, { minLength: 5, maxLength: 120 })
+})
+
+const jobOf = (scenario: Scenario): Job => ({
+  program: { _tag: "Entry", entry: "train.ts" },
+  args: [],
+  backend: "cpu_sync",
+  datasetSize: scenario.datasetSize,
+  epochs: scenario.epochs,
+  cadence: 8,
+  checkpoint: undefined,
+  outerOptimizer: undefined,
+  asyncAlpha: 0.5
+})
+
+const lengthOf = (ranges: ReadonlyArray<{ start: number; end: number }>) => ranges.reduce((sum, range) => sum + range.end - range.start, 0)
+
+/** Run one scenario to the end of training; returns what the checks need. */
+const simulate = (scenario: Scenario, dir: string) =>
+  Effect.gen(function*() {
+    const ranks = new Map<number, SimRank>()
+    const log: Array<{ readonly rank: number; readonly order: CoordinatorOrder; readonly entered: boolean }> = []
+    const entries = new Map<number, number>()
+    const processed = new Map<number, Uint32Array>()
+    const consensusOf = new Map<number, string>()
+    const inbox: Array<{ readonly rank: number; readonly report: Parameters<Coordinator.Coordinator["report"]>[1] }> = []
+    let finished = false
+    let stopped = false
+    const newRank = (rank: number, state: SimRank["state"]): SimRank => ({ rank, state, welcomed: undefined, plans: new Map(), current: undefined })
+    for (let rank = 0; rank < scenario.world; rank++) ranks.set(rank, newRank(rank, "attached"))
+
+    /** A rank reacts as train.ts does: it offers the consensus at an epoch's end, then begins the next. */
+    const onOrder = (rank: number, order: CoordinatorOrder) => {
+      const sim = ranks.get(rank)
+      log.push({ rank, order, entered: entries.has(rank) || rank < scenario.world })
+      if (sim === undefined || sim.state === "dead") return
+      switch (order._tag) {
+        case "Welcome":
+          sim.welcomed = { firstEpoch: order.firstEpoch, checkpoint: order.checkpoint }
+          break
+        case "EpochStart":
+          sim.plans.set(order.epoch, { ranges: [...order.ranges], done: 0 })
+          if (sim.welcomed !== undefined && order.epoch >= sim.welcomed.firstEpoch) {
+            sim.current = order.epoch
+            inbox.push({ rank, report: new Progress({ epoch: order.epoch, done: 0 }) })
+          }
+          break
+        case "EpochExtend":
+          sim.plans.get(order.epoch)?.ranges.push(...order.ranges)
+          break
+        case "EpochEnd":
+          if (scenario.saves) inbox.push({ rank, report: new CheckpointSave({ epoch: order.epoch, state: `weights after ${order.epoch}` }) })
+          break
+        case "TrainingDone":
+          finished = true
+          break
+        case "Stop":
+          stopped = true
+          break
+      }
+    }
+
+    const coordinator = yield* Coordinator.make({
+      run: "property",
+      ranks: [...ranks.keys()],
+      job: jobOf(scenario),
+      heartbeatTimeoutMs: 60_000,
+      checkpointPath: join(dir, "checkpoint.json"),
+      resume: undefined,
+      rootState: () => undefined,
+      send: (targets, order) => Effect.sync(() => targets.forEach((rank) => onOrder(rank, order))),
+      loseRanks: () => Effect.void,
+      limitReached: () => false,
+      drained: Effect.void,
+      onEnter: (entered, epoch) => Effect.sync(() => entered.forEach((rank) => entries.set(rank, epoch)))
+    })
+    /** Lets the coordinator's mailbox empty: its handlers are synchronous, so a few turns suffice. */
+    const settle = Effect.gen(function*() {
+      for (let turn = 0; turn < 20; turn++) {
+        while (inbox.length > 0) {
+          const { rank, report } = inbox.shift()!
+          if (ranks.get(rank)?.state !== "dead") yield* coordinator.report(rank, report)
+        }
+        yield* Effect.yieldNow()
+      }
+    })
+    yield* coordinator.cohortFormed
+    for (const rank of ranks.keys()) yield* coordinator.report(rank, new Attach())
+    yield* settle
+
+    const working = () =>
+      [...ranks.values()].filter((sim) => {
+        if (sim.state !== "attached" || sim.current === undefined) return false
+        const plan = sim.plans.get(sim.current)
+        return plan !== undefined && plan.done < lengthOf(plan.ranges)
+      })
+    const work = (sim: SimRank, samples: number) =>
+      Effect.gen(function*() {
+        const epoch = sim.current!
+        const plan = sim.plans.get(epoch)!
+        const take = Math.min(samples, lengthOf(plan.ranges) - plan.done)
+        const counts = processed.get(epoch) ?? new Uint32Array(scenario.datasetSize)
+        processed.set(epoch, counts)
+        let skip = plan.done
+        let left = take
+        for (const { end, start } of plan.ranges) {
+          for (let sample = start; sample < end && left > 0; sample++) {
+            if (skip > 0) {
+              skip--
+              continue
+            }
+            counts[sample]!++
+            left--
+          }
+        }
+        plan.done += take
+        yield* coordinator.report(sim.rank, new Progress({ epoch, done: plan.done }))
+      })
+    const act = (action: Action) =>
+      Effect.gen(function*() {
+        const live = [...ranks.values()].filter((sim) => sim.state !== "dead")
+        switch (action.kind) {
+          case "work": {
+            const busy = working()
+            if (busy.length > 0) yield* work(busy[action.pick % busy.length]!, action.samples)
+            return
+          }
+          case "join": {
+            const rank = ranks.size
+            ranks.set(rank, newRank(rank, "joined"))
+            return yield* coordinator.join([rank])
+          }
+          case "attach": {
+            const waiting = [...ranks.values()].filter((sim) => sim.state === "joined")
+            if (waiting.length === 0) return
+            const sim = waiting[action.pick % waiting.length]!
+            sim.state = "attached"
+            return yield* coordinator.report(sim.rank, new Attach())
+          }
+          case "die": {
+            // At least one rank stays, so training can finish.
+            if (live.filter((sim) => sim.state === "attached").length <= 1) return
+            const sim = live[action.pick % live.length]!
+            if (sim.state === "attached" && live.filter((each) => each.state === "attached").length <= 1) return
+            sim.state = "dead"
+            return yield* coordinator.ranksDead([sim.rank], "killed by the property")
+          }
+        }
+      })
+
+    for (const action of scenario.actions) {
+      if (finished || stopped) break
+      yield* act(action)
+      yield* settle
+    }
+    // Then work to the end: joiners still waiting attach, and whoever has work does it.
+    for (let guard = 0; !finished && !stopped && guard < 100_000; guard++) {
+      const waiting = [...ranks.values()].find((sim) => sim.state === "joined")
+      if (waiting !== undefined) {
+        waiting.state = "attached"
+        yield* coordinator.report(waiting.rank, new Attach())
+      } else {
+        const busy = working()
+        if (busy.length === 0) break
+        yield* work(busy[guard % busy.length]!, 64)
+      }
+      yield* settle
+    }
+    for (const entry of log) if (entry.order._tag === "EpochEnd" && scenario.saves) consensusOf.set(entry.order.epoch, `weights after ${entry.order.epoch}`)
+    return { ranks, log, entries, processed, finished, stopped }
+  })
+
+test("re-planning: random joins and deaths at random times keep every epoch's coverage exactly once, and no rank has work before its entry boundary", async () => {
+  const dir = mkdtempSync(join(tmpdir(), "cohort-growth-property-"))
+  // The property must not hold vacuously: some runs see newcomers enter, some also see members die.
+  const seen = { entered: 0, enteredLate: 0, enteredWithDeaths: 0 }
+  try {
+    await fc.assert(
+      fc.asyncProperty(scenarioArb, async (scenario) => {
+        const result = await Effect.runPromise(
+          Effect.scoped(simulate(scenario, dir)).pipe(Effect.provide(TestContext.TestContext), Effect.provide(Logger.minimumLogLevel(LogLevel.None)))
+        )
+        const { entries, finished, log, processed, ranks } = result
+        if (entries.size > 0) seen.entered++
+        if ([...entries.values()].some((epoch) => epoch > 1)) seen.enteredLate++
+        if (entries.size > 0 && [...ranks.values()].some((sim) => sim.state === "dead")) seen.enteredWithDeaths++
+        // Training finishes (a rank always survives).
+        expect(result.stopped).toBe(false)
+        expect(finished).toBe(true)
+        // Every epoch, every sample exactly once.
+        for (let epoch = 1; epoch <= scenario.epochs; epoch++) {
+          const counts = processed.get(epoch) ?? new Uint32Array(scenario.datasetSize)
+          const wrong = [...counts.entries()].filter(([, count]) => count !== 1)
+          expect({ epoch, wrong: wrong.slice(0, 5) }).toEqual({ epoch, wrong: [] })
+        }
+        for (const sim of ranks.values()) {
+          if (sim.rank < scenario.world) continue
+          const entry = entries.get(sim.rank)
+          const orders = log.filter((each) => each.rank === sim.rank)
+          // Nothing but beats before it entered; no plan of an epoch before its entry; welcomed at its entry.
+          const early = orders.filter((each) => !each.entered && each.order._tag !== "CoordinatorBeat" && each.order._tag !== "TrainingDone" && each.order._tag !== "Welcome")
+          expect(early.map((each) => each.order._tag)).toEqual([])
+          for (const { order } of orders) {
+            if ((order._tag === "EpochStart" || order._tag === "EpochExtend") && entry !== undefined) expect(order.epoch).toBeGreaterThanOrEqual(entry)
+          }
+          if (entry !== undefined && sim.welcomed !== undefined) {
+            expect(sim.welcomed.firstEpoch).toBeGreaterThanOrEqual(entry)
+            // From the consensus of the epoch before its first (the job saves), never from scratch.
+            if (scenario.saves && sim.welcomed.firstEpoch > 1 && sim.welcomed.firstEpoch <= scenario.epochs) {
+              expect(sim.welcomed.checkpoint).toBe(`weights after ${sim.welcomed.firstEpoch - 1}`)
+            }
+          }
+        }
+      }),
+      seeded(1010, 150)
+    )
+    expect(seen.entered).toBeGreaterThan(30)
+    expect(seen.enteredLate).toBeGreaterThan(10)
+    expect(seen.enteredWithDeaths).toBeGreaterThan(5)
+  } finally {
+    rmSync(dir, { recursive: true, force: true })
+  }
+}, 120_000)
+
+// ---------------------------------------------------------------------------
+// 2. Supervision of a growing cohort
+// ---------------------------------------------------------------------------
+
+const rankChild = (rank: number): ChildSpec => ({ id: `rank-${rank}`, label: `rank ${rank}`, ranks: [rank], group: undefined, restart: "transient", significant: false })
+
+const supervisionArb = fc.record({
+  world: fc.integer({ min: 1, max: 6 }),
+  maxFailure: fc.oneof(fc.integer({ min: 0, max: 6 }).map((n) => new Count({ n })), fc.constantFrom(0, 25, 50, 75, 100).map((p) => new Percent({ p }))),
+  base: fc.constantFrom("formation" as const, "current" as const),
+  steps: fc.array(
+    fc.oneof(
+      { arbitrary: fc.record({ kind: fc.constant("join" as const), count: fc.integer({ min: 1, max: 3 }) }), weight: 2 },
+      { arbitrary: fc.record({ kind: fc.constant("die" as const), pick: fc.nat() }), weight: 3 },
+      { arbitrary: fc.record({ kind: fc.constant("rejoin" as const), pick: fc.nat() }), weight: 1 }
+    ),
+    { maxLength: 25 }
+  )
+})
+
+test("supervision: joined ranks start once and count; numbers are never reused; max_failure trips exactly at the limit over its base", () => {
+  fc.assert(
+    fc.property(supervisionArb, ({ base, maxFailure, steps, world }) => {
+      const strategy = new Phased({ beforeFormation: new KillAll(), afterFormation: new Elastic({ maxFailure, base }) })
+      const children = Array.from({ length: world }, (_, rank) => rankChild(rank))
+      let state: SupervisorState = initialState(children)
+      let now = 0
+      const run = (event: SupervisionEvent) => {
+        const [directives, next] = decide(strategy, state, event, (now += 10))
+        state = next
+        return directives
+      }
+      run(SupervisionEvent.Boot())
+      run(SupervisionEvent.CohortFormed())
+      let nextRank = world
+      const started = new Map<string, number>()
+      let stoppedAt: number | undefined
+      for (const step of steps) {
+        const before = state
+        let directives: ReadonlyArray<Directive>
+        if (step.kind === "join") {
+          const joining = Array.from({ length: step.count }, () => rankChild(nextRank++))
+          directives = run(SupervisionEvent.ChildrenJoined({ children: joining }))
+          if (before.stopping) expect(state).toBe(before)
+          else expect(state.joined).toBe(before.joined + step.count)
+        } else if (step.kind === "rejoin") {
+          // A number the run has had is refused, even from a new id.
+          const old = state.children[step.pick % state.children.length]!.spec.ranks[0]!
+          directives = run(SupervisionEvent.ChildrenJoined({ children: [{ ...rankChild(old), id: `again-${old}` }] }))
+          expect(state.children.length).toBe(before.children.length)
+        } else {
+          const running = state.children.filter((child) => child.status === "running")
+          if (running.length === 0) continue
+          const victim = running[step.pick % running.length]!
+          directives = run(SupervisionEvent.ChildExited({ id: victim.spec.id, exit: ChildExit.Signaled({ signal: "SIGKILL" }) }))
+        }
+        for (const directive of directives) {
+          if (directive._tag === "Start") started.set(directive.id, (started.get(directive.id) ?? 0) + 1)
+          if (directive._tag === "Terminate" && stoppedAt === undefined) stoppedAt = state.dead.length
+        }
+        // The threshold: dead < limit while running; the stop comes at the death that reaches it.
+        const limit = elasticLimit(new Elastic({ maxFailure, base }), state.world, state.world + state.joined)!
+        const all = state.world + state.joined
+        if (!before.stopping && state.stopping) expect(state.dead.length >= limit || state.dead.length >= all).toBe(true)
+        if (!state.stopping) expect(state.dead.length).toBeLessThan(Math.min(limit, all))
+      }
+      // Every child started exactly once; ranks are distinct across the run.
+      for (const child of state.children) expect(started.get(child.spec.id) ?? (child.spec.ranks[0]! < world ? 1 : 0)).toBeLessThanOrEqual(1)
+      const numbers = state.children.flatMap((child) => child.spec.ranks)
+      expect(new Set(numbers).size).toBe(numbers.length)
+      expect(state.joined).toBe(numbers.length - world)
+    }),
+    seeded(1011, 300)
+  )
+})
+
+test("a verdict over a grown world names both sizes", () => {
+  const strategy = new Phased({ beforeFormation: new KillAll(), afterFormation: new Elastic({ maxFailure: new Count({ n: 2 }) }) })
+  let state = initialState([rankChild(0), rankChild(1)])
+  let now = 0
+  const run = (event: SupervisionEvent) => {
+    const [directives, next] = decide(strategy, state, event, (now += 10))
+    state = next
+    return directives
+  }
+  run(SupervisionEvent.Boot())
+  run(SupervisionEvent.CohortFormed())
+  run(SupervisionEvent.ChildrenJoined({ children: [rankChild(2)] }))
+  run(SupervisionEvent.ChildExited({ id: "rank-0", exit: ChildExit.Signaled({ signal: "SIGKILL" }) }))
+  run(SupervisionEvent.ChildExited({ id: "rank-2", exit: ChildExit.Signaled({ signal: "SIGKILL" }) }))
+  const verdict = run(SupervisionEvent.ChildExited({ id: "rank-1", exit: ChildExit.Exited({ code: 0 }) })).find((directive) => directive._tag === "Verdict")
+  expect(verdict?._tag === "Verdict" && verdict.verdict._tag === "Failed" ? verdict.verdict.message : verdict).toBe(
+    "max_failure exceeded: 2 of 3 (2 at formation, 1 joined since) ranks dead, threshold 2"
+  )
+})
