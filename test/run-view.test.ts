@@ -79,6 +79,24 @@ describe("RunView", () => {
     expect(end.training).toMatchObject({ epoch: 1, samplesDone: 900, metrics: { loss: 0.4 } })
   })
 
+  test("growth: a late host's ranks are listed after the others, the world grows, and its size is kept over time", () => {
+    const formed = replay(story.slice(0, 12))
+    const grown = replay([
+      ...story.slice(0, 12),
+      { event: "host_joined", at: 1_800, host: "c", ranks: [3, 4] },
+      { event: "world_grew", at: 1_801, world: 5, host: "c", ranks: [3, 4], devices: ["cpu", "cpu"] },
+      { event: "ranks_entered", at: 2_900, ranks: [3, 4], epoch: 2 },
+      { event: "rank_lost", at: 3_000, ranks: [1], cause: "exited with signal SIGKILL" }
+    ])
+    expect(formed.worldSizes).toEqual([{ at: 1_601, ranks: 3, alive: 3 }])
+    expect(grown.world).toBe(5)
+    expect(grown.joinedAfterFormation).toBe(2)
+    expect(grown.ranks.map((rank) => [rank.rank, rank.host, rank.state])).toEqual([[0, "a", "running"], [1, "a", "dead"], [2, "b", "running"], [3, "c", "starting"], [4, "c", "starting"]])
+    expect(grown.worldSizes).toEqual([{ at: 1_601, ranks: 3, alive: 3 }, { at: 1_801, ranks: 5, alive: 5 }, { at: 3_000, ranks: 5, alive: 4 }])
+    // The late ranks are found by index like the others: a start moves the right one.
+    expect(RunView.apply(grown, { event: "rank_started", at: 3_100, rank: 4, pid: 400 }).ranks[4]).toMatchObject({ rank: 4, pid: 400, state: "running" })
+  })
+
   test("a restart counts, and the new incarnation is running again", () => {
     const restarted = replay([
       ...story.slice(0, 12),

@@ -191,6 +191,11 @@ function render(s) {
   var n = { starting: 0, running: 0, exited: 0, dead: 0 };
   s.ranks.forEach(function (r) { n[r.state] = (n[r.state] || 0) + 1; });
   var parts = [s.joinedRanks + "/" + s.world + " ranks joined", s.joinedHosts + "/" + s.hosts.length + " hosts"];
+  // Growth: the world over time, as sizes after formation (e.g. "world 2 → 3 → 2").
+  if (s.joinedAfterFormation > 0) {
+    var sizes = (s.worldSizes || []).map(function (w) { return w.alive; }).filter(function (v, i, all) { return i === 0 || v !== all[i - 1]; });
+    parts.push(s.joinedAfterFormation + " joined after formation (world " + sizes.slice(-8).join(" \u2192 ") + ")");
+  }
   Object.keys(n).forEach(function (k) { if (n[k]) parts.push(n[k] + " " + k); });
   $("counts").textContent = parts.join(" \\u00b7 ");
 
