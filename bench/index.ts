@@ -2,6 +2,7 @@
 import { allreduce } from "./allreduce.ts"
 import { failureReaction } from "./failure-reaction.ts"
 import { frameThroughput } from "./frame-throughput.ts"
+import { growth } from "./growth.ts"
 import { launchLatency } from "./launch-latency.ts"
 import { multihostFormation } from "./multihost-formation.ts"
 import { nativeKernels } from "./native-kernels.ts"
@@ -21,3 +22,5 @@ console.log()
 console.log(await multihostFormation())
 console.log()
 console.log(await scale())
+console.log()
+console.log(await growth())

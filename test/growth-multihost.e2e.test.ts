@@ -46,6 +46,8 @@ beforeAll(async () => {
   if (unavailable === undefined) hosts = await makeHosts(2)
 }, 30_000)
 afterAll(cleanUp)
+/** The output collected so far: a failed wait or verdict says what the launcher and the agent last said. */
+const outputs: Array<{ readonly name: string; readonly lines: ReadonlyArray<string> }> = []
 // A test that failed half-way leaves its launcher, the agent it started by hand, and its hosts' processes.
 const processes: Array<{ readonly proc: { kill: (signal?: NodeJS.Signals) => void } }> = []
 const launchers: Array<number> = []
@@ -67,8 +69,6 @@ const h = () => hosts!
 const DATASET = 50_000
 const EPOCHS = 6
 
-/** The output collected so far: a failed wait or verdict says what the launcher and the agent last said. */
-const outputs: Array<{ readonly name: string; readonly lines: ReadonlyArray<string> }> = []
 const recentOutput = () => outputs.map(({ lines, name }) => `--- ${name} (last 30 lines):\n${lines.slice(-30).join("\n")}`).join("\n")
 
 /** Wait for `check`; on a timeout, the error carries the recent output. */

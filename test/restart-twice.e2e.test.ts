@@ -15,7 +15,7 @@
  * later ones a crash on cue (`<trace>/exit-r1`), each only once the previous
  * incarnation is back, has resumed and has made progress of its own.
  */
-import { afterAll, describe, expect, test } from "bun:test"
+import { afterAll, afterEach, describe, expect, test } from "bun:test"
 import { existsSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { basename, join } from "node:path"
@@ -24,6 +24,9 @@ import { allPids, commandLine, environment, isRunning, jsonLines, waitFor } from
 
 const dirs: Array<string> = []
 afterAll(() => dirs.forEach((dir) => rmSync(dir, { recursive: true, force: true })))
+/** Launchers still running after their test (it failed midway): SIGKILLed, and their ranks go with them. */
+const launchers: Array<{ readonly kill: (signal: "SIGKILL") => void; readonly exitCode: number | null }> = []
+afterEach(() => launchers.splice(0).forEach((proc) => proc.exitCode === null && proc.kill("SIGKILL")))
 
 const DATASET = 50_000
 const EPOCHS = 6
@@ -86,7 +89,10 @@ interface Batch {
 /** The batches a rank reported, every incarnation's, in order. */
 const batchesOf = (dir: string, rank: number): Array<Batch> => {
   const file = join(dir, `r${rank}.jsonl`)
-  return existsSync(file) ? readFileSync(file, "utf8").split("\n").filter(Boolean).map((line) => JSON.parse(line) as Batch) : []
+  if (!existsSync(file)) return []
+  // Whole lines only: the rank may be appending one right now.
+  const text = readFileSync(file, "utf8")
+  return text.slice(0, text.lastIndexOf("\n") + 1).split("\n").filter(Boolean).map((line) => JSON.parse(line) as Batch)
 }
 
 /** Per epoch, how often each sample was reported, and by which ranks. */
@@ -143,6 +149,7 @@ const resumedLines = (lines: ReadonlyArray<string>) =>
 const start = async (maxRestarts: number) => {
   const { dir, file, name, events } = setUp(maxRestarts)
   const launch = spawnLaunch(file, {}, ["--events", events])
+  launchers.push(launch.proc)
   const port = await portOf(launch.stderr.lines)
   const lastBatches: Array<Batch> = []
   const pids: Array<number> = []
@@ -269,16 +276,19 @@ describe("restart, a rank that dies more than once", () => {
   test("dies a third time past max_restarts 2: the policy escalates, the run fails, and nothing is left running", async () => {
     const started = performance.now()
     const run = await start(2)
-    const first = await run.killFirst()
-    const second = await run.comeBack(1, first)
+    const T = (what: string) => console.log(`STAGE ${what} ${((performance.now() - started) / 1000).toFixed(2)}`)
+    const first = await run.killFirst(); T("killed1")
+    const second = await run.comeBack(1, first); T("back1")
     run.crash(3)
-    await run.die(second)
-    const third = await run.comeBack(2, second)
+    await run.die(second); T("died2")
+    const third = await run.comeBack(2, second); T("back2")
     run.crash(4)
-    await run.die(third)
+    await run.die(third); T("died3")
 
     const code = await run.finish()
     const stderr = run.launch.stderr.lines
+    T("exited")
+    if (performance.now() - started > 7000) { console.log("DEBUG\n" + stderr.join("\n") + "\n" + readFileSync(run.events, "utf8")) }
     expect(code).toBe(1)
     expect(stderr.at(-1)).toBe(
       `cohort: run failed: rank ${VICTIM} of localhost exited with status 4; restart intensity exceeded: ` +
