@@ -373,6 +373,8 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
       Effect.map(Deferred.await(interrupted), (reason): JoinGate.Formation => ({ _tag: "Failed", reason: `${reason} before the world formed` }))
     ])
 
+    /** Every rank the run has had (the declared world until it forms): numbers only grow, so this is also the next rank number. */
+    let currentWorld = plan.world
     const finish = (verdict: Verdict, lost: ReadonlyArray<Loss>): Effect.Effect<RunResult> =>
       Effect.gen(function*() {
         const summary = describeVerdict(verdict, lost)
@@ -395,7 +397,7 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
           exitCode: code,
           summary,
           rootCause: verdict._tag === "Failed" ? verdict.message : undefined,
-          world: Math.max(plan.world, currentWorld),
+          world: currentWorld,
           lost,
           ranks: [...book.entries()].sort(([a], [b]) => a - b).map(([rank, entry]) => ({
             rank,
@@ -421,8 +423,7 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
     const { worldSize } = formation
     /** The world's hosts: those of formation, then each one that joined since (a host that came back is listed again). */
     const members = [...formation.members]
-    /** Every rank the run has had: numbers only grow, so this is also the next rank number. */
-    let currentWorld = worldSize
+    currentWorld = worldSize
     /**
      * A host that cannot be heard from any more (its agent's session ended, or
      * every rank of it went silent): its join link is closed, so its ranks end
