@@ -27,7 +27,7 @@ describe("FoldBarrier", () => {
   test("live lists the ranks ascending; a fresh barrier is not idle", () => {
     const barrier = new FoldBarrier<string>([3, 1, 2])
     expect(barrier.live).toEqual([1, 2, 3])
-    expect(barrier.allIdle).toBe(false)
+    expect(barrier.allIdle(1)).toBe(false)
     expect(barrier.take()).toBeUndefined()
   })
 
@@ -80,7 +80,7 @@ describe("FoldBarrier", () => {
     const barrier = new FoldBarrier<string>([0, 1])
     barrier.contribute(c(1))
     barrier.idle(1)
-    expect(barrier.allIdle).toBe(false)
+    expect(barrier.allIdle(1)).toBe(false)
     expect(barrier.take()).toBeUndefined()
     barrier.contribute(c(0))
     expect(ranksOf(barrier.take())).toEqual([0, 1])
@@ -89,15 +89,15 @@ describe("FoldBarrier", () => {
   test("allIdle holds when every live rank is idle, and after every rank has left", () => {
     const barrier = new FoldBarrier<string>([0, 1])
     barrier.idle(0)
-    expect(barrier.allIdle).toBe(false)
+    expect(barrier.allIdle(1)).toBe(false)
     barrier.idle(1)
-    expect(barrier.allIdle).toBe(true)
+    expect(barrier.allIdle(1)).toBe(true)
     // No round from nobody.
     expect(barrier.take()).toBeUndefined()
     barrier.leave(0)
     barrier.leave(1)
     expect(barrier.live).toEqual([])
-    expect(barrier.allIdle).toBe(true)
+    expect(barrier.allIdle(1)).toBe(true)
     expect(barrier.take()).toBeUndefined()
   })
 
@@ -107,7 +107,7 @@ describe("FoldBarrier", () => {
     barrier.idle(2)
     // Epoch end: every rank is woken before any of them hears of it.
     for (const rank of barrier.live) barrier.wake(rank)
-    expect(barrier.allIdle).toBe(false)
+    expect(barrier.allIdle(1)).toBe(false)
     barrier.contribute(c(1))
     expect(barrier.take()).toBeUndefined()
     barrier.contribute(c(0))
@@ -343,7 +343,7 @@ test("model: random contribute/idle/wake/leave/take/finish sequences agree with 
             break
         }
         expect(barrier.live).toEqual([...model.live].sort((a, b) => a - b))
-        expect(barrier.allIdle).toBe(model.allIdle)
+        expect(barrier.allIdle(1)).toBe(model.allIdle)
       }
     }),
     { seed: 20_240_611, numRuns: 400, includeErrorInReport: true }

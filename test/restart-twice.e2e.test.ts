@@ -204,7 +204,7 @@ const start = async (maxRestarts: number) => {
     return code
   }
 
-  return { dir, name, events, launch, port, pids, lastBatches, die, comeBack, crash, killFirst, finish }
+  return { dir, name, events, launch, lastBatches, die, comeBack, crash, killFirst, finish }
 }
 
 type Event = Record<string, unknown>

@@ -86,13 +86,15 @@ export class HostBeats extends Schema.TaggedClass<HostBeats>()("HostBeats", {
 }) {}
 
 /**
- * The world grew: ranks of new hosts take part in reduction rounds of epoch
- * `fromEpoch` on, so a relay that finished its rounds alone (the only host)
- * sends those rounds up from then.
+ * The world grew: `ranks` take part in reduction rounds of epoch `fromEpoch`
+ * on. A relay that finished its rounds alone (the only host) sends those
+ * rounds up from then, and a relay holding one of `ranks` (a restarted rank
+ * under its new number) waits for it in its rounds from then.
  */
 export class WorldGrown extends Schema.TaggedClass<WorldGrown>()("WorldGrown", {
   worldSize: Count,
-  fromEpoch: Count
+  fromEpoch: Count,
+  ranks: Schema.Array(Count)
 }) {}
 
 /** In kind order: append only. */

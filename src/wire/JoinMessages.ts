@@ -85,7 +85,13 @@ export class Abort extends Schema.TaggedClass<Abort>()("Abort", {
 /** Start (or restart) one of the host's ranks. */
 export class StartRank extends Schema.TaggedClass<StartRank>()("StartRank", {
   rank: Rank,
-  incarnation: Incarnation
+  incarnation: Incarnation,
+  /**
+   * The host's device slot, when the rank number is not one the host was admitted with: a restarted
+   * rank comes back under a new number on its old device. With it, the world's size as of now.
+   */
+  slot: Schema.optional(Schema.Int.pipe(Schema.between(0, 255))),
+  worldSize: Schema.optional(Schema.Int.pipe(Schema.positive()))
 }) {}
 
 /** Stop one rank: `kill` at once, or `graceful` (SIGTERM, SIGKILL after `graceMs`). */

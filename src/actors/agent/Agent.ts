@@ -75,6 +75,8 @@ export interface AgentOptions {
 
 interface RankProcess {
   readonly incarnation: number
+  /** The device slot it runs on (a restarted rank keeps its slot under a new number). */
+  readonly slot: number
   readonly child: ProcessChild.ProcessChild
 }
 
@@ -166,8 +168,8 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
       Effect.forever(Effect.zipRight(
         Effect.sleep(RESOURCES_EVERY),
         Effect.suspend(() => {
-          const processes = [...ranks].map(([rank, { child }]) => {
-            const device = options.devices.devices[accept.ranks.indexOf(rank)]
+          const processes = [...ranks].map(([rank, { child, slot }]) => {
+            const device = options.devices.devices[slot]
             return { rank, pid: child.pid, device: device?.kind === "gpu" ? device.index : "cpu" as const }
           })
           return processes.length === 0 ? Effect.void : report(new RankResources({ samples: sampler.sample(processes, performance.now()) }))
@@ -229,9 +231,9 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
         yield* startRelay
       })
 
-    const start = ({ incarnation, rank }: StartRank) =>
+    const start = ({ incarnation, rank, slot: given, worldSize }: StartRank) =>
       Effect.gen(function*() {
-        const slot = accept.ranks.indexOf(rank)
+        const slot = given ?? accept.ranks.indexOf(rank)
         const device = options.devices.devices[slot]
         if (slot < 0 || device === undefined) {
           return yield* report(new RankExited({ rank, incarnation, code: null, signal: null, detail: `rank ${rank} is not on host ${host}` }))
@@ -248,13 +250,21 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
           placement: {
             rank,
             localRank: slot,
-            worldSize: world.worldSize,
+            worldSize: worldSize ?? world.worldSize,
             localWorldSize: accept.ranks.length,
             groupRank: envelope.groupRank,
             device
           },
           torchrun: program._tag === "Command" ? world.master : undefined,
-          internal: internalEnvironment({ envelope: envelopeText, slot, incarnation, command: program._tag === "Command" })
+          // A rank under a number its host was not admitted with reads that number (and the world's size now) from its envelope.
+          internal: internalEnvironment({
+            envelope: rank === accept.ranks[slot] && worldSize === undefined
+              ? envelopeText
+              : toEnvironment({ ...envelope, ranks: accept.ranks.map((each, at) => (at === slot ? rank : each)), worldSize: worldSize ?? envelope.worldSize }),
+            slot,
+            incarnation,
+            command: program._tag === "Command"
+          })
         })
         const incarnationScope = yield* Scope.fork(scope, ExecutionStrategy.sequential)
         const spawned = yield* ProcessChild.spawn({
@@ -276,7 +286,7 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
           return yield* report(new RankExited({ rank, incarnation, code: null, signal: null, detail: spawned.left.message }))
         }
         const child = spawned.right
-        ranks.set(rank, { incarnation, child })
+        ranks.set(rank, { incarnation, slot, child })
         yield* report(new RankStarted({ rank, incarnation, pid: child.pid }))
         // A command: rank runs user code from its first instruction.
         if (program._tag === "Command") yield* markRunning(rank, incarnation)

@@ -117,6 +117,8 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
     const joining = new Map<number, { readonly since: number; attached: boolean }>()
     /** Entered newcomers whose welcome waits for the consensus of the epoch before `epoch` (since `at`). */
     const unwelcomed = new Map<number, { readonly epoch: number; readonly at: number }>()
+    /** Samples of the current epoch that no live rank holds (every member died): the next joiner to attach takes them. */
+    let stranded: ReadonlyArray<Ledger.SampleRange> = []
     const dead = new Set<number>()
     const attached = new Set<number>()
     const exiting = new Set<number>()
@@ -310,7 +312,10 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
           if (ledger === undefined || finished || stopping) continue
           const { extensions, ledger: next, orphaned } = Ledger.markDead(ledger, rank)
           ledger = next
-          if (orphaned.length > 0) yield* rescue(orphaned, cause)
+          if (orphaned.length > 0) {
+            stranded = [...stranded, ...orphaned]
+            yield* rescue(cause)
+          }
           for (const [survivor, ranges] of extensions) yield* options.send([survivor], new EpochExtend({ epoch: next.epoch, ranges }))
           options.onRedistributed?.(rank, extensions)
           const moved = [...extensions.values()].flat().reduce((sum, range) => sum + range.end - range.start, 0)
@@ -321,7 +326,10 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
           }
         }
         if (stopping || finished) return
-        if (alive.size === 0) return yield* saveAndStop(`every rank was lost`, "all_ranks_lost")
+        if (alive.size === 0 && joining.size === 0) return yield* saveAndStop(`every rank was lost`, "all_ranks_lost")
+        if (alive.size === 0) {
+          return yield* Effect.logWarning(`every member was lost (${cause}); rank(s) ${[...joining.keys()].join(", ")} that joined carry on once they attach`)
+        }
         if (options.limitReached(dead.size)) {
           return yield* saveAndStop(`max_failure exceeded (${dead.size}/${everyone.size} ranks lost)`, "max_failure_exceeded")
         }
@@ -332,12 +340,14 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
      * The last member died mid-epoch while joined ranks wait, attached, for the boundary: rather than lose the
      * run, they enter now and take over what is left of the epoch.
      */
-    const rescue = (orphaned: ReadonlyArray<Ledger.SampleRange>, cause: string) =>
+    const rescue = (cause: string) =>
       Effect.gen(function*() {
-        if (ledger === undefined) return
+        if (ledger === undefined || stranded.length === 0 || stopping || finished) return
         const epoch = ledger.epoch
         const entering = yield* enter(epoch)
         if (entering.size === 0) return
+        const orphaned = stranded
+        stranded = []
         ledger = Ledger.adopt(ledger, [...entering], orphaned).ledger
         yield* Effect.logWarning(`every member was lost (${cause}): rank(s) ${[...entering].join(", ")} enter at once and take epoch ${epoch}'s remaining ${Ledger.lengthOf(orphaned)} sample(s)`)
         // No member is left to offer a newer consensus: they start from the latest there is.
@@ -426,6 +436,8 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
         }
         // Before the first epoch has started, the first epoch is the next boundary.
         if (ledger === undefined && job.datasetSize > 0 && everyLiveAttached() && alive.size > 0) yield* startEpoch(firstEpoch)
+        // Every member died mid-epoch: the joiner takes over now rather than wait for a boundary no one will reach.
+        if (alive.size === 0) yield* rescue("no member was left")
       })
 
     const tick = Effect.gen(function*() {

@@ -505,7 +505,7 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
         return journal.recordSoon({ event: "rank_exited", at: Date.now(), rank, exit: describeExit(exit), clean: isClean(exit) })
       }),
       resources: (host, samples) => journal.recordSoon({ event: "resources", at: Date.now(), host, samples })
-    }, graceMs)
+    }, graceMs, (seat, member) => renumber(seat, member))
 
     // Orders for ranks go down their host's relay link.
     const hostOf = new Map(members.flatMap((member) => member.ranks.map((rank) => [rank, member.host] as const)))
@@ -533,26 +533,60 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
       Effect.gen(function*() {
         const hosts = new Set(ranks.flatMap((rank) => hostOf.get(rank) ?? []))
         for (const host of hosts) yield* controller?.enter(host, epoch) ?? Effect.void
-        const grown = new WorldGrown({ worldSize: currentWorld, fromEpoch: epoch })
+        const grown = new WorldGrown({ worldSize: currentWorld, fromEpoch: epoch, ranks })
         yield* Effect.forEach(new Set(members.map((member) => member.host)), (host) => gone.has(host) ? Effect.void : control.send(host, grown), { discard: true })
         if (rendezvous !== undefined) yield* rendezvous.grow(ranks)
         yield* record({ event: "ranks_entered", at: Date.now(), ranks, epoch })
       })
     const runScope = yield* Effect.scope
+    /**
+     * A seat (a supervised child, named by the rank it first ran as) and the rank number it runs as now: they
+     * differ once a training rank has been restarted, since a restart rejoins under a new number.
+     */
+    const numberOfSeat = new Map<number, number>()
+    const seatOfNumber = new Map<number, number>()
+    const numberOf = (seat: number) => numberOfSeat.get(seat) ?? seat
+    const seatOf = (rank: number) => seatOfNumber.get(rank) ?? rank
+    /**
+     * A training rank restarted by the failure policy rejoins like a newcomer: under the next rank number, on
+     * its old device, entering at the next epoch boundary from the consensus weights. Its old number is dead
+     * to the coordinator at once (its unprocessed samples go to the others) and is never used again. Jobs
+     * without epochs (and commands) keep their numbers: there is no boundary to enter at.
+     */
+    const renumber = (seat: number, member: JoinGate.Member): Effect.Effect<RemoteRanks.Renumbered | undefined> =>
+      Effect.gen(function*() {
+        if (coordinator === undefined || config.job.datasetSize === 0) return undefined
+        const old = numberOf(seat)
+        const rank = currentWorld
+        currentWorld += 1
+        numberOfSeat.set(seat, rank)
+        seatOfNumber.set(rank, seat)
+        hostOf.set(rank, member.host)
+        yield* Ref.update(world, (hosts) => new Map(hosts).set(member.host, [...(hosts.get(member.host) ?? []), rank]))
+        const device = book.get(old)?.device ?? "?"
+        book.set(rank, { host: member.host, device, pid: null, state: "starting", exits: [], running: true })
+        yield* Effect.logInfo(`rank ${old} of ${member.host} restarts as rank ${rank}: it rejoins at the next epoch boundary from the consensus weights`)
+        yield* record({ event: "world_grew", at: Date.now(), world: currentWorld, host: member.host, ranks: [rank], devices: [device], replaces: old })
+        yield* coordinator.join([rank])
+        yield* coordinator.ranksDead([old], `restarted as rank ${rank}`)
+        if (rendezvous !== undefined) yield* Effect.zipRight(rendezvous.lose([old], `rank ${old} restarts as rank ${rank}`), rendezvous.admit([rank]))
+        return { rank, slot: member.ranks.indexOf(seat), worldSize: currentWorld }
+      })
     /** Ranks given up on while their processes may live (silent, or absent from a rendezvous): counted lost, and killed. */
     giveUpRanks = (ranks, reason) =>
       supervisor === undefined ? Effect.void : Effect.gen(function*() {
-        yield* supervisor!.send(SupervisionEvent.RanksLost({ ranks, reason }))
+        // The supervisor knows seats (a restarted rank runs under a new number in its first number's seat).
+        yield* supervisor!.send(SupervisionEvent.RanksLost({ ranks: ranks.map(seatOf), reason }))
         for (const rank of ranks) {
           silent.add(rank)
-          const handle = yield* supervisor!.handle(`rank-${rank}`)
+          const handle = yield* supervisor!.handle(`rank-${seatOf(rank)}`)
           if (handle !== undefined) yield* Effect.forkIn(handle.stop("kill", Duration.millis(graceMs)), runScope)
         }
         // A host none of whose ranks is heard any more is likely cut off: a kill order would never reach it.
         for (const member of members) {
           // A host that came back is judged by its new ranks only.
           if (members.findLast((each) => each.host === member.host) !== member) continue
-          if (member.ranks.every((rank) => silent.has(rank))) yield* forgetHost(member.host, `none of its ranks has beaten for ${heartbeatTimeoutMs} ms`)
+          if (member.ranks.every((seat) => silent.has(numberOf(seat)))) yield* forgetHost(member.host, `none of its ranks has beaten for ${heartbeatTimeoutMs} ms`)
         }
       })
     if (config.job.program._tag === "Entry") {
@@ -599,14 +633,14 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
         directive._tag === "ReportDead"
           ? Effect.zipRight(
             Effect.zipRight(
-              Effect.sync(() => lost.push({ ranks: directive.ranks, cause: directive.cause })),
-              record({ event: "rank_lost", at: Date.now(), ranks: directive.ranks, cause: directive.cause })
+              Effect.sync(() => lost.push({ ranks: directive.ranks.map(numberOf), cause: directive.cause })),
+              record({ event: "rank_lost", at: Date.now(), ranks: directive.ranks.map(numberOf), cause: directive.cause })
             ),
             Effect.zipRight(
               // The death chain: the survivors take the dead ranks' work.
-              coordinator?.ranksDead(directive.ranks, directive.cause) ?? Effect.void,
+              coordinator?.ranksDead(directive.ranks.map(numberOf), directive.cause) ?? Effect.void,
               // The survivors re-rendezvous: a new NCCL communicator without the dead.
-              rendezvous?.lose(directive.ranks, directive.cause) ?? Effect.void
+              rendezvous?.lose(directive.ranks.map(numberOf), directive.cause) ?? Effect.void
             )
           )
           : directive._tag === "Start" || directive._tag === "Verdict"
@@ -614,7 +648,7 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
           : Effect.zipRight(
             // Ranks cohort stops leave early on purpose: the coordinator must not count them lost.
             directive._tag === "Terminate" && coordinator !== undefined
-              ? coordinator.stopOrdered(directive.ids.flatMap((id) => /^rank-(\d+)$/.exec(id) === null ? [] : [Number(id.slice(5))]))
+              ? coordinator.stopOrdered(directive.ids.flatMap((id) => /^rank-(\d+)$/.exec(id) === null ? [] : [numberOf(Number(id.slice(5)))]))
               : Effect.void,
             record({ event: "decision", at: Date.now(), decision: directive._tag, detail: describeDirective(directive) })
           )

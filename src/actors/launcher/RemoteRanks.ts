@@ -10,6 +10,11 @@
  * start side by side; one that cannot be started comes back as an exit. When a host's link
  * ends, every rank it still had is reported ended (the agent is gone, and its
  * ranks with it: they die with their agent).
+ *
+ * A child is a seat: a device of a host, named by the rank it first ran as.
+ * With `renumber`, every incarnation after the first runs under a new rank
+ * number the launcher hands out (a restarted rank rejoins like a newcomer),
+ * on the same device; reports name the number, and are traced to the seat.
  */
 import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
@@ -33,6 +38,8 @@ export interface RankObserver {
 
 interface Incarnation {
   readonly number: number
+  /** The rank number it runs as. */
+  readonly rank: number
   readonly exited: Deferred.Deferred<ChildExit>
   /** `exited`'s value, readable without a fiber: `onExit` checks and registers in one step. */
   ended: ChildExit | undefined
@@ -47,30 +54,42 @@ export interface RemoteRanks {
   readonly add: (member: Member) => Effect.Effect<ReadonlyArray<SupervisedChild>>
 }
 
+/** A restarted seat's new identity: its rank number, its device slot on the host, and the world's size now. */
+export interface Renumbered {
+  readonly rank: number
+  readonly slot: number
+  readonly worldSize: number
+}
+
 export const make = (
   members: ReadonlyArray<Member>,
   observer: RankObserver,
   /** How long a rank still running when its incarnation's Scope closes gets after SIGTERM. */
-  graceMs: number
+  graceMs: number,
+  /** Restarts run under a new number (see above); absent, under the seat's own. */
+  renumber?: (seat: number, member: Member) => Effect.Effect<Renumbered | undefined>
 ): Effect.Effect<RemoteRanks, never, Scope.Scope> =>
   Effect.gen(function*() {
     const scope = yield* Effect.scope
     const hostOf = new Map<number, Member>()
     for (const member of members) for (const rank of member.ranks) hostOf.set(rank, member)
+    /** Each seat's current incarnation. */
     const current = new Map<number, Incarnation>()
+    /** The seat of every number a rank has run as. */
+    const seatOf = new Map<number, number>()
     const lost = new Map<string, string>()
 
     const find = (rank: number, number: number) => {
-      const incarnation = current.get(rank)
-      return incarnation !== undefined && incarnation.number === number ? incarnation : undefined
+      const incarnation = current.get(seatOf.get(rank) ?? rank)
+      return incarnation !== undefined && incarnation.number === number && incarnation.rank === rank ? incarnation : undefined
     }
 
-    const endIncarnation = (rank: number, incarnation: Incarnation, exit: ChildExit) =>
+    const endIncarnation = (incarnation: Incarnation, exit: ChildExit) =>
       Effect.suspend(() => {
         if (incarnation.ended !== undefined) return Effect.void
         incarnation.ended = exit
         return Deferred.succeed(incarnation.exited, exit).pipe(
-          Effect.zipRight(observer.exited(rank, exit)),
+          Effect.zipRight(observer.exited(incarnation.rank, exit)),
           Effect.zipRight(Effect.forEach(incarnation.reactions.splice(0), (react) => react(exit), { discard: true }))
         )
       })
@@ -94,12 +113,12 @@ export const make = (
                 : message.signal !== null
                 ? ChildExit.Signaled({ signal: message.signal })
                 : ChildExit.Exited({ code: message.code ?? -1 })
-              yield* endIncarnation(message.rank, incarnation, exit)
+              yield* endIncarnation(incarnation, exit)
               break
             }
             case "RankResources":
               // Only the host's own ranks: an agent speaks for no one else.
-              yield* observer.resources(member.host, message.samples.filter((sample) => member.ranks.includes(sample.rank)))
+              yield* observer.resources(member.host, message.samples.filter((sample) => member.ranks.includes(seatOf.get(sample.rank) ?? -1)))
               break
             default:
               yield* Effect.logWarning(`ignored an unexpected ${message._tag} from the agent of ${member.host}`)
@@ -110,9 +129,9 @@ export const make = (
           Effect.gen(function*() {
             const why = `lost the agent of ${member.host} (${ended.detail})`
             lost.set(member.host, why)
-            for (const rank of member.ranks) {
-              const incarnation = current.get(rank)
-              if (incarnation !== undefined) yield* endIncarnation(rank, incarnation, ChildExit.Crashed({ detail: why }))
+            for (const seat of member.ranks) {
+              const incarnation = current.get(seat)
+              if (incarnation !== undefined) yield* endIncarnation(incarnation, ChildExit.Crashed({ detail: why }))
             }
           })
         )
@@ -120,15 +139,21 @@ export const make = (
 
     yield* Effect.forEach(members, (member) => Effect.forkScoped(listen(member)), { discard: true })
 
-    const start = (rank: number, member: Member): SupervisedChild["start"] =>
+    const start = (seat: number, member: Member): SupervisedChild["start"] =>
       Effect.gen(function*() {
         const gone = lost.get(member.host)
         if (gone !== undefined) return yield* Effect.fail(gone)
-        const number = (current.get(rank)?.number ?? -1) + 1
-        const incarnation: Incarnation = { number, exited: yield* Deferred.make<ChildExit>(), ended: undefined, reactions: [] }
-        current.set(rank, incarnation)
+        const number = (current.get(seat)?.number ?? -1) + 1
+        const renumbered = number > 0 && renumber !== undefined ? yield* renumber(seat, member) : undefined
+        const rank = renumbered?.rank ?? seat
+        seatOf.set(rank, seat)
+        const incarnation: Incarnation = { number, rank, exited: yield* Deferred.make<ChildExit>(), ended: undefined, reactions: [] }
+        current.set(seat, incarnation)
+        const order = renumbered === undefined
+          ? new StartRank({ rank, incarnation: number }, true)
+          : new StartRank({ rank, incarnation: number, slot: renumbered.slot, worldSize: renumbered.worldSize }, true)
         // Built unchecked: the codec checks it as it encodes it (8,000 of them as a big world starts).
-        yield* member.link.send(new StartRank({ rank, incarnation: number }, true)).pipe(
+        yield* member.link.send(order).pipe(
           Effect.catchAll((error) => Effect.fail(`cannot reach the agent of ${member.host}: ${error.message}`))
         )
         const stop = (mode: StopMode, grace: Duration.DurationInput) =>
@@ -142,7 +167,7 @@ export const make = (
         // capturing them for restoring costs several hundred bytes per rank.
         yield* Scope.addFinalizer(yield* Effect.scope, stop("graceful", Duration.millis(graceMs)))
         const handle: ChildHandle = {
-          describe: `rank ${rank} (incarnation ${number}) on ${member.host}`,
+          describe: rank === seat ? `rank ${rank} (incarnation ${number}) on ${member.host}` : `rank ${rank} (seat of rank ${seat}, incarnation ${number}) on ${member.host}`,
           exited: Deferred.await(incarnation.exited),
           stop,
           // Checks and registers in one synchronous step: no ending slips in between.
@@ -156,6 +181,7 @@ export const make = (
         return handle
       })
 
+    for (const rank of hostOf.keys()) seatOf.set(rank, rank)
     const children = [...hostOf.entries()]
       .sort(([a], [b]) => a - b)
       .map(([rank, member]) => rankChild(rank, start(rank, member), member.host))
@@ -163,7 +189,10 @@ export const make = (
       Effect.gen(function*() {
         // A host that comes back under its old name starts afresh: only its new link speaks for it.
         lost.delete(member.host)
-        for (const rank of member.ranks) hostOf.set(rank, member)
+        for (const rank of member.ranks) {
+          hostOf.set(rank, member)
+          seatOf.set(rank, rank)
+        }
         yield* Effect.forkIn(listen(member), scope)
         return member.ranks.map((rank) => rankChild(rank, start(rank, member), member.host))
       })

@@ -110,7 +110,16 @@ export type RunEvent =
   | { readonly event: "host_joined"; readonly at: number; readonly host: string; readonly ranks: ReadonlyArray<number> }
   | { readonly event: "join_rejected"; readonly at: number; readonly peer: string; readonly reason: string }
   | { readonly event: "world_formed"; readonly at: number; readonly world: number; readonly hosts: ReadonlyArray<{ readonly host: string; readonly ranks: ReadonlyArray<number>; readonly devices: ReadonlyArray<string> }> }
-  | { readonly event: "world_grew"; readonly at: number; readonly world: number; readonly host: string; readonly ranks: ReadonlyArray<number>; readonly devices: ReadonlyArray<string> }
+  | {
+    readonly event: "world_grew"
+    readonly at: number
+    readonly world: number
+    readonly host: string
+    readonly ranks: ReadonlyArray<number>
+    readonly devices: ReadonlyArray<string>
+    /** A restarted rank's new number: the number it ran as before. */
+    readonly replaces?: number
+  }
   | { readonly event: "ranks_entered"; readonly at: number; readonly ranks: ReadonlyArray<number>; readonly epoch: number }
   | { readonly event: "rank_started"; readonly at: number; readonly rank: number; readonly pid: number }
   | { readonly event: "cohort_formed"; readonly at: number }

@@ -5,6 +5,12 @@
  * (its epoch's work is used up), leaves the barrier at once; its next
  * contribution brings it back.
  *
+ * A rank that joined the running cohort (a restarted rank under a new number)
+ * takes part only in rounds of the epoch it entered at and later (`enter`):
+ * until then it is connected but waits for its boundary. A round belongs to
+ * the earliest epoch any contribution names, so a newcomer already at its
+ * first step waits while the others finish the epoch before.
+ *
  * Pure bookkeeping: the relay owns the sockets, segments and arithmetic.
  */
 export interface Contribution<S> {
@@ -21,6 +27,8 @@ export interface Contribution<S> {
 interface Member<S> {
   idle: boolean
   pending: Contribution<S> | undefined
+  /** The first epoch whose rounds wait for it (Infinity: joined, not yet entered). */
+  from: number
 }
 
 export class FoldBarrier<S> {
@@ -29,7 +37,7 @@ export class FoldBarrier<S> {
   private inFlight = false
 
   constructor(ranks: Iterable<number>) {
-    for (const rank of ranks) this.members.set(rank, { idle: false, pending: undefined })
+    for (const rank of ranks) this.members.set(rank, { idle: false, pending: undefined, from: 0 })
   }
 
   /** Ranks still in the barrier (alive), ascending. */
@@ -37,14 +45,23 @@ export class FoldBarrier<S> {
     return [...this.members.keys()].sort((a, b) => a - b)
   }
 
-  /** True when every live rank is waiting for work (or none is left). */
-  get allIdle(): boolean {
-    return [...this.members.values()].every((member) => member.idle)
+  /** True when every live rank that epoch `epoch`'s rounds wait for is waiting for work (or none is left). */
+  allIdle(epoch: number): boolean {
+    return [...this.members.values()].every((member) => member.idle || member.from > epoch)
   }
 
-  /** A rank (re)joins: a restarted rank is a member again, active. */
-  join(rank: number): void {
-    if (!this.members.has(rank)) this.members.set(rank, { idle: false, pending: undefined })
+  /**
+   * A rank (re)joins. A restarted rank under its own number is a member again, active; a rank new to
+   * this host (`entered: false`) waits for its `enter`.
+   */
+  join(rank: number, entered = true): void {
+    if (!this.members.has(rank)) this.members.set(rank, { idle: false, pending: undefined, from: entered ? 0 : Number.POSITIVE_INFINITY })
+  }
+
+  /** Rounds of `epoch` and later wait for `rank` (a member that joined unentered). */
+  enter(rank: number, epoch: number): void {
+    const member = this.members.get(rank)
+    if (member !== undefined) member.from = Math.min(member.from, epoch)
   }
 
   contribute(contribution: Contribution<S>): string | undefined {
@@ -79,7 +96,9 @@ export class FoldBarrier<S> {
   /** The next round's contributions (ascending rank), if it is ready; the round is then in flight. */
   take(): Array<Contribution<S>> | undefined {
     if (this.inFlight) return undefined
-    const active = [...this.members.values()].filter((member) => !member.idle)
+    let epoch = Number.POSITIVE_INFINITY
+    for (const member of this.members.values()) if (member.pending !== undefined) epoch = Math.min(epoch, member.pending.epoch)
+    const active = [...this.members.values()].filter((member) => !member.idle && member.from <= epoch)
     if (active.length === 0 || active.some((member) => member.pending === undefined)) return undefined
     const round = active.map((member) => member.pending!).sort((a, b) => a.rank - b.rank)
     for (const member of active) member.pending = undefined

@@ -143,7 +143,7 @@ export const run = (spec: RelaySpec, handshakeMs: number): Effect.Effect<void, R
       while (true) {
         const round = barrier.take()
         if (round === undefined) {
-          if (Number.isFinite(aloneBefore) && barrier.allIdle && !toldIdle && awaitingController === undefined) {
+          if (Number.isFinite(aloneBefore) && barrier.allIdle(endedEpoch + 1) && !toldIdle && awaitingController === undefined) {
             toldIdle = true
             upstream(new HostIdle({ afterEpoch: endedEpoch }))
           }
@@ -176,14 +176,16 @@ export const run = (spec: RelaySpec, handshakeMs: number): Effect.Effect<void, R
       const { rank } = socket.data
       if (message.t === "hello") {
         const claimed = message.rank
-        if (typeof claimed !== "number" || !spec.ranks.includes(claimed) || sockets.has(claimed)) {
+        // Only this host's agent starts processes that can reach the socket (the run directory is private); a
+        // number the host was not admitted with is a rank restarted under a new number.
+        if (typeof claimed !== "number" || !Number.isSafeInteger(claimed) || claimed < 0 || sockets.has(claimed)) {
           socket.write(encodeLocal({ t: "refused", reason: `rank ${String(claimed)} is not a rank of ${spec.host} awaiting its relay` }))
           return socket.end()
         }
         socket.data.rank = claimed
         sockets.set(claimed, socket)
-        // A restarted rank takes its place in the barrier again.
-        barrier.join(claimed)
+        // A restarted rank takes its place in the barrier again; one under a new number waits for its epoch (WorldGrown).
+        barrier.join(claimed, spec.ranks.includes(claimed))
         return
       }
       if (rank === undefined) return socket.end()
@@ -284,8 +286,12 @@ export const run = (spec: RelaySpec, handshakeMs: number): Effect.Effect<void, R
         const order = encodeOrder(received.order)
         for (const rank of received.ranks) tell(rank, { t: "order", order })
       } else if (received._tag === "WorldGrown") {
-        // Hosts joined: from their first epoch on, this host's rounds are no longer its own to finish.
-        aloneBefore = Math.min(aloneBefore, received.fromEpoch)
+        // Ranks entered. Another host's: from their first epoch on, this host's rounds are no longer its own to
+        // finish. One of this host's (restarted under a new number): its rounds wait for it from then.
+        const own = received.ranks.filter((rank) => sockets.has(rank))
+        for (const rank of own) barrier.enter(rank, received.fromEpoch)
+        if (own.length < received.ranks.length) aloneBefore = Math.min(aloneBefore, received.fromEpoch)
+        advance()
       } else if (received._tag === "Reduced") {
         if (awaitingController !== undefined) yield* Deferred.succeed(awaitingController, received)
       } else if (received._tag === "ElasticPulled") {
