@@ -41,6 +41,8 @@ export interface ControlGate {
   readonly send: (host: string, message: ControlMessage) => Effect.Effect<void>
   /** Close every relay link: the run is over. */
   readonly closeAll: Effect.Effect<void>
+  /** The host's relay speaks for these ranks too from now on (a restarted rank under a new number). */
+  readonly adopt: (host: string, ranks: ReadonlyArray<number>) => Effect.Effect<void>
 }
 
 export interface ControlGateOptions {
@@ -57,7 +59,7 @@ export interface ControlGateOptions {
 interface Registered {
   readonly link: ControlLink
   /** The host's ranks: the relay speaks for these only. */
-  readonly ranks: ReadonlySet<number>
+  readonly ranks: Set<number>
   /** When something last went down the link (ms). */
   sentAt: number
   /** It has spoken for another host's ranks (logged once). */
@@ -91,7 +93,8 @@ export const make = (options: ControlGateOptions): Effect.Effect<ControlGate, ne
       const ranks = world.get(hello.host)
       if (ranks === undefined) return `host ${hello.host} is not in this world`
       if (links.has(hello.host)) return `the relay of ${hello.host} has already registered`
-      if (ranks.join(",") !== hello.ranks.join(",")) {
+      // The ranks the host was admitted with come first; a restarted rank's new numbers follow them.
+      if (ranks.slice(0, hello.ranks.length).join(",") !== hello.ranks.join(",")) {
         return `the relay of ${hello.host} claims ranks ${hello.ranks.join(", ")}, but the host has ${ranks.join(", ")}`
       }
       return undefined
@@ -112,7 +115,7 @@ export const make = (options: ControlGateOptions): Effect.Effect<ControlGate, ne
         const why = problem(hello, yield* options.hosts)
         if (why !== undefined) return yield* refuse(link, why)
         const host = hello.host
-        const registered: Registered = { link, ranks: new Set(hello.ranks), sentAt: Date.now(), warned: false }
+        const registered: Registered = { link, ranks: new Set((yield* options.hosts).get(host)), sentAt: Date.now(), warned: false }
         links.set(host, registered)
         yield* sendOn(registered, new RelayAccepted())
         yield* Effect.logDebug(`relay of ${host} registered`)
@@ -155,6 +158,7 @@ export const make = (options: ControlGateOptions): Effect.Effect<ControlGate, ne
         const registered = links.get(host)
         return registered === undefined ? Effect.void : sendOn(registered, message)
       }),
-      closeAll
+      closeAll,
+      adopt: (host, ranks) => Effect.sync(() => ranks.forEach((rank) => links.get(host)?.ranks.add(rank)))
     }
   })

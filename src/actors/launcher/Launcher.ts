@@ -563,6 +563,7 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
         seatOfNumber.set(rank, seat)
         hostOf.set(rank, member.host)
         yield* Ref.update(world, (hosts) => new Map(hosts).set(member.host, [...(hosts.get(member.host) ?? []), rank]))
+        yield* control.adopt(member.host, [rank])
         const device = book.get(old)?.device ?? "?"
         book.set(rank, { host: member.host, device, pid: null, state: "starting", exits: [], running: true })
         yield* Effect.logInfo(`rank ${old} of ${member.host} restarts as rank ${rank}: it rejoins at the next epoch boundary from the consensus weights`)
