@@ -1,19 +1,21 @@
 /**
  * The `restart` failure policy under training, end to end through the real
  * CLI (four traced ranks of examples/train.ts, see traced-train-fixture.ts):
- * one rank dies more than once.
+ * one rank dies more than once. A restarted training rank rejoins like a
+ * newcomer: under the next rank number (1, then 4, then 5), on its old
+ * device, entering at the next epoch boundary from the consensus weights.
  * - Twice, under `max_restarts: 2`: it comes back twice (restart decisions of
- *   100 ms then 200 ms, three incarnations, each resumed from the consensus
- *   checkpoint), and the run completes whole: exit 0, the rank's row shows 2
- *   restarts, the weights agree, the accuracy is reached, and every sample of
+ *   100 ms then 200 ms, three incarnations, the later two resumed from the
+ *   consensus checkpoint under new numbers), and the run completes whole:
+ *   exit 0, the weights agree, the accuracy is reached, and every sample of
  *   every epoch was processed exactly once (the dead incarnations' one
  *   in-flight batch aside).
  * - A third time: past `max_restarts` the policy escalates: exit 1, the
  *   verdict names restart intensity exceeded, and nothing of the run is left
  *   running.
  * The first death is a SIGKILL (its pid read from the status endpoint), the
- * later ones a crash on cue (`<trace>/exit-r1`), each only once the previous
- * incarnation is back, has resumed and has made progress of its own.
+ * later ones a crash on cue (`<trace>/exit-r<its number>`), each only once the
+ * previous incarnation is back, has entered, resumed and made progress.
  */
 import { afterAll, afterEach, describe, expect, test } from "bun:test"
 import { existsSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs"
@@ -29,9 +31,10 @@ const launchers: Array<{ readonly kill: (signal: "SIGKILL") => void; readonly ex
 afterEach(() => launchers.splice(0).forEach((proc) => proc.exitCode === null && proc.kill("SIGKILL")))
 
 const DATASET = 50_000
-const EPOCHS = 6
-/** The rank that dies, again and again. */
+const EPOCHS = 8
+/** The rank that dies, again and again: its first number, then the next ones it is given (the world has 4). */
 const VICTIM = 1
+const RENUMBERED = [4, 5]
 const BATCH = 128
 
 const setUp = (maxRestarts: number) => {
@@ -138,7 +141,7 @@ const processesOf = (name: string): Array<string> =>
   })
 
 const resumedLines = (lines: ReadonlyArray<string>) =>
-  lines.filter((line) => new RegExp(`:r${VICTIM}\\] resumed from the checkpoint of epoch \\d+`).test(line))
+  lines.filter((line) => /:r\d+\] resumed from the checkpoint of epoch \d+/.test(line))
 
 /**
  * A run in progress and the victim's incarnations: `die` waits for the current
@@ -151,27 +154,32 @@ const start = async (maxRestarts: number) => {
   const launch = spawnLaunch(file, {}, ["--events", events])
   launchers.push(launch.proc)
   const port = await portOf(launch.stderr.lines)
-  const lastBatches: Array<Batch> = []
+  /** The dead incarnations' last reported batches, with the number each ran as. */
+  const lastBatches: Array<Batch & { readonly rank: number }> = []
   const pids: Array<number> = []
+  /** The number the victim runs as now. */
+  let victim = VICTIM
 
   const die = async (pid: number) => {
     await waitFor(() => !isRunning(pid), `incarnation ${pids.length} of rank ${VICTIM} (pid ${pid}) to die`, 20_000)
     // The restart is at least 100 ms away: what the trace holds now is the dead incarnation's.
-    const last = batchesOf(dir, VICTIM).at(-1)
-    if (last !== undefined) lastBatches.push(last)
+    const last = batchesOf(dir, victim).at(-1)
+    if (last !== undefined) lastBatches.push({ ...last, rank: victim })
   }
 
+  /** The restart `restarts` runs as the next number; it enters at a boundary, resumes and works. */
   const comeBack = async (restarts: number, previous: number): Promise<number> => {
+    const next = RENUMBERED[restarts - 1]!
+    await waitForLine(launch.stderr.lines, new RegExp(`rank ${victim} of localhost restarts as rank ${next}: it rejoins at the next epoch boundary`), `rank ${victim} to restart as rank ${next}`, 20_000)
+    victim = next
     const pid = await until(async () => {
-      const status = await rankStatus(port, VICTIM)
-      return status?.restarts === restarts && status.state === "running" && typeof status.pid === "number" && status.pid !== previous
-        ? status.pid
-        : undefined
-    }, `rank ${VICTIM} to be back with ${restarts} restart(s)`)
+      const status = await rankStatus(port, victim)
+      return status?.state === "running" && typeof status.pid === "number" && status.pid !== previous ? status.pid : undefined
+    }, `rank ${victim} to be running`)
     pids.push(pid)
-    await waitFor(() => resumedLines(launch.stdout.lines).length === restarts, `restart ${restarts} of rank ${VICTIM} to resume from the checkpoint`, 20_000)
-    const reported = batchesOf(dir, VICTIM).length
-    await waitFor(() => batchesOf(dir, VICTIM).length >= reported + 3, `restart ${restarts} of rank ${VICTIM} to make progress`, 20_000)
+    await waitForLine(launch.stderr.lines, new RegExp(`rank\\(s\\) ${victim} enter the cohort at epoch \\d+`), `rank ${victim} to enter at a boundary`, 20_000)
+    await waitForLine(launch.stdout.lines, new RegExp(`:r${victim}\\] resumed from the checkpoint of epoch \\d+`), `rank ${victim} to resume from the checkpoint`, 20_000)
+    await waitFor(() => batchesOf(dir, victim).length >= 3, `rank ${victim} to make progress`, 20_000)
     return pid
   }
 
@@ -180,7 +188,7 @@ const start = async (maxRestarts: number) => {
    * fixture reads the file as soon as it exists, and an empty one would be read as 0 (a clean exit).
    */
   const crash = (code: number) => {
-    const cue = join(dir, `exit-r${VICTIM}`)
+    const cue = join(dir, `exit-r${victim}`)
     writeFileSync(`${cue}.next`, String(code))
     renameSync(`${cue}.next`, cue)
   }
@@ -239,21 +247,24 @@ describe("restart, a rank that dies more than once", () => {
     expect(events.filter((event) => event.event === "decision" && event.decision === "Restart").map((event) => event.detail))
       .toEqual([`restart rank-${VICTIM} in 100 ms`, `restart rank-${VICTIM} in 200 ms`])
     expect(events.some((event) => event.event === "decision" && event.decision === "Escalate")).toBe(false)
-    // Each incarnation came back: three starts of the rank, under three pids; the two new ones resumed.
-    const starts = events.filter((event) => event.event === "rank_started" && event.rank === VICTIM).map((event) => event.pid)
-    expect(starts).toEqual([first, second, third])
-    expect(resumedLines(stdout)).toHaveLength(2)
+    // Each incarnation came back under the next number, on the same device: three starts under three pids,
+    // the two new ones grown into the world and resumed from the consensus.
+    const starts = events.filter((event) => event.event === "rank_started" && [VICTIM, ...RENUMBERED].includes(event.rank as number))
+    expect(starts.map((event) => [event.rank, event.pid])).toEqual([[VICTIM, first], [RENUMBERED[0], second], [RENUMBERED[1], third]])
+    expect(events.filter((event) => event.event === "world_grew").map((event) => [event.replaces, event.ranks])).toEqual([[VICTIM, [RENUMBERED[0]]], [RENUMBERED[0], [RENUMBERED[1]]]])
+    expect(resumedLines(stdout).map((line) => /:r(\d+)\]/.exec(line)![1])).toEqual(RENUMBERED.map(String))
     // The other ranks never restarted.
     for (const rank of [0, 2, 3]) expect(events.filter((event) => event.event === "rank_started" && event.rank === rank)).toHaveLength(1)
 
-    // The victim's row: the last incarnation ended cleanly, after 2 restarts; the others, none.
-    expect(tableRow(stderr, VICTIM)).toEqual({ exit: "0", restarts: 2 })
+    // The rows: the last incarnation ended cleanly; the dead ones with their deaths; nobody restarted in place.
+    expect(tableRow(stderr, RENUMBERED[1]!)).toEqual({ exit: "0", restarts: 0 })
+    expect(tableRow(stderr, RENUMBERED[0]!)).toEqual({ exit: "3", restarts: 0 })
     for (const rank of [0, 2, 3]) expect(tableRow(stderr, rank)).toEqual({ exit: "0", restarts: 0 })
 
     const { checksums, lastAccuracy } = finalLines(stdout)
     expect(checksums).toHaveLength(4)
     expect(new Set(checksums).size).toBe(1)
-    for (const rank of [0, 1, 2, 3]) expect(lastAccuracy(rank)).toBeGreaterThanOrEqual(95)
+    for (const rank of [0, 2, 3, RENUMBERED[1]!]) expect(lastAccuracy(rank)).toBeGreaterThanOrEqual(95)
 
     // Coverage: every sample of every epoch, once; twice only within a dead incarnation's last reported batch
     // (reported by it, then redone by the next incarnation).
@@ -266,8 +277,7 @@ describe("restart, a rank that dies more than once", () => {
       expect(repeated.length).toBeLessThanOrEqual(2 * BATCH)
       for (const [index, ranks] of repeated) {
         expect({ epoch, index, ranks: ranks.length }).toEqual({ epoch, index, ranks: 2 })
-        expect(ranks).toContain(VICTIM)
-        expect(run.lastBatches.some((batch) => batch.epoch === epoch && batch.indices.includes(index))).toBe(true)
+        expect(run.lastBatches.some((batch) => batch.epoch === epoch && batch.indices.includes(index) && ranks.includes(batch.rank))).toBe(true)
       }
     }
     console.log(`restart twice: ${((performance.now() - started) / 1000).toFixed(1)} s`)
@@ -287,6 +297,7 @@ describe("restart, a rank that dies more than once", () => {
     const code = await run.finish()
     const stderr = run.launch.stderr.lines
     expect(code).toBe(1)
+    // The supervisor names the child by its seat: the rank it first ran as.
     expect(stderr.at(-1)).toBe(
       `cohort: run failed: rank ${VICTIM} of localhost exited with status 4; restart intensity exceeded: ` +
         `rank ${VICTIM} of localhost would be restart 3 within 300000 ms (max_restarts 2)`
@@ -297,8 +308,8 @@ describe("restart, a rank that dies more than once", () => {
     expect(events.filter((event) => event.event === "decision" && event.decision === "Restart")).toHaveLength(2)
     expect(events.filter((event) => event.event === "decision" && event.decision === "Escalate").map((event) => event.detail))
       .toEqual([expect.stringContaining("restart intensity exceeded")])
-    expect(events.filter((event) => event.event === "rank_started" && event.rank === VICTIM).map((event) => event.pid)).toEqual([first, second, third])
-    expect(tableRow(stderr, VICTIM)).toEqual({ exit: "4", restarts: 2 })
+    expect(events.filter((event) => event.event === "rank_started" && [VICTIM, ...RENUMBERED].includes(event.rank as number)).map((event) => event.pid)).toEqual([first, second, third])
+    expect(tableRow(stderr, RENUMBERED[1]!)).toEqual({ exit: "4", restarts: 0 })
     // The run did not train to its end.
     expect(stderr).not.toContain(`cohort: training done: ${EPOCHS} epoch(s)`)
 
