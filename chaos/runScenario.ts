@@ -16,7 +16,7 @@
  * Training is the traced example (test/fixtures/traced-train-fixture.ts),
  * slowed so that an epoch lasts long enough to strike in the middle of one.
  */
-import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
+import { mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join, resolve } from "node:path"
 import { magic } from "../src/wire/Channel.ts"
@@ -127,7 +127,9 @@ const traces = (dir: string): Map<number, Map<number, Array<number>>> => {
   const seen = new Map<number, Map<number, Array<number>>>()
   for (const name of readdirSync(dir).filter((entry) => /^r\d+\.jsonl$/.test(entry))) {
     const rank = Number(name.slice(1, -6))
-    for (const line of readFileSync(join(dir, name), "utf8").split("\n").filter(Boolean)) {
+    // Whole lines only: a rank may be appending one right now.
+    const text = readFileSync(join(dir, name), "utf8")
+    for (const line of text.slice(0, text.lastIndexOf("\n") + 1).split("\n").filter(Boolean)) {
       let parsed: { epoch: number; indices: Array<number> }
       try {
         parsed = JSON.parse(line)
@@ -272,7 +274,11 @@ export const runScenario = async (scenario: Scenario, hosts?: Hosts): Promise<Sc
         // The rank exits by itself: the traced fixture's exit file names it.
         const victim = await victimRank()
         if (victim === undefined) mismatches.push(`no victim rank on ${victimHost}`)
-        else writeFileSync(join(trace, `exit-r${victim.rank}`), String(fault.code))
+        else {
+          // Written aside and renamed into place: the fixture reads the file as soon as it exists, and an empty one reads as 0.
+          writeFileSync(join(trace, `exit-r${victim.rank}.next`), String(fault.code))
+          renameSync(join(trace, `exit-r${victim.rank}.next`), join(trace, `exit-r${victim.rank}`))
+        }
         break
       }
       case "relay_kill": {

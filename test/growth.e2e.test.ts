@@ -86,7 +86,9 @@ const traces = (dir: string) => {
   const seen = new Map<number, Map<number, Array<number>>>()
   for (const name of readdirSync(dir).filter((entry) => /^r\d+\.jsonl$/.test(entry))) {
     const rank = Number(name.slice(1, -6))
-    for (const line of readFileSync(join(dir, name), "utf8").split("\n").filter(Boolean)) {
+    // Whole lines only: a rank may be appending one right now.
+    const text = readFileSync(join(dir, name), "utf8")
+    for (const line of text.slice(0, text.lastIndexOf("\n") + 1).split("\n").filter(Boolean)) {
       const { epoch, indices } = JSON.parse(line) as { epoch: number; indices: Array<number> }
       const samples = seen.get(epoch) ?? new Map<number, Array<number>>()
       seen.set(epoch, samples)
