@@ -193,6 +193,8 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
           finished = true
           yield* Effect.logInfo(`training done: ${lastEpoch} epoch(s)`)
           yield* options.send(live(), new TrainingDone())
+          // Joined ranks that never entered leave too, holding the final consensus like everyone else.
+          for (const [rank, waiting] of joining) if (waiting.attached) yield* dismiss(rank)
           return yield* options.drained
         }
         const weighted = (job.backend === "cpu_cadence" || job.backend === "cpu_async") &&
@@ -259,6 +261,8 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
           const first = ledger?.epoch ?? lastEpoch + 1
           yield* options.send([rank], new Welcome({ firstEpoch: first, ...(consensus === undefined ? {} : { checkpoint: consensus.state }) }))
           if (ledger !== undefined && ledger.epoch === epoch) yield* options.send([rank], new EpochStart({ epoch, ranges: ledger.assigned.get(rank) ?? [] }))
+          else if (stopping) yield* options.send([rank], new Stop({ reason: "the run is stopping", saved: false }))
+          else if (finished) yield* options.send([rank], new TrainingDone())
         }
       })
 
@@ -406,6 +410,8 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
           }
           case "Exiting": {
             exiting.add(rank)
+            // A member leaving has offered whatever checkpoint it would: newcomers waiting for one stop waiting.
+            if (unwelcomed.size > 0) yield* welcomeNewcomers(() => true)
             // A rank that returns with work left, unasked, is lost like a dead one: its samples go to the survivors.
             const left = ledger === undefined ? 0 : Ledger.lengthOf(Ledger.remainder(ledger, rank))
             if (left === 0 || finished || stopping || ordered.has(rank)) return
@@ -427,17 +433,24 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
         lastSeen.set(rank, yield* now)
         if (report._tag !== "Attach") return
         waiting.attached = true
-        if (finished || stopping) {
-          joining.delete(rank)
-          alive.add(rank)
-          attached.add(rank)
-          yield* options.send([rank], new Welcome({ firstEpoch: lastEpoch + 1 }))
-          return yield* options.send([rank], stopping ? new Stop({ reason: "the run is stopping", saved: false }) : new TrainingDone())
-        }
+        if (finished || stopping) return yield* dismiss(rank)
         // Before the first epoch has started, the first epoch is the next boundary.
         if (ledger === undefined && job.datasetSize > 0 && everyLiveAttached() && alive.size > 0) yield* startEpoch(firstEpoch)
         // Every member died mid-epoch: the joiner takes over now rather than wait for a boundary no one will reach.
         if (alive.size === 0) yield* rescue("no member was left")
+      })
+
+    /**
+     * A joined rank too late for any epoch: it is told there is none, and holds the final consensus like the
+     * members (the welcome waits for the last epoch's, as any newcomer's does for the epoch before its first).
+     */
+    const dismiss = (rank: number) =>
+      Effect.gen(function*() {
+        joining.delete(rank)
+        alive.add(rank)
+        attached.add(rank)
+        unwelcomed.set(rank, { epoch: lastEpoch + 1, at: yield* now })
+        yield* welcomeNewcomers(() => stopping)
       })
 
     const tick = Effect.gen(function*() {
