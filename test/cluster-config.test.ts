@@ -57,6 +57,14 @@ describe("cluster.yml", () => {
     expect(named.job).toEqual({ program: { _tag: "Command", command: ["python3", "train.py"] }, args: ["--lr", "0.1"], backend: "cpu_sync", datasetSize: 0, epochs: 1, cadence: 8, checkpoint: undefined, outerOptimizer: undefined, asyncAlpha: 0.5 })
   })
 
+  test("growth: after_formation and max_ranks, and max_failure_base on the elastic policy", async () => {
+    const grows = await decode(`controller: { join: { min_ranks: 1, after_formation: accept, max_ranks: 8 } }\n${minimal("  - { host: a, devices: 2 }")}failure_policy:\n  after_formation: { elastic: { max_failure: 25% } }\n  max_failure_base: current\n`)
+    expect([grows.controller.join.afterFormation, grows.controller.join.maxRanks]).toEqual(["accept", 8])
+    expect(grows.failurePolicy.strategy.afterFormation).toEqual(new Elastic({ maxFailure: new Percent({ p: 25 }), base: "current" }))
+    const fixed = await decode(minimal("  - { host: a, devices: 2 }"))
+    expect([fixed.controller.join.afterFormation, fixed.controller.join.maxRanks]).toEqual(["reject", undefined])
+  })
+
   const w = "  - { host: a, devices: 2 }"
   test.each([
     ["no workers", "job: { entry: t.ts }", "workers (line 1, col 1): expected a list of workers, each with host and devices"],
@@ -91,6 +99,12 @@ describe("cluster.yml", () => {
     ["bad backend", minimal(w, "job: { entry: t.ts, backend: gpu }"), `job.backend (line 3, col 30): expected one of "cpu_sync", "cpu_cadence", "cpu_async", "nccl", got "gpu"`],
     ["unknown top-level key", `${minimal(w)}ranks: 4\n`, `(top level) (line 4, col 1): unknown key "ranks"; known keys: name, controller, workers, env, job, failure_policy`],
     ["bad failure policy", `${minimal(w)}failure_policy: { grace: soon }\n`, "failure_policy.grace (line 4, col 26): expected a duration"],
+    ["unknown after_formation", `controller: { join: { after_formation: maybe } }\n${minimal(w)}`, `controller.join.after_formation (line 1, col 40): expected one of "reject", "accept", got "maybe"`],
+    ["max_ranks without growth", `controller: { join: { max_ranks: 4 } }\n${minimal(w)}`, "controller.join.max_ranks (line 1, col 34): max_ranks caps growth after formation: add after_formation: accept, or remove max_ranks"],
+    ["max_ranks below min_ranks", `controller: { join: { min_ranks: 2, after_formation: accept, max_ranks: 1 } }\n${minimal(w)}`, "controller.join.max_ranks (line 1, col 73): expected at least min_ranks (2), got 1"],
+    ["growth of a command job", `controller: { join: { after_formation: accept } }\n${minimal(w, "job: { command: [python3, train.py] }")}`, "a command job (torchrun-style) has a fixed world: growth needs an entry job, or after_formation: reject"],
+    ["max_failure_base without a limit", `${minimal(w)}failure_policy: { after_formation: elastic, max_failure_base: current }\n`, "only an elastic after_formation policy with a max_failure has a base: add one, or remove max_failure_base"],
+    ["bad max_failure_base", `${minimal(w)}failure_policy: { after_formation: { elastic: { max_failure: 2 } }, max_failure_base: now }\n`, `expected one of "formation", "current", got "now"`],
     ["not YAML", "workers: [", "not valid YAML"]
   ])("refuses %s", async (_name, text, expected) => {
     expect((await problems(text)).join("\n")).toContain(expected)

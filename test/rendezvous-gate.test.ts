@@ -21,11 +21,13 @@ const gateWith = (world: ReadonlyArray<number>, local: ReadonlyArray<number>) =>
   Effect.gen(function*() {
     const salt = newSalt()
     const failures: Array<string> = []
+    const absent: Array<{ ranks: ReadonlyArray<number>; reason: string }> = []
     const gate = yield* RendezvousGate.make({
       salt,
       handshakeMs: 5_000,
       idTimeoutMs: 2_000,
-      onFailure: (reason) => Effect.sync(() => failures.push(reason))
+      onFailure: (reason) => Effect.sync(() => failures.push(reason)),
+      onAbsent: (ranks, reason) => Effect.sync(() => absent.push({ ranks, reason }))
     })
     const mux = yield* PortMux.start({ address: "127.0.0.1", port: 0, magicDeadlineMs: 5_000, owners: { rendezvous: gate.owner } })
     yield* gate.begin(world, new Set(local))
@@ -49,8 +51,49 @@ const gateWith = (world: ReadonlyArray<number>, local: ReadonlyArray<number>) =>
         yield* link.send(new Join({ rank, incarnation }))
         return { link, next: Queue.take(inbox), pending: Queue.size(inbox), ended: Deferred.await(ended) }
       })
-    return { failures, gate, rank }
+    return { absent, failures, gate, rank }
   })
+
+describe("RendezvousGate growth", () => {
+  effect.live("an admitted rank may dial in at once but waits; at its boundary the whole cohort re-forms with it, in ascending order", () =>
+    Effect.gen(function*() {
+      const { failures, gate, rank } = yield* gateWith([0, 2], [])
+      const [r0, r2] = [yield* rank(0), yield* rank(2)]
+      expect(yield* r0.next).toMatchObject({ _tag: "ProvideId", generation: 0 })
+      yield* r0.link.send(new IdProvided({ generation: 0, id: idOf(1) }))
+      for (const member of [r0, r2]) expect(yield* member.next).toMatchObject({ _tag: "Ready", generation: 0, members: [0, 2] })
+      // Rank 3 joined the cohort: it dials in, and nothing changes until it enters.
+      yield* gate.admit([3])
+      const r3 = yield* rank(3)
+      yield* eventually(Effect.map(gate.history, (history) => history.length === 1), "the first generation to stay alone")
+      expect(yield* r0.pending).toBe(0)
+      expect(yield* r3.pending).toBe(0)
+      yield* gate.grow([3])
+      for (const member of [r0, r2]) expect(yield* member.next).toMatchObject({ _tag: "Reform", generation: 0 })
+      expect(yield* r0.next).toMatchObject({ _tag: "ProvideId", generation: 1 })
+      yield* r0.link.send(new IdProvided({ generation: 1, id: idOf(2) }))
+      for (const member of [r0, r2, r3]) {
+        const ready = yield* member.next
+        expect(ready).toMatchObject({ _tag: "Ready", generation: 1, members: [0, 2, 3] })
+        expect(ready._tag === "Ready" && [...ready.id]).toEqual([...idOf(2)])
+      }
+      expect(failures).toEqual([])
+    }), 10_000)
+
+  effect.live("a rank that enters without having dialed in is reported absent after the id timeout", () =>
+    Effect.gen(function*() {
+      const { absent, gate, rank } = yield* gateWith([0], [])
+      const r0 = yield* rank(0)
+      expect(yield* r0.next).toMatchObject({ _tag: "ProvideId", generation: 0 })
+      yield* r0.link.send(new IdProvided({ generation: 0, id: idOf(1) }))
+      expect(yield* r0.next).toMatchObject({ _tag: "Ready", members: [0] })
+      yield* gate.admit([1])
+      yield* gate.grow([1])
+      expect(yield* r0.next).toMatchObject({ _tag: "Reform", generation: 0 })
+      yield* eventually(Effect.sync(() => absent.length === 1), "rank 1 to be reported absent", 5_000)
+      expect(absent).toEqual([{ ranks: [1], reason: "did not join the NCCL rendezvous within 2000 ms of entering" }])
+    }), 10_000)
+})
 
 describe("RendezvousGate", () => {
   effect.live("once every rank has joined, the local generator's id reaches every member with the same member list", () =>
