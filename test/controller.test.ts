@@ -49,6 +49,36 @@ const floatsOf = (message: { readonly data: Uint8Array }) => {
 
 const f = Math.fround
 
+describe("Controller growth", () => {
+  test("a host that enters at epoch 3 is not waited for in epoch 2's rounds, and is in every round of epoch 3 on", () => {
+    const { controller, run, drain } = setUp(["a", "b"])
+    run(controller.enter("c", 3))
+    // The newcomer is at its first step already; the others finish epoch 2 without it.
+    run(controller.fold("c", fold([30], { epoch: 3 })))
+    run(controller.fold("a", fold([2], { epoch: 2 })))
+    run(controller.fold("b", fold([4], { epoch: 2 })))
+    const epoch2 = drain()
+    expect(epoch2.map(({ host }) => host)).toEqual(["a", "b"])
+    expect(floatsOf(epoch2[0]!.message)).toEqual([3])
+    // Epoch 3's first round: c's fold was waiting; the round is everyone's.
+    run(controller.fold("a", fold([0], { epoch: 3 })))
+    expect(drain()).toEqual([])
+    run(controller.fold("b", fold([0], { epoch: 3 })))
+    const epoch3 = drain()
+    expect(epoch3.map(({ host }) => host)).toEqual(["a", "b", "c"])
+    expect(floatsOf(epoch3[0]!.message)).toEqual([10])
+  })
+
+  test("a host already in the rounds stays in them when a restarted rank of it enters later", () => {
+    const { controller, run, drain } = setUp(["a", "b"])
+    run(controller.enter("b", 3))
+    run(controller.fold("a", fold([2], { epoch: 2 })))
+    expect(drain()).toEqual([])
+    run(controller.fold("b", fold([4], { epoch: 2 })))
+    expect(drain().map(({ host }) => host)).toEqual(["a", "b"])
+  })
+})
+
 describe("Controller", () => {
   test("two hosts: the weighted average is Σ data / Σ weight, sent to both", () => {
     const { controller, run, drain } = setUp(["a", "b"])

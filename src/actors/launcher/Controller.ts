@@ -118,7 +118,8 @@ export const make = (options: ControllerOptions): Controller => {
       idle.clear()
     }),
     enter: (host, epoch) => Effect.suspend(() => {
-      members.set(host, epoch)
+      // A host already in the rounds (a restarted rank of it entering) stays in them.
+      members.set(host, Math.min(members.get(host) ?? epoch, epoch))
       idle.delete(host)
       return advance
     }),
