@@ -23,6 +23,49 @@ const c = (rank: number, options: Partial<Omit<Contribution<string>, "rank">> = 
 
 const ranksOf = (round: ReadonlyArray<Contribution<string>> | undefined) => round?.map((contribution) => contribution.rank)
 
+describe("FoldBarrier growth", () => {
+  test("a rank new to the host waits unentered; from its epoch on every round waits for it, earlier ones never do", () => {
+    const barrier = new FoldBarrier<string>([0, 1])
+    barrier.join(7, false)
+    // Unentered: the host's rounds go on without it, and it does not keep the host from being idle.
+    barrier.contribute(c(0, { epoch: 2 }))
+    barrier.contribute(c(1, { epoch: 2 }))
+    expect(barrier.take()?.map((each) => each.rank)).toEqual([0, 1])
+    barrier.finish()
+    barrier.idle(0)
+    barrier.idle(1)
+    expect(barrier.allIdle(2)).toBe(true)
+    barrier.enter(7, 3)
+    expect(barrier.allIdle(2)).toBe(true)
+    expect(barrier.allIdle(3)).toBe(false)
+    // The epoch-end round of epoch 2 is the members' alone, even with the newcomer already at its first step.
+    barrier.wake(0)
+    barrier.wake(1)
+    barrier.wake(7)
+    barrier.contribute(c(7, { epoch: 3 }))
+    barrier.contribute(c(0, { epoch: 2 }))
+    expect(barrier.take()).toBeUndefined()
+    barrier.contribute(c(1, { epoch: 2 }))
+    expect(barrier.take()?.map((each) => each.rank)).toEqual([0, 1])
+    barrier.finish()
+    // Epoch 3: everyone, the newcomer's waiting contribution included.
+    barrier.contribute(c(0, { epoch: 3 }))
+    expect(barrier.take()).toBeUndefined()
+    barrier.contribute(c(1, { epoch: 3 }))
+    expect(barrier.take()?.map((each) => each.rank)).toEqual([0, 1, 7])
+  })
+
+  test("a rank the host was admitted with that comes back is in the rounds at once, as before", () => {
+    const barrier = new FoldBarrier<string>([0, 1])
+    barrier.leave(1)
+    barrier.join(1)
+    barrier.contribute(c(0))
+    expect(barrier.take()).toBeUndefined()
+    barrier.contribute(c(1))
+    expect(barrier.take()?.map((each) => each.rank)).toEqual([0, 1])
+  })
+})
+
 describe("FoldBarrier", () => {
   test("live lists the ranks ascending; a fresh barrier is not idle", () => {
     const barrier = new FoldBarrier<string>([3, 1, 2])
