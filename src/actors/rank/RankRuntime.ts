@@ -90,8 +90,12 @@ export const runRank = async (options: RuntimeOptions): Promise<number> => {
   }
   if (rank === undefined) return fail(`COHORT_LOCAL_SLOT ${options.slot} is out of range: host ${envelope.host} has ${envelope.ranks.length} slot(s)`)
 
+  /** Wakes whatever the training context is waiting on (bound once it exists). */
+  let wakeWaits = (_reason: string) => {}
   const stopRank = (reason: string) => {
     shutdown.abort(new Error(reason))
+    // A rank waiting for work (its share used up) would otherwise wait on until killed.
+    wakeWaits(reason)
     // Code that never looked at the signal cannot wind down: end now.
     if (!handlesShutdown) process.exit(143)
   }
@@ -124,6 +128,7 @@ export const runRank = async (options: RuntimeOptions): Promise<number> => {
   })
   client.catch(() => undefined)
   const train =  makeTraining(client, { datasetSize: envelope.datasetSize, rank, backend: envelope.backend, tensors }, (reason) => stopRank(`cohort stopped the run: ${reason}`))
+  wakeWaits = (reason) => train.stop(reason)
   const context = contextFor(envelope, options.slot, options.restartCount, shutdown.signal, () => (handlesShutdown = true), train.context, rendezvous)
   if (typeof context === "string") return fail(context)
 
