@@ -16,12 +16,13 @@
  * - the four final checksums are equal and every rank reaches 95% accuracy.
  */
 import { afterAll, afterEach, beforeAll, describe, expect, test } from "bun:test"
-import { chmodSync, copyFileSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
+import { chmodSync, copyFileSync, existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { repoRoot, spawnLaunch } from "./support/launch-scenario.ts"
 import { type Hosts, makeHosts, netnsUnavailable } from "./support/netns.ts"
 import { collectLines, commandLine, waitFor } from "./support/processes.ts"
+import { traces } from "./support/traces.ts"
 
 const unavailable = netnsUnavailable()
 if (unavailable !== undefined) console.log(`multi-host growth test skipped: ${unavailable}`)
@@ -85,23 +86,6 @@ const lineMatching = (lines: ReadonlyArray<string>, pattern: RegExp, what: strin
 
 /** An agent, relay or rank (from the checkout or a bundle). */
 const COHORT = /bun\S* (\S*\/)?src\/cli\/(agent|relay|rank)\.ts|\/(relay|rank)\.js/
-
-/** Per epoch, every sample and the ranks that reported it, from the traces in `dir`. */
-const traces = (dir: string) => {
-  const seen = new Map<number, Map<number, Array<number>>>()
-  for (const name of readdirSync(dir).filter((entry) => /^r\d+\.jsonl$/.test(entry))) {
-    const rank = Number(name.slice(1, -6))
-    // Whole lines only: a rank may be appending one right now.
-    const text = readFileSync(join(dir, name), "utf8")
-    for (const line of text.slice(0, text.lastIndexOf("\n") + 1).split("\n").filter(Boolean)) {
-      const { epoch, indices } = JSON.parse(line) as { epoch: number; indices: Array<number> }
-      const samples = seen.get(epoch) ?? new Map<number, Array<number>>()
-      seen.set(epoch, samples)
-      for (const index of indices) samples.set(index, [...(samples.get(index) ?? []), rank])
-    }
-  }
-  return seen
-}
 
 describe.skipIf(unavailable !== undefined)("elastic growth across hosts (network namespaces)", () => {
   test("the second host arrives late: its ranks enter at the next epoch from the consensus, every sample once, equal checksums", async () => {

@@ -9,12 +9,13 @@
  * A run without `accept` refuses the same agent.
  */
 import { afterAll, afterEach, describe, expect, test } from "bun:test"
-import { copyFileSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
+import { copyFileSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import type { RunEvent } from "../src/actors/launcher/RunView.ts"
 import { fetchState, repoRoot, spawnLaunch } from "./support/launch-scenario.ts"
 import { isGone, waitFor } from "./support/processes.ts"
+import { traces } from "./support/traces.ts"
 
 const dirs: Array<string> = []
 afterAll(() => dirs.forEach((dir) => rmSync(dir, { recursive: true, force: true })))
@@ -79,23 +80,6 @@ const startLateAgent = (dir: string, port: number, launcherPid: number) => {
   }
   const done = Promise.all([collect(proc.stdout), collect(proc.stderr)])
   return { proc, lines, done }
-}
-
-/** Per epoch, each sample's ranks, from the traces. */
-const traces = (dir: string) => {
-  const seen = new Map<number, Map<number, Array<number>>>()
-  for (const name of readdirSync(dir).filter((entry) => /^r\d+\.jsonl$/.test(entry))) {
-    const rank = Number(name.slice(1, -6))
-    // Whole lines only: a rank may be appending one right now.
-    const text = readFileSync(join(dir, name), "utf8")
-    for (const line of text.slice(0, text.lastIndexOf("\n") + 1).split("\n").filter(Boolean)) {
-      const { epoch, indices } = JSON.parse(line) as { epoch: number; indices: Array<number> }
-      const samples = seen.get(epoch) ?? new Map<number, Array<number>>()
-      seen.set(epoch, samples)
-      for (const index of indices) samples.set(index, [...(samples.get(index) ?? []), rank])
-    }
-  }
-  return seen
 }
 
 describe("elastic growth", () => {

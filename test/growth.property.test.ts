@@ -304,6 +304,23 @@ test("re-planning: random joins and deaths at random times keep every epoch's co
 
 const rankChild = (rank: number): ChildSpec => ({ id: `rank-${rank}`, label: `rank ${rank}`, ranks: [rank], group: undefined, restart: "transient", significant: false })
 
+/** `decide` over a formed world of `world` rank children, one event at a time, 10 ms apart. */
+const formed = (afterFormation: Elastic, world: number) => {
+  const strategy = new Phased({ beforeFormation: new KillAll(), afterFormation })
+  const self = {
+    state: initialState(Array.from({ length: world }, (_, rank) => rankChild(rank))) as SupervisorState,
+    now: 0,
+    run: (event: SupervisionEvent): ReadonlyArray<Directive> => {
+      const [directives, next] = decide(strategy, self.state, event, (self.now += 10))
+      self.state = next
+      return directives
+    }
+  }
+  self.run(SupervisionEvent.Boot())
+  self.run(SupervisionEvent.CohortFormed())
+  return self
+}
+
 const supervisionArb = fc.record({
   world: fc.integer({ min: 1, max: 6 }),
   maxFailure: fc.oneof(fc.integer({ min: 0, max: 6 }).map((n) => new Count({ n })), fc.constantFrom(0, 25, 50, 75, 100).map((p) => new Percent({ p }))),
@@ -321,70 +338,50 @@ const supervisionArb = fc.record({
 test("supervision: joined ranks start once and count; numbers are never reused; max_failure trips exactly at the limit over its base", () => {
   fc.assert(
     fc.property(supervisionArb, ({ base, maxFailure, steps, world }) => {
-      const strategy = new Phased({ beforeFormation: new KillAll(), afterFormation: new Elastic({ maxFailure, base }) })
-      const children = Array.from({ length: world }, (_, rank) => rankChild(rank))
-      let state: SupervisorState = initialState(children)
-      let now = 0
-      const run = (event: SupervisionEvent) => {
-        const [directives, next] = decide(strategy, state, event, (now += 10))
-        state = next
-        return directives
-      }
-      run(SupervisionEvent.Boot())
-      run(SupervisionEvent.CohortFormed())
+      const supervised = formed(new Elastic({ maxFailure, base }), world)
+      const { run } = supervised
       let nextRank = world
       const started = new Map<string, number>()
-      let stoppedAt: number | undefined
       for (const step of steps) {
-        const before = state
+        const before = supervised.state
         let directives: ReadonlyArray<Directive>
         if (step.kind === "join") {
           const joining = Array.from({ length: step.count }, () => rankChild(nextRank++))
           directives = run(SupervisionEvent.ChildrenJoined({ children: joining }))
-          if (before.stopping) expect(state).toBe(before)
-          else expect(state.joined).toBe(before.joined + step.count)
+          if (before.stopping) expect(supervised.state).toBe(before)
+          else expect(supervised.state.joined).toBe(before.joined + step.count)
         } else if (step.kind === "rejoin") {
           // A number the run has had is refused, even from a new id.
-          const old = state.children[step.pick % state.children.length]!.spec.ranks[0]!
+          const old = supervised.state.children[step.pick % supervised.state.children.length]!.spec.ranks[0]!
           directives = run(SupervisionEvent.ChildrenJoined({ children: [{ ...rankChild(old), id: `again-${old}` }] }))
-          expect(state.children.length).toBe(before.children.length)
+          expect(supervised.state.children.length).toBe(before.children.length)
         } else {
-          const running = state.children.filter((child) => child.status === "running")
+          const running = supervised.state.children.filter((child) => child.status === "running")
           if (running.length === 0) continue
           const victim = running[step.pick % running.length]!
           directives = run(SupervisionEvent.ChildExited({ id: victim.spec.id, exit: ChildExit.Signaled({ signal: "SIGKILL" }) }))
         }
         for (const directive of directives) {
           if (directive._tag === "Start") started.set(directive.id, (started.get(directive.id) ?? 0) + 1)
-          if (directive._tag === "Terminate" && stoppedAt === undefined) stoppedAt = state.dead.length
         }
         // The threshold: dead < limit while running; the stop comes at the death that reaches it.
-        const limit = elasticLimit(new Elastic({ maxFailure, base }), state.world, state.world + state.joined)!
-        const all = state.world + state.joined
-        if (!before.stopping && state.stopping) expect(state.dead.length >= limit || state.dead.length >= all).toBe(true)
-        if (!state.stopping) expect(state.dead.length).toBeLessThan(Math.min(limit, all))
+        const limit = elasticLimit(new Elastic({ maxFailure, base }), supervised.state.world, supervised.state.world + supervised.state.joined)!
+        const all = supervised.state.world + supervised.state.joined
+        if (!before.stopping && supervised.state.stopping) expect(supervised.state.dead.length >= limit || supervised.state.dead.length >= all).toBe(true)
+        if (!supervised.state.stopping) expect(supervised.state.dead.length).toBeLessThan(Math.min(limit, all))
       }
       // Every child started exactly once; ranks are distinct across the run.
-      for (const child of state.children) expect(started.get(child.spec.id) ?? (child.spec.ranks[0]! < world ? 1 : 0)).toBeLessThanOrEqual(1)
-      const numbers = state.children.flatMap((child) => child.spec.ranks)
+      for (const child of supervised.state.children) expect(started.get(child.spec.id) ?? (child.spec.ranks[0]! < world ? 1 : 0)).toBeLessThanOrEqual(1)
+      const numbers = supervised.state.children.flatMap((child) => child.spec.ranks)
       expect(new Set(numbers).size).toBe(numbers.length)
-      expect(state.joined).toBe(numbers.length - world)
+      expect(supervised.state.joined).toBe(numbers.length - world)
     }),
     seeded(1011, 300)
   )
 })
 
 test("a verdict over a grown world names both sizes", () => {
-  const strategy = new Phased({ beforeFormation: new KillAll(), afterFormation: new Elastic({ maxFailure: new Count({ n: 2 }) }) })
-  let state = initialState([rankChild(0), rankChild(1)])
-  let now = 0
-  const run = (event: SupervisionEvent) => {
-    const [directives, next] = decide(strategy, state, event, (now += 10))
-    state = next
-    return directives
-  }
-  run(SupervisionEvent.Boot())
-  run(SupervisionEvent.CohortFormed())
+  const { run } = formed(new Elastic({ maxFailure: new Count({ n: 2 }) }), 2)
   run(SupervisionEvent.ChildrenJoined({ children: [rankChild(2)] }))
   run(SupervisionEvent.ChildExited({ id: "rank-0", exit: ChildExit.Signaled({ signal: "SIGKILL" }) }))
   run(SupervisionEvent.ChildExited({ id: "rank-2", exit: ChildExit.Signaled({ signal: "SIGKILL" }) }))

@@ -18,11 +18,12 @@
  * previous incarnation is back, has entered, resumed and made progress.
  */
 import { afterAll, afterEach, describe, expect, test } from "bun:test"
-import { existsSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs"
+import { mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { basename, join } from "node:path"
 import { fetchState, repoRoot, spawnLaunch } from "./support/launch-scenario.ts"
 import { allPids, commandLine, environment, isRunning, jsonLines, waitFor } from "./support/processes.ts"
+import { type Batch, batchesOf, traces } from "./support/traces.ts"
 
 const dirs: Array<string> = []
 afterAll(() => dirs.forEach((dir) => rmSync(dir, { recursive: true, force: true })))
@@ -83,34 +84,6 @@ const portOf = async (lines: ReadonlyArray<string>): Promise<number> => {
 }
 
 const rankStatus = async (port: number, rank: number) => (await fetchState(port))?.ranks.find((entry) => entry.rank === rank)
-
-interface Batch {
-  readonly epoch: number
-  readonly indices: Array<number>
-}
-
-/** The batches a rank reported, every incarnation's, in order. */
-const batchesOf = (dir: string, rank: number): Array<Batch> => {
-  const file = join(dir, `r${rank}.jsonl`)
-  if (!existsSync(file)) return []
-  // Whole lines only: the rank may be appending one right now.
-  const text = readFileSync(file, "utf8")
-  return text.slice(0, text.lastIndexOf("\n") + 1).split("\n").filter(Boolean).map((line) => JSON.parse(line) as Batch)
-}
-
-/** Per epoch, how often each sample was reported, and by which ranks. */
-const traces = (dir: string) => {
-  const seen = new Map<number, Map<number, Array<number>>>()
-  for (const name of readdirSync(dir).filter((entry) => /^r\d+\.jsonl$/.test(entry))) {
-    const rank = Number(name.slice(1, -6))
-    for (const { epoch, indices } of batchesOf(dir, rank)) {
-      const samples = seen.get(epoch) ?? new Map<number, Array<number>>()
-      seen.set(epoch, samples)
-      for (const index of indices) samples.set(index, [...(samples.get(index) ?? []), rank])
-    }
-  }
-  return seen
-}
 
 const finalLines = (lines: ReadonlyArray<string>) => ({
   checksums: lines.flatMap((line) => /final weights checksum (\w+)/.exec(line)?.[1] ?? []),

@@ -86,7 +86,9 @@ const byScan = (state: RunView.RunState, next: RunView.RunEvent): RunView.RunSta
           deaths: [
             ...state.deaths,
             ...next.ranks.map((rank) => ({ rank, host: state.ranks.find((status) => status.rank === rank)?.host ?? "?", cause: next.cause, at: next.at }))
-          ]
+          ],
+          // Not a rank update: the world's size over time is RunView's own (see run-view.test.ts).
+          worldSizes: RunView.apply(state, next).worldSizes
         }
       case "resources": {
         const byRank = new Map(next.samples.map((sample) => [sample.rank, sample]))

@@ -11,11 +11,12 @@
  * - The launcher SIGKILLed: every rank and the relay are gone.
  */
 import { afterAll, describe, expect, test } from "bun:test"
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { fetchState, repoRoot, spawnLaunch, waitForPhase } from "./support/launch-scenario.ts"
 import { childrenOf, isGone, processState, waitFor } from "./support/processes.ts"
+import { traces } from "./support/traces.ts"
 
 const dirs: Array<string> = []
 afterAll(() => dirs.forEach((dir) => rmSync(dir, { recursive: true, force: true })))
@@ -69,23 +70,6 @@ const rankPid = async (port: number, rank: number): Promise<number> => {
 const portOf = async (lines: ReadonlyArray<string>): Promise<number> => {
   await waitForLine(lines, /listening on [\d.]+:\d+/, "the launcher to listen", 15_000)
   return Number(/listening on [\d.]+:(\d+)/.exec(lines.find((line) => /listening on/.test(line))!)![1])
-}
-
-/** Per epoch, how often each sample was reported, and by which ranks. */
-const traces = (dir: string) => {
-  const seen = new Map<number, Map<number, Array<number>>>()
-  for (const name of readdirSync(dir).filter((entry) => /^r\d+\.jsonl$/.test(entry))) {
-    const rank = Number(name.slice(1, -6))
-    // Whole lines only: a rank may be appending one right now.
-    const text = readFileSync(join(dir, name), "utf8")
-    for (const line of text.slice(0, text.lastIndexOf("\n") + 1).split("\n").filter(Boolean)) {
-      const { epoch, indices } = JSON.parse(line) as { epoch: number; indices: Array<number> }
-      const samples = seen.get(epoch) ?? new Map<number, Array<number>>()
-      seen.set(epoch, samples)
-      for (const index of indices) samples.set(index, [...(samples.get(index) ?? []), rank])
-    }
-  }
-  return seen
 }
 
 const finalLines = (lines: ReadonlyArray<string>) => ({

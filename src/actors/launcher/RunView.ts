@@ -158,6 +158,20 @@ export const initial = (run: string, at: number): RunState => ({
   worldSizes: []
 })
 
+/** A rank the world has just been told of: not started yet. */
+const newRank = (rank: number, host: string, device: string | undefined): RankStatus => ({
+  rank,
+  host,
+  device: device ?? "?",
+  pid: null,
+  state: "starting",
+  exit: null,
+  restarts: 0,
+  startedAt: null,
+  endedAt: null,
+  resources: null
+})
+
 /** The world size series with a point for now (a point at the same instant is replaced). */
 const withWorldSize = (state: RunState, at: number, ranks: number, alive: number): ReadonlyArray<WorldSize> => {
   const last = state.worldSizes.at(-1)
@@ -245,34 +259,10 @@ const step = (state: RunState, event: RunEvent): RunState => {
         phase: "forming",
         world: event.world,
         worldSizes: withWorldSize(state, event.at, event.world, event.world),
-        ranks: event.hosts.flatMap((host) =>
-          host.ranks.map((rank, slot): RankStatus => ({
-            rank,
-            host: host.host,
-            device: host.devices[slot] ?? "?",
-            pid: null,
-            state: "starting",
-            exit: null,
-            restarts: 0,
-            startedAt: null,
-            endedAt: null,
-            resources: null
-          }))
-        ).sort((a, b) => a.rank - b.rank)
+        ranks: event.hosts.flatMap((host) => host.ranks.map((rank, slot) => newRank(rank, host.host, host.devices[slot]))).sort((a, b) => a.rank - b.rank)
       }
     case "world_grew": {
-      const joined = event.ranks.map((rank, slot): RankStatus => ({
-        rank,
-        host: event.host,
-        device: event.devices[slot] ?? "?",
-        pid: null,
-        state: "starting",
-        exit: null,
-        restarts: 0,
-        startedAt: null,
-        endedAt: null,
-        resources: null
-      }))
+      const joined = event.ranks.map((rank, slot) => newRank(rank, event.host, event.devices[slot]))
       const alive = (state.worldSizes.at(-1)?.alive ?? state.world) + event.ranks.length
       return {
         ...state,
