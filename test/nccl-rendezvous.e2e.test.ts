@@ -8,7 +8,7 @@
  * is found at all, the run fails with the search in its root cause.
  */
 import { beforeAll, describe, expect, test } from "bun:test"
-import { mkdtempSync, writeFileSync } from "node:fs"
+import { copyFileSync, mkdtempSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { repoRoot, spawnLaunch } from "./support/launch-scenario.ts"
@@ -98,6 +98,68 @@ describe("backend nccl", () => {
       .toEqual(["[localhost:cpu:r0]", "[localhost:cpu:r1]"])
     expect(run.stderr.lines.at(-1)).toBe("cohort: run completed DEGRADED (1 of 3 ranks lost: rank 2 of localhost exited with status 3)")
   }, 30_000)
+
+  test("growth: a late host's rank joins the rendezvous at once, and at its epoch boundary the whole cohort re-forms with it", async () => {
+    if (stubProblem !== undefined) {
+      console.warn(`skipping: ${stubProblem}`)
+      return
+    }
+    const file = join(dir, "cluster-grow.yml")
+    writeFileSync(file, `
+controller:
+  host: 127.0.0.1
+  join: { min_ranks: 2, target_ranks: 2, after_formation: accept }
+workers:
+  - { host: localhost, devices: 2, path: ${repoRoot} }
+  - { host: late, devices: 1, agent: self, path: ${repoRoot} }
+job:
+  entry: test/fixtures/nccl-growth-fixture.ts
+  backend: nccl
+  args: ["delay=20"]
+  dataset_size: 1200
+  epochs: 6
+failure_policy:
+  after_formation: elastic
+  grace: 2s
+  heartbeat_timeout: 10s
+`)
+    const run = spawnLaunch(file, standIns())
+    const generation = (lines: ReadonlyArray<string>, g: number) => lines.filter((line) => line.includes(`] generation ${g}:`))
+    await waitFor(() => generation(run.stdout.lines, 0).length === 2 && run.stderr.lines.some((line) => /epoch 1\/6 done/.test(line)), "generation 0 and epoch 1", 20_000)
+    const port = Number(/listening on [\d.]+:(\d+)/.exec(run.stderr.lines.find((line) => /listening on/.test(line))!)![1])
+    const salt = join(dir, "late.salt")
+    copyFileSync(join(repoRoot, ".cohort", "salts", `${run.proc.pid}-late.salt`), salt)
+    const agent = Bun.spawn(
+      [process.execPath, "src/cli/agent.ts", "--controller", `127.0.0.1:${port}`, "--host", "late", "--devices", "1", "--salt-file", salt],
+      { cwd: repoRoot, env: { ...process.env, ...standIns() }, stdout: "pipe", stderr: "pipe" }
+    )
+    const late = new Response(agent.stdout).text()
+    expect(await run.proc.exited).toBe(0)
+    await Promise.all([run.stdout.done, run.stderr.done])
+    expect(await agent.exited).toBe(0)
+    const lines = [...run.stdout.lines, ...(await late).split("\n")]
+    expect(run.stderr.lines.at(-1)).toBe("cohort: run completed")
+    const entry = Number(/rank\(s\) 2 enter the cohort at epoch (\d+)/.exec(run.stderr.lines.find((line) => /rank\(s\) 2 enter/.test(line)) ?? "")?.[1])
+    expect(entry).toBeGreaterThanOrEqual(2)
+    // Generation 0 was the members' alone; at the boundary it dissolved for the newcomer, and generation 1 is everyone's, in ascending order.
+    expect(generation(lines, 0).map((line) => line.replace(/ id \w+$/, "")).sort()).toEqual([
+      "[localhost:cpu:r0] generation 0: nccl rank 0/2 members 0,1",
+      "[localhost:cpu:r1] generation 0: nccl rank 1/2 members 0,1"
+    ])
+    const reforms = lines.filter((line) => line.includes("] reform 0: "))
+    expect(reforms.map((line) => line.replace(/^\[localhost:cpu:r(\d)\].*$/, "$1")).sort()).toEqual(["0", "1"])
+    for (const line of reforms) expect(line).toEndWith("reform 0: rank(s) 2 joined")
+    const second = generation(lines, 1)
+    expect(second.map((line) => line.replace(/ id \w+$/, "")).sort()).toEqual([
+      "[late:cpu:r2] generation 1: nccl rank 2/3 members 0,1,2",
+      "[localhost:cpu:r0] generation 1: nccl rank 0/3 members 0,1,2",
+      "[localhost:cpu:r1] generation 1: nccl rank 1/3 members 0,1,2"
+    ])
+    expect(new Set(second.map((line) => line.split(" id ")[1])).size).toBe(1)
+    // The newcomer trained only from its entry on.
+    const lateEpochs = lines.filter((line) => line.startsWith("[late:cpu:r2] epoch ")).map((line) => Number(/epoch (\d+) done/.exec(line)![1]))
+    expect(lateEpochs).toEqual(Array.from({ length: 6 - entry + 1 }, (_, i) => entry + i))
+  }, 40_000)
 
   test("without NCCL the run fails, naming where NCCL was looked for", async () => {
     const empty = mkdtempSync(join(tmpdir(), "cohort-no-nccl-"))
