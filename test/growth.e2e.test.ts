@@ -13,7 +13,7 @@ import { copyFileSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileS
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import type { RunEvent } from "../src/actors/launcher/RunView.ts"
-import { fetchState, repoRoot, spawnLaunch } from "./support/launch-scenario.ts"
+import { fetchState, listeningPort as portOf, repoRoot, spawnLaunch } from "./support/launch-scenario.ts"
 import { isGone, waitFor } from "./support/processes.ts"
 import { traces } from "./support/traces.ts"
 
@@ -49,11 +49,6 @@ failure_policy:
   heartbeat_timeout: 10s
 `)
   return { dir, file, events: join(dir, "events.jsonl") }
-}
-
-const portOf = async (lines: ReadonlyArray<string>): Promise<number> => {
-  await waitFor(() => lines.some((line) => /listening on [\d.]+:\d+/.test(line)), "the launcher to listen", 15_000)
-  return Number(/listening on [\d.]+:(\d+)/.exec(lines.find((line) => /listening on/.test(line))!)![1])
 }
 
 /** The hand-started agent of host `late`, with the salt the launcher left for it (copied: it goes with the run). */

@@ -115,6 +115,16 @@ describe("JoinGate after formation", () => {
       expect(reasonOf((yield* join(mux.port, salt, hello("zz", 1))).answer)).toEqual(expect.stringContaining("host zz is not among the workers of this run"))
     }))
 
+  effect.live("numbers taken for restarts are never given to a late host, and do not count towards max_ranks", () =>
+    Effect.gen(function*() {
+      const { gate, mux, salt } = yield* setup({ rules: rules({ minRanks: 2, targetRanks: 2 }), growth: { maxRanks: 3 } })
+      yield* join(mux.port, salt, hello("a", 2))
+      yield* gate.formation
+      expect(yield* gate.take(1)).toBe(2)
+      expect(yield* gate.take(1)).toBe(3)
+      expect(ranksOf((yield* join(mux.port, salt, hello("c", 1))).answer)).toEqual([4])
+    }))
+
   effect.live("a host that is gone may join again under its name, with new numbers", () =>
     Effect.gen(function*() {
       const gone = new Set<string>()

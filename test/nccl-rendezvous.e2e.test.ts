@@ -11,7 +11,7 @@ import { beforeAll, describe, expect, test } from "bun:test"
 import { copyFileSync, mkdtempSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { repoRoot, spawnLaunch } from "./support/launch-scenario.ts"
+import { listeningPort, repoRoot, spawnLaunch } from "./support/launch-scenario.ts"
 import { waitFor } from "./support/processes.ts"
 
 const dir = mkdtempSync(join(tmpdir(), "cohort-nccl-"))
@@ -126,7 +126,7 @@ failure_policy:
     const run = spawnLaunch(file, standIns())
     const generation = (lines: ReadonlyArray<string>, g: number) => lines.filter((line) => line.includes(`] generation ${g}:`))
     await waitFor(() => generation(run.stdout.lines, 0).length === 2 && run.stderr.lines.some((line) => /epoch 1\/6 done/.test(line)), "generation 0 and epoch 1", 20_000)
-    const port = Number(/listening on [\d.]+:(\d+)/.exec(run.stderr.lines.find((line) => /listening on/.test(line))!)![1])
+    const port = await listeningPort(run.stderr.lines)
     const salt = join(dir, "late.salt")
     copyFileSync(join(repoRoot, ".cohort", "salts", `${run.proc.pid}-late.salt`), salt)
     const agent = Bun.spawn(

@@ -21,7 +21,7 @@ import { afterAll, afterEach, describe, expect, test } from "bun:test"
 import { mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { basename, join } from "node:path"
-import { fetchState, repoRoot, spawnLaunch } from "./support/launch-scenario.ts"
+import { fetchState, listeningPort as portOf, repoRoot, spawnLaunch } from "./support/launch-scenario.ts"
 import { allPids, commandLine, environment, isRunning, jsonLines, waitFor } from "./support/processes.ts"
 import { type Batch, batchesOf, traces } from "./support/traces.ts"
 
@@ -76,11 +76,6 @@ const until = async <A>(probe: () => Promise<A | undefined>, what: string, timeo
     await Bun.sleep(10)
   }
   throw new Error(`timed out after ${timeoutMs} ms waiting for: ${what}`)
-}
-
-const portOf = async (lines: ReadonlyArray<string>): Promise<number> => {
-  await waitForLine(lines, /listening on [\d.]+:\d+/, "the launcher to listen", 15_000)
-  return Number(/listening on [\d.]+:(\d+)/.exec(lines.find((line) => /listening on/.test(line))!)![1])
 }
 
 const rankStatus = async (port: number, rank: number) => (await fetchState(port))?.ranks.find((entry) => entry.rank === rank)

@@ -10,7 +10,7 @@ import * as Effect from "effect/Effect"
 import * as Logger from "effect/Logger"
 import * as LogLevel from "effect/LogLevel"
 import { launchEffect } from "../../src/launch.ts"
-import { collectLines, pidFiles } from "./processes.ts"
+import { collectLines, pidFiles, waitFor } from "./processes.ts"
 import type { RunResult } from "../../src/actors/launcher/Launcher.ts"
 import type { RunState } from "../../src/actors/StatusBoard.ts"
 
@@ -101,4 +101,11 @@ export const spawnLaunch = (file: string, env: Readonly<Record<string, string>> 
     stderr: "pipe"
   })
   return { proc, stdout: collectLines(proc.stdout), stderr: collectLines(proc.stderr) }
+}
+
+/** The port a launcher says it listens on, once its `listening on` line is among `lines` (its stderr, as it grows). */
+export const listeningPort = async (lines: ReadonlyArray<string>, timeoutMs = 15_000): Promise<number> => {
+  const listening = /listening on [\d.]+:(\d+)/
+  await waitFor(() => lines.some((line) => listening.test(line)), "the launcher to listen", timeoutMs)
+  return Number(listening.exec(lines.find((line) => listening.test(line))!)![1])
 }

@@ -86,6 +86,11 @@ export interface JoinGate {
   /** Waits for the window's outcome. */
   readonly formation: Effect.Effect<Formation>
   readonly members: Effect.Effect<ReadonlyArray<Omit<Member, "link">>>
+  /**
+   * Take `count` rank numbers no one has had (for a restarted rank's new number): the gate numbers every
+   * rank, so late hosts and restarts never share one. They do not count towards `maxRanks`.
+   */
+  readonly take: (count: number) => Effect.Effect<number>
   /** Arm an operator start (`POST /start`). */
   readonly arm: Effect.Effect<{ readonly armed: true } | { readonly armed: false; readonly reason: string }>
 }
@@ -94,6 +99,8 @@ interface Window {
   readonly members: ReadonlyArray<Member>
   /** The members' ranks, counted as they join: a thousand joins must not each sum them all. */
   readonly joinedRanks: number
+  /** The next rank number: past every rank admitted and every number `take`n (a restarted rank's new one). */
+  readonly nextRank: number
   readonly rejected: number
   readonly armed: boolean
   readonly outcome: Formation | undefined
@@ -104,7 +111,7 @@ export const make = (options: JoinGateOptions): Effect.Effect<JoinGate, never, S
     const { rules } = options
     const floodLimit = options.floodLimit ?? FLOOD_LIMIT
     const openedAt = yield* Clock.currentTimeMillis
-    const window = yield* Ref.make<Window>({ members: [], joinedRanks: 0, rejected: 0, armed: false, outcome: undefined })
+    const window = yield* Ref.make<Window>({ members: [], joinedRanks: 0, nextRank: 0, rejected: 0, armed: false, outcome: undefined })
     const outcome = yield* Deferred.make<Formation>()
     const keyed = joinSalt(options.admission, options.salt)
 
@@ -204,7 +211,7 @@ export const make = (options: JoinGateOptions): Effect.Effect<JoinGate, never, S
         const admitted = yield* Ref.modify(window, (state): readonly [{ member: Member; late: boolean } | string, Window] => {
           const why = problem(hello, state)
           if (why !== undefined) return [why, state]
-          const first = state.joinedRanks
+          const first = state.nextRank
           const joined: Member = {
             host: hello.host,
             ranks: hello.devices.map((_, index) => first + index),
@@ -214,7 +221,12 @@ export const make = (options: JoinGateOptions): Effect.Effect<JoinGate, never, S
             link
           }
           const late = state.outcome !== undefined
-          return [{ member: joined, late }, { ...state, members: [...state.members, joined], joinedRanks: state.joinedRanks + joined.ranks.length }]
+          return [{ member: joined, late }, {
+            ...state,
+            members: [...state.members, joined],
+            joinedRanks: state.joinedRanks + joined.ranks.length,
+            nextRank: state.nextRank + joined.ranks.length
+          }]
         })
         if (typeof admitted === "string") return yield* Effect.as(refuse(link, admitted), undefined)
         const { late, member } = admitted
@@ -233,7 +245,8 @@ export const make = (options: JoinGateOptions): Effect.Effect<JoinGate, never, S
           yield* Ref.update(window, (state) => ({
             ...state,
             members: state.members.filter((other) => other !== member),
-            joinedRanks: state.joinedRanks - member.ranks.length
+            joinedRanks: state.joinedRanks - member.ranks.length,
+            nextRank: state.nextRank - member.ranks.length
           }))
           return undefined
         }
@@ -269,6 +282,7 @@ export const make = (options: JoinGateOptions): Effect.Effect<JoinGate, never, S
       owner,
       formation: Deferred.await(outcome),
       members: Effect.map(Ref.get(window), (state) => state.members.map(({ link: _link, ...member }) => member)),
+      take: (count) => admitting.withPermits(1)(Ref.modify(window, (state) => [state.nextRank, { ...state, nextRank: state.nextRank + count }] as const)),
       arm: Effect.gen(function*() {
         const state = yield* Ref.get(window)
         if (rules.start === "auto") return { armed: false as const, reason: "this window starts by itself (start: auto)" }

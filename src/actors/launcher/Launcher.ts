@@ -373,7 +373,7 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
       Effect.map(Deferred.await(interrupted), (reason): JoinGate.Formation => ({ _tag: "Failed", reason: `${reason} before the world formed` }))
     ])
 
-    /** Every rank the run has had (the declared world until it forms): numbers only grow, so this is also the next rank number. */
+    /** Every rank the run has had (the declared world until it forms). The join gate hands out the numbers (`take`), which only grow. */
     let currentWorld = plan.world
     const finish = (verdict: Verdict, lost: ReadonlyArray<Loss>): Effect.Effect<RunResult> =>
       Effect.gen(function*() {
@@ -557,7 +557,8 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
       Effect.gen(function*() {
         if (coordinator === undefined || config.job.datasetSize === 0) return undefined
         const old = numberOf(seat)
-        const rank = currentWorld
+        // The gate numbers every rank: late hosts and restarts never share a number.
+        const rank = yield* gate!.take(1)
         currentWorld += 1
         numberOfSeat.set(seat, rank)
         seatOfNumber.set(rank, seat)
