@@ -11,7 +11,7 @@
  * - The launcher SIGKILLed: every rank and the relay are gone.
  */
 import { afterAll, describe, expect, test } from "bun:test"
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
+import { existsSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { fetchState, repoRoot, spawnLaunch, waitForPhase } from "./support/launch-scenario.ts"
@@ -192,6 +192,23 @@ describe("elastic training", () => {
       expect(repeated.length).toBeLessThanOrEqual(128)
     }
   }, 90_000)
+
+  test("a rank that exits with status 0 mid-epoch, without returning, is lost at once: no wait for the heartbeat timeout", async () => {
+    // A minute of heartbeat timeout: were the loss seen only as silence, the run would outlast the test.
+    const { dir, file } = setUp("exit0", "50%", 3, 8, { heartbeatTimeout: "60s" })
+    const launch = spawnLaunch(file)
+    await waitForLine(launch.stderr.lines, /epoch 1\/3 done/, "epoch 1 to end")
+    await waitFor(() => (traces(dir).get(2)?.size ?? 0) > 0, "epoch 2 to make progress", 20_000)
+    // The traced fixture's cue: rank 2 calls process.exit(0) before its next batch, sending no word of leaving.
+    writeFileSync(join(dir, "exit-r2.next"), "0")
+    renameSync(join(dir, "exit-r2.next"), join(dir, "exit-r2"))
+    expect(await launch.proc.exited).toBe(0)
+    await launch.stdout.done
+    const stderr = launch.stderr.lines
+    expect(stderr.some((line) => /rank 2 lost \(exited with status 0 with \d+ sample\(s\) of epoch 2 left\): \d+ unprocessed sample\(s\) of epoch 2 handed to rank\(s\) 0, 1, 3/.test(line))).toBe(true)
+    expect(stderr.at(-1)).toStartWith("cohort: run completed DEGRADED (1 of 4 ranks lost")
+    for (const samples of traces(dir).values()) expect(samples.size).toBe(DATASET)
+  }, 45_000)
 
   test("one rank alone reaches the same accuracy, every sample its own", async () => {
     const { dir, file } = setUp("alone", "50%", 4, 0, { workers: ["{ host: localhost, devices: 1 }"] })

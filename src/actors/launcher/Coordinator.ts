@@ -85,6 +85,7 @@ type CoordinatorMessage = Data.TaggedEnum<{
   RanksDead: { readonly ranks: ReadonlyArray<number>; readonly cause: string }
   StopOrdered: { readonly ranks: ReadonlyArray<number> }
   Joined: { readonly ranks: ReadonlyArray<number> }
+  ExitedCleanly: { readonly rank: number }
   Tick: {}
 }>
 const CoordinatorMessage = Data.taggedEnum<CoordinatorMessage>()
@@ -101,7 +102,18 @@ export interface Coordinator {
   readonly stopOrdered: (ranks: ReadonlyArray<number>) => Effect.Effect<void>
   /** Ranks new to the run joined the formed cohort: they enter at the next epoch boundary. */
   readonly join: (ranks: ReadonlyArray<number>) => Effect.Effect<void>
+  /**
+   * The rank's process exited with status 0. One that left without saying so (`process.exit(0)` mid-epoch
+   * sends no `Exiting`) and still had samples is lost now, not at the heartbeat timeout.
+   */
+  readonly exitedCleanly: (rank: number) => Effect.Effect<void>
 }
+
+/**
+ * How long a clean exit waits for the rank's last reports before it is judged: they come up the relay's link,
+ * the exit up the agent's, and either may arrive first.
+ */
+const LAST_WORDS_MS = 1_000
 
 /** Progress goes to the journal (and so the terminal and the page) no more often than this. */
 const PROGRESS_EVERY_MS = 500
@@ -109,6 +121,7 @@ const PROGRESS_EVERY_MS = 500
 export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, never, Scope.Scope> =>
   Effect.gen(function*() {
     const { job } = options
+    const scope = yield* Effect.scope
     const lastEpoch = job.epochs
     const alive = new Set(options.ranks)
     /** Every rank the run has had: the world at formation and every rank that joined since. */
@@ -412,16 +425,21 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
             exiting.add(rank)
             // A member leaving has offered whatever checkpoint it would: newcomers waiting for one stop waiting.
             if (unwelcomed.size > 0) yield* welcomeNewcomers(() => true)
-            // A rank that returns with work left, unasked, is lost like a dead one: its samples go to the survivors.
-            const left = ledger === undefined ? 0 : Ledger.lengthOf(Ledger.remainder(ledger, rank))
-            if (left === 0 || finished || stopping || ordered.has(rank)) return
-            const reason = `returned with ${left} sample(s) of epoch ${ledger!.epoch} left`
-            yield* options.loseRanks([rank], reason)
-            return yield* markDead([rank], reason)
+            return yield* leftWithWork(rank, "returned")
           }
           case "Heartbeat":
             return
         }
+      })
+
+    /** A rank that returns (or exits) with work left, unasked, is lost like a dead one: its samples go to the survivors. */
+    const leftWithWork = (rank: number, how: string) =>
+      Effect.gen(function*() {
+        const left = ledger === undefined ? 0 : Ledger.lengthOf(Ledger.remainder(ledger, rank))
+        if (left === 0 || finished || stopping || ordered.has(rank) || dead.has(rank)) return
+        const reason = `${how} with ${left} sample(s) of epoch ${ledger!.epoch} left`
+        yield* options.loseRanks([rank], reason)
+        yield* markDead([rank], reason)
       })
 
     /**
@@ -478,6 +496,8 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
         CohortFormed: () => Effect.flatMap(now, (at) => Effect.sync(() => (formedAt ??= at))),
         RanksDead: ({ cause, ranks }) => markDead(ranks, cause),
         StopOrdered: ({ ranks }) => Effect.sync(() => ranks.forEach((rank) => ordered.add(rank))),
+        // Its last reports had their chance to arrive: one that said it was leaving (`Exiting`) was judged then.
+        ExitedCleanly: ({ rank }) => exiting.has(rank) || !alive.has(rank) ? Effect.void : leftWithWork(rank, "exited with status 0"),
         Joined: ({ ranks }) =>
           Effect.flatMap(now, (since) =>
             Effect.sync(() => {
@@ -506,7 +526,9 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
       ranksDead: (ranks, cause) => Effect.ignore(actor.tell(CoordinatorMessage.RanksDead({ ranks, cause }))),
       cohortFormed: Effect.ignore(actor.tell(CoordinatorMessage.CohortFormed())),
       stopOrdered: (ranks) => Effect.ignore(actor.tell(CoordinatorMessage.StopOrdered({ ranks }))),
-      join: (ranks) => Effect.ignore(actor.tell(CoordinatorMessage.Joined({ ranks })))
+      join: (ranks) => Effect.ignore(actor.tell(CoordinatorMessage.Joined({ ranks }))),
+      exitedCleanly: (rank) =>
+        Effect.asVoid(Effect.forkIn(Effect.zipRight(Effect.sleep(Duration.millis(LAST_WORDS_MS)), Effect.ignore(actor.tell(CoordinatorMessage.ExitedCleanly({ rank })))), scope))
     }
   })
 

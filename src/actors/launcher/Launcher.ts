@@ -502,7 +502,11 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
         const entry = book.get(rank)!
         entry.exits.push(describeExit(exit))
         entry.state = isClean(exit) ? "exited" : "dead"
-        return journal.recordSoon({ event: "rank_exited", at: Date.now(), rank, exit: describeExit(exit), clean: isClean(exit) })
+        return Effect.zipRight(
+          journal.recordSoon({ event: "rank_exited", at: Date.now(), rank, exit: describeExit(exit), clean: isClean(exit) }),
+          // A clean exit is judged by the coordinator: with work left and no word of leaving, it is a loss.
+          isClean(exit) ? coordinator?.exitedCleanly(rank) ?? Effect.void : Effect.void
+        )
       }),
       resources: (host, samples) => journal.recordSoon({ event: "resources", at: Date.now(), host, samples })
     }, graceMs, (seat, member) => renumber(seat, member))
