@@ -38,7 +38,7 @@ const VICTIM = 1
 const RENUMBERED = [4, 5]
 const BATCH = 128
 
-const setUp = (maxRestarts: number) => {
+const setUp = (maxRestarts: number, scope: "one" | "all" = "one") => {
   const dir = mkdtempSync(join(tmpdir(), "cohort-restart-"))
   dirs.push(dir)
   // Unique: the relay and the ranks carry the run's name, which finds them all at the end.
@@ -56,7 +56,7 @@ job:
   checkpoint: ${join(dir, "checkpoint.json")}
 failure_policy:
   after_formation:
-    restart: { max_restarts: ${maxRestarts}, within: 5m, backoff: { initial: 100ms, max: 1s, factor: 2, jitter: 0 } }
+    restart: { max_restarts: ${maxRestarts}, within: 5m, backoff: { initial: 100ms, max: 1s, factor: 2, jitter: 0 }, scope: ${scope} }
   grace: 2s
   heartbeat_timeout: 5s
 `)
@@ -117,8 +117,8 @@ const resumedLines = (lines: ReadonlyArray<string>) =>
  * may be reported twice); `comeBack` waits for the next one to be running
  * under a new pid, with the restart counted, resumed and making progress.
  */
-const start = async (maxRestarts: number) => {
-  const { dir, file, name, events } = setUp(maxRestarts)
+const start = async (maxRestarts: number, scope: "one" | "all" = "one") => {
+  const { dir, file, name, events } = setUp(maxRestarts, scope)
   const launch = spawnLaunch(file, {}, ["--events", events])
   launchers.push(launch.proc)
   const port = await portOf(launch.stderr.lines)
@@ -287,5 +287,33 @@ describe("restart, a rank that dies more than once", () => {
     expect(rankPids.filter((pid) => isRunning(pid))).toEqual([])
     expect(processesOf(run.name)).toEqual([])
     console.log(`restart thrice: ${((performance.now() - started) / 1000).toFixed(1)} s`)
+  }, 40_000)
+
+  test("scope: all: the whole group comes back under new numbers and takes over the epoch together", async () => {
+    const run = await start(2, "all")
+    const first = await run.killFirst()
+    expect(first).toBeGreaterThan(0)
+    const code = await run.finish()
+    const stdout = run.launch.stdout.lines
+    const stderr = run.launch.stderr.lines
+    expect(stderr.at(-1)).toBe("cohort: run completed")
+    expect(code).toBe(0)
+    for (const [seat, rank] of [[0, 4], [1, 5], [2, 6], [3, 7]]) {
+      expect(stderr).toContain(`cohort: rank ${seat} of localhost restarts as rank ${rank}: it rejoins at the next epoch boundary from the consensus weights`)
+    }
+    // Every member was stopped: the four newcomers enter together and share what is left of the epoch.
+    expect(stderr.some((line) => /every member was lost \(.*\): rank\(s\) 4, 5, 6, 7 enter at once and take epoch 2's remaining \d+ sample\(s\)/.test(line))).toBe(true)
+    const { checksums } = finalLines(stdout)
+    expect(checksums).toHaveLength(4)
+    expect(new Set(checksums).size).toBe(1)
+    const seen = traces(run.dir)
+    for (const [epoch, samples] of seen) {
+      expect(samples.size).toBe(DATASET)
+      // Twice only within the killed rank's in-flight batch.
+      const repeated = [...samples.values()].filter((ranks) => ranks.length > 1)
+      if (epoch !== 2) expect(repeated).toEqual([])
+      expect(repeated.length).toBeLessThanOrEqual(BATCH)
+      if (epoch === 2) for (const rank of [4, 5, 6, 7]) expect([...samples.values()].some((ranks) => ranks.includes(rank))).toBe(true)
+    }
   }, 40_000)
 })

@@ -132,6 +132,8 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
     const unwelcomed = new Map<number, { readonly epoch: number; readonly at: number }>()
     /** Samples of the current epoch that no live rank holds (every member died): the next joiner to attach takes them. */
     let stranded: ReadonlyArray<Ledger.SampleRange> = []
+    /** Since when samples have been stranded: joiners get a few beats to attach before those that have take over. */
+    let strandedSince: number | undefined
     const dead = new Set<number>()
     const attached = new Set<number>()
     const exiting = new Set<number>()
@@ -331,7 +333,7 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
           ledger = next
           if (orphaned.length > 0) {
             stranded = [...stranded, ...orphaned]
-            yield* rescue(cause)
+            strandedSince ??= yield* now
           }
           for (const [survivor, ranges] of extensions) yield* options.send([survivor], new EpochExtend({ epoch: next.epoch, ranges }))
           options.onRedistributed?.(rank, extensions)
@@ -345,7 +347,8 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
         if (stopping || finished) return
         if (alive.size === 0 && joining.size === 0) return yield* saveAndStop(`every rank was lost`, "all_ranks_lost")
         if (alive.size === 0) {
-          return yield* Effect.logWarning(`every member was lost (${cause}); rank(s) ${[...joining.keys()].join(", ")} that joined carry on once they attach`)
+          yield* Effect.logWarning(`every member was lost (${cause}); rank(s) ${[...joining.keys()].join(", ")} that joined carry on once they attach`)
+          return yield* rescue(cause, false)
         }
         if (options.limitReached(dead.size)) {
           return yield* saveAndStop(`max_failure exceeded (${dead.size}/${everyone.size} ranks lost)`, "max_failure_exceeded")
@@ -354,17 +357,21 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
       })
 
     /**
-     * The last member died mid-epoch while joined ranks wait, attached, for the boundary: rather than lose the
-     * run, they enter now and take over what is left of the epoch.
+     * The last member died mid-epoch while joined ranks wait for the boundary: rather than lose the run, they
+     * enter now and take over what is left of the epoch. Once every joiner has attached, or (`force`) a few
+     * beats after the work was stranded with whichever have: a whole group restarting (`scope: all`) comes
+     * back together, and one rank should not carry the epoch alone.
      */
-    const rescue = (cause: string) =>
+    const rescue = (cause: string, force: boolean) =>
       Effect.gen(function*() {
         if (ledger === undefined || stranded.length === 0 || stopping || finished) return
+        if (!force && [...joining.values()].some((waiting) => !waiting.attached)) return
         const epoch = ledger.epoch
         const entering = yield* enter(epoch)
         if (entering.size === 0) return
         const orphaned = stranded
         stranded = []
+        strandedSince = undefined
         ledger = Ledger.adopt(ledger, [...entering], orphaned).ledger
         yield* Effect.logWarning(`every member was lost (${cause}): rank(s) ${[...entering].join(", ")} enter at once and take epoch ${epoch}'s remaining ${Ledger.lengthOf(orphaned)} sample(s)`)
         // No member is left to offer a newer consensus: they start from the latest there is.
@@ -454,8 +461,8 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
         if (finished || stopping) return yield* dismiss(rank)
         // Before the first epoch has started, the first epoch is the next boundary.
         if (ledger === undefined && job.datasetSize > 0 && everyLiveAttached() && alive.size > 0) yield* startEpoch(firstEpoch)
-        // Every member died mid-epoch: the joiner takes over now rather than wait for a boundary no one will reach.
-        if (alive.size === 0) yield* rescue("no member was left")
+        // Every member died mid-epoch: the joiners take over rather than wait for a boundary no one will reach.
+        if (alive.size === 0) yield* rescue("no member was left", false)
       })
 
     /**
@@ -474,6 +481,9 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
     const tick = Effect.gen(function*() {
       const at = yield* now
       if (unwelcomed.size > 0) yield* welcomeNewcomers((entry) => at - entry.at > options.heartbeatTimeoutMs)
+      if (alive.size === 0 && strandedSince !== undefined && at - strandedSince > 2 * beatEveryMs(options.heartbeatTimeoutMs)) {
+        yield* rescue("no member was left", true)
+      }
       const beating = live().filter((rank) => attached.has(rank) && !exiting.has(rank))
       if (beating.length > 0) yield* options.send(beating, new CoordinatorBeat())
       // Ranks that never attached count from the cohort's formation; joined ones from their joining.
