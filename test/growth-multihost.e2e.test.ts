@@ -15,38 +15,20 @@
  * - the late ranks resumed from the checkpoint of epoch E-1;
  * - the four final checksums are equal and every rank reaches 95% accuracy.
  */
-import { afterAll, afterEach, beforeAll, describe, expect, test } from "bun:test"
+import { afterEach, describe, expect, test } from "bun:test"
 import { chmodSync, copyFileSync, existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { repoRoot, spawnLaunch } from "./support/launch-scenario.ts"
-import { type Hosts, makeHosts, netnsUnavailable } from "./support/netns.ts"
+import { useHosts } from "./support/netns.ts"
 import { collectLines, commandLine, waitFor } from "./support/processes.ts"
 import { traces } from "./support/traces.ts"
 
-const unavailable = netnsUnavailable()
-if (unavailable !== undefined) console.log(`multi-host growth test skipped: ${unavailable}`)
-
-let hosts: Hosts | undefined
 /** Every run of this file is named `gr<pid>-<case>`, so what it leaves is told apart from a concurrent run's. */
 const RUN_PREFIX = `gr${process.pid}-`
-const dirs: Array<string> = []
-const cleanUp = () => {
-  hosts?.teardown()
-  dirs.splice(0).forEach((dir) => rmSync(dir, { recursive: true, force: true }))
-  // An agent SIGKILLed by a failed test keeps its run directory in /dev/shm: only this process's runs.
-  try {
-    for (const entry of readdirSync("/dev/shm").filter((name) => name.startsWith(`cohort-${RUN_PREFIX}`))) rmSync(join("/dev/shm", entry), { recursive: true, force: true })
-  } catch {
-    // no /dev/shm
-  }
-}
-// Even when the runner is torn down without afterAll (teardown is idempotent).
-process.on("exit", cleanUp)
-beforeAll(async () => {
-  if (unavailable === undefined) hosts = await makeHosts(2)
-}, 30_000)
-afterAll(cleanUp)
+const suite = useHosts(2, RUN_PREFIX)
+const { dirs, unavailable } = suite
+if (unavailable !== undefined) console.log(`multi-host growth test skipped: ${unavailable}`)
 /** The output collected so far: a failed wait or verdict says what the launcher and the agent last said. */
 const outputs: Array<{ readonly name: string; readonly lines: ReadonlyArray<string> }> = []
 // A test that failed half-way leaves its launcher, the agent it started by hand, and its hosts' processes.
@@ -55,7 +37,7 @@ const launchers: Array<number> = []
 afterEach(() => {
   outputs.splice(0)
   for (const { proc } of processes.splice(0)) proc.kill("SIGKILL")
-  hosts?.reap()
+  suite.hosts()?.reap()
   // A SIGKILLed launcher cannot remove what it keeps under its cwd while it runs: its salt files and its run's entry.
   for (const pid of launchers.splice(0)) {
     const salts = join(repoRoot, ".cohort/salts")
@@ -65,7 +47,7 @@ afterEach(() => {
   if (existsSync(runs)) for (const name of readdirSync(runs).filter((entry) => entry.startsWith(RUN_PREFIX))) rmSync(join(runs, name), { force: true })
 })
 
-const h = () => hosts!
+const h = () => suite.hosts()!
 
 const DATASET = 50_000
 const EPOCHS = 6

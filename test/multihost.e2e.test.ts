@@ -16,38 +16,19 @@
  * Ranks are numbered in the order hosts join, so which host holds ranks 0, 1
  * is read from the launcher's "world formed" line, never assumed.
  */
-import { afterAll, afterEach, beforeAll, describe, expect, test } from "bun:test"
-import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
+import { afterEach, describe, expect, test } from "bun:test"
+import { mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { fetchState, repoRoot, spawnLaunch } from "./support/launch-scenario.ts"
-import { type Hosts, makeHosts, netnsUnavailable } from "./support/netns.ts"
+import { useHosts } from "./support/netns.ts"
 import { allPids, childrenOf, commandLine, environment, isGone, parentOf, waitFor } from "./support/processes.ts"
 
-const unavailable = netnsUnavailable()
-if (unavailable !== undefined) console.log(`multi-host tests skipped: ${unavailable}`)
-
-let hosts: Hosts | undefined
 /** Every run of this file is named `mh<pid>-<case>`, so what it leaves is told apart from a concurrent run's. */
 const RUN_PREFIX = `mh${process.pid}-`
-const dirs: Array<string> = []
-const cleanUp = () => {
-  hosts?.teardown()
-  dirs.splice(0).forEach((dir) => rmSync(dir, { recursive: true, force: true }))
-  // A host whose agent was SIGKILLed keeps its run directory (segments, relay.sock) in /dev/shm:
-  // the product does not remove it. Only this process's runs, whose names start with RUN_PREFIX.
-  try {
-    for (const entry of readdirSync("/dev/shm").filter((name) => name.startsWith(`cohort-${RUN_PREFIX}`))) rmSync(join("/dev/shm", entry), { recursive: true, force: true })
-  } catch {
-    // no /dev/shm
-  }
-}
-// Even when the runner is torn down without afterAll (teardown is idempotent).
-process.on("exit", cleanUp)
-beforeAll(async () => {
-  if (unavailable === undefined) hosts = await makeHosts(2)
-}, 30_000)
-afterAll(cleanUp)
+const suite = useHosts(2, RUN_PREFIX)
+const { dirs, unavailable } = suite
+if (unavailable !== undefined) console.log(`multi-host tests skipped: ${unavailable}`)
 // A test that failed half-way leaves its launcher and its hosts' processes: end them before the next.
 const launches: Array<ReturnType<typeof spawnLaunch>> = []
 const launchCli = (file: string) => {
@@ -57,10 +38,10 @@ const launchCli = (file: string) => {
 }
 afterEach(() => {
   for (const launch of launches.splice(0)) launch.proc.kill("SIGKILL")
-  hosts?.reap()
+  suite.hosts()?.reap()
 })
 
-const h = () => hosts!
+const h = () => suite.hosts()!
 
 const TRAIN = "entry: examples/train.ts\n  dataset_size: 20000\n  epochs: 2"
 

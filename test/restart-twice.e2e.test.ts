@@ -183,6 +183,16 @@ const start = async (maxRestarts: number, scope: "one" | "all" = "one") => {
   return { dir, name, events, launch, lastBatches, die, comeBack, crash, killFirst, finish }
 }
 
+/** The victim killed, back, crashed (status 3) and back again: the pids of its three incarnations. */
+const dieTwice = async (run: Awaited<ReturnType<typeof start>>) => {
+  const first = await run.killFirst()
+  const second = await run.comeBack(1, first)
+  run.crash(3)
+  await run.die(second)
+  const third = await run.comeBack(2, second)
+  return [first, second, third] as const
+}
+
 type Event = Record<string, unknown>
 
 const eventsOf = (file: string): Array<Event> => jsonLines(readFileSync(file, "utf8").split("\n"))
@@ -191,11 +201,7 @@ describe("restart, a rank that dies more than once", () => {
   test("dies twice under max_restarts 2: it comes back twice and the run completes whole", async () => {
     const started = performance.now()
     const run = await start(2)
-    const first = await run.killFirst()
-    const second = await run.comeBack(1, first)
-    run.crash(3)
-    await run.die(second)
-    const third = await run.comeBack(2, second)
+    const [first, second, third] = await dieTwice(run)
     expect(new Set([first, second, third]).size).toBe(3)
 
     const code = await run.finish()
@@ -254,11 +260,7 @@ describe("restart, a rank that dies more than once", () => {
   test("dies a third time past max_restarts 2: the policy escalates, the run fails, and nothing is left running", async () => {
     const started = performance.now()
     const run = await start(2)
-    const first = await run.killFirst()
-    const second = await run.comeBack(1, first)
-    run.crash(3)
-    await run.die(second)
-    const third = await run.comeBack(2, second)
+    const [first, second, third] = await dieTwice(run)
     run.crash(4)
     await run.die(third)
 

@@ -18,6 +18,7 @@
  */
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs"
 import { join, resolve } from "node:path"
+import { afterAll, beforeAll } from "bun:test"
 import { sshdConfig } from "./sshd.ts"
 
 const SSHD = "/usr/sbin/sshd"
@@ -300,4 +301,33 @@ export const makeHosts = async (count: number, subnet = subnetFor(process.pid)):
     teardown()
     throw error
   }
+}
+
+/**
+ * A test file's namespace hosts: made once before its tests (unless `netnsUnavailable`), and on the
+ * way out (afterAll, or the process's exit: teardown is idempotent) torn down with the file's temp
+ * dirs and the /dev/shm run directories of this file's runs. A host whose agent was SIGKILLed keeps
+ * its run directory there (segments, relay.sock): the product does not remove it. Runs are told
+ * apart by `runPrefix`, the start of every run name the file uses.
+ */
+export const useHosts = (count: number, runPrefix: string) => {
+  /** Why there are no hosts here, if there are none: the file's tests skip. */
+  const unavailable = netnsUnavailable()
+  let hosts: Hosts | undefined
+  const dirs: Array<string> = []
+  const cleanUp = () => {
+    hosts?.teardown()
+    dirs.splice(0).forEach((dir) => rmSync(dir, { recursive: true, force: true }))
+    try {
+      for (const entry of readdirSync("/dev/shm").filter((name) => name.startsWith(`cohort-${runPrefix}`))) rmSync(join("/dev/shm", entry), { recursive: true, force: true })
+    } catch {
+      // no /dev/shm
+    }
+  }
+  process.on("exit", cleanUp)
+  beforeAll(async () => {
+    if (unavailable === undefined) hosts = await makeHosts(count)
+  }, 30_000)
+  afterAll(cleanUp)
+  return { unavailable, hosts: () => hosts, dirs }
 }

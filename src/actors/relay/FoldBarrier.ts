@@ -112,6 +112,10 @@ export class FoldBarrier<S> {
   }
 }
 
+/** The epoch a round belongs to: the latest its contributions name (they agree on a host in step). */
+export const roundEpoch = <S>(round: ReadonlyArray<Contribution<S>>): number =>
+  round.reduce((epoch, contribution) => Math.max(epoch, contribution.epoch), 0)
+
 /** Why a round's contributions cannot be reduced together, if they cannot. */
 export const mismatch = <S>(round: ReadonlyArray<Contribution<S>>): string | undefined => {
   const first = round[0]

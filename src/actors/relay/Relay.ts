@@ -42,7 +42,7 @@ import * as Link from "../../wire/Link.ts"
 import { encodeLocal, LocalFrameReader } from "../../wire/LocalFrames.ts"
 import { floats, SegmentMaps } from "../../wire/Segments.ts"
 import type { RelaySpec } from "../agent/Envelope.ts"
-import { FoldBarrier, mismatch } from "./FoldBarrier.ts"
+import { FoldBarrier, mismatch, roundEpoch } from "./FoldBarrier.ts"
 import { HostReduction, type Round, type Source } from "./HostReduction.ts"
 
 export class RelayError extends Data.TaggedError("RelayError")<{ readonly reason: string }> {
@@ -96,7 +96,7 @@ export const run = (spec: RelaySpec, handshakeMs: number): Effect.Effect<void, R
     const upstream = (message: FromRank | HostFold | HostIdle | ElasticPush) => runFork(Effect.ignore(link.send(message)))
     /** Rounds of epochs before this one are finished here (the host is the world's only one); later ones go up. */
     let aloneBefore = spec.ranks.length === spec.worldSize ? Number.POSITIVE_INFINITY : 0
-    const alone = (round: Round) => round.reduce((epoch, contribution) => Math.max(epoch, contribution.epoch), 0) < aloneBefore
+    const alone = (round: Round) => roundEpoch(round) < aloneBefore
     const sockets = new Map<number, Socket<RankSocket>>()
     const barrier = new FoldBarrier<Source>(spec.ranks)
     const reduction = new HostReduction(native.kernels, spec.dir)
@@ -130,8 +130,7 @@ export const run = (spec: RelaySpec, handshakeMs: number): Effect.Effect<void, R
         const reply = yield* Deferred.make<Reduced>()
         awaitingController = reply
         const weight = round.reduce((sum, contribution) => sum + contribution.weight, 0)
-        const epoch = round.reduce((latest, contribution) => Math.max(latest, contribution.epoch), 0)
-        upstream(new HostFold({ op, weight, ranks: round.length, epoch, data: new Uint8Array(out.buffer, out.byteOffset, bytes).slice() }))
+        upstream(new HostFold({ op, weight, ranks: round.length, epoch: roundEpoch(round), data: new Uint8Array(out.buffer, out.byteOffset, bytes).slice() }))
         const reduced = yield* Deferred.await(reply)
         if (reduced.failure !== undefined) return fail(round, reduced.failure)
         out.set(floats(reduced.data.slice(0, bytes), bytes))
