@@ -28,6 +28,7 @@ import { roleVariables } from "../Role.ts"
 import { type Accept, Hello, type JoinMessage, RankExited, RankResources, RankRunning, RankStarted, type StartRank, type StopRank, type WorldFormed } from "../../wire/JoinMessages.ts"
 import * as Native from "../../native/Native.ts"
 import { makeResourceSampler } from "./ResourceSampler.ts"
+import { runDirPrefix, sweepStaleRunDirs } from "./StaleRunDirs.ts"
 import { OPEN_SALT, saltFromHex, saltToHex } from "../../wire/Keys.ts"
 import * as Link from "../../wire/Link.ts"
 import { joinCodec, type JoinLink } from "../launcher/JoinGate.ts"
@@ -132,8 +133,14 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
     const cwd = resolve(options.path)
     const entry = spec.program._tag === "Entry" ? spec.program.entry : undefined
     // The host's private run directory: the relay's socket and the shared-memory segments, gone with the run.
+    // A SIGKILLed agent never removes its own, so the directories of ended runs go first; the name tells ours apart.
+    const root = yield* Effect.sync(sharedMemoryRoot)
+    const swept = yield* Effect.sync(() => sweepStaleRunDirs(root))
+    if (swept.length > 0) {
+      yield* Effect.logInfo(`${host}: removed ${swept.length} leftover run ${swept.length === 1 ? "directory" : "directories"} of ended runs from ${root}`)
+    }
     const dir = yield* Effect.acquireRelease(
-      Effect.sync(() => mkdtempSync(join(sharedMemoryRoot(), `cohort-${spec.run.replace(/[^A-Za-z0-9_.-]/g, "_").slice(0, 32)}-`))),
+      Effect.sync(() => mkdtempSync(runDirPrefix(root, spec.run))),
       (path) => Effect.sync(() => rmSync(path, { recursive: true, force: true }))
     )
     const envelope: HostEnvelope = {
