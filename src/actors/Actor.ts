@@ -13,8 +13,12 @@
  *   Cause through `await`.
  * - Handlers run with the actor's Scope: what they acquire lives as long as
  *   the actor, and is released when it stops, in reverse order.
+ * - Where the context holds `ActorFailures` (the launcher's run does), an
+ *   actor that dies of a defect is reported there once, so a dead gate or
+ *   coordinator becomes the run's root cause instead of a silent hang.
  */
 import * as Cause from "effect/Cause"
+import * as Context from "effect/Context"
 import * as Data from "effect/Data"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
@@ -33,6 +37,17 @@ export class ActorStopped extends Data.TaggedError("ActorStopped")<{ readonly ac
 }
 
 export type Message = { readonly _tag: string }
+
+/** Told when an actor spawned under it dies of a defect (not when it is stopped or interrupted). */
+export class ActorFailures extends Context.Tag("cohort/ActorFailures")<ActorFailures, {
+  readonly report: (actor: string, cause: Cause.Cause<unknown>) => Effect.Effect<void>
+}>() {}
+
+/** A defect's first line, for a verdict or a log line: the message, not the stack. */
+export const describeDefect = (cause: Cause.Cause<unknown>): string => {
+  const defect = Cause.squash(cause)
+  return defect instanceof Error ? defect.message : String(defect)
+}
 
 /** What `ask` returns for a message: a Request's success type, else void. */
 export type Reply<M> = M extends Request.Request<infer A, infer _E> ? A : void
@@ -89,6 +104,7 @@ export const spawn = <M extends Message, R>(
     const mailbox = yield* Mailbox.make<Envelope<M>>({ capacity: options.capacity ?? 1024, strategy: "suspend" })
     const stopped = new ActorStopped({ actor: name })
     const handlers = options.handlers as unknown as Record<string, (message: M) => Effect.Effect<unknown, unknown, R>>
+    const failures = yield* Effect.serviceOption(ActorFailures)
 
     const handle = ({ message, reply }: Envelope<M>) => {
       const handler = handlers[message._tag]
@@ -137,7 +153,13 @@ export const spawn = <M extends Message, R>(
       }
     }).pipe(
       // When the actor ends, however it ends, what its handlers acquired is released.
-      Effect.onExit((exit) => Effect.zipRight(failPending, Scope.close(scope, exit))),
+      Effect.onExit((exit) =>
+        Effect.zipRight(
+          Effect.zipRight(failPending, Scope.close(scope, exit)),
+          exit._tag === "Failure" && !Cause.isInterruptedOnly(exit.cause) && failures._tag === "Some"
+            ? failures.value.report(name, exit.cause)
+            : Effect.void
+        )),
       Effect.annotateLogs({ module: "actors", actor: name })
     )
 

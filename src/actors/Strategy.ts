@@ -40,8 +40,18 @@ export const failureLimit = (maxFailure: MaxFailure, world: number): number => {
   return Math.ceil(exact)
 }
 
-/** The first abnormal exit terminates every sibling; the run fails with it as root cause. */
-export class KillAll extends Schema.TaggedClass<KillAll>()("KillAll", {}) {}
+/**
+ * The first abnormal exit terminates every sibling; the run fails with it as root cause. Siblings get
+ * SIGTERM and their grace (the policy's, or `grace` here), as mpirun and Slurm give them, so one that
+ * saves a checkpoint on SIGTERM can; `grace: 0` kills them at once.
+ */
+export class KillAll extends Schema.TaggedClass<KillAll>()("KillAll", {
+  grace: Schema.optional(Millis)
+}) {}
+
+/** How a kill-all stops the siblings: SIGTERM and a grace, or (`grace: 0`) SIGKILL at once. */
+export const killAllStop = (strategy: KillAll): { readonly mode: "kill" | "graceful"; readonly graceMs?: number } =>
+  strategy.grace === 0 ? { mode: "kill" } : strategy.grace === undefined ? { mode: "graceful" } : { mode: "graceful", graceMs: strategy.grace }
 
 /**
  * What a `maxFailure` percentage is taken of once the world has grown (ranks

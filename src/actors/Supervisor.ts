@@ -9,8 +9,14 @@
  * `TestClock` drives restarts in tests.
  *
  * Children start in order, each in a Scope of its own (one per incarnation).
- * Closing the supervisor's Scope stops the children that are left in reverse
- * start order, gracefully. Stops always go through the child's handle.
+ * Stops run side by side: closing the supervisor's Scope stops the children
+ * that are left all at once, gracefully. Stops always go through the
+ * child's handle.
+ *
+ * The verdict is tied to the supervisor's own fiber: if the actor dies of a
+ * defect (a bug in cohort, in `decide` or a directive's hook), its children
+ * are stopped side by side and the verdict names the defect, so a dying
+ * supervisor never leaves its caller waiting.
  */
 import * as Clock from "effect/Clock"
 import * as Deferred from "effect/Deferred"
@@ -26,7 +32,7 @@ import { ChildExit } from "./ChildExit.ts"
 import type { ChildSpec } from "./ChildSpec.ts"
 import { decide, Directive, initialState, SupervisionEvent, type SupervisorState } from "./decide.ts"
 import type { Strategy } from "./Strategy.ts"
-import type { Verdict } from "./Verdict.ts"
+import { Verdict } from "./Verdict.ts"
 
 export interface SupervisedChild extends ChildSpec {
   /** Start one incarnation; what it acquires lives in the incarnation's Scope. */
@@ -63,7 +69,7 @@ export interface SupervisorOptions {
 /** The events someone outside the supervisor may send it. */
 export type ExternalEvent = Extract<
   SupervisionEvent,
-  { readonly _tag: "CohortFormed" | "RanksLost" | "CoordinatorFailed" | "RunDrained" | "AbortRequested" }
+  { readonly _tag: "CohortFormed" | "RanksLost" | "CoordinatorFailed" | "ActorFailed" | "RunDrained" | "AbortRequested" }
 >
 
 export interface Supervisor {
@@ -84,7 +90,8 @@ export const start = (options: SupervisorOptions): Effect.Effect<Supervisor, nev
     const state = yield* Ref.make(initialState(options.children, options.seed))
     const handles = new Map<string, ChildHandle>()
     const verdict = yield* Deferred.make<Verdict>()
-    const scope = yield* Scope.fork(yield* Effect.scope, ExecutionStrategy.sequential)
+    // Parallel: closing it (the run interrupted, the supervisor gone) stops every child that is left side by side.
+    const scope = yield* Scope.fork(yield* Effect.scope, ExecutionStrategy.parallel)
     const background = <A, E>(effect: Effect.Effect<A, E>) => Effect.asVoid(Effect.forkIn(effect, scope))
 
     // Bound late: handlers send events to their own actor, always from a
@@ -118,13 +125,13 @@ export const start = (options: SupervisorOptions): Effect.Effect<Supervisor, nev
           : handle.onExit((exit) => background(ended(exit)))
       })
 
-    const stopChildren = (ids: ReadonlyArray<string>, mode: "kill" | "graceful") => {
+    const stopChildren = (ids: ReadonlyArray<string>, mode: "kill" | "graceful", graceMs: number | undefined) => {
       const targets = ids.flatMap((id) => handles.get(id) ?? [])
-      // A kill reaches everyone at once (failure reaction is a race); a
-      // graceful stop goes one child at a time, in the order given.
+      // Side by side, kill or graceful: a stop takes as long as the slowest child (at most the grace),
+      // never the sum of their times. Ranks are peers; nothing here waits on another's end.
       return background(
-        Effect.forEach(targets, (handle) => handle.stop(mode, grace), {
-          concurrency: mode === "kill" ? "unbounded" : 1,
+        Effect.forEach(targets, (handle) => handle.stop(mode, graceMs === undefined ? grace : Duration.millis(graceMs)), {
+          concurrency: "unbounded",
           discard: true
         })
       )
@@ -133,7 +140,7 @@ export const start = (options: SupervisorOptions): Effect.Effect<Supervisor, nev
     const execute = (directive: Directive): Effect.Effect<void> =>
       Directive.$match(directive, {
         Start: ({ id }) => startChild(id),
-        Terminate: ({ ids, mode }) => stopChildren(ids, mode),
+        Terminate: ({ graceMs, ids, mode }) => stopChildren(ids, mode, graceMs),
         Restart: ({ after, id }) =>
           background(Effect.zipRight(Effect.sleep(Duration.millis(after)), enqueue(SupervisionEvent.RestartDue({ id })))),
         ReportDead: ({ cause, ranks }) => Effect.logDebug(`rank(s) ${ranks.join(", ")} dead: ${cause}`),
@@ -165,6 +172,7 @@ export const start = (options: SupervisorOptions): Effect.Effect<Supervisor, nev
         CohortFormed: step,
         RanksLost: step,
         CoordinatorFailed: step,
+        ActorFailed: step,
         RunDrained: step,
         AbortRequested: step,
         RestartDue: step,
@@ -174,10 +182,20 @@ export const start = (options: SupervisorOptions): Effect.Effect<Supervisor, nev
     yield* self.tell(SupervisionEvent.Boot()).pipe(Effect.orDie)
 
     const ref = self
+    /** The actor ended without a verdict: its children go, gracefully and together, and the defect is the verdict. */
+    const died = Effect.flatMap(ref.await, (exit) =>
+      Deferred.isDone(verdict).pipe(Effect.flatMap((done) =>
+        done ? Deferred.await(verdict) : Effect.gen(function*() {
+          const reason = Exit.isFailure(exit) ? Actor.describeDefect(exit.cause) : "it stopped without a verdict"
+          yield* Effect.logError(`the supervisor ${options.name} failed: ${reason}: stopping every child`)
+          yield* Effect.forEach(handles.values(), (handle) => handle.stop("graceful", grace), { concurrency: "unbounded", discard: true })
+          return Verdict.Failed({ kind: "internal", message: `internal error: the supervisor ${options.name} failed: ${reason}` })
+        })
+      )))
     const supervisor: Supervisor = {
       send: (event) => Effect.ignore(ref.tell(event)),
       join: (children) => Effect.ignore(ref.tell(SupervisionEvent.ChildrenJoined({ children }))),
-      verdict: Deferred.await(verdict),
+      verdict: Effect.raceFirst(Deferred.await(verdict), died),
       state: Ref.get(state),
       handle: (id) => Effect.sync(() => handles.get(id))
     }

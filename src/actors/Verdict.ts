@@ -10,6 +10,7 @@
  * 6. else non-zero exits only after the run drained → completed, tolerated.
  */
 import * as Data from "effect/Data"
+import { exitStatusFor, type StopSignal } from "./StopRequests.ts"
 
 export type FailureKind =
   | "join"
@@ -19,6 +20,7 @@ export type FailureKind =
   | "aborted"
   | "all-ranks-lost"
   | "max-failure"
+  | "internal"
 
 export type Verdict = Data.TaggedEnum<{
   Completed: {
@@ -31,14 +33,19 @@ export type Verdict = Data.TaggedEnum<{
   Failed: {
     readonly kind: FailureKind
     readonly message: string
+    /** An abort asked by a signal: the exit status is 128 + its number, as shells and schedulers expect. */
+    readonly signal?: StopSignal | undefined
   }
 }>
 
 export const Verdict = Data.taggedEnum<Verdict>()
 
-/** The launcher's exit status for a verdict: 0 for any completion, 1 for failure, 130 when the user aborted. */
+/**
+ * The launcher's exit status for a verdict: 0 for any completion, 1 for failure; an abort is 128 + the
+ * signal that asked for it (129 SIGHUP, 130 SIGINT, 143 SIGTERM), and 130 when code asked.
+ */
 export const exitCode = (verdict: Verdict): number =>
-  verdict._tag === "Completed" ? 0 : verdict.kind === "aborted" ? 130 : 1
+  verdict._tag === "Completed" ? 0 : verdict.kind !== "aborted" ? 1 : verdict.signal === undefined ? 130 : exitStatusFor(verdict.signal)
 
 /** A rank lost along the way, and why: "rank 2 exited with status 3". */
 export interface Loss {

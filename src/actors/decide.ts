@@ -12,7 +12,8 @@ import * as Data from "effect/Data"
 import * as ChildExitModule from "./ChildExit.ts"
 import type { ChildExit } from "./ChildExit.ts"
 import { type ChildSpec, worldOf } from "./ChildSpec.ts"
-import { type Backoff, elasticLimit, inForce, type Strategy } from "./Strategy.ts"
+import { type Backoff, elasticLimit, inForce, killAllStop, type Strategy } from "./Strategy.ts"
+import type { StopSignal } from "./StopRequests.ts"
 import { Verdict } from "./Verdict.ts"
 
 export type SupervisionEvent = Data.TaggedEnum<{
@@ -24,9 +25,12 @@ export type SupervisionEvent = Data.TaggedEnum<{
   /** Ranks declared dead by someone other than a child exit (heartbeat staleness). */
   RanksLost: { readonly ranks: ReadonlyArray<number>; readonly reason: string }
   CoordinatorFailed: { readonly reason: string }
+  /** One of the run's own actors died of a defect: a bug in cohort, the root cause unless one came first. */
+  ActorFailed: { readonly actor: string; readonly reason: string }
   /** The work is done; children are expected to exit on their own now. */
   RunDrained: {}
-  AbortRequested: { readonly reason: string }
+  /** Stop the run in order; `signal` is the one that asked, when one did (the exit status follows it). */
+  AbortRequested: { readonly reason: string; readonly signal?: StopSignal | undefined }
   /** A restart scheduled by a `Restart` directive is due. */
   RestartDue: { readonly id: string }
   /** Children carrying new ranks joined the formed cohort (elastic growth): start them; the world grows. */
@@ -36,8 +40,16 @@ export const SupervisionEvent = Data.taggedEnum<SupervisionEvent>()
 
 export type Directive = Data.TaggedEnum<{
   Start: { readonly id: string }
-  /** Stop these children, in this order: `kill` at once, or `graceful` (SIGTERM, then SIGKILL after the grace). */
-  Terminate: { readonly ids: ReadonlyArray<string>; readonly mode: "kill" | "graceful"; readonly reason: string }
+  /**
+   * Stop these children, side by side: `kill` at once, or `graceful` (SIGTERM, then SIGKILL after the grace:
+   * `graceMs` where the strategy names one, else the supervisor's).
+   */
+  Terminate: {
+    readonly ids: ReadonlyArray<string>
+    readonly mode: "kill" | "graceful"
+    readonly reason: string
+    readonly graceMs?: number | undefined
+  }
   /** Tell membership (the coordinator) that these ranks are gone. */
   ReportDead: { readonly ranks: ReadonlyArray<number>; readonly cause: string }
   /** Send `RestartDue { id }` after `after` milliseconds. */
@@ -69,7 +81,11 @@ export interface ChildState {
   readonly lost?: boolean | undefined
 }
 
-type Failure = { readonly kind: "child-failed" | "restart-intensity" | "aborted"; readonly message: string }
+type Failure = {
+  readonly kind: "child-failed" | "restart-intensity" | "aborted" | "internal"
+  readonly message: string
+  readonly signal?: StopSignal | undefined
+}
 
 export interface SupervisorState {
   readonly children: ReadonlyArray<ChildState>
@@ -187,8 +203,12 @@ export const decide = (
     CohortFormed: () => step.update({ formed: true }),
     RanksLost: ({ ranks, reason }) => step.ranksLost(ranks, reason),
     CoordinatorFailed: ({ reason }) => step.coordinatorFailed(reason),
+    ActorFailed: ({ actor, reason }) => {
+      const message = `internal error: the ${actor} failed: ${reason}`
+      step.fail({ kind: "internal", message }, "graceful", `${message}: stopping every child`)
+    },
     RunDrained: () => step.drain(),
-    AbortRequested: ({ reason }) => step.abort(reason),
+    AbortRequested: ({ reason, signal }) => step.abort(reason, signal),
     RestartDue: ({ id }) => step.restartDue(id),
     ChildrenJoined: ({ children }) => step.join(children)
   })
@@ -288,7 +308,8 @@ class Step {
     switch (current._tag) {
       case "KillAll": {
         this.setChild(id, { status: "exited" })
-        this.fail({ kind: "child-failed", message: what }, "kill", `${what}: terminating every sibling (kill_all)`)
+        const { graceMs, mode } = killAllStop(current)
+        this.fail({ kind: "child-failed", message: what }, mode, `${what}: terminating every sibling (kill_all)`, graceMs)
         return
       }
       case "Elastic": {
@@ -334,8 +355,9 @@ class Step {
     const current = inForce(this.strategy, this.state.formed)
     const what = `rank(s) ${ranks.join(", ")} lost: ${reason}`
     if (current._tag === "KillAll") {
-      // Fail first: kill_all kills at once, even when these were the last ranks.
-      this.fail({ kind: "child-failed", message: what }, "kill", `${what}: terminating every child (kill_all)`)
+      // Fail first: kill_all stops every child at once, even when these were the last ranks.
+      const { graceMs, mode } = killAllStop(current)
+      this.fail({ kind: "child-failed", message: what }, mode, `${what}: terminating every child (kill_all)`, graceMs)
     }
     // Under restart a lost rank is restarted like any failure: at its exit if it still runs (it is being
     // killed), at once if it has already gone.
@@ -455,21 +477,21 @@ class Step {
     }
   }
 
-  abort(reason: string): void {
+  abort(reason: string, signal: StopSignal | undefined): void {
     if (this.state.stopping) return
     if (!this.state.drained && this.state.failure === undefined) {
-      this.update({ failure: { kind: "aborted", message: `aborted: ${reason}` } })
+      this.update({ failure: { kind: "aborted", message: `aborted: ${reason}`, ...(signal === undefined ? {} : { signal }) } })
     }
     this.stopAll("graceful", `aborted: ${reason}: stopping every child`)
   }
 
   /** Record the root cause (the first one wins) and stop everything. */
-  fail(failure: Failure, mode: "kill" | "graceful", message: string): void {
+  fail(failure: Failure, mode: "kill" | "graceful", message: string, graceMs?: number): void {
     if (this.state.failure === undefined) this.update({ failure })
-    this.stopAll(mode, message)
+    this.stopAll(mode, message, graceMs)
   }
 
-  stopAll(mode: "kill" | "graceful", reason: string): void {
+  stopAll(mode: "kill" | "graceful", reason: string, graceMs?: number): void {
     if (this.state.stopping) return
     this.update({ stopping: true })
     for (const child of this.state.children) {
@@ -481,16 +503,16 @@ class Step {
       }
     }
     const running = this.state.children.filter((child) => child.status === "running")
-    this.terminate(running, mode, reason)
+    this.terminate(running, mode, reason, undefined, graceMs)
   }
 
-  /** Stop children in reverse start order, each exactly once. */
-  terminate(children: ReadonlyArray<ChildState>, mode: "kill" | "graceful", reason: string, restartAt?: number): void {
+  /** Stop children (listed in reverse start order), each exactly once. */
+  terminate(children: ReadonlyArray<ChildState>, mode: "kill" | "graceful", reason: string, restartAt?: number, graceMs?: number): void {
     const targets = children.filter((child) => child.status === "running").reverse()
     for (const child of targets) this.setChild(child.spec.id, { status: "stopping", restartAt })
     this.note(reason)
     if (targets.length > 0) {
-      this.directives.push(Directive.Terminate({ ids: targets.map((child) => child.spec.id), mode, reason }))
+      this.directives.push(Directive.Terminate({ ids: targets.map((child) => child.spec.id), mode, reason, ...(graceMs === undefined ? {} : { graceMs }) }))
     }
   }
 

@@ -16,6 +16,8 @@ import { readFileSync } from "node:fs"
 import { hostname } from "node:os"
 import { resolve } from "node:path"
 import * as Effect from "effect/Effect"
+import { listenForStops } from "../actors/signals.ts"
+import { exitStatusFor, type StopSignal } from "../actors/StopRequests.ts"
 import * as Agent from "../actors/agent/Agent.ts"
 import { type AgentLaunch, isSaltHex, parseDevices, parseEndpoint, readAgentSpec } from "../actors/agent/AgentSpec.ts"
 import { resolveDevices } from "../actors/agent/Devices.ts"
@@ -137,15 +139,17 @@ const program = Effect.gen(function*() {
   }
 })
 
-let interrupted = false
+let interrupted: StopSignal | undefined
 const fiber = Effect.runFork(program.pipe(Effect.provide(Log.layer(undefined, `cohort agent ${host}: `))))
-for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"] as const) {
-  process.on(signal, () => {
-    if (interrupted) process.exit(130)
-    interrupted = true
-    // Interrupting closes the agent's scope: its relay and ranks are stopped in order.
+// Copies of one stop (a group Ctrl-C reaches `bun run` and this process) count once; a later one exits at once.
+listenForStops({
+  stop: ({ signal }) => {
+    interrupted = signal ?? "SIGTERM"
+    // Interrupting closes the agent's scope: its relay and ranks are stopped side by side.
     Effect.runFork(fiber.interruptAsFork(fiber.id()))
-  })
-}
+  },
+  // No parent watch: an agent outlives the shell or batch script that started it in the background, as before.
+  insist: (signal) => process.exit(exitStatusFor(signal))
+})
 const exit = await Effect.runPromise(fiber.await)
-process.exit(exit._tag === "Success" ? exit.value : interrupted ? 130 : 1)
+process.exit(exit._tag === "Success" ? exit.value : interrupted !== undefined ? exitStatusFor(interrupted) : 1)

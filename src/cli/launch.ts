@@ -2,9 +2,13 @@
  * `bun run launch <cluster.yml> [options]`: run a cluster (see the usage below).
  *
  * Exit status: 0 completed (degraded included), 1 failed by the policy,
- * 2 bad input (file, arguments, environment), 130 interrupted. The last line
- * on stderr is the verdict. A second Ctrl-C stops waiting for the grace
- * period: the launcher exits at once and its children die with it.
+ * 2 bad input (file, arguments, environment), and when stopped by a signal
+ * 128 + its number (129 SIGHUP, 130 SIGINT, 143 SIGTERM). The last line on
+ * stderr is the verdict. Copies of one stop (a terminal's Ctrl-C reaches
+ * both `bun run` and this process) count once; a second, later one stops
+ * waiting for the grace period: the launcher exits at once and its children
+ * die with it. When the process that started it dies, it stops as for
+ * SIGTERM.
  *
  * The arguments are read before the launcher is loaded (effect and its
  * Schema take a few hundred milliseconds to load): `--help` and a bad
@@ -13,6 +17,8 @@
  */
 import { loadLibrary } from "./bundle.ts"
 import { make as makeConsole, summaryTable } from "./RunConsole.ts"
+import { listenForStops } from "../actors/signals.ts"
+import { exitStatusFor, type StopRequest } from "../actors/StopRequests.ts"
 
 const usage = `usage: bun run launch <cluster.yml> [--dry-run] [--resume] [--sync]
                   [--quiet] [--ranks 0,3] [--log-dir DIR] [--events FILE]
@@ -33,7 +39,8 @@ supervised under the file's failure_policy.
 While it runs: a live page at http://<its address>/ , metrics at /metrics, and
 \`bun run status\` in this directory.
 
-Exit status: 0 completed (also DEGRADED), 1 failed, 2 bad input, 130 interrupted.
+Exit status: 0 completed (also DEGRADED), 1 failed, 2 bad input; stopped by a signal:
+129 SIGHUP, 130 SIGINT, 143 SIGTERM.
 Example: bun run launch examples/local.yml`
 
 const fail = (message: string): never => {
@@ -70,6 +77,21 @@ if (ranks !== undefined && (ranks.length === 0 || ranks.some((rank) => !/^\d+$/.
   fail(`--ranks takes rank numbers separated by commas (like 0,3), got ${rankList}`)
 }
 
+// Stops are listened for before the launcher loads: a Ctrl-C during start-up is not lost.
+let requestStop!: (request: StopRequest) => void
+const stopRequested = new Promise<StopRequest>((resolve) => (requestStop = resolve))
+let closeConsole = () => {}
+listenForStops({
+  stop: (request) => requestStop(request),
+  // The operator insists: children die with us (PR_SET_PDEATHSIG).
+  insist: (signal) => {
+    closeConsole()
+    process.stderr.write("cohort: run failed: interrupted again: exiting now without waiting for the ranks\n")
+    process.exit(exitStatusFor(signal))
+  },
+  watchParent: true
+})
+
 const cohort = await loadLibrary()
 
 /** A mistake of input is exit 2 with its message; anything else is a bug in cohort: its whole story, exit 1. */
@@ -90,21 +112,11 @@ const runConsole = makeConsole({
   logDir: values.get("--log-dir")
 })
 
-// A second signal while stopping: the operator insists. Children die with us (PR_SET_PDEATHSIG).
-let signals = 0
-for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"] as const) {
-  process.on(signal, () => {
-    signals += 1
-    if (signals > 1) {
-      runConsole.close()
-      process.stderr.write("cohort: run failed: interrupted again: exiting now without waiting for the ranks\n")
-      process.exit(130)
-    }
-  })
-}
+closeConsole = () => runConsole.close()
 
 const result = await cohort.launch(file, {
-  handleSignals: true,
+  interrupt: stopRequested,
+  stopHint: "press Ctrl-C again to exit at once",
   resume: flags.has("--resume"),
   sync: flags.has("--sync"),
   eventsFile: values.get("--events"),
@@ -119,5 +131,9 @@ const last = runConsole.lastState()
 const table = last === undefined ? "" : summaryTable(last)
 runConsole.close()
 if (table !== "") process.stderr.write(`${table}\n`)
+// A run that did not complete says where its work is and how to go on from it, just before the verdict.
+if (result.checkpoint !== undefined && result.outcome !== "completed" && result.outcome !== "degraded") {
+  process.stderr.write(`cohort: checkpoint: ${result.checkpoint.path} (epoch ${result.checkpoint.epoch}); continue with: bun run launch ${file} --resume\n`)
+}
 process.stderr.write(`cohort: ${result.summary}\n`)
 process.exit(result.exitCode)

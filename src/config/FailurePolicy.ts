@@ -4,7 +4,7 @@
  *
  * ```yaml
  * failure_policy:
- *   before_formation: kill_all                 # default
+ *   before_formation: kill_all                 # default; { kill_all: { grace: 0s } } kills the siblings at once
  *   after_formation:
  *     elastic: { max_failure: 25% }            # or a count: 2; omit it to tolerate any partial loss
  *   # after_formation:
@@ -116,8 +116,10 @@ const decodeSimple = (field: Field): Simple => {
   switch (given[0]!) {
     case "kill_all": {
       const options = keys.kill_all!
-      if (options.present) options.map([])
-      return new KillAll()
+      if (!options.present) return new KillAll()
+      // `{ kill_all: { grace: 0s } }`: siblings are killed at once instead of getting SIGTERM and a grace.
+      const grace = options.map(["grace"]).grace!.readOr((f) => f.duration(), undefined)
+      return new KillAll(grace === undefined ? {} : { grace })
     }
     case "elastic": {
       const options = keys.elastic!
@@ -181,7 +183,7 @@ export const encodeStrategy = (strategy: Strategy): unknown => {
         after_formation: encodeStrategy(strategy.afterFormation)
       }
     case "KillAll":
-      return "kill_all"
+      return strategy.grace === undefined ? "kill_all" : { kill_all: { grace: formatDuration(strategy.grace) } }
     case "Elastic":
       return strategy.maxFailure === undefined && strategy.base === undefined
         ? "elastic"

@@ -107,6 +107,8 @@ export interface Coordinator {
    * sends no `Exiting`) and still had samples is lost now, not at the heartbeat timeout.
    */
   readonly exitedCleanly: (rank: number) => Effect.Effect<void>
+  /** The epoch of the consensus checkpoint on disk for this run (written by it, or resumed from), if any. */
+  readonly checkpointEpoch: Effect.Effect<number | undefined>
 }
 
 /**
@@ -184,6 +186,8 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
         })
       })
 
+    /** The epoch of the last checkpoint this run wrote (or resumed from): what `--resume` would continue after. */
+    let written: number | undefined = options.resume?.epoch
     const writeCheckpoint = (reason: CheckpointFile.SaveReason) =>
       consensus === undefined
         ? Effect.succeed(false)
@@ -198,6 +202,7 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
           state: consensus.state,
           root: options.rootState()
         }).pipe(
+          Effect.zipRight(Effect.sync(() => (written = consensus!.epoch))),
           Effect.as(true),
           Effect.catchAll((error) => Effect.as(Effect.logError(error.message), false))
         )
@@ -537,6 +542,7 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
       cohortFormed: Effect.ignore(actor.tell(CoordinatorMessage.CohortFormed())),
       stopOrdered: (ranks) => Effect.ignore(actor.tell(CoordinatorMessage.StopOrdered({ ranks }))),
       join: (ranks) => Effect.ignore(actor.tell(CoordinatorMessage.Joined({ ranks }))),
+      checkpointEpoch: Effect.sync(() => written),
       exitedCleanly: (rank) =>
         Effect.asVoid(Effect.forkIn(Effect.zipRight(Effect.sleep(Duration.millis(LAST_WORDS_MS)), Effect.ignore(actor.tell(CoordinatorMessage.ExitedCleanly({ rank })))), scope))
     }

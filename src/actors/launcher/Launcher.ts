@@ -26,9 +26,11 @@ import * as Agent from "../agent/Agent.ts"
 import { deviceTag } from "../agent/Devices.ts"
 import type { RankDevice } from "../rank/RankContext.ts"
 import { describe as describeExit, isClean } from "../ChildExit.ts"
-import { type Directive, SupervisionEvent } from "../decide.ts"
+import { type Directive, SupervisionEvent, type SupervisorState } from "../decide.ts"
 import * as PortMux from "../PortMux.ts"
-import { onSignals } from "../signals.ts"
+import { onStops } from "../ScopedStops.ts"
+import { ActorFailures, describeDefect } from "../Actor.ts"
+import { exitStatusFor, type StopRequest, type StopSignal } from "../StopRequests.ts"
 import * as StatusBoard from "../StatusBoard.ts"
 import * as Supervisor from "../Supervisor.ts"
 import { describeVerdict, exitCode, type Loss, Verdict } from "../Verdict.ts"
@@ -79,8 +81,8 @@ export interface RankReport {
 export interface RunResult {
   readonly run: string
   readonly outcome: Outcome
-  /** 0 completed (degraded included), 1 failed, 130 interrupted. */
-  readonly exitCode: 0 | 1 | 130
+  /** 0 completed (degraded included), 1 failed; interrupted: 128 + the signal (129 SIGHUP, 130 SIGINT, 143 SIGTERM), 130 from code. */
+  readonly exitCode: number
   /** The final line, after `cohort: `. */
   readonly summary: string
   readonly rootCause: string | undefined
@@ -88,19 +90,28 @@ export interface RunResult {
   readonly lost: ReadonlyArray<Loss>
   readonly ranks: ReadonlyArray<RankReport>
   readonly port: number
+  /** The consensus checkpoint on disk for this run, when it has one: where `--resume` continues from. */
+  readonly checkpoint?: { readonly path: string; readonly epoch: number } | undefined
 }
 
 export interface LaunchOptions {
   /** Where rank and relay lines go (default: this process's stdout and stderr). */
   readonly output?: Agent.OutputSink
-  /** Turn SIGINT, SIGTERM and SIGHUP into an orderly stop (the CLI does). */
+  /**
+   * Turn SIGINT, SIGTERM and SIGHUP into an orderly stop (copies of one stop count once; see StopRequests);
+   * a deliberate second signal calls `onInsist`, by default exiting the process at once.
+   */
   readonly handleSignals?: boolean
+  /** A deliberate second stop signal while stopping (with `handleSignals`). */
+  readonly onInsist?: (signal: StopSignal) => void
+  /** Said when the run starts stopping on request, after how long it waits (the CLI: "press Ctrl-C again to exit at once"). */
+  readonly stopHint?: string
   /** Told the port once the mux listens. */
   readonly onListening?: (port: number) => void
   /** Told each phase as the run enters it (the status page's `phase`). */
   readonly onPhase?: (phase: StatusBoard.Phase) => void
-  /** Stop the run from outside: resolving it is like a SIGINT. */
-  readonly interrupt?: Promise<string>
+  /** Stop the run from outside: resolving it is like a signal (a reason alone: like SIGINT). */
+  readonly interrupt?: Promise<string | StopRequest>
   /** Start from the consensus checkpoint at `job.checkpoint` (the CLI's `--resume`). */
   readonly resume?: boolean
   /** Copy this checkout to every ssh host's path first (the CLI's `--sync`). */
@@ -136,7 +147,23 @@ interface RankBook {
   running: boolean
 }
 
+/**
+ * Run a plan. Every actor of the run reports a defect to `actorFailed` (the first one is the root cause): before
+ * formation it fails the window, after it the supervisor stops the ranks in order.
+ */
 export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunResult, LaunchInputError | PortMux.BindError, Scope.Scope> =>
+  Effect.flatMap(Deferred.make<{ readonly actor: string; readonly reason: string }>(), (actorFailed) =>
+    runPlan(plan, options, actorFailed).pipe(Effect.provideService(ActorFailures, {
+      report: (actor, cause) =>
+        Effect.flatMap(Deferred.succeed(actorFailed, { actor, reason: describeDefect(cause) }), (first) =>
+          first ? Effect.logError(`internal error: the ${actor} failed: ${describeDefect(cause)} (please report it)`) : Effect.void)
+    })))
+
+const runPlan = (
+  plan: Plan,
+  options: LaunchOptions,
+  actorFailed: Deferred.Deferred<{ readonly actor: string; readonly reason: string }>
+): Effect.Effect<RunResult, LaunchInputError | PortMux.BindError, Scope.Scope> =>
   Effect.gen(function*() {
     const { config } = plan
     const output = options.output ?? defaultOutput
@@ -283,17 +310,30 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
     }))
 
     // Interruption: before formation it ends the window; after, the Supervisor stops the ranks in order.
-    const interrupted = yield* Deferred.make<string>()
-    const interrupt = (reason: string) =>
-      supervisor === undefined
-        ? Effect.asVoid(Deferred.succeed(interrupted, reason))
-        : supervisor.send(SupervisionEvent.AbortRequested({ reason }))
+    const interrupted = yield* Deferred.make<StopRequest>()
+    /** Set once a stop was asked for: the stopping line then says how to insist. */
+    let stopAsked = false
+    const interrupt = (request: StopRequest) => {
+      stopAsked = true
+      return Effect.zipRight(
+        Effect.asVoid(Deferred.succeed(interrupted, request)),
+        supervisor === undefined ? Effect.void : supervisor.send(SupervisionEvent.AbortRequested(request))
+      )
+    }
     if (options.handleSignals === true) {
-      yield* onSignals(["SIGINT", "SIGTERM", "SIGHUP"], (signal) => interrupt(`received ${signal}`))
+      const insist = options.onInsist ?? ((signal: StopSignal) => {
+        process.stderr.write("cohort: run failed: interrupted again: exiting now without waiting for the ranks\n")
+        process.exit(exitStatusFor(signal))
+      })
+      yield* onStops(interrupt, (signal) => Effect.sync(() => insist(signal)))
     }
     if (options.interrupt !== undefined) {
-      yield* Effect.forkScoped(Effect.flatMap(Effect.promise(() => options.interrupt!), interrupt))
+      yield* Effect.forkScoped(Effect.flatMap(
+        Effect.promise(() => options.interrupt!),
+        (request) => interrupt(typeof request === "string" ? { reason: request } : request)
+      ))
     }
+    const stopHint = options.stopHint ?? (options.handleSignals === true ? "press Ctrl-C again to exit at once" : undefined)
 
     let afterFormationAgentEnded: (host: string, reason: string) => Effect.Effect<void> = () => Effect.void
     // FanOut: this machine's agents run in-process and join over loopback; other hosts' over ssh; `agent: self` hosts dial in.
@@ -370,7 +410,8 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
       gate.formation,
       Effect.matchEffect(Deferred.await(hostsChecked), { onFailure: (error) => Effect.succeed({ _tag: "Refused" as const, error }), onSuccess: () => Effect.never }),
       Effect.map(Deferred.await(agentFailed), (reason): JoinGate.Formation => ({ _tag: "Failed", reason })),
-      Effect.map(Deferred.await(interrupted), (reason): JoinGate.Formation => ({ _tag: "Failed", reason: `${reason} before the world formed` }))
+      Effect.map(Deferred.await(interrupted), ({ reason }): JoinGate.Formation => ({ _tag: "Failed", reason: `${reason} before the world formed` })),
+      Effect.map(Deferred.await(actorFailed), ({ actor, reason }): JoinGate.Formation => ({ _tag: "Failed", reason: `internal error: the ${actor} failed: ${reason}` }))
     ])
 
     /** Every rank the run has had (the declared world until it forms). The join gate hands out the numbers (`take`), which only grow. */
@@ -379,21 +420,17 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
       Effect.gen(function*() {
         const summary = describeVerdict(verdict, lost)
         yield* enter(verdict._tag === "Completed" ? "done" : "failed")
-        const code = exitCode(verdict) as 0 | 1 | 130
-        yield* record({
-          event: "verdict",
-          at: Date.now(),
-          outcome: verdict._tag === "Failed" ? (code === 130 ? "interrupted" : "failed") : verdict.dead > 0 ? "degraded" : "completed",
-          exitCode: code,
-          summary
-        })
+        const code = exitCode(verdict)
+        const outcome: Outcome = verdict._tag === "Failed"
+          ? (verdict.kind === "aborted" ? "interrupted" : "failed")
+          : verdict.dead > 0 ? "degraded" : "completed"
+        const checkpointEpoch = coordinator === undefined ? undefined : yield* coordinator.checkpointEpoch
+        yield* record({ event: "verdict", at: Date.now(), outcome, exitCode: code, summary })
         // The live pages see the verdict before the port closes under them.
         yield* board.endStreams
         return {
           run: config.name,
-          outcome: verdict._tag === "Failed"
-            ? (code === 130 ? "interrupted" : "failed")
-            : verdict.dead > 0 ? "degraded" : "completed",
+          outcome,
           exitCode: code,
           summary,
           rootCause: verdict._tag === "Failed" ? verdict.message : undefined,
@@ -406,16 +443,22 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
             pid: entry.pid,
             exits: entry.exits
           })),
-          port: mux.port
+          port: mux.port,
+          checkpoint: checkpointEpoch === undefined ? undefined : { path: checkpointPath(config), epoch: checkpointEpoch }
         }
       })
 
     if (formation._tag === "Refused") return yield* Effect.fail(formation.error)
     if (formation._tag === "Failed") {
       yield* cleanupHosts(sshWorkers(plan), config.name)
-      const wasInterrupted = yield* Deferred.isDone(interrupted)
+      const request = yield* Deferred.poll(interrupted)
+      if (request._tag === "Some") {
+        const { signal } = yield* request.value
+        return yield* finish(Verdict.Failed({ kind: "aborted", message: `aborted: ${formation.reason}`, signal }), [])
+      }
+      const internal = yield* Deferred.isDone(actorFailed)
       return yield* finish(
-        Verdict.Failed({ kind: wasInterrupted ? "aborted" : "join", message: wasInterrupted ? `aborted: ${formation.reason}` : `the join window failed: ${formation.reason}` }),
+        Verdict.Failed({ kind: internal ? "internal" : "join", message: internal ? formation.reason : `the join window failed: ${formation.reason}` }),
         []
       )
     }
@@ -630,6 +673,29 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
     }
 
     const lost: Array<Loss> = []
+    /** A run-wide stop is said once: how long it may take, then whom it still waits for, every second. */
+    let stopAnnounced = false
+    const rankLabel = (child: SupervisorState["children"][number]) => `rank ${numberOf(child.spec.ranks[0]!)}${child.spec.group === undefined ? "" : ` (${child.spec.group})`}`
+    const stillWaiting = Effect.gen(function*() {
+      while (true) {
+        yield* Effect.sleep(Duration.seconds(1))
+        const waiting = (yield* supervisor!.state).children.filter((child) => child.status === "stopping")
+        if (waiting.length === 0) return
+        const named = waiting.slice(0, 8).map(rankLabel).join(", ")
+        yield* Effect.logInfo(`stopping: still waiting for ${named}${waiting.length > 8 ? ` and ${waiting.length - 8} more` : ""}`)
+      }
+    })
+    const announceStop = (directive: Extract<Directive, { readonly _tag: "Terminate" }>) =>
+      Effect.gen(function*() {
+        if (stopAnnounced || !(yield* supervisor!.state).stopping) return
+        stopAnnounced = true
+        const ranks = directive.ids.length
+        if (directive.mode === "kill") return yield* Effect.logInfo(`stopping: killing ${ranks} rank(s) at once`)
+        const seconds = (directive.graceMs ?? graceMs) / 1000
+        const hint = stopAsked && stopHint !== undefined ? ` (${stopHint})` : ""
+        yield* Effect.logInfo(`stopping: waiting up to ${seconds} s for ${ranks} rank(s)${hint}`)
+        yield* Effect.forkIn(stillWaiting, runScope)
+      })
     supervisor = yield* Supervisor.start({
       name: "rank-supervisor",
       strategy: config.failurePolicy.strategy,
@@ -653,14 +719,21 @@ export const run = (plan: Plan, options: LaunchOptions = {}): Effect.Effect<RunR
           ? Effect.void
           : Effect.zipRight(
             // Ranks cohort stops leave early on purpose: the coordinator must not count them lost.
-            directive._tag === "Terminate" && coordinator !== undefined
-              ? coordinator.stopOrdered(directive.ids.flatMap((id) => /^rank-(\d+)$/.exec(id) === null ? [] : [numberOf(Number(id.slice(5)))]))
+            directive._tag === "Terminate"
+              ? Effect.zipRight(
+                coordinator === undefined
+                  ? Effect.void
+                  : coordinator.stopOrdered(directive.ids.flatMap((id) => /^rank-(\d+)$/.exec(id) === null ? [] : [numberOf(Number(id.slice(5)))])),
+                announceStop(directive)
+              )
               : Effect.void,
             record({ event: "decision", at: Date.now(), decision: directive._tag, detail: describeDirective(directive) })
           )
     })
     // An interruption that raced formation still stops the ranks.
-    if (yield* Deferred.isDone(interrupted)) yield* interrupt(yield* Deferred.await(interrupted))
+    if (yield* Deferred.isDone(interrupted)) yield* supervisor.send(SupervisionEvent.AbortRequested(yield* Deferred.await(interrupted)))
+    // A defect in any of the run's actors is the root cause, and the ranks are stopped in order.
+    yield* Effect.forkScoped(Effect.flatMap(Deferred.await(actorFailed), (failure) => supervisor!.send(SupervisionEvent.ActorFailed(failure))))
 
     /**
      * Growth: a host admitted after formation is told the world (its ranks numbered after every rank the run
