@@ -4,10 +4,13 @@
  *
  * The clock starts when the harness tells the failing child to exit (one line
  * on its stdin) and stops when the verdict is in hand, so the figure includes
- * the child's own exit, its reaping, the kill-all decision, seven SIGKILLs and
- * seven more reapings. Two contenders run side by side, interleaved, in one
+ * the child's own exit, its reaping, the kill-all decision, seven signals and
+ * seven more reapings. Three contenders run side by side, interleaved, in one
  * process:
- *  - `cohort`: the Effect Supervisor under `kill_all`;
+ *  - `cohort`: the Effect Supervisor under `kill_all`: SIGTERM to every sibling
+ *    with its grace (the `sh` children end at SIGTERM, as a rank that has
+ *    nothing to save does);
+ *  - `cohort, grace 0`: `kill_all: { grace: 0s }`, SIGKILL at once;
  *  - `floor`:  bare Bun.spawn + `exited` promises + kill, the least any
  *              supervisor on Bun could do.
  * Children are `sh` (a native process that reads a line and exits with it), so
@@ -30,7 +33,7 @@ const waitUntil = async (check: () => boolean) => {
 }
 
 /** One run of the Effect supervisor; returns milliseconds from the fatal exit to the verdict. */
-const cohortRun = () =>
+const cohortRun = (strategy: KillAll) =>
   Effect.runPromise(
     Effect.scoped(Effect.gen(function*() {
       const handles: Array<ProcessChild.ProcessChild> = []
@@ -39,7 +42,7 @@ const cohortRun = () =>
           rank,
           Effect.tap(ProcessChild.spawn({ cmd: child, stdin: "pipe" }), (handle) => Effect.sync(() => handles.push(handle)))
         ))
-      const supervisor = yield* Supervisor.start({ name: "bench", strategy: new KillAll(), children, grace: "1 second" })
+      const supervisor = yield* Supervisor.start({ name: "bench", strategy, children, grace: "1 second" })
       yield* Effect.promise(() => waitUntil(() => handles.length === CHILDREN))
       const start = performance.now()
       const stdin = handles[3]!.subprocess.stdin as import("bun").FileSink
@@ -65,11 +68,15 @@ const floorRun = async () => {
 
 export const failureReaction = async () => {
   const cohort: Array<number> = []
+  const brutal: Array<number> = []
   const floor: Array<number> = []
-  await cohortRun() // warm-up: first imports and JIT
+  const graceful = new KillAll()
+  const atOnce = new KillAll({ grace: 0 })
+  await cohortRun(graceful) // warm-up: first imports and JIT
   await floorRun()
   for (let i = 0; i < RUNS; i++) {
-    cohort.push(await cohortRun())
+    cohort.push(await cohortRun(graceful))
+    brutal.push(await cohortRun(atOnce))
     floor.push(await floorRun())
   }
   const row = (name: string, values: ReadonlyArray<number>) =>
@@ -79,10 +86,11 @@ export const failureReaction = async () => {
     "",
     "| contender | runs | median | p90 | min |",
     "|---|---|---|---|---|",
-    row("cohort Supervisor (kill_all)", cohort),
+    row("cohort Supervisor (kill_all: SIGTERM, grace)", cohort),
+    row("cohort Supervisor (kill_all: { grace: 0s }, SIGKILL)", brutal),
     row("floor: bare Bun.spawn", floor),
     "",
-    `ratio cohort / floor (medians): ${(median(cohort) / median(floor)).toFixed(2)}`
+    `ratio cohort / floor (medians): ${(median(cohort) / median(floor)).toFixed(2)}; grace 0 / floor: ${(median(brutal) / median(floor)).toFixed(2)}`
   ].join("\n")
 }
 

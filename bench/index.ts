@@ -6,10 +6,13 @@ import { growth } from "./growth.ts"
 import { launchLatency } from "./launch-latency.ts"
 import { multihostFormation } from "./multihost-formation.ts"
 import { nativeKernels } from "./native-kernels.ts"
+import { orderlyStop } from "./orderly-stop.ts"
 import { scale } from "./scale.ts"
 
 console.log(`bun ${Bun.version}, ${navigator.hardwareConcurrency} cores, ${new Date().toISOString()}\n`)
 console.log(await failureReaction())
+console.log()
+console.log(await orderlyStop())
 console.log()
 console.log(await frameThroughput())
 console.log()

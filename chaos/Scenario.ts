@@ -50,7 +50,7 @@ export type Outcome = "completed" | "degraded" | "failed" | "interrupted" | "kil
 export interface Prediction {
   readonly outcome: Outcome
   /** The launcher's exit status; "SIGKILL" when the runner killed it. */
-  readonly exit: 0 | 1 | 130 | "SIGKILL"
+  readonly exit: 0 | 1 | 130 | 143 | "SIGKILL"
   /** The verdict line, the launcher's last on stderr (none when it was killed). */
   readonly verdict: RegExp | undefined
   /** The last phase the status stream shows (none when the launcher was killed). */
@@ -131,9 +131,9 @@ export const predict = (scenario: Omit<Scenario, "id" | "seed">): Prediction | u
       return moment === "mid_epoch" ? afterDeaths(policy, hostRanks(topology), world, false) : undefined
     case "launcher_signal":
       if (fault.signal === "SIGKILL") return { outcome: "killed", exit: "SIGKILL", verdict: undefined, phase: undefined, lost: 0, trained: false }
-      // SIGTERM after the world formed: the ranks are stopped in order, and the run is interrupted.
+      // SIGTERM after the world formed: the ranks are stopped in order, and the run is interrupted (128 + 15).
       return moment === "forming" || moment === "mid_epoch"
-        ? { outcome: "interrupted", exit: 130, verdict: /^cohort: run failed: (aborted|interrupted)/, phase: "failed", lost: 0, trained: false }
+        ? { outcome: "interrupted", exit: 143, verdict: /^cohort: run failed: (aborted|interrupted)/, phase: "failed", lost: 0, trained: false }
         : undefined
   }
 }

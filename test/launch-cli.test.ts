@@ -47,7 +47,8 @@ test("`bun run launch` runs from its bundle: the relay and the ranks are the bun
   expect(relayCommand, run.stderr.lines.join("\n")).toMatch(/\/\.cohort\/bundle-[^/]+\/relay\.js$/)
   for (const rank of ranks) expect(cmdline(rank).trim(), run.stderr.lines.join("\n")).toMatch(/\/\.cohort\/bundle-[^/]+\/rank\.js$/)
   run.proc.kill("SIGTERM")
-  expect(await run.proc.exited).toBe(130)
+  // 128 + 15: what shells and schedulers expect of a process stopped by SIGTERM.
+  expect(await run.proc.exited).toBe(143)
 }, 20_000)
 
 describe("the launch CLI and its processes", () => {
@@ -80,7 +81,7 @@ describe("the launch CLI and its processes", () => {
     expect(everyArgv.length).toBeGreaterThan(5)
     expect(everyArgv.filter((argv) => argv.includes(salt))).toEqual([])
     run.proc.kill("SIGTERM")
-    expect(await run.proc.exited).toBe(130)
+    expect(await run.proc.exited).toBe(143)
   }, 20_000)
 
   test("a command: job gets torchrun's variables, consistent across ranks, and its args", async () => {
