@@ -163,17 +163,11 @@ export const collectPids = (run: LauncherRun, also: ReadonlyArray<number> = []):
 }
 
 /**
- * The launcher's own stderr lines: through `bun run`, without the runner's own, its echo of the script
- * (`$ bun src/cli/launch.ts …`, first) and its `error: script "launch" exited with code N` (last, for
- * most non-zero statuses). The launcher's verdict is the last of these.
+ * The launcher's stderr lines as the user sees them. The project's bunfig.toml makes `bun run` silent (no
+ * `$ bun src/cli/launch.ts …` echo first, no `error: script "launch" exited with code N` last), so through
+ * `bun run` too the launcher's verdict is the very last line.
  */
-export const launcherLines = (run: LauncherRun): Array<string> => {
-  if (run.via === "direct") return [...run.stderr.lines]
-  const lines = [...run.stderr.lines]
-  if (lines[0]?.startsWith("$ ") === true) lines.shift()
-  if (/^error: script "launch" exited with code \d+$/.test(lines.at(-1) ?? "")) lines.pop()
-  return lines
-}
+export const launcherLines = (run: LauncherRun): Array<string> => [...run.stderr.lines]
 
 /** The pids of `run.seen` still running (zombies count as gone: they hold nothing). */
 export const leftRunning = (run: LauncherRun): Array<number> => [...run.seen].filter(isRunning)
