@@ -45,7 +45,8 @@ import {
   Simple,
   Strategy
 } from "../src/actors/Strategy.ts"
-import type { Verdict } from "../src/actors/Verdict.ts"
+import type { StopSignal } from "../src/actors/StopRequests.ts"
+import { exitCode, Verdict } from "../src/actors/Verdict.ts"
 import { parseStrategy, strategyToYaml } from "../src/config/FailurePolicy.ts"
 
 const RUNS = 1_000
@@ -134,7 +135,9 @@ type Choice = { readonly dt: number } & (
   | { readonly kind: "lose"; readonly picks: ReadonlyArray<number> }
   | { readonly kind: "due"; readonly pick: number; readonly id?: string }
   | { readonly kind: "staleDue"; readonly pick: number }
-  | { readonly kind: "form" | "drain" | "abort" | "coordinator" }
+  | { readonly kind: "abort"; readonly signal?: StopSignal | undefined }
+  | { readonly kind: "actor"; readonly pick: number }
+  | { readonly kind: "form" | "drain" | "coordinator" }
 )
 
 type Kind = Choice["kind"]
@@ -151,6 +154,17 @@ interface Mix {
  */
 const dtArb = fc.oneof(fc.constant(0), fc.integer({ min: 0, max: 1000 }), fc.constant(1000))
 
+/** The signal an abort names: none (asked by code), or one of the stop signals. */
+const signalArb = fc.constantFrom<StopSignal | undefined>(undefined, "SIGINT", "SIGTERM", "SIGHUP")
+
+/** The run's own actors that may die of a defect, and what they die of (an `actor` choice picks one of each). */
+const failingActors = ["coordinator", "join gate", "supervisor launcher"] as const
+const defects = ["boom", "undefined is not an object (evaluating 'peer.rank')"] as const
+const actorFailure = (pick: number) => ({
+  actor: failingActors[pick % failingActors.length]!,
+  reason: defects[Math.floor(pick / failingActors.length) % defects.length]!
+})
+
 const choiceArb = (mix: Mix): fc.Arbitrary<Choice> => {
   const exits = mix.exits ?? anyExit
   const pick = fc.nat({ max: 1000 })
@@ -166,7 +180,8 @@ const choiceArb = (mix: Mix): fc.Arbitrary<Choice> => {
     staleDue: fc.record({ kind: fc.constant("staleDue" as const), pick, dt: dtArb }),
     form: fc.record({ kind: fc.constant("form" as const), dt: dtArb }),
     drain: fc.record({ kind: fc.constant("drain" as const), dt: dtArb }),
-    abort: fc.record({ kind: fc.constant("abort" as const), dt: dtArb }),
+    abort: fc.record({ kind: fc.constant("abort" as const), signal: signalArb, dt: dtArb }),
+    actor: fc.record({ kind: fc.constant("actor" as const), pick, dt: dtArb }),
     coordinator: fc.record({ kind: fc.constant("coordinator" as const), dt: dtArb })
   }
   const weighted = (Object.keys(build) as Array<Kind>)
@@ -179,7 +194,7 @@ const choicesArb = (mix: Mix, maxLength = 30) => fc.array(choiceArb(mix), { maxL
 
 /** Every kind of event, exits most often. */
 const everything: Mix = {
-  weights: { exit: 8, stray: 1, lose: 1, due: 4, staleDue: 1, form: 1, drain: 1, abort: 1, coordinator: 1 }
+  weights: { exit: 8, stray: 1, lose: 1, due: 4, staleDue: 1, form: 1, drain: 1, abort: 1, coordinator: 1, actor: 1 }
 }
 
 const maxFailureArb: fc.Arbitrary<MaxFailure> = fc.oneof(
@@ -377,7 +392,13 @@ const drive = (
         feed(SupervisionEvent.RunDrained())
         break
       case "abort":
-        feed(SupervisionEvent.AbortRequested({ reason: "operator pressed ^C" }))
+        feed(SupervisionEvent.AbortRequested({
+          reason: "operator pressed ^C",
+          ...(choice.signal === undefined ? {} : { signal: choice.signal })
+        }))
+        break
+      case "actor":
+        feed(SupervisionEvent.ActorFailed(actorFailure(choice.pick)))
         break
       case "coordinator":
         feed(SupervisionEvent.CoordinatorFailed({ reason: "lost its port" }))
@@ -426,11 +447,44 @@ const exitOf = (step: Step) => {
   return { id, exit, abnormal: !isClean(exit), requested: step.stopping.includes(id) }
 }
 
-/** Ids that the step told to stop, with the modes used. */
+/** A Terminate's way of stopping, as a plain object: its mode, and its `graceMs` only where it names one. */
+type Stop = { readonly mode: "kill" | "graceful"; readonly graceMs?: number }
+
+/** Ids that the step told to stop, with the modes used and the ways of stopping (mode and grace). */
 const terminated = (step: Step) => {
   const terminates = ofTag(step.directives, "Terminate")
-  return { ids: terminates.flatMap((t) => t.ids), modes: terminates.map((t) => t.mode) }
+  return {
+    ids: terminates.flatMap((t) => t.ids),
+    modes: terminates.map((t) => t.mode),
+    stops: terminates.map((t): Stop => ("graceMs" in t ? { mode: t.mode, graceMs: t.graceMs! } : { mode: t.mode }))
+  }
 }
+
+/**
+ * kill_all, as specified: the siblings get SIGTERM and their grace, the one the strategy names (`graceMs`)
+ * or, with none named, the supervisor's (no `graceMs`); `grace: 0` kills them at once.
+ */
+const killAllStopOf = (grace: number | undefined): Stop =>
+  grace === 0 ? { mode: "kill" } : grace === undefined ? { mode: "graceful" } : { mode: "graceful", graceMs: grace }
+
+/** A run-wide stop that is not kill_all's (abort, coordinator, actor failure, thresholds): SIGTERM, the supervisor's grace. */
+const orderlyStop: Stop = { mode: "graceful" }
+
+/** kill_all without a grace, with `grace: 0`, and with a grace of its own: the three ways it stops siblings. */
+const killAllArb: fc.Arbitrary<KillAll> = fc.oneof(
+  fc.constant(new KillAll()),
+  fc.constant(new KillAll({ grace: 0 })),
+  fc.oneof(fc.constant(1), fc.integer({ min: 1, max: 60_000 }), fc.constant(7 * 24 * 3_600_000))
+    .map((grace) => new KillAll({ grace }))
+)
+
+/** Which of the three a kill_all is, for counting that each was seen. */
+const graceKind = (strategy: KillAll) =>
+  strategy.grace === undefined ? "default" : strategy.grace === 0 ? "none" : "own"
+
+/** The simple strategy in force, by the test's own reckoning of whether the cohort has formed. */
+const phaseOf = (strategy: Strategy, formed: boolean): Simple =>
+  strategy._tag === "Phased" ? (formed ? strategy.afterFormation : strategy.beforeFormation) : strategy
 
 const sorted = (values: Iterable<number>) => [...new Set(values)].sort((a, b) => a - b)
 const sameSet = (a: ReadonlyArray<string>, b: ReadonlyArray<string>) =>
@@ -485,7 +539,13 @@ test("protocol: one verdict, last, nothing after it; only live children are stop
       if (trace.steps.some((step) => step.event._tag === "CoordinatorFailed")) {
         expect(trace.verdict).toMatchObject({ _tag: "Failed", kind: "coordinator" })
       }
-      const more = [SupervisionEvent.Boot(), SupervisionEvent.RunDrained(), SupervisionEvent.RestartDue({ id: "c0" })]
+      const more = [
+        SupervisionEvent.Boot(),
+        SupervisionEvent.RunDrained(),
+        SupervisionEvent.RestartDue({ id: "c0" }),
+        SupervisionEvent.ActorFailed({ actor: "coordinator", reason: "late" }),
+        SupervisionEvent.AbortRequested({ reason: "late", signal: "SIGTERM" })
+      ]
       for (const event of more) {
         const [directives, state] = decide(strategy, last.after, event, last.now + 1)
         expect(directives).toEqual([])
@@ -496,33 +556,41 @@ test("protocol: one verdict, last, nothing after it; only live children are stop
   )
 })
 
-test("1. kill_all: the first abnormal exit kills every running sibling once and names the root cause", () => {
+test("1. kill_all: the first abnormal exit stops every running sibling once, as its grace says, and names the root cause", () => {
   let fatal = 0
+  const seen = { default: 0, none: 0, own: 0 }
   const mix: Mix = { weights: { exit: 10, stray: 2, form: 1, drain: 1, staleDue: 1 } }
-  const strategyArb = fc.constantFrom<Strategy>(
-    new KillAll(),
-    new Phased({ beforeFormation: new KillAll(), afterFormation: new KillAll() })
+  const strategyArb = fc.oneof(
+    killAllArb,
+    fc.record({ beforeFormation: killAllArb, afterFormation: killAllArb }).map((phases) => new Phased(phases))
   )
   fc.assert(
     fc.property(strategyArb, childrenArb, choicesArb(mix), (strategy, children, choices) => {
       const trace = drive(strategy, children, choices)
       withTrace(trace, () => {
-        const first = trace.steps.findIndex((step) => {
-          const exit = exitOf(step)
-          return exit !== undefined && exit.abnormal && !step.before.drained
-        })
+        // The model: the phase in force, and whether the run has drained (abnormal exits are tolerated then).
+        let formed = false
+        let drained = false
+        let first: number | undefined
         trace.steps.forEach((step, index) => {
-          const { ids, modes } = terminated(step)
-          if (index !== first) {
-            expect(ids).toEqual([]) // nothing is killed before the first failure, nor again after it
-            return
+          const { ids, stops } = terminated(step)
+          const exit = exitOf(step)
+          if (first === undefined && exit !== undefined && exit.abnormal && !drained) {
+            first = index
+            // Every sibling still running (the failed child itself is reaped) is stopped, once, the way
+            // the kill_all in force says: SIGTERM and a grace, or at once for grace 0.
+            const killAll = phaseOf(strategy, formed) as KillAll
+            const siblings = step.alive.filter((id) => id !== exit.id)
+            expect(stops).toStrictEqual(siblings.length > 0 ? [killAllStopOf(killAll.grace)] : [])
+            expect(sameSet(ids, siblings)).toBe(true)
+            if (siblings.length > 0) seen[graceKind(killAll)]++
+          } else {
+            expect(ids).toEqual([]) // nothing is stopped before the first failure, nor again after it
           }
-          // Every sibling still running (the failed child itself is reaped) is killed, once.
-          const exited = exitOf(step)!.id
-          expect(modes).toEqual(step.alive.length > 1 ? ["kill"] : [])
-          expect(sameSet(ids, step.alive.filter((id) => id !== exited))).toBe(true)
+          if (step.event._tag === "CohortFormed") formed = true
+          if (step.event._tag === "RunDrained") drained = true
         })
-        if (first === -1) {
+        if (first === undefined) {
           expect(trace.verdict?._tag).toBe("Completed")
           return
         }
@@ -536,25 +604,30 @@ test("1. kill_all: the first abnormal exit kills every running sibling once and 
     seeded(11)
   )
   expect(fatal).toBeGreaterThan(RUNS / 4) // the interesting case is not vacuous
+  expect(Math.min(seen.default, seen.none, seen.own)).toBeGreaterThan(RUNS / 20) // nor is any of the three graces
 })
 
-// kill_all kills at once whether heartbeats lost some ranks or every one of them.
-test("1b. kill_all: ranks lost to heartbeats kill every child too, however many", () => {
+// kill_all stops every child whether heartbeats lost some ranks or every one of them.
+test("1b. kill_all: ranks lost to heartbeats stop every child too, however many, as its grace says", () => {
+  const seen = { default: 0, none: 0, own: 0 }
   const mix: Mix = { weights: { exit: 4, lose: 3, form: 1 }, exits: cleanExit }
   fc.assert(
-    fc.property(childrenArb, choicesArb(mix), (children, choices) => {
-      const trace = drive(new KillAll(), children, choices)
+    fc.property(killAllArb, childrenArb, choicesArb(mix), (strategy, children, choices) => {
+      const trace = drive(strategy, children, choices)
       withTrace(trace, () => {
         const first = trace.steps.find((step) => step.event._tag === "RanksLost")
         if (first === undefined) return
-        const { ids, modes } = terminated(first)
-        expect(modes).toEqual(first.alive.length > 0 ? ["kill"] : [])
+        const { ids, stops } = terminated(first)
+        expect(stops).toStrictEqual(first.alive.length > 0 ? [killAllStopOf(strategy.grace)] : [])
         expect(sameSet(ids, first.alive)).toBe(true)
-        expect(trace.verdict).toMatchObject({ _tag: "Failed", kind: "child-failed" })
+        if (first.alive.length > 0) seen[graceKind(strategy)]++
+        const { ranks } = first.event as Extract<SupervisionEvent, { readonly _tag: "RanksLost" }>
+        expect(trace.verdict).toEqual(Verdict.Failed({ kind: "child-failed", message: `rank(s) ${ranks.join(", ")} lost: heartbeat stale` }))
       })
     }),
     seeded(12)
   )
+  expect(Math.min(seen.default, seen.none, seen.own)).toBeGreaterThan(RUNS / 20)
 })
 
 test("2. elastic after formation: dead ranks are reported once, never a kill; the verdict follows max_failure", () => {
@@ -848,7 +921,7 @@ test("3c. restart delays stay whole milliseconds however long the crash loop", (
   )
 })
 
-const simpleArb: fc.Arbitrary<Simple> = fc.oneof(fc.constant(new KillAll()), elasticArb, smallRestartArb)
+const simpleArb: fc.Arbitrary<Simple> = fc.oneof(killAllArb, elasticArb, smallRestartArb)
 
 test("4. phased: each event is decided exactly as the strategy in force at that moment would", () => {
   const phasedArb = fc.oneof(
@@ -871,24 +944,29 @@ test("4b. phased {elastic, kill_all} and {kill_all, elastic}: the first failure 
   const seen = { elastic: 0, killAll: 0 }
   const mix: Mix = { weights: { exit: 10, stray: 1, form: 2, due: 1 } }
   const strategyArb = fc.oneof(
-    elasticArb.map((elastic) => new Phased({ beforeFormation: elastic, afterFormation: new KillAll() })),
-    elasticArb.map((elastic) => new Phased({ beforeFormation: new KillAll(), afterFormation: elastic }))
+    fc.tuple(elasticArb, killAllArb)
+      .map(([elastic, killAll]) => new Phased({ beforeFormation: elastic, afterFormation: killAll })),
+    fc.tuple(elasticArb, killAllArb)
+      .map(([elastic, killAll]) => new Phased({ beforeFormation: killAll, afterFormation: elastic }))
   )
   fc.assert(
     fc.property(strategyArb, childrenArb, choicesArb(mix), (strategy, children, choices) => {
       const trace = drive(strategy, children, choices)
       withTrace(trace, () => {
-        const first = trace.steps.find((step) => exitOf(step)?.abnormal === true && !step.before.drained)
-        if (first === undefined) return
+        const at = trace.steps.findIndex((step) => exitOf(step)?.abnormal === true && !step.before.drained)
+        if (at === -1) return
+        const first = trace.steps[at]!
+        const formedAt = trace.steps.findIndex((step) => step.event._tag === "CohortFormed")
+        const phase = phaseOf(strategy, formedAt !== -1 && formedAt < at)
         const exit = exitOf(first)!
         const spec = specOf(trace, exit.id)
-        const { ids, modes } = terminated(first)
+        const { ids, modes, stops } = terminated(first)
         const reports = ofTag(first.directives, "ReportDead")
         const others = first.alive.filter((id) => id !== exit.id)
-        if (inForce(strategy, first.before.formed)._tag === "KillAll") {
+        if (phase._tag === "KillAll") {
           seen.killAll++
           expect(reports).toEqual([])
-          expect(modes).toEqual(others.length > 0 ? ["kill"] : [])
+          expect(stops).toStrictEqual(others.length > 0 ? [killAllStopOf(phase.grace)] : [])
           expect(sameSet(ids, others)).toBe(true)
           expect((trace.verdict as Failed).message.startsWith(`${spec.label} exited with`))
             .toBe(true)
@@ -1012,6 +1090,139 @@ test("6b. every strategy survives the round trip through its YAML form", async (
 // Tiny percentages print with an exponent ("1e-7%"); the decoder reads them back.
 test("6c. tiny percentages survive the round trip through YAML too", async () => {
   await fc.assert(fc.asyncProperty(anyStrategy, roundTrip), seeded(68))
+})
+
+/** The exit status the spec gives a verdict: 0 for any completion, 128 + the signal for an abort (130 for none), else 1. */
+const expectedExitCode = (verdict: Verdict): number => {
+  if (verdict._tag === "Completed") return 0
+  if (verdict.kind !== "aborted") return 1
+  return verdict.signal === undefined ? 130 : { SIGHUP: 129, SIGINT: 130, SIGTERM: 143 }[verdict.signal]
+}
+
+type RootCause = { readonly kind: Failed["kind"]; readonly message: string; readonly signal?: StopSignal }
+
+test("7. an actor's failure and an abort stop every child gracefully; the first failure is the root cause; the exit status follows it", () => {
+  const seen = { internal: 0, signalled: 0, actorAfterFailure: 0, actorWhileStopping: 0 }
+  // Failures the model can tell without an elastic one: clean exits under any strategy (only permanent
+  // children restarting too often fail then), or anything under kill_all.
+  const clean: Mix = {
+    weights: { exit: 8, stray: 1, due: 4, staleDue: 1, form: 1, drain: 1, abort: 2, coordinator: 1, actor: 3 },
+    exits: cleanExit
+  }
+  const anything: Mix = { weights: { exit: 6, stray: 1, lose: 1, form: 1, drain: 1, abort: 2, coordinator: 1, actor: 3 } }
+  const scenario = fc.oneof(
+    fc.record({ strategy: anyStrategy, choices: choicesArb(clean, 40) }),
+    fc.record({ strategy: killAllArb as fc.Arbitrary<Strategy>, choices: choicesArb(anything, 30) })
+  )
+  fc.assert(
+    fc.property(scenario, childrenArb, ({ choices, strategy }, children) => {
+      const trace = drive(strategy, children, choices, { timeScale: 10_000 })
+      withTrace(trace, () => {
+        // The model: the root cause so far, whether a run-wide stop is under way, drained, tolerated exits.
+        let failure: RootCause | undefined
+        let coordinator = false
+        let stopping = false
+        let drained = false
+        let tolerated = 0
+        for (const step of trace.steps) {
+          const { ids, stops } = terminated(step)
+          const running = step.alive.filter((id) => !step.stopping.includes(id))
+          const orderly = () => {
+            // A run-wide stop that is not kill_all's: every running child, SIGTERM and the supervisor's grace.
+            expect(stops).toStrictEqual(!stopping && running.length > 0 ? [orderlyStop] : [])
+            expect(sameSet(ids, stopping ? [] : running)).toBe(true)
+            stopping = true
+          }
+          const exit = exitOf(step)
+          const event = step.event
+          if (stopping) {
+            // Once the run stops, nothing starts again.
+            expect(ofTag(step.directives, "Start")).toEqual([])
+            expect(ofTag(step.directives, "Restart")).toEqual([])
+          }
+          switch (event._tag) {
+            case "ActorFailed":
+              if (failure !== undefined) seen.actorAfterFailure++
+              if (stopping) seen.actorWhileStopping++
+              failure ??= { kind: "internal", message: `internal error: the ${event.actor} failed: ${event.reason}` }
+              orderly()
+              break
+            case "AbortRequested":
+              if (!stopping && !drained) {
+                failure ??= {
+                  kind: "aborted",
+                  message: `aborted: ${event.reason}`,
+                  ...(event.signal === undefined ? {} : { signal: event.signal })
+                }
+              }
+              orderly()
+              break
+            case "CoordinatorFailed":
+              coordinator = true
+              orderly()
+              break
+            case "RunDrained":
+              drained = true
+              break
+            case "RanksLost":
+              // Only under kill_all here: the root cause unless the run drained or is stopping already.
+              if (!stopping && !drained) {
+                failure ??= { kind: "child-failed", message: `rank(s) ${event.ranks.join(", ")} lost: heartbeat stale` }
+                stopping = true
+              }
+              break
+            case "ChildExited":
+              if (exit === undefined || !exit.abnormal || exit.requested) break
+              // Only under kill_all (the clean mix has no abnormal exit).
+              if (drained) {
+                tolerated++
+              } else if (!stopping) {
+                failure ??= { kind: "child-failed", message: `${specOf(trace, exit.id).label} exited with` }
+                stopping = true
+              }
+              break
+          }
+          const escalations = ofTag(step.directives, "Escalate")
+          if (escalations.length > 0) {
+            failure ??= { kind: "restart-intensity", message: escalations[0]!.cause }
+            stopping = true
+          }
+        }
+        const verdict = trace.verdict!
+        const cause: RootCause | undefined = coordinator
+          ? { kind: "coordinator", message: "coordinator failed: lost its port" }
+          : failure
+        if (cause === undefined) {
+          expect(verdict).toEqual(Verdict.Completed({ dead: 0, world: trace.world, tolerated }))
+        } else if (cause.kind === "child-failed") {
+          expect(verdict).toMatchObject({ _tag: "Failed", kind: "child-failed" })
+          expect((verdict as Failed).message.startsWith(cause.message)).toBe(true)
+          expect((verdict as Failed).signal).toBeUndefined()
+        } else {
+          expect(verdict).toEqual(Verdict.Failed(cause))
+        }
+        if (cause?.kind === "internal") seen.internal++
+        if (cause?.signal !== undefined) seen.signalled++
+        expect(exitCode(verdict)).toBe(expectedExitCode(verdict))
+      })
+    }),
+    seeded(77)
+  )
+  for (const count of Object.values(seen)) expect(count).toBeGreaterThan(RUNS / 50)
+})
+
+test("7b. the exit status of a verdict: 0 completed, 1 failed, 128 + the signal of an abort, 130 for one asked by code", () => {
+  const completed = Verdict.Completed({ dead: 1, world: 4, tolerated: 2 })
+  const failed = (kind: Failed["kind"], signal?: StopSignal) =>
+    Verdict.Failed({ kind, message: "…", ...(signal === undefined ? {} : { signal }) })
+  expect(exitCode(completed)).toBe(0)
+  expect(exitCode(failed("aborted"))).toBe(130)
+  expect(exitCode(failed("aborted", "SIGHUP"))).toBe(129)
+  expect(exitCode(failed("aborted", "SIGINT"))).toBe(130)
+  expect(exitCode(failed("aborted", "SIGTERM"))).toBe(143)
+  for (const kind of ["join", "coordinator", "child-failed", "restart-intensity", "all-ranks-lost", "max-failure", "internal"] as const) {
+    expect(exitCode(failed(kind))).toBe(1)
+  }
 })
 
 test("a group restart brings the group back in start order, whichever timer fires first", () => {

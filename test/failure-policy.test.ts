@@ -112,6 +112,17 @@ failure_policy:
     ])
   })
 
+  test("kill_all may name the grace its siblings get: 0s kills them at once; none leaves the policy's", async () => {
+    const killAll = async (text: string) => (await decode(`failure_policy: { before_formation: ${text} }`)).strategy.beforeFormation
+    expect(await killAll("{ kill_all: { grace: 0s } }")).toEqual(new KillAll({ grace: 0 }))
+    expect(await killAll("{ kill_all: { grace: 30s } }")).toEqual(new KillAll({ grace: 30_000 }))
+    expect(await killAll("{ kill_all: {} }")).toEqual(new KillAll())
+    expect(((await killAll("kill_all")) as KillAll).grace).toBeUndefined()
+    expect(await problem("failure_policy: { before_formation: { kill_all: { grace: soon } } }")).toContain(
+      `kill_all.grace (line 1, col 58): expected a duration like "250ms", "5s", "10m" or "1h", got "soon"`
+    )
+  })
+
   test("bare words and empty mappings are accepted where they read naturally", async () => {
     const policy = await decode("failure_policy: { before_formation: { kill_all: {} }, after_formation: elastic }")
     expect(policy.strategy).toEqual(new Phased({ beforeFormation: new KillAll(), afterFormation: new Elastic({}) }))
