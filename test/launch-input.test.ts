@@ -397,7 +397,7 @@ describe("bun run launch, the good paths", () => {
     const { code, stderr, stdout } = await launch(["--help"])
     expect(stdout).toContain(usage)
     expect(stdout).toContain("--dry-run        print the plan")
-    expect(stdout).toContain("Exit status: 0 completed (also DEGRADED), 1 failed, 2 bad input, 130 interrupted.")
+    expect(stdout).toContain("Exit status: 0 completed (also DEGRADED), 1 failed, 2 bad input; stopped by a signal:\n129 SIGHUP, 130 SIGINT, 143 SIGTERM.")
     expect(stderr).toBe("")
     expect(code).toBe(0)
   }, 15_000)

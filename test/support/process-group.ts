@@ -12,37 +12,10 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "n
 import { tmpdir } from "node:os"
 import { dirname, join } from "node:path"
 import { repoRoot } from "./launch-scenario.ts"
-import { allPids, commandLine, isRunning, parentOf, pidFiles, waitFor } from "./processes.ts"
+import { allPids, collectLines, commandLine, isRunning, parentOf, pidFiles, waitFor } from "./processes.ts"
 
 /** Lines of a stream, each with the time (performance.now()) it arrived. */
-export interface TimedLines {
-  readonly lines: Array<string>
-  readonly times: Array<number>
-  readonly done: Promise<void>
-}
-
-export const collectTimedLines = (stream: ReadableStream<Uint8Array>): TimedLines => {
-  const lines: Array<string> = []
-  const times: Array<number> = []
-  const done = (async () => {
-    const decoder = new TextDecoder()
-    let pending = ""
-    for await (const chunk of stream) {
-      pending += decoder.decode(chunk, { stream: true })
-      let newline: number
-      while ((newline = pending.indexOf("\n")) !== -1) {
-        lines.push(pending.slice(0, newline))
-        times.push(performance.now())
-        pending = pending.slice(newline + 1)
-      }
-    }
-    if (pending.length > 0) {
-      lines.push(pending)
-      times.push(performance.now())
-    }
-  })()
-  return { lines, times, done }
-}
+export type TimedLines = ReturnType<typeof collectLines>
 
 /** The process group of a pid (/proc/<pid>/stat field 5), or undefined when it is gone. */
 export const processGroupOf = (pid: number): number | undefined => {
@@ -131,8 +104,8 @@ export const startLauncher = async (
     ...cluster,
     proc,
     pgid: proc.pid,
-    stdout: collectTimedLines(proc.stdout),
-    stderr: collectTimedLines(proc.stderr),
+    stdout: collectLines(proc.stdout),
+    stderr: collectLines(proc.stderr),
     seen: new Set([proc.pid]),
     via: options.via ?? "bun-run"
   }

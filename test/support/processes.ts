@@ -65,9 +65,10 @@ export const waitFor = async (check: () => boolean, what: string, timeoutMs = 4_
   return performance.now() - start
 }
 
-/** Lines of a child's stdout, collected as they arrive. */
-export const collectLines = (stream: ReadableStream<Uint8Array>): { readonly lines: Array<string>; readonly done: Promise<void> } => {
+/** Lines of a child's stream, collected as they arrive, each with the time (performance.now()) it came. */
+export const collectLines = (stream: ReadableStream<Uint8Array>): { readonly lines: Array<string>; readonly times: Array<number>; readonly done: Promise<void> } => {
   const lines: Array<string> = []
+  const times: Array<number> = []
   const done = (async () => {
     const decoder = new TextDecoder()
     let pending = ""
@@ -76,12 +77,16 @@ export const collectLines = (stream: ReadableStream<Uint8Array>): { readonly lin
       let newline: number
       while ((newline = pending.indexOf("\n")) !== -1) {
         lines.push(pending.slice(0, newline))
+        times.push(performance.now())
         pending = pending.slice(newline + 1)
       }
     }
-    if (pending.length > 0) lines.push(pending)
+    if (pending.length > 0) {
+      lines.push(pending)
+      times.push(performance.now())
+    }
   })()
-  return { lines, done }
+  return { lines, times, done }
 }
 
 /** The JSON objects among `lines` (other output is ignored). */
