@@ -82,6 +82,21 @@ const expectSavedBy = (run: LauncherRun, ranks: ReadonlyArray<number>) => {
 
 const stderrHas = (run: LauncherRun, line: string) => run.stderr.lines.includes(line)
 
+/**
+ * The stop was orderly: the launcher said it was stopping (ranks.length of them), exited with `status`, its
+ * last line is the verdict naming `signal`, exactly `ranks` saved, and nothing of the run is left.
+ */
+const expectOrderlyStop = async (run: LauncherRun, status: number, signal: string, ranks: ReadonlyArray<number>) => {
+  const log = transcript(run)
+  expect(run.stderr.lines, log).toContain(stoppingLine(ranks.length))
+  expect(status, log).toBe(exitFor[signal])
+  expect(launcherLines(run).at(-1), log).toBe(verdict(signal))
+  expectSavedBy(run, ranks)
+  await nothingLeft(run)
+}
+/** 128 + the signal's number, written out here: what shells and schedulers expect. */
+const exitFor: Readonly<Record<string, number>> = { SIGHUP: 129, SIGINT: 130, SIGTERM: 143 }
+
 describe("1. one interrupt, however delivered", () => {
   test("a group SIGINT (bun run forwards it, the launcher gets it too) is one interrupt: every rank gets SIGTERM and its grace; the launcher names whom it waits for about once a second; exit 130", async () => {
     const { run } = await running(3, 2_500)
@@ -113,23 +128,14 @@ describe("1. one interrupt, however delivered", () => {
     const status = await exited(run, GRACE_MS + 3_000)
     const log = transcript(run)
     expect(run.stderr.lines, log).not.toContain(AGAIN)
-    expect(run.stderr.lines, log).toContain(stoppingLine(2))
-    expect(status, log).toBe(143)
-    expect(launcherLines(run).at(-1), log).toBe(verdict("SIGTERM"))
-    expectSavedBy(run, [0, 1])
-    await nothingLeft(run)
+    await expectOrderlyStop(run, status, "SIGTERM", [0, 1])
   }, 30_000)
 
   test("SIGTERM to the launcher's pid only: an orderly stop, exit 143", async () => {
     const { run, launcher } = await running(2, 1_000)
     process.kill(launcher, "SIGTERM")
     const status = await exited(run, GRACE_MS + 3_000)
-    const log = transcript(run)
-    expect(run.stderr.lines, log).toContain(stoppingLine(2))
-    expect(status, log).toBe(143)
-    expect(launcherLines(run).at(-1), log).toBe(verdict("SIGTERM"))
-    expectSavedBy(run, [0, 1])
-    await nothingLeft(run)
+    await expectOrderlyStop(run, status, "SIGTERM", [0, 1])
   }, 30_000)
 
   test("a second SIGINT more than a second after the first exits at once (130); the ranks die with the launcher, none saved", async () => {
@@ -228,12 +234,7 @@ describe("5. SIGHUP", () => {
     const { run } = await running(2, 500)
     signalGroup(run.pgid, "SIGHUP")
     const status = await exited(run, GRACE_MS + 3_000)
-    const log = transcript(run)
-    expect(run.stderr.lines, log).toContain(stoppingLine(2))
-    expect(status, log).toBe(129)
-    expect(launcherLines(run).at(-1), log).toBe(verdict("SIGHUP"))
-    expectSavedBy(run, [0, 1])
-    await nothingLeft(run)
+    await expectOrderlyStop(run, status, "SIGHUP", [0, 1])
   }, 30_000)
 
   test("under nohup, SIGHUP to the launcher changes nothing; SIGTERM then stops it in order (143)", async () => {
