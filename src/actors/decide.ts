@@ -203,10 +203,7 @@ export const decide = (
     CohortFormed: () => step.update({ formed: true }),
     RanksLost: ({ ranks, reason }) => step.ranksLost(ranks, reason),
     CoordinatorFailed: ({ reason }) => step.coordinatorFailed(reason),
-    ActorFailed: ({ actor, reason }) => {
-      const message = `internal error: the ${actor} failed: ${reason}`
-      step.fail({ kind: "internal", message }, "graceful", `${message}: stopping every child`)
-    },
+    ActorFailed: ({ actor, reason }) => step.actorFailed(actor, reason),
     RunDrained: () => step.drain(),
     AbortRequested: ({ reason, signal }) => step.abort(reason, signal),
     RestartDue: ({ id }) => step.restartDue(id),
@@ -468,6 +465,12 @@ class Step {
     if (this.state.coordinatorFailure !== undefined) return
     this.update({ coordinatorFailure: reason })
     this.stopAll("graceful", `coordinator failed: ${reason}: stopping every child`)
+  }
+
+  /** A bug in cohort: the root cause unless one came first; every child is stopped in order. */
+  actorFailed(actor: string, reason: string): void {
+    const message = `internal error: the ${actor} failed: ${reason}`
+    this.fail({ kind: "internal", message }, "graceful", `${message}: stopping every child`)
   }
 
   drain(): void {

@@ -315,10 +315,9 @@ const runPlan = (
     let stopAsked = false
     const interrupt = (request: StopRequest) => {
       stopAsked = true
-      return Effect.zipRight(
-        Effect.asVoid(Deferred.succeed(interrupted, request)),
-        supervisor === undefined ? Effect.void : supervisor.send(SupervisionEvent.AbortRequested(request))
-      )
+      return supervisor === undefined
+        ? Effect.asVoid(Deferred.succeed(interrupted, request))
+        : supervisor.send(SupervisionEvent.AbortRequested(request))
     }
     if (options.handleSignals === true) {
       const insist = options.onInsist ?? ((signal: StopSignal) => {
