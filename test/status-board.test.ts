@@ -103,6 +103,17 @@ describe("StatusBoard", () => {
       expect(silent).toStartWith("HTTP/1.1 408 Request Timeout")
     }))
 
+  effect.live("a malformed request target gets 400 and its connection is closed, every time; the board goes on serving", () =>
+    Effect.gen(function*() {
+      const { board, mux, url } = yield* setup()
+      yield* board.publish(state)
+      // `new URL("//[", base)` throws: the answer must come from the board, not an exception in the socket callback.
+      const answers = yield* Effect.all(Array.from({ length: 20 }, () => raw(mux.port, "GET //[ HTTP/1.1\r\n\r\n")), { concurrency: "unbounded" })
+      for (const answer of answers) expect(answer).toStartWith("HTTP/1.1 400 Bad Request")
+      expect(answers[0]).toContain("malformed request target")
+      expect((yield* fetchJson(url("/state.json"))).status).toBe(200)
+    }))
+
   effect.live("a slow client does not hold up others", () =>
     Effect.gen(function*() {
       const { board, mux, url } = yield* setup()

@@ -181,7 +181,9 @@ export const make = (options: StatusBoardOptions): Effect.Effect<StatusBoard, ne
 
     const answer = (connection: Connection, requestLine: string, head: string): Promise<void> => {
       const [method, target] = requestLine.split(" ")
-      const url = new URL(target ?? "/", "http://status")
+      // A target URL cannot parse (`//[`) is the client's mistake: a 400, not an exception in the socket callback.
+      const url = URL.parse(target ?? "/", "http://status")
+      if (url === null) return respond(connection, 400, { error: `malformed request target: ${JSON.stringify(target?.slice(0, 64))}` })
       if (method === "GET" && url.pathname === "/" && options.page !== undefined) {
         return respond(connection, 200, options.page, "text/html; charset=utf-8")
       }
@@ -225,7 +227,8 @@ export const make = (options: StatusBoardOptions): Effect.Effect<StatusBoard, ne
         if (answered) return
         answered = true
         clearTimeout(timer)
-        void work().catch(() => connection.reset())
+        // Whatever a handler throws, synchronously or not, ends this connection only: no stack trace, no leak.
+        void new Promise<void>((resolve) => resolve(work())).catch(() => connection.reset())
       }
       const timer = setTimeout(
         () => finish(() => respond(connection, 408, { error: `no complete request within ${options.requestDeadlineMs} ms` })),
