@@ -150,6 +150,39 @@ describe("JoinGate after formation", () => {
 })
 
 describe("JoinGate", () => {
+  effect.live("a half-sent frame past the Hello deadline is reset, not held: every such connection is closed by the launcher", () =>
+    Effect.gen(function*() {
+      const { mux } = yield* setup()
+      // The join magic, a 16-byte nonce, then a frame header announcing 1 MiB (little-endian length, kind 1,
+      // sequence 0) and a few bytes of it: a frame that never finishes.
+      const header = new Uint8Array(16)
+      new DataView(header.buffer).setUint32(0, 1 << 20, true)
+      header[4] = 1
+      const halfFrame = new Uint8Array([...new TextEncoder().encode("CoJ1"), ...new Uint8Array(16).fill(7), ...header, 1, 2, 3])
+      const closedAfter = () =>
+        Effect.promise(() =>
+          new Promise<number>((resolve) => {
+            const start = performance.now()
+            void Bun.connect({
+              hostname: "127.0.0.1",
+              port: mux.port,
+              socket: {
+                open: (socket) => void socket.write(halfFrame),
+                data: () => {},
+                close: () => resolve(performance.now() - start),
+                error: () => resolve(performance.now() - start)
+              }
+            })
+          })
+        ).pipe(Effect.timeout("6 seconds"), Effect.option)
+      const closed = yield* Effect.all(Array.from({ length: 8 }, closedAfter), { concurrency: "unbounded" })
+      // handshakeMs is 2 s here: each is closed at its deadline, none is left open.
+      for (const after of closed) {
+        expect(after._tag).toBe("Some")
+        if (after._tag === "Some") expect(after.value).toBeGreaterThanOrEqual(1_900)
+      }
+    }), { timeout: 15_000 })
+
   effect.live("declared hosts are admitted with contiguous ranks and the target forms the world at once", () =>
     Effect.gen(function*() {
       const { gate, mux, salt } = yield* setup()

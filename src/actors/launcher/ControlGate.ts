@@ -131,7 +131,9 @@ export const make = (options: ControlGateOptions): Effect.Effect<ControlGate, ne
             yield* Effect.logWarning(`the relay of ${host} spoke for ranks that are not its host's; dropped (further ones are not logged)`)
           }
         }
-      }).pipe(Effect.catchAll((error) => Effect.logWarning(`dropped a control connection: ${error.message}`)))
+      }).pipe(Effect.catchAll((error) =>
+        // Reset: a connection that failed its hello (or its deadline) must not be held open with what it buffered.
+        Effect.zipRight(Effect.sync(() => connection.reset()), Effect.logWarning(`dropped a control connection: ${error.message}`))))
 
     const owner = yield* Actor.spawn<Accepted, Scope.Scope>({
       name: "control-gate",

@@ -260,8 +260,10 @@ export const make = (options: JoinGateOptions): Effect.Effect<JoinGate, never, S
         if (first._tag !== "Hello") return yield* refuse(link, `expected Hello first, got ${first._tag}`)
         yield* admit(link, first)
       }).pipe(
-        // A frame that fails authentication (or never comes) gets no answer: only the count.
-        Effect.catchAll((error) => countRefusal(connection.peer, error.message, `dropped a join connection: ${error.message}`))
+        // A frame that fails authentication (or never comes) gets no answer: only the count, and a reset, so a
+        // half-sent frame is not held (with its buffer) for ever.
+        Effect.catchAll((error) =>
+          Effect.zipRight(Effect.sync(() => connection.reset()), countRefusal(connection.peer, error.message, `dropped a join connection: ${error.message}`)))
       )
 
     const owner = yield* Actor.spawn<Accepted, Scope.Scope>({

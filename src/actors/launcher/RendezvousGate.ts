@@ -182,7 +182,9 @@ export const make = (options: RendezvousGateOptions): Effect.Effect<RendezvousGa
           yield* advance
         }))
         yield* Effect.forkScoped(listen(first.rank, link))
-      }).pipe(Effect.catchAll((error) => Effect.logWarning(`dropped a rendezvous connection: ${error.message}`)))
+      }).pipe(Effect.catchAll((error) =>
+        // Reset: a connection that failed its hello (or its deadline) must not be held open with what it buffered.
+        Effect.zipRight(Effect.sync(() => connection.reset()), Effect.logWarning(`dropped a rendezvous connection: ${error.message}`))))
 
     const owner = yield* Actor.spawn<Accepted, Scope.Scope>({
       name: "rendezvous-gate",
