@@ -181,7 +181,7 @@ describe("JoinGate", () => {
         expect(after._tag).toBe("Some")
         if (after._tag === "Some") expect(after.value).toBeGreaterThanOrEqual(1_900)
       }
-    }), { timeout: 15_000 })
+    }), 15_000)
 
   effect.live("declared hosts are admitted with contiguous ranks and the target forms the world at once", () =>
     Effect.gen(function*() {
