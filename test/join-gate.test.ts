@@ -150,36 +150,50 @@ describe("JoinGate after formation", () => {
 })
 
 describe("JoinGate", () => {
+  /** The join magic, a 16-byte nonce, then a frame header announcing `length` bytes and 3 of them: a frame that never finishes. */
+  const halfFrame = (length: number) => {
+    const header = new Uint8Array(16)
+    new DataView(header.buffer).setUint32(0, length, true)
+    header[4] = 1
+    return new Uint8Array([...new TextEncoder().encode("CoJ1"), ...new Uint8Array(16).fill(7), ...header, 1, 2, 3])
+  }
+  /** Milliseconds until the launcher closes a connection that sent `bytes` (none: still open after 6 s). */
+  const closedAfter = (port: number, bytes: Uint8Array) =>
+    Effect.promise(() =>
+      new Promise<number>((resolve) => {
+        const start = performance.now()
+        void Bun.connect({
+          hostname: "127.0.0.1",
+          port,
+          socket: {
+            open: (socket) => void socket.write(bytes),
+            data: () => {},
+            close: () => resolve(performance.now() - start),
+            error: () => resolve(performance.now() - start)
+          }
+        })
+      })
+    ).pipe(Effect.timeout("6 seconds"), Effect.option)
+
   effect.live("a half-sent frame past the Hello deadline is reset, not held: every such connection is closed by the launcher", () =>
     Effect.gen(function*() {
       const { mux } = yield* setup()
-      // The join magic, a 16-byte nonce, then a frame header announcing 1 MiB (little-endian length, kind 1,
-      // sequence 0) and a few bytes of it: a frame that never finishes.
-      const header = new Uint8Array(16)
-      new DataView(header.buffer).setUint32(0, 1 << 20, true)
-      header[4] = 1
-      const halfFrame = new Uint8Array([...new TextEncoder().encode("CoJ1"), ...new Uint8Array(16).fill(7), ...header, 1, 2, 3])
-      const closedAfter = () =>
-        Effect.promise(() =>
-          new Promise<number>((resolve) => {
-            const start = performance.now()
-            void Bun.connect({
-              hostname: "127.0.0.1",
-              port: mux.port,
-              socket: {
-                open: (socket) => void socket.write(halfFrame),
-                data: () => {},
-                close: () => resolve(performance.now() - start),
-                error: () => resolve(performance.now() - start)
-              }
-            })
-          })
-        ).pipe(Effect.timeout("6 seconds"), Effect.option)
-      const closed = yield* Effect.all(Array.from({ length: 8 }, closedAfter), { concurrency: "unbounded" })
+      // 32 KiB: under the ceiling before authentication, so only the deadline can end it.
+      const closed = yield* Effect.all(Array.from({ length: 8 }, () => closedAfter(mux.port, halfFrame(32 << 10))), { concurrency: "unbounded" })
       // handshakeMs is 2 s here: each is closed at its deadline, none is left open.
       for (const after of closed) {
         expect(after._tag).toBe("Some")
         if (after._tag === "Some") expect(after.value).toBeGreaterThanOrEqual(1_900)
+      }
+    }), 15_000)
+
+  effect.live("a first frame that announces more than 64 KiB is refused at its header: closed at once, nothing buffered", () =>
+    Effect.gen(function*() {
+      const { mux } = yield* setup()
+      const closed = yield* Effect.all([64 << 10 | 1, 1 << 20, 16 << 20].map((length) => closedAfter(mux.port, halfFrame(length))), { concurrency: "unbounded" })
+      for (const after of closed) {
+        expect(after._tag).toBe("Some")
+        if (after._tag === "Some") expect(after.value).toBeLessThan(1_000)
       }
     }), 15_000)
 

@@ -73,6 +73,19 @@ describe("frames", () => {
     expect(decoder.buffered).toBe(0)
   })
 
+  test("before a frame has authenticated, the first ceiling holds; after, the channel's", () => {
+    // Ceiling 4096, first ceiling 100: a 2,000-byte first frame is refused at its header…
+    const first = new FrameDecoder(key, 4096, 100).push(frameBytes(key, 1, 0n, new Uint8Array(2000)).subarray(0, HEADER_BYTES))
+    expect((first as FrameError).reason).toBe("too-large")
+    expect((first as FrameError).detail).toBe("frame of 2000 bytes exceeds the ceiling before authentication of 100 bytes")
+    // …while after one small authenticated frame the same frame passes, and 5,000 bytes is over the channel's.
+    const decoder = new FrameDecoder(key, 4096, 100)
+    expect(decoder.push(frameBytes(key, 1, 0n, new Uint8Array([7])))).toEqual([{ kind: 1, sequence: 0n, payload: new Uint8Array([7]) }])
+    expect(decoder.push(frameBytes(key, 1, 1n, new Uint8Array(2000)))).toEqual([{ kind: 1, sequence: 1n, payload: new Uint8Array(2000) }])
+    expect((decoder.push(frameBytes(key, 1, 2n, new Uint8Array(5000)).subarray(0, HEADER_BYTES)) as FrameError).detail)
+      .toBe("frame of 5000 bytes exceeds this channel's ceiling of 4096 bytes")
+  })
+
   test("a huge declared length holds only the bytes that arrived", () => {
     const decoder = new FrameDecoder(key, 1 << 30)
     const header = frameBytes(key, 1, 0n, new Uint8Array(0)).subarray(0, HEADER_BYTES).slice()

@@ -32,7 +32,14 @@ export const route = (first: Uint8Array): Route => {
   return http.some((bytes) => same(first, bytes)) ? { _tag: "Http" } : { _tag: "Unknown" }
 }
 
-/** Frame ceilings per channel, checked before any allocation. */
+/**
+ * Until a peer's first frame has authenticated, a listener takes no frame larger than this: every first
+ * frame (a Hello, a RelayHello, a rendezvous Join) is a few hundred bytes, and a stranger who announces
+ * megabytes must not make the launcher hold them.
+ */
+export const UNAUTHENTICATED_CEILING = 64 << 10
+
+/** Frame ceilings per channel, once the peer has authenticated, checked before any allocation. */
 export const defaultCeiling: Readonly<Record<ChannelName, number>> = {
   join: 16 << 20,
   control: 16 << 20,

@@ -121,7 +121,11 @@ export class FrameDecoder {
   private expected = 0n
   private failed: FrameError | undefined
 
-  constructor(private key: Uint8Array, private readonly ceiling: number) {}
+  /**
+   * `ceiling` bounds every frame; `firstCeiling` (at most `ceiling`) bounds frames until one has
+   * authenticated: a listener's guard against strangers who announce large frames and never send them.
+   */
+  constructor(private key: Uint8Array, private readonly ceiling: number, private readonly firstCeiling = ceiling) {}
 
   /** Verify the frames after the current one with another key (open admission switches to the run's salt). */
   setKey(key: Uint8Array): void {
@@ -205,10 +209,12 @@ export class FrameDecoder {
     if (view.getUint8(5) !== 0 || view.getUint16(6, true) !== 0) {
       return new FrameError({ reason: "bad-header", detail: "reserved header bytes are not zero" })
     }
-    if (this.length > this.ceiling) {
+    // `expected` moves past 0 once a frame has authenticated.
+    const limit = this.expected === 0n ? Math.min(this.firstCeiling, this.ceiling) : this.ceiling
+    if (this.length > limit) {
       return new FrameError({
         reason: "too-large",
-        detail: `frame of ${this.length} bytes exceeds this channel's ceiling of ${this.ceiling} bytes`
+        detail: `frame of ${this.length} bytes exceeds ${this.expected === 0n && limit < this.ceiling ? "the ceiling before authentication" : "this channel's ceiling"} of ${limit} bytes`
       })
     }
     this.hmac = createHmac("sha256", this.key).update(this.head)

@@ -15,7 +15,7 @@ import * as Either from "effect/Either"
 import * as Queue from "effect/Queue"
 import type * as Scope from "effect/Scope"
 import type { Socket } from "bun"
-import { type ChannelName, defaultCeiling, magic } from "./Channel.ts"
+import { type ChannelName, defaultCeiling, magic, UNAUTHENTICATED_CEILING } from "./Channel.ts"
 import type { Codec } from "./Codec.ts"
 import { Connection, forwardingHandlers, type SocketData } from "./Connection.ts"
 import { encodeFrame, FrameDecoder, type FrameErrorReason } from "./Frame.ts"
@@ -102,7 +102,9 @@ const open = <In, Out>(
       sendKey = next.send
       decoder.setKey(next.receive)
     }
-    const decoder = new FrameDecoder(initial.receive, options.ceiling ?? defaultCeiling[channel])
+    const ceiling = options.ceiling ?? defaultCeiling[channel]
+    // A listener hears strangers: their first frame must authenticate before a large one is taken.
+    const decoder = new FrameDecoder(initial.receive, ceiling, agreement.role === "listener" ? UNAUTHENTICATED_CEILING : ceiling)
     let ended: LinkError | undefined
     const end = (error: LinkError) => {
       if (ended !== undefined) return
