@@ -239,6 +239,25 @@ describe("JoinGate", () => {
       expect(yield* gate.formation).toEqual({ _tag: "Failed", reason: "5 joins were rejected: refusing to go on (flood guard)" })
     }))
 
+  effect.live("unauthenticated noise never trips the flood guard: 30 forged joins and 10 silent ones, then the world forms", () =>
+    Effect.gen(function*() {
+      const { gate, mux, salt } = yield* setup({ floodLimit: 5 })
+      // Six times the limit in joins keyed with salts that are not the run's: each fails its MAC and is dropped unanswered.
+      const forged = yield* Effect.all(
+        Array.from({ length: 30 }, (_, i) => Effect.scoped(join(mux.port, newSalt(), hello(`stranger-${i}`, 1)))),
+        { concurrency: 10 }
+      )
+      for (const { answer } of forged) expect(answer._tag === "Left" && answer.left.reason).toBe("closed")
+      // Connections that never say anything are dropped at the deadline; they do not count either.
+      const halves = yield* Effect.all(Array.from({ length: 10 }, () => closedAfter(mux.port, halfFrame(100))), { concurrency: "unbounded" })
+      for (const closed of halves) expect(closed._tag).toBe("Some")
+      const a = yield* join(mux.port, salt, hello("a", 2))
+      const b = yield* join(mux.port, salt, hello("b", 3))
+      expect([a.answer, b.answer].map(ranksOf)).toEqual([[0, 1], [2, 3, 4]])
+      const formation = yield* gate.formation
+      expect(formation._tag === "Formed" && formation.worldSize).toBe(5)
+    }), 20_000)
+
   effect.live("a member that leaves before formation fails the window at once", () =>
     Effect.gen(function*() {
       const { gate, mux, salt } = yield* setup()

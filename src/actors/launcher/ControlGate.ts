@@ -14,6 +14,7 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import type * as Scope from "effect/Scope"
 import * as Actor from "../Actor.ts"
+import { makeNoiseLog } from "./NoiseLog.ts"
 import type { Accepted } from "../PortMux.ts"
 import * as Codec from "../../wire/Codec.ts"
 import { ControlMessage, LauncherBeat, RelayAccepted, RelayRejected } from "../../wire/ControlMessages.ts"
@@ -107,6 +108,7 @@ export const make = (options: ControlGateOptions): Effect.Effect<ControlGate, ne
         yield* Effect.logWarning(`refused a relay from ${link.peer}: ${why}`)
       })
 
+    const noise = makeNoiseLog("control")
     const serve = (connection: Accepted["connection"]) =>
       Effect.gen(function*() {
         const link = yield* Link.accept(connection, { channel: "control", salt: options.salt, inbound: controlCodec, outbound: controlCodec })
@@ -133,7 +135,7 @@ export const make = (options: ControlGateOptions): Effect.Effect<ControlGate, ne
         }
       }).pipe(Effect.catchAll((error) =>
         // Reset: a connection that failed its hello (or its deadline) must not be held open with what it buffered.
-        Effect.zipRight(Effect.sync(() => connection.reset()), Effect.logWarning(`dropped a control connection: ${error.message}`))))
+        Effect.zipRight(Effect.sync(() => connection.reset()), noise.drop(connection.peer, error.message))))
 
     const owner = yield* Actor.spawn<Accepted, Scope.Scope>({
       name: "control-gate",

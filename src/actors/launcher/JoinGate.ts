@@ -29,6 +29,7 @@ import * as Effect from "effect/Effect"
 import * as Ref from "effect/Ref"
 import type * as Scope from "effect/Scope"
 import * as Actor from "../Actor.ts"
+import { makeNoiseLog } from "./NoiseLog.ts"
 import type { Accepted } from "../PortMux.ts"
 import * as Codec from "../../wire/Codec.ts"
 import { Accept, Hello, type HostRunSpec, JoinMessage, Reject } from "../../wire/JoinMessages.ts"
@@ -138,7 +139,11 @@ export const make = (options: JoinGateOptions): Effect.Effect<JoinGate, never, S
         (first) => (first ? Deferred.succeed(outcome, formation) : Effect.succeed(false))
       )
 
-    /** Every refusal counts towards the flood guard, answered or not. */
+    /**
+     * Refusals of authenticated joins (a Hello that carried the run's key) count towards the flood guard:
+     * only someone with the key can fail the run that way. Unauthenticated noise (bad MACs, silence, garbage)
+     * never counts; it is logged at most once a minute per source address (`noise`).
+     */
     const countRefusal = (peer: string, reason: string, message: string) =>
       Ref.update(window, (state) => ({ ...state, rejected: state.rejected + 1 })).pipe(
         Effect.zipRight(Effect.logWarning(message)),
@@ -152,6 +157,8 @@ export const make = (options: JoinGateOptions): Effect.Effect<JoinGate, never, S
         yield* link.close
         yield* countRefusal(link.peer, reason, `refused a join from ${link.peer}: ${reason}`)
       })
+
+    const noise = makeNoiseLog("join")
 
     const growing = options.afterFormation === "accept"
     /** Why a Hello cannot be admitted, or undefined when it can. */
@@ -262,8 +269,7 @@ export const make = (options: JoinGateOptions): Effect.Effect<JoinGate, never, S
       }).pipe(
         // A frame that fails authentication (or never comes) gets no answer: only the count, and a reset, so a
         // half-sent frame is not held (with its buffer) for ever.
-        Effect.catchAll((error) =>
-          Effect.zipRight(Effect.sync(() => connection.reset()), countRefusal(connection.peer, error.message, `dropped a join connection: ${error.message}`)))
+        Effect.catchAll((error) => Effect.zipRight(Effect.sync(() => connection.reset()), noise.drop(connection.peer, error.message)))
       )
 
     const owner = yield* Actor.spawn<Accepted, Scope.Scope>({

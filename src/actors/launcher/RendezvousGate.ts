@@ -22,6 +22,7 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import type * as Scope from "effect/Scope"
 import * as Actor from "../Actor.ts"
+import { makeNoiseLog } from "./NoiseLog.ts"
 import type { Accepted } from "../PortMux.ts"
 import * as Codec from "../../wire/Codec.ts"
 import * as Link from "../../wire/Link.ts"
@@ -165,6 +166,7 @@ export const make = (options: RendezvousGateOptions): Effect.Effect<RendezvousGa
         )
       )
 
+    const noise = makeNoiseLog("rendezvous")
     const serve = (connection: Accepted["connection"]) =>
       Effect.gen(function*() {
         const link = yield* Link.accept(connection, { channel: "rendezvous", salt: options.salt, inbound: rendezvousCodec, outbound: rendezvousCodec })
@@ -184,7 +186,7 @@ export const make = (options: RendezvousGateOptions): Effect.Effect<RendezvousGa
         yield* Effect.forkScoped(listen(first.rank, link))
       }).pipe(Effect.catchAll((error) =>
         // Reset: a connection that failed its hello (or its deadline) must not be held open with what it buffered.
-        Effect.zipRight(Effect.sync(() => connection.reset()), Effect.logWarning(`dropped a rendezvous connection: ${error.message}`))))
+        Effect.zipRight(Effect.sync(() => connection.reset()), noise.drop(connection.peer, error.message))))
 
     const owner = yield* Actor.spawn<Accepted, Scope.Scope>({
       name: "rendezvous-gate",
