@@ -214,6 +214,13 @@ describe("JoinGate", () => {
       expect(yield* a.link.receive).toEqual(new WorldFormed({ worldSize: 5, hosts: [], master: { addr: "127.0.0.1", port: 29500 } }))
     }))
 
+  effect.live("open admission still admits only declared hosts: a stranger is refused, and the salt is not in the refusal", () =>
+    Effect.gen(function*() {
+      const { mux, salt } = yield* setup({ open: true })
+      const evil = yield* join(mux.port, salt, hello("evil", 4), true)
+      expect(reasonOf(evil.answer)).toBe("host evil is not among the workers of this run (a, b)")
+    }))
+
   effect.live("refusals say why when the MAC was good; a bad MAC gets no reply", () =>
     Effect.gen(function*() {
       const { mux, salt } = yield* setup()

@@ -21,9 +21,11 @@ import { runSpec } from "./support/run-spec.ts"
 const join = Codec.make("join", JoinMessage)
 
 describe("admission", () => {
-  test("pre-shared by default; open on a loopback bind; open with a warning when asked for on a network bind", () => {
+  test("pre-shared by default, loopback included (any local user reaches 127.0.0.1); open, with a warning, only when asked for", () => {
     expect(admission({ bindAddress: "0.0.0.0", openAdmission: false })).toEqual({ mode: "pre-shared" })
-    expect(admission({ bindAddress: "127.0.0.1", openAdmission: false })).toEqual({ mode: "open", warning: undefined })
+    expect(admission({ bindAddress: "127.0.0.1", openAdmission: false })).toEqual({ mode: "pre-shared" })
+    const local = admission({ bindAddress: "127.0.0.1", openAdmission: true })
+    expect(local.mode === "open" && local.warning).toContain("open admission on 127.0.0.1: any user of this machine can join")
     const open = admission({ bindAddress: "0.0.0.0", openAdmission: true })
     expect(open.mode).toBe("open")
     expect(open.mode === "open" && open.warning).toContain("open admission on 0.0.0.0")

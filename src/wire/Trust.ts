@@ -5,10 +5,11 @@
  *   a file, an environment variable), never argv, and `Hello` must carry a
  *   MAC made with it.
  * - Open: `Hello` and `Accept` use a key anyone can compute, and `Accept`
- *   hands the salt to the joiner; everything after is keyed by the salt. It
- *   is what a loopback-only bind gets (only this host, or ssh tunnels into it,
- *   can reach the port), and what `controller.join.open_admission: true`
- *   asks for, with a loud warning when the port is reachable from a network.
+ *   hands the salt to the joiner; everything after is keyed by the salt. Only
+ *   `controller.join.open_admission: true` asks for it, always with a warning,
+ *   and even then only declared hosts are admitted. A loopback bind is no
+ *   reason: every local user can reach 127.0.0.1, and the in-process agent
+ *   has the salt in memory anyway.
  */
 import { OPEN_SALT } from "./Keys.ts"
 
@@ -20,11 +21,11 @@ export const isLoopbackAddress = (address: string): boolean =>
   address === "localhost" || address === "::1" || address.startsWith("127.") || address.startsWith("::ffff:127.")
 
 export const admission = (options: { readonly bindAddress: string; readonly openAdmission: boolean }): Admission => {
-  if (isLoopbackAddress(options.bindAddress)) return { mode: "open", warning: undefined }
   if (!options.openAdmission) return { mode: "pre-shared" }
+  const who = isLoopbackAddress(options.bindAddress) ? "any user of this machine" : "anyone who can reach this port"
   return {
     mode: "open",
-    warning: `open admission on ${options.bindAddress}: anyone who can reach this port can join the run and ` +
+    warning: `open admission on ${options.bindAddress}: ${who} can join the run as a declared host and ` +
       "learn its salt. Use it only on a trusted network; otherwise remove `open_admission` and let cohort " +
       "hand the salt to agents itself (ssh) or give it to self-deployed agents out of band."
   }

@@ -2,11 +2,12 @@
  * JoinGate: the launcher's join window.
  *
  * It owns the mux's join channel. Each connection gets a handshake budget to
- * send a `Hello`. A valid one is checked: the host is declared (or admission
- * is open), not already in, and it brings the devices it was declared with.
- * It is then admitted with the next contiguous ranks, or told why not
+ * send a `Hello`. A valid one is checked: the host is declared (under open
+ * admission too), not already in, and it brings the devices it was declared
+ * with. It is then admitted with the next contiguous ranks, or told why not
  * (`Reject{reason}`). A connection whose frames fail authentication gets no
- * reply at all. Every refusal counts towards the flood guard.
+ * reply at all and is reset; only refusals of authenticated joins count
+ * towards the flood guard.
  *
  * The window's verdict (`joinVerdict`) is taken on every admission and at
  * each deadline, with time from `Clock`. Once it forms, the members and their
@@ -177,7 +178,8 @@ export const make = (options: JoinGateOptions): Effect.Effect<JoinGate, never, S
         return `host ${hello.host} has already joined`
       }
       const declared = options.declared.get(hello.host)
-      if (!options.declared.has(hello.host) && options.admission.mode !== "open") {
+      // Open admission too: it hands out the salt, never a seat the cluster file did not declare.
+      if (!options.declared.has(hello.host)) {
         return `host ${hello.host} is not among the workers of this run (${[...options.declared.keys()].join(", ")})`
       }
       if (hello.devices.length === 0 || hello.devices.length > 256) return `expected 1 to 256 devices, got ${hello.devices.length}`
