@@ -794,6 +794,58 @@ describe("PortMux", () => {
 
   describe("connections it refuses", () => {
     effect.live(
+      "strangers are capped: a connection over the limit of unauthenticated ones from its address is reset at once; one that authenticated no longer counts",
+      () =>
+        Effect.gen(function*() {
+          const salt = newSalt()
+          const mux = yield* PortMux.start({
+            address: "127.0.0.1",
+            port: 0,
+            magicDeadlineMs: 3_000,
+            maxStrangersPerSource: 3,
+            owners: { join: yield* linkOwner("join", salt) }
+          })
+          // Three strangers: the join magic, then nothing (each waits in its handshake).
+          const strangers: Array<Raw> = []
+          for (let i = 0; i < 3; i++) {
+            const raw = yield* connect(mux.port)
+            raw.write("CoJ1")
+            strangers.push(raw)
+          }
+          yield* eventually(Effect.map(mux.stats, (stats) => stats.routed["join channel"] === 3), "three strangers handed to the join owner")
+          const fourth = yield* connect(mux.port)
+          expect(yield* closedWithin(fourth, 1_000)).toBe(true)
+          for (const raw of strangers) expect(raw.closed).toBe(false)
+          // One leaves: a real agent gets its seat, authenticates, and stops counting.
+          strangers[0]!.end()
+          yield* eventually(Effect.sync(() => strangers[0]!.closed), "the first stranger gone")
+          // Kept open: once its Hello has authenticated it is no stranger, though its connection lives on.
+          const agent = yield* Link.dial({ host: "127.0.0.1", port: mux.port, channel: "join", salt, inbound: join, outbound: join, handshakeMs: 5_000 })
+          yield* agent.send(hello)
+          expect(yield* agent.receive).toEqual(new Abort({ reason: "hello node-a" }))
+          const another = yield* connect(mux.port)
+          another.write("CoJ1")
+          const overLimit = yield* connect(mux.port)
+          expect(yield* closedWithin(overLimit, 1_000)).toBe(true)
+          expect(another.closed).toBe(false)
+          const stats = yield* mux.stats
+          expect(stats.dropped["over 3 connections from 127.0.0.1 that have not authenticated"]).toBeGreaterThanOrEqual(2)
+        }),
+      20_000
+    )
+
+    effect.live("strangers are capped in all too: past the total, every new connection is reset at once", () =>
+      Effect.gen(function*() {
+        const mux = yield* PortMux.start({ address: "127.0.0.1", port: 0, magicDeadlineMs: 3_000, maxStrangers: 2, owners: {} })
+        const first = yield* connect(mux.port)
+        const second = yield* connect(mux.port)
+        const third = yield* connect(mux.port)
+        expect(yield* closedWithin(third, 1_000)).toBe(true)
+        expect([first.closed, second.closed]).toEqual([false, false])
+        expect((yield* mux.stats).dropped).toEqual({ "over 2 connections that have not authenticated": 1 })
+      }), 10_000)
+
+    effect.live(
       "unknown magic, a close after 2 bytes and a missed deadline are each closed and counted under their reason while a join link completes",
       () => {
         const logs = captureLogs()

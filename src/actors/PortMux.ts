@@ -11,6 +11,12 @@
  * (once per peer address and reason); one for a channel nobody owns is reset
  * at once, so its dialer fails fast instead of waiting. Nothing a connection
  * does delays any other: the socket callbacks only buffer and route.
+ *
+ * Strangers are capped: connections whose peer has not yet authenticated (no
+ * frame of theirs has passed its MAC; HTTP until the status server takes it)
+ * count against a limit per source address and one in all. One over either is
+ * reset at once, so however many a flood opens, the launcher holds a bounded
+ * number of them, each with at most a 64 KiB first frame.
  */
 import * as Data from "effect/Data"
 import * as Effect from "effect/Effect"
@@ -64,6 +70,10 @@ export interface PortMuxOptions {
   /** How long a connection has to name its channel (already scaled). */
   readonly magicDeadlineMs: number
   readonly owners: Partial<Record<ChannelName, Owner>> & { readonly http?: HttpOwner }
+  /** Connections not yet authenticated, from one source address (default 1,024: a big world's hosts join at once). */
+  readonly maxStrangersPerSource?: number
+  /** …and in all (default 2,048). */
+  readonly maxStrangers?: number
 }
 
 export interface PortMux {
@@ -80,6 +90,11 @@ export const start = (options: PortMuxOptions): Effect.Effect<PortMux, BindError
     const routed: Record<string, number> = {}
     const dropped: Record<string, number> = {}
     const logged = new Set<string>()
+    const maxPerSource = options.maxStrangersPerSource ?? 1_024
+    const maxStrangers = options.maxStrangers ?? 2_048
+    /** Connections not yet authenticated: in all, and by source address. */
+    let strangers = 0
+    const strangersFrom = new Map<string, number>()
 
     /**
      * Count every drop; log the first per peer address and reason. A dialer
@@ -134,6 +149,24 @@ export const start = (options: PortMuxOptions): Effect.Effect<PortMux, BindError
     /** Read the magic (with a deadline), then let the mux route the connection. */
     const sniff = (connection: Connection) => {
       accepted += 1
+      const { address } = connection
+      const from = strangersFrom.get(address) ?? 0
+      if (strangers >= maxStrangers || from >= maxPerSource) {
+        connection.reset()
+        const reason = from >= maxPerSource
+          ? `over ${maxPerSource} connections from ${address} that have not authenticated`
+          : `over ${maxStrangers} connections that have not authenticated`
+        tell(new Dropped({ address, peer: connection.peer, reason, quiet: false }))
+        return
+      }
+      strangers += 1
+      strangersFrom.set(address, from + 1)
+      connection.untilTrusted(() => {
+        strangers -= 1
+        const left = (strangersFrom.get(address) ?? 1) - 1
+        if (left === 0) strangersFrom.delete(address)
+        else strangersFrom.set(address, left)
+      })
       void connection.take(MAGIC_BYTES, options.magicDeadlineMs).then((first) => {
         if (first === "timeout") {
           connection.reset()
@@ -145,6 +178,8 @@ export const start = (options: PortMuxOptions): Effect.Effect<PortMux, BindError
           if (where._tag === "Http" && options.owners.http !== undefined) {
             // HTTP keeps the method bytes.
             connection.unread(first)
+            // The status server bounds its own requests (size, deadline): HTTP is not counted past here.
+            connection.trusted()
             routed["status (HTTP)"] = (routed["status (HTTP)"] ?? 0) + 1
             return options.owners.http.serve(connection)
           }

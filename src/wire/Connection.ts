@@ -26,6 +26,8 @@ export class Connection {
   private closed = false
   private outbox: Array<Uint8Array> = []
   private flushed: Array<() => void> = []
+  /** Told once, when the peer has authenticated or the connection has closed (the mux's count of strangers). */
+  private settle: (() => void) | undefined
 
   /** "127.0.0.1:53124": for logs and per-peer bookkeeping (read while open: Bun forgets it once closed). */
   readonly peer: string
@@ -40,6 +42,19 @@ export class Connection {
 
   get isClosed(): boolean {
     return this.closed
+  }
+
+  /** Have `settle` called once: when the peer proves it holds the key (`trusted`), or when the connection closes. */
+  untilTrusted(settle: () => void): void {
+    if (this.closed) settle()
+    else this.settle = settle
+  }
+
+  /** The peer's first frame has authenticated (or its owner has its own limits, like HTTP): it is no stranger now. */
+  trusted(): void {
+    const settle = this.settle
+    this.settle = undefined
+    settle?.()
   }
 
   /** Route incoming bytes to `receiver`, first any that arrived before it was set. */
@@ -147,6 +162,7 @@ export class Connection {
   onClose(): void {
     if (this.closed) return
     this.closed = true
+    this.trusted()
     this.outbox = []
     for (const resolve of this.flushed.splice(0)) resolve()
     this.receiver?.close()

@@ -124,6 +124,8 @@ const open = <In, Out>(
             connection.reset()
             return
           }
+          // An authenticated frame: the peer is no stranger (the mux stops counting it against the caps).
+          if (frames === 1) connection.trusted()
           // Switch before the next frame is parsed: it may already be in this chunk.
           const salt = options.rekeyOn?.(message.right)
           if (salt !== undefined) switchTo(salt)
