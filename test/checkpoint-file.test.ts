@@ -123,7 +123,8 @@ describe("CheckpointFile", () => {
     const path = join(freshDir(), "checkpoint.json")
     mkdirSync(path)
     const error = failureOf(read(path))
-    expect(error.message).toStartWith(`checkpoint ${path}: cannot read it:`)
+    // Checked before it is read: a checkpoint to resume from must be a regular file of this user's.
+    expect(error.message).toBe(`checkpoint ${path}: is not a file: remove it and run again; a checkpoint to resume from must be yours alone`)
   })
 
   test("a file that is not JSON", () => {

@@ -16,7 +16,8 @@
  *   lines and anything else go to `launcher.log`. Written whatever the
  *   filters, so nothing is lost.
  */
-import { appendFileSync, mkdirSync } from "node:fs"
+import { mkdirSync } from "node:fs"
+import { appendPrivate, preparePrivateAppend } from "../actors/launcher/PrivateFiles.ts"
 import { join } from "node:path"
 import type { RunEvent, RunState } from "../actors/launcher/RunView.ts"
 
@@ -152,12 +153,19 @@ export const make = (options: RunConsoleOptions = {}): RunConsole => {
   let redraw: ReturnType<typeof setTimeout> | undefined
   let lastJoinLine = now()
   let closed = false
-  if (options.logDir !== undefined) mkdirSync(options.logDir, { recursive: true })
+  if (options.logDir !== undefined) mkdirSync(options.logDir, { recursive: true, mode: 0o700 })
+  /** Log files made this run: 0600, never through a link (they hold the ranks' output). */
+  const made = new Set<string>()
 
   const toFile = (name: string, text: string) => {
     if (options.logDir === undefined) return
     try {
-      appendFileSync(join(options.logDir, name), `${text}\n`)
+      const path = join(options.logDir, name)
+      if (!made.has(path)) {
+        preparePrivateAppend(path)
+        made.add(path)
+      }
+      appendPrivate(path, `${text}\n`)
     } catch {
       // A full disk must not stop the run; the terminal still has the line.
     }

@@ -93,7 +93,8 @@ const bundleFolder = async (): Promise<string | undefined> => {
   try {
     const target = join(home, `bundle-${bundleKey()}`)
     if (existsSync(join(target, "agentMain.js"))) return target
-    mkdirSync(home, { recursive: true })
+    // 0700: the launcher checks that `.cohort` is this user's alone (see PrivateFiles).
+    mkdirSync(home, { recursive: true, mode: 0o700 })
     return await buildOnce(target) ? target : undefined
   } catch {
     // Unbuildable here (read-only, no space): the sources work the same, only slower to load.

@@ -1,12 +1,15 @@
 /**
  * The consensus checkpoint on disk: one JSON file, replaced atomically
- * (written to a temporary file beside it, then renamed over it), so a crash
- * mid-write leaves the previous checkpoint whole.
+ * (written to a fresh temporary file beside it, then renamed over it), so a
+ * crash mid-write leaves the previous checkpoint whole. It holds the model's
+ * weights: 0600 in a 0700 folder, and `--resume` trusts only a file of this
+ * user's that nobody else can write (see PrivateFiles).
  */
-import { mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs"
+import { readFileSync } from "node:fs"
 import { dirname } from "node:path"
 import * as Data from "effect/Data"
 import * as Effect from "effect/Effect"
+import { checkPrivateFile, PrivateFileError, privateDirectory, writePrivateFile } from "./PrivateFiles.ts"
 
 export type SaveReason = "checkpoint" | "max_failure_exceeded" | "all_ranks_lost"
 
@@ -33,28 +36,21 @@ export class CheckpointError extends Data.TaggedError("CheckpointError")<{ reado
 
 export const write = (path: string, record: CheckpointRecord): Effect.Effect<void, CheckpointError> =>
   Effect.try({
-    try: () => {
-      mkdirSync(dirname(path), { recursive: true })
-      const temporary = `${path}.${process.pid}.tmp`
-      try {
-        writeFileSync(temporary, JSON.stringify(record))
-        renameSync(temporary, path)
-      } catch (error) {
-        rmSync(temporary, { force: true })
-        throw error
-      }
-    },
+    try: () => writePrivateFile(privateDirectory(dirname(path)) && path, JSON.stringify(record)),
     catch: (error) => new CheckpointError({ path, reason: `cannot write it: ${(error as Error).message}` })
   })
 
 export const read = (path: string): Effect.Effect<CheckpointRecord, CheckpointError> =>
   Effect.gen(function*() {
     const text = yield* Effect.try({
-      try: () => readFileSync(path, "utf8"),
+      // Weights another user could have written are not resumed from.
+      try: () => (checkPrivateFile(path), readFileSync(path, "utf8")),
       catch: (error) =>
         new CheckpointError({
           path,
-          reason: (error as NodeJS.ErrnoException).code === "ENOENT"
+          reason: error instanceof PrivateFileError
+            ? `${error.problem}; a checkpoint to resume from must be yours alone`
+            : (error as NodeJS.ErrnoException).code === "ENOENT"
             ? "there is no checkpoint to resume from (run without --resume, or set job.checkpoint to the file)"
             : `cannot read it: ${(error as Error).message}`
         })

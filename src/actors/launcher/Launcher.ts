@@ -13,7 +13,7 @@
  * strategy after formation. The verdict, the ranks it lost and each rank's
  * exits make the run's result.
  */
-import { mkdirSync, rmSync, writeFileSync } from "node:fs"
+import { rmSync } from "node:fs"
 import { dirname } from "node:path"
 import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
@@ -56,6 +56,7 @@ import * as SshSession from "./SshSession.ts"
 import { agentTag, cleanupHosts } from "./RemoteCleanup.ts"
 import { writeAgentSpec } from "../agent/AgentSpec.ts"
 import * as CheckpointFile from "./CheckpointFile.ts"
+import { privateDirectory, writePrivateFile } from "./PrivateFiles.ts"
 import * as Controller from "./Controller.ts"
 import * as Coordinator from "./Coordinator.ts"
 import { ModelRoot, type RootState } from "./ModelRoot.ts"
@@ -783,9 +784,10 @@ const selfDeployHint = (host: string, saltHex: string | undefined, controller: s
     let saltArgument = ""
     if (saltHex !== undefined) {
       const file = `.cohort/salts/${process.pid}-${host.replace(/[^A-Za-z0-9_.-]/g, "_")}.salt`
-      yield* Effect.sync(() => {
-        mkdirSync(dirname(file), { recursive: true, mode: 0o700 })
-        writeFileSync(file, `${saltHex}\n`, { mode: 0o600 })
+      // A folder someone else can write could hold a link named like this file: it is refused, never written through.
+      yield* Effect.try({
+        try: () => writePrivateFile(privateDirectory(dirname(file)) && file, `${saltHex}\n`),
+        catch: (error) => `cannot write ${host}'s salt file: ${error instanceof Error ? error.message : String(error)}`
       })
       yield* Effect.addFinalizer(() => Effect.sync(() => rmSync(file, { force: true })))
       saltArgument = ` --salt-file <a copy of ${file}>`

@@ -12,12 +12,13 @@
  * waiting have run, then moves the view once for the lot. Any other record,
  * and any read of the state, takes what is gathered first: order is kept.
  */
-import { appendFileSync, mkdirSync, writeFileSync } from "node:fs"
+import { mkdirSync } from "node:fs"
 import { dirname } from "node:path"
 import * as Effect from "effect/Effect"
 import * as Ref from "effect/Ref"
 import { LaunchInputError } from "./Plan.ts"
 import * as RunView from "./RunView.ts"
+import { appendPrivate, preparePrivateAppend } from "./PrivateFiles.ts"
 
 export interface RunJournal {
   readonly record: (event: RunView.RunEvent) => Effect.Effect<void>
@@ -40,8 +41,9 @@ export const make = (options: RunJournalOptions): Effect.Effect<RunJournal, Laun
     if (eventsFile !== undefined) {
       yield* Effect.try({
         try: () => {
-          mkdirSync(dirname(eventsFile), { recursive: true })
-          writeFileSync(eventsFile, "")
+          mkdirSync(dirname(eventsFile), { recursive: true, mode: 0o700 })
+          // 0600, never through a link planted at its name: the events name hosts, ranks and causes.
+          preparePrivateAppend(eventsFile, true)
         },
         catch: (error) => new LaunchInputError({ problems: [`--events ${eventsFile}: cannot write there (${(error as Error).message}); give a writable path`] })
       })
@@ -52,7 +54,7 @@ export const make = (options: RunJournalOptions): Effect.Effect<RunJournal, Laun
       Effect.suspend(() => {
         if (eventsFile === undefined || RunView.isEphemeral(event)) return Effect.void
         try {
-          appendFileSync(eventsFile, `${JSON.stringify(event)}\n`)
+          appendPrivate(eventsFile, `${JSON.stringify(event)}\n`)
           return Effect.void
         } catch (error) {
           if (warned) return Effect.void

@@ -5,10 +5,11 @@
  * when the run ends. A file left by a killed launcher names a dead pid;
  * readers skip it.
  */
-import { mkdirSync, rmSync, writeFileSync } from "node:fs"
+import { rmSync } from "node:fs"
 import { join } from "node:path"
 import * as Effect from "effect/Effect"
 import type * as Scope from "effect/Scope"
+import { PrivateFileError, privateDirectory, writePrivateFile } from "./PrivateFiles.ts"
 
 export const RUNS_DIR = ".cohort/runs"
 
@@ -22,16 +23,21 @@ export interface RunEntry {
 
 const fileOf = (run: string) => join(RUNS_DIR, `${run.replace(/[^A-Za-z0-9_.-]/g, "_")}.json`)
 
-/** Announce this run until the Scope closes; a directory that cannot be written only costs the discovery. */
+/**
+ * Announce this run until the Scope closes; a directory that cannot be written only costs the discovery. The
+ * folder must be this user's alone (see PrivateFiles): one another user could write is refused, with a warning.
+ */
 export const register = (entry: RunEntry): Effect.Effect<void, never, Scope.Scope> =>
   Effect.acquireRelease(
-    Effect.sync(() => {
+    Effect.suspend(() => {
       try {
-        mkdirSync(RUNS_DIR, { recursive: true })
-        writeFileSync(fileOf(entry.run), `${JSON.stringify(entry)}\n`)
-        return true
-      } catch {
-        return false
+        privateDirectory(RUNS_DIR)
+        writePrivateFile(fileOf(entry.run), `${JSON.stringify(entry)}\n`)
+        return Effect.succeed(true)
+      } catch (error) {
+        return error instanceof PrivateFileError
+          ? Effect.as(Effect.logWarning(`\`bun run status\` will not find this run: ${error.message}`), false)
+          : Effect.succeed(false)
       }
     }),
     (written) => Effect.sync(() => written && rmSync(fileOf(entry.run), { force: true }))
