@@ -214,6 +214,15 @@ describe("JoinGate", () => {
       expect(yield* a.link.receive).toEqual(new WorldFormed({ worldSize: 5, hosts: [], master: { addr: "127.0.0.1", port: 29500 } }))
     }))
 
+  effect.live("a Hello whose host name carries terminal controls is refused, the name escaped in the reason", () =>
+    Effect.gen(function*() {
+      const { mux, salt } = yield* setup()
+      const evil = yield* join(mux.port, salt, hello("a\u001b[2K\rcohort: run completed", 2))
+      expect(reasonOf(evil.answer)).toBe(
+        "host name \"a\\x1b[2K\\x0dcohort: run completed\" is not one: it must be 1 to 253 letters, digits, '.', '-', '_' or ':', starting with a letter or digit"
+      )
+    }))
+
   effect.live("open admission still admits only declared hosts: a stranger is refused, and the salt is not in the refusal", () =>
     Effect.gen(function*() {
       const { mux, salt } = yield* setup({ open: true })

@@ -19,6 +19,7 @@ import type { Accepted } from "../PortMux.ts"
 import * as Codec from "../../wire/Codec.ts"
 import { ControlMessage, LauncherBeat, RelayAccepted, RelayRejected } from "../../wire/ControlMessages.ts"
 import * as Link from "../../wire/Link.ts"
+import { printable } from "../../wire/Printable.ts"
 
 export const controlCodec = Codec.make("control", ControlMessage)
 
@@ -92,7 +93,8 @@ export const make = (options: ControlGateOptions): Effect.Effect<ControlGate, ne
 
     const problem = (hello: { host: string; ranks: ReadonlyArray<number> }, world: ReadonlyMap<string, ReadonlyArray<number>>) => {
       const ranks = world.get(hello.host)
-      if (ranks === undefined) return `host ${hello.host} is not in this world`
+      // Escaped: a relay's claim is printed, and must not carry terminal controls.
+      if (ranks === undefined) return `host ${printable(hello.host, 64)} is not in this world`
       if (links.has(hello.host)) return `the relay of ${hello.host} has already registered`
       // The ranks the host was admitted with come first; a restarted rank's new numbers follow them.
       if (ranks.slice(0, hello.ranks.length).join(",") !== hello.ranks.join(",")) {

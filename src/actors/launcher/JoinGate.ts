@@ -36,6 +36,7 @@ import * as Codec from "../../wire/Codec.ts"
 import { Accept, Hello, type HostRunSpec, JoinMessage, Reject } from "../../wire/JoinMessages.ts"
 import { saltToHex } from "../../wire/Keys.ts"
 import * as Link from "../../wire/Link.ts"
+import { hostNameRule, isHostName, printable } from "../../wire/Printable.ts"
 import { type Admission, joinSalt } from "../../wire/Trust.ts"
 import { FLOOD_LIMIT, type JoinRules, joinVerdict } from "./joinVerdict.ts"
 
@@ -171,8 +172,13 @@ export const make = (options: JoinGateOptions): Effect.Effect<JoinGate, never, S
           : "the join window has failed"
       }
       if (late && state.rejected >= floodLimit) return `${state.rejected} joins were rejected: no more hosts are admitted (flood guard)`
+      // What the peer wrote is printed escaped and cut: it must not move a terminal's cursor or fake a line.
+      if (!isHostName(hello.host)) return `host name "${printable(hello.host, 64)}" is not one: it must be ${hostNameRule}`
+      if (hello.deviceLabels.some((label) => !/^[A-Za-z0-9:._-]{1,32}$/.test(label))) {
+        return `host ${hello.host} sent a device label that is not 1 to 32 letters, digits, ':', '.', '_' or '-'`
+      }
       if (hello.version !== options.version) {
-        return `version skew: the launcher runs cohort ${options.version}, this agent ${hello.version}`
+        return `version skew: the launcher runs cohort ${options.version}, this agent ${printable(hello.version, 32)}`
       }
       if (state.members.some((member) => member.host === hello.host) && !(late && options.canRejoin?.(hello.host) === true)) {
         return `host ${hello.host} has already joined`
