@@ -15,7 +15,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import type { Browser, Page } from "playwright-core"
-import { fetchState, repoRoot, spawnLaunch } from "./support/launch-scenario.ts"
+import { fetchState, postStart, repoRoot, spawnLaunch } from "./support/launch-scenario.ts"
 import { browserUnavailable, launchBrowser } from "./support/browser.ts"
 import { waitFor } from "./support/processes.ts"
 
@@ -111,7 +111,7 @@ failure_policy:
       expect(await textOf(page, "run")).toBe("live-page")
       await page.getByTestId("countdown").filter({ hasText: /^join window closes in \d+ s/ }).waitFor({ timeout: waitMs })
       await page.screenshot({ path: join(screenshots, "1-waiting.png"), fullPage: true })
-      expect((await fetch(`http://127.0.0.1:${port}/start`, { method: "POST" })).status).toBe(200)
+      expect((await postStart(port, "live-page")).status).toBe(200)
 
       // Training: every rank's cell, running.
       await waitPhase(page, "training")

@@ -7,7 +7,7 @@ import { describe, expect, test } from "bun:test"
 import { writeFileSync } from "node:fs"
 import { join } from "node:path"
 import { isRunning, waitFor } from "./support/processes.ts"
-import { repoRoot, startScenario, waitForPhase } from "./support/launch-scenario.ts"
+import { postStart, repoRoot, startScenario, waitForPhase } from "./support/launch-scenario.ts"
 
 const noSurvivor = async (pids: ReadonlyArray<number>) => {
   await waitFor(() => pids.every((pid) => !isRunning(pid)), `no rank left running (${pids.join(", ")})`)
@@ -122,7 +122,7 @@ describe("the status endpoint follows the run", () => {
     expect(waiting).toMatchObject({ phase: "waiting", joinedRanks: 2, joinedHosts: 1, ranks: [] })
     expect(waiting.windowRemainingMs).toBeGreaterThan(20_000)
     expect(waiting.capRemainingMs).toBeGreaterThan(waiting.windowRemainingMs!)
-    const started = await fetch(`http://127.0.0.1:${port}/start`, { method: "POST" })
+    const started = await postStart(port, "e2e")
     expect(started.status).toBe(200)
     const result = await run.result
     expect(result.outcome).toBe("completed")

@@ -17,7 +17,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "no
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import type { RunState } from "../src/actors/launcher/RunView.ts"
-import { fetchState, repoRoot, spawnLaunch } from "./support/launch-scenario.ts"
+import { fetchState, postStart, repoRoot, spawnLaunch } from "./support/launch-scenario.ts"
 import { waitFor } from "./support/processes.ts"
 
 // ---- a strict reader of the Prometheus text exposition format, version 0.0.4 ----
@@ -307,7 +307,7 @@ describe("a live run seen from outside: /metrics, --events, /events, the termina
       const waiting = await metrics(port)
       run.waiting = { status: waiting.status, contentType: waiting.contentType, families: parseExposition(waiting.text) }
       await waitFor(() => run.sse.received.length > 0, "the first state on /events", 5_000)
-      const start = await fetch(`http://127.0.0.1:${port}/start`, { method: "POST" })
+      const start = await postStart(port, "observe")
       expect(start.status).toBe(200)
 
       // Training, mid-epoch 2, with the ranks' resource samples (every 2 s) and all-reduce latencies in.

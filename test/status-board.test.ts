@@ -1,12 +1,12 @@
 /**
  * The status endpoint on the mux port, spoken to with real HTTP clients.
  */
-import { describe, expect } from "bun:test"
+import { describe, expect, test } from "bun:test"
 import * as Effect from "effect/Effect"
 import * as PortMux from "../src/actors/PortMux.ts"
 import * as RunView from "../src/actors/launcher/RunView.ts"
 import * as StatusBoard from "../src/actors/StatusBoard.ts"
-import { newSalt } from "../src/wire/Keys.ts"
+import { newSalt, startToken } from "../src/wire/Keys.ts"
 import { effect, eventually } from "./support/effect.ts"
 import { waitFor } from "./support/processes.ts"
 
@@ -26,10 +26,11 @@ const state: StatusBoard.RunState = {
 const setup = (onStart?: () => Effect.Effect<StatusBoard.StartOutcome>, extra: Partial<StatusBoard.StatusBoardOptions> = {}) =>
   Effect.gen(function*() {
     const salt = newSalt()
-    const board = yield* StatusBoard.make({ salt, requestDeadlineMs: 300, ...(onStart ? { onStart } : {}), ...extra })
+    const token = startToken(salt)
+    const board = yield* StatusBoard.make({ startToken: token, requestDeadlineMs: 300, ...(onStart ? { onStart } : {}), ...extra })
     const mux = yield* PortMux.start({ address: "127.0.0.1", port: 0, magicDeadlineMs: 1_000, owners: { http: board } })
     const url = (path: string) => `http://127.0.0.1:${mux.port}${path}`
-    return { board, mux, salt, url }
+    return { board, mux, salt, token, url }
   })
 
 const fetchJson = (url: string, init?: RequestInit) =>
@@ -76,23 +77,37 @@ describe("StatusBoard", () => {
       const { url } = yield* setup()
       const response = yield* fetchJson(url("/nope"))
       expect(response.status).toBe(404)
-      expect((response.body as { paths: unknown }).paths).toEqual(["GET /state.json", "GET /", "GET /events", "GET /metrics", "POST /start?token=<salt hex>"])
+      expect((response.body as { paths: unknown }).paths).toEqual(["GET /state.json", "GET /", "GET /events", "GET /metrics", "POST /start (Authorization: Bearer <start token>)"])
     }))
 
-  effect.live("POST /start: loopback needs no token; 409 when nothing can be armed; the join gate decides", () =>
+  effect.live("POST /start needs the start token in a header, from loopback too; no CORS; 409 when nothing can be armed", () =>
     Effect.gen(function*() {
       let armed = 0
-      const { url } = yield* setup(() => Effect.sync(() => (++armed === 1 ? { armed: true } : { armed: false, reason: "already armed" })))
-      expect(yield* fetchJson(url("/start"), { method: "POST" })).toEqual({ status: 200, connection: "close", body: { armed: true } })
-      expect((yield* fetchJson(url("/start"), { method: "POST" })).status).toBe(409)
+      const { token, url } = yield* setup(() => Effect.sync(() => (++armed === 1 ? { armed: true } : { armed: false, reason: "already armed" })))
+      const bearer = (value: string) => ({ method: "POST", headers: { Authorization: `Bearer ${value}` } })
+      expect(yield* fetchJson(url("/start"), { method: "POST" })).toEqual({
+        status: 401,
+        connection: "close",
+        body: { error: "POST /start needs the run's start token (Authorization: Bearer <token>): `bun run status --start` sends it from this checkout" }
+      })
+      expect(yield* fetchJson(url("/start"), bearer("0".repeat(64)))).toEqual({ status: 403, connection: "close", body: { error: "wrong start token for this run" } })
+      expect((yield* fetchJson(url(`/start?token=${token}`), { method: "POST" })).status).toBe(400)
+      expect(armed).toBe(0)
+      const response = yield* Effect.promise(() => fetch(url("/start"), { ...bearer(token), keepalive: false }))
+      expect([response.status, response.headers.get("access-control-allow-origin"), yield* Effect.promise(() => response.json())]).toEqual([200, null, { armed: true }])
+      expect((yield* fetchJson(url("/start"), bearer(token))).status).toBe(409)
       expect((yield* fetchJson(url("/start"))).status).toBe(405)
       const plain = yield* setup()
-      expect(yield* fetchJson(plain.url("/start"), { method: "POST" })).toEqual({
+      expect(yield* fetchJson(plain.url("/start"), bearer(plain.token))).toEqual({
         status: 409,
         connection: "close",
         body: { error: "this run has no manual start" }
       })
     }))
+
+  test("the start token is HKDF-SHA256 of the salt under its own label (a known answer, computed apart from cohort)", () => {
+    expect(startToken(new Uint8Array([...Array(16).keys()]))).toBe("a44b42660d9d5c4881da749a6d64418c625103035892f0d72b76a3f27123c38c")
+  })
 
   effect.live("a request line over 2 KiB is refused; a silent client gets 408 at the deadline", () =>
     Effect.gen(function*() {

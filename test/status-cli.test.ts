@@ -5,12 +5,12 @@
  * and against a live launcher.
  */
 import { afterAll, afterEach, describe, expect, test } from "bun:test"
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs"
+import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import type { RankStatus, RunState } from "../src/actors/launcher/RunView.ts"
 import { readState, render } from "../src/cli/statusTable.ts"
-import { fetchState, repoRoot, spawnLaunch } from "./support/launch-scenario.ts"
+import { fetchState, listeningPort, repoRoot, spawnLaunch } from "./support/launch-scenario.ts"
 import { collectLines, waitFor } from "./support/processes.ts"
 
 const cli = join(repoRoot, "src/cli/status.ts")
@@ -426,3 +426,36 @@ failure_policy:
   run.proc.kill("SIGINT")
   expect(await run.proc.exited).toBe(130)
 }, 40_000)
+
+test("--start closes a real launcher's manual join window with the token from .cohort/runs/; a run not started waits for it", async () => {
+  const dir = mkdtempSync(join(tmpdir(), "cohort-status-start-"))
+  const file = join(dir, "cluster.yml")
+  writeFileSync(file, `
+name: status-start
+controller:
+  join: { start: manual, timeout: 30s, max_timeout: 60s }
+workers:
+  - { host: localhost, devices: 2, path: ${repoRoot} }
+job:
+  entry: test/fixtures/rank-fixture.ts
+  args: ["work=100"]
+`)
+  const run = spawnLaunch(file)
+  launched.push(run.proc)
+  const port = await listeningPort(run.stderr.lines)
+  await waitFor(() => existsSync(join(repoRoot, ".cohort", "runs", "status-start.json")), "the run's registry file", 10_000)
+  // The window waits for the operator while the host has joined.
+  let joined = false
+  while (!joined) joined = (await fetchState(port))?.joinedRanks === 2
+  expect((await fetchState(port))?.phase).toBe("waiting")
+  const { code, stderr } = await status(["--start", "--run", "status-start"])
+  expect(code, stderr).toBe(0)
+  expect(stderr).toBe("cohort status: armed the start of the join window (run status-start, from .cohort/runs/)\n")
+  expect(await run.proc.exited).toBe(0)
+}, 40_000)
+
+test("--start with HOST:PORT is refused: the token is found through the run, never given on the command line", async () => {
+  const { code, stderr } = await status(["127.0.0.1:1", "--start"])
+  expect(code).toBe(2)
+  expect(stderr).toStartWith("cohort status: --start finds the run in .cohort/runs/ (its token is there): give --run NAME, not HOST:PORT")
+})

@@ -11,7 +11,7 @@ import * as Effect from "effect/Effect"
 import * as RunView from "../../src/actors/launcher/RunView.ts"
 import * as PortMux from "../../src/actors/PortMux.ts"
 import * as StatusBoard from "../../src/actors/StatusBoard.ts"
-import { newSalt } from "../../src/wire/Keys.ts"
+import { newSalt, startToken } from "../../src/wire/Keys.ts"
 import { median, percentile } from "../stats.ts"
 
 const hosts = Array.from({ length: 1000 }, (_, host) => ({
@@ -24,7 +24,7 @@ state = RunView.apply(state, { event: "world_formed", at: Date.now(), world: 800
 for (let rank = 0; rank < 8000; rank++) state = RunView.apply(state, { event: "rank_started", at: Date.now(), rank, pid: 100_000 + rank })
 
 const program = Effect.gen(function*() {
-  const board = yield* StatusBoard.make({ salt: newSalt(), requestDeadlineMs: 5_000 })
+  const board = yield* StatusBoard.make({ startToken: startToken(newSalt()), requestDeadlineMs: 5_000 })
   const mux = yield* PortMux.start({ address: "127.0.0.1", port: 0, magicDeadlineMs: 5_000, owners: { http: board } })
   yield* board.publish(state)
   const client = Bun.spawn([process.execPath, `${import.meta.dir}/status-client.ts`, "200"], { stdin: "pipe", stdout: "pipe" })

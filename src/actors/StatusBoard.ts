@@ -10,10 +10,14 @@
  *   at once and then after each publication, at most every 250 ms; a slow
  *   reader gets the newest state when it catches up, never a backlog.
  * - `GET /metrics`: Prometheus text.
- * - `POST /start[?token=…]`: arms an operator start for `start: manual` join
- *   windows. From loopback no token is needed; from anywhere else the token is
- *   the run's salt in hex. 403 for a bad token, 409 when there is nothing to
- *   arm (the decision belongs to the join gate, through `onStart`).
+ * - `POST /start` with `Authorization: Bearer <start token>`: arms an operator
+ *   start for `start: manual` join windows. The token is derived from the salt
+ *   (`Keys.startToken`), never the salt, is needed from loopback too (every
+ *   local user reaches it), and travels in a header, never the URL (URLs end
+ *   up in logs and shell history). `bun run status --start` reads it from the
+ *   run's 0600 registry file. 401 without it, 403 for a wrong one, 409 when
+ *   there is nothing to arm (the decision belongs to the join gate, through
+ *   `onStart`). No CORS header: a web page must not be able to start a run.
  * - Anything else: 404 listing the valid paths.
  *
  * One request per connection (`Connection: close`, CORS open: the page is
@@ -33,15 +37,14 @@ import type * as Scope from "effect/Scope"
 import type { HttpOwner } from "./PortMux.ts"
 import type { Connection } from "../wire/Connection.ts"
 import type { RunState } from "./launcher/RunView.ts"
-import { isLoopbackAddress } from "../wire/Trust.ts"
 
 export type { Phase, RankStatus, RunState } from "./launcher/RunView.ts"
 
 export type StartOutcome = { readonly armed: true } | { readonly armed: false; readonly reason: string }
 
 export interface StatusBoardOptions {
-  /** The run's salt: the token of a non-loopback `POST /start`. */
-  readonly salt: Uint8Array
+  /** The run's start token (`Keys.startToken`): `POST /start` must carry it. */
+  readonly startToken: string
   /** How long a client has to send its request line (already scaled). */
   readonly requestDeadlineMs: number
   /** Arm an operator start; the join gate decides. Without it, there is never anything to arm. */
@@ -62,7 +65,7 @@ export interface StatusBoard extends HttpOwner {
 const MAX_REQUEST_LINE = 2048
 /** Request line, headers and body together: the endpoints take no real input. */
 const MAX_REQUEST = 16384
-const paths = ["GET /state.json", "GET /", "GET /events", "GET /metrics", "POST /start?token=<salt hex>"]
+const paths = ["GET /state.json", "GET /", "GET /events", "GET /metrics", "POST /start (Authorization: Bearer <start token>)"]
 /** SSE: no more than one state per client this often. */
 const EVENTS_EVERY_MS = 250
 /** SSE: a comment this often keeps idle proxies from closing the stream. */
@@ -93,17 +96,18 @@ interface Body {
 
 const acceptsGzip = (head: string): boolean => /\r\naccept-encoding:[^\r]*\bgzip\b/i.test(head)
 
-const respond = (connection: Connection, status: number, body: unknown, contentType = "application/json"): Promise<void> =>
-  respondBytes(connection, status, encoder.encode(typeof body === "string" && contentType !== "application/json" ? body : JSON.stringify(body)), contentType)
+const respond = (connection: Connection, status: number, body: unknown, contentType = "application/json", cors = true): Promise<void> =>
+  respondBytes(connection, status, encoder.encode(typeof body === "string" && contentType !== "application/json" ? body : JSON.stringify(body)), contentType, [], cors)
 
-const respondBytes = (connection: Connection, status: number, body: Uint8Array, contentType: string, headers: ReadonlyArray<string> = []): Promise<void> => {
+/** `cors`: readable from any page (the read-only state); off for `/start`, which no page may call. */
+const respondBytes = (connection: Connection, status: number, body: Uint8Array, contentType: string, headers: ReadonlyArray<string> = [], cors = true): Promise<void> => {
   const head = [
     `HTTP/1.1 ${status} ${reasons[status] ?? ""}`,
     `Content-Type: ${contentType}`,
     ...headers,
     `Content-Length: ${body.length}`,
     "Connection: close",
-    "Access-Control-Allow-Origin: *",
+    ...(cors ? ["Access-Control-Allow-Origin: *"] : []),
     "Cache-Control: no-store",
     "",
     ""
@@ -148,10 +152,11 @@ export const stateJson = (state: RunState): string => {
   return `{${fields.join(",")}}`
 }
 
-const tokenMatches = (token: string | null, salt: Uint8Array): boolean => {
-  if (token === null || !/^[0-9a-f]{32}$/i.test(token)) return false
-  return timingSafeEqual(Buffer.from(token.toLowerCase(), "hex"), salt)
-}
+/** The bearer token of a request head, if it has one. */
+const bearerOf = (head: string): string | undefined => /\r\nauthorization:[ \t]*bearer[ \t]+([0-9a-f]{64})[ \t]*(?:\r\n|$)/i.exec(head)?.[1]?.toLowerCase()
+
+const tokenMatches = (token: string | undefined, expected: string): boolean =>
+  token !== undefined && timingSafeEqual(Buffer.from(token, "hex"), Buffer.from(expected, "hex"))
 
 export const make = (options: StatusBoardOptions): Effect.Effect<StatusBoard, never, Scope.Scope> =>
   Effect.gen(function*() {
@@ -202,13 +207,17 @@ export const make = (options: StatusBoardOptions): Effect.Effect<StatusBoard, ne
           : sendState(connection, published, acceptsGzip(head))
       }
       if (url.pathname === "/start") {
-        if (method !== "POST") return respond(connection, 405, { error: "use POST /start", paths })
-        if (!isLoopbackAddress(connection.address) && !tokenMatches(url.searchParams.get("token"), options.salt)) {
-          return respond(connection, 403, { error: "POST /start from another host needs ?token=<the run's salt in hex>" })
+        const refuse = (status: number, error: string) => respond(connection, status, { error }, "application/json", false)
+        if (method !== "POST") return refuse(405, "use POST /start")
+        if (url.searchParams.has("token")) return refuse(400, "the start token goes in an Authorization: Bearer header, never the URL")
+        const token = bearerOf(head)
+        if (token === undefined) {
+          return refuse(401, "POST /start needs the run's start token (Authorization: Bearer <token>): `bun run status --start` sends it from this checkout")
         }
+        if (!tokenMatches(token, options.startToken)) return refuse(403, "wrong start token for this run")
         const start = options.onStart ?? (() => Effect.succeed<StartOutcome>({ armed: false, reason: "this run has no manual start" }))
         return runPromise(start()).then((outcome) =>
-          outcome.armed ? respond(connection, 200, { armed: true }) : respond(connection, 409, { error: outcome.reason })
+          outcome.armed ? respond(connection, 200, { armed: true }, "application/json", false) : refuse(409, outcome.reason)
         )
       }
       return respond(connection, 404, { error: `no such path: ${method} ${url.pathname}`, paths })

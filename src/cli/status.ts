@@ -1,7 +1,9 @@
 /**
- * `bun run status [HOST:PORT] [--run NAME] [--json] [--watch]`: a running
- * launcher's state, read from its status endpoint (`GET /state.json` on its
- * one port), as a table (statusTable.ts) or as the JSON served.
+ * `bun run status [HOST:PORT] [--run NAME] [--json] [--watch] [--start]`: a
+ * running launcher's state, read from its status endpoint (`GET /state.json`
+ * on its one port), as a table (statusTable.ts) or as the JSON served.
+ * `--start` closes a `start: manual` join window instead (`POST /start`, with
+ * the start token the launcher keeps in its 0600 registry file).
  *
  * Without HOST:PORT it finds the run this checkout is running: the launcher
  * keeps `.cohort/runs/<run>.json` (address, port, pid) while it runs.
@@ -15,7 +17,7 @@ import { join } from "node:path"
 import { hasEnded, readState, render } from "./statusTable.ts"
 import type { RunState } from "../actors/launcher/RunView.ts"
 
-const usage = `usage: bun run status [HOST:PORT] [--run NAME] [--json] [--watch]
+const usage = `usage: bun run status [HOST:PORT] [--run NAME] [--json] [--watch] [--start]
 
 Shows a running launcher's state: phase, training, every rank, the deaths, the verdict.
 
@@ -25,6 +27,8 @@ Shows a running launcher's state: phase, training, every rank, the deaths, the v
   --run NAME  which run, when several run from this checkout
   --json      the state as the launcher serves it (GET /state.json)
   --watch     refresh every second until the run ends
+  --start     close a start: manual join window (POST /start with the run's start
+              token, read from .cohort/runs/: only the launch's user can)
   -h, --help  show this help
 
 Exit status: 0 shown, 1 no launcher answered or no run found, 2 bad arguments, 130 interrupted.
@@ -84,12 +88,14 @@ if (args.includes("--help") || args.includes("-h")) {
 }
 let json = false
 let watch = false
+let start = false
 let runName: string | undefined
 const positional: Array<string> = []
 for (let i = 0; i < args.length; i++) {
   const arg = args[i]!
   if (arg === "--json") json = true
   else if (arg === "--watch") watch = true
+  else if (arg === "--start") start = true
   else if (arg === "--run") {
     const value = args[++i]
     if (value === undefined || value.startsWith("-")) badArguments("--run needs a run name")
@@ -110,6 +116,7 @@ interface RunFile {
   readonly port: number
   readonly pid: number
   readonly startedAt: number
+  readonly startToken?: string
 }
 
 const isAlive = (pid: number): boolean => {
@@ -143,7 +150,7 @@ const readRunFiles = (dir: string): Array<RunFile> => {
   })
 }
 
-const findRun = (): { readonly endpoint: Endpoint; readonly origin: string } => {
+const findRun = (): { readonly endpoint: Endpoint; readonly origin: string; readonly startToken: string | undefined } => {
   const dir = join(process.cwd(), ".cohort", "runs")
   const files = readRunFiles(dir)
   const running = files.filter((file) => isAlive(file.pid)).sort((a, b) => b.startedAt - a.startedAt)
@@ -164,10 +171,11 @@ const findRun = (): { readonly endpoint: Endpoint; readonly origin: string } => 
       say(`${running.length} runs are running here (${running.map((file) => file.run).join(", ")}): showing ${chosen!.run}, the newest; choose with --run NAME`)
     }
   }
-  return { endpoint: { host: chosen!.address, port: chosen!.port }, origin: ` (run ${chosen!.run}, from .cohort/runs/)` }
+  return { endpoint: { host: chosen!.address, port: chosen!.port }, origin: ` (run ${chosen!.run}, from .cohort/runs/)`, startToken: chosen!.startToken }
 }
 
-const { endpoint, origin } = given !== undefined ? { endpoint: given, origin: "" } : findRun()
+if (start && given !== undefined) badArguments("--start finds the run in .cohort/runs/ (its token is there): give --run NAME, not HOST:PORT")
+const { endpoint, origin, startToken } = given !== undefined ? { endpoint: given, origin: "", startToken: undefined } : findRun()
 const target = reachable(endpoint)
 const address = addressOf(target)
 const url = `http://${address}/state.json`
@@ -284,4 +292,24 @@ const watchLoop = async (): Promise<number> => {
   }
 }
 
-process.exit(watch ? await watchLoop() : await once())
+/** POST /start with the run's token: 0 armed, 1 refused or unanswered. */
+const arm = async (): Promise<number> => {
+  if (startToken === undefined) return fail(1, `the run's registry file has no start token${origin}: its launcher predates --start`)
+  try {
+    const response = await fetch(`http://${address}/start`, {
+      method: "POST",
+      headers: { Authorization: `Bearer ${startToken}` },
+      signal: AbortSignal.timeout(FETCH_TIMEOUT_MS)
+    })
+    const body = (await response.json().catch(() => ({}))) as { error?: string }
+    if (response.status === 200) {
+      say(`armed the start of the join window${origin}`)
+      return 0
+    }
+    return fail(1, `the launcher refused the start (${response.status}): ${body.error ?? "no reason given"}`)
+  } catch (error) {
+    return fail(1, `no answer from ${address}${origin}: ${(error as Error).message}; ${WHERE_TO_LOOK}`)
+  }
+}
+
+process.exit(start ? await arm() : watch ? await watchLoop() : await once())

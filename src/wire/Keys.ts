@@ -9,7 +9,7 @@
  * fails the MAC anywhere else, and a replayed conversation fails as soon as
  * the listener's fresh nonce differs.
  */
-import { createHmac } from "node:crypto"
+import { createHmac, hkdfSync } from "node:crypto"
 
 export const SALT_BYTES = 16
 export const NONCE_BYTES = 16
@@ -51,6 +51,13 @@ export const deriveKeys = (
   dialer: derive(salt, magic, 0, dialerNonce, listenerNonce),
   listener: derive(salt, magic, 1, dialerNonce, listenerNonce)
 })
+
+/**
+ * The token of `POST /start`: derived from the salt (HKDF-SHA256, its own label), so it opens the join
+ * window and nothing else: knowing it gives no frame key, and it never is the salt itself.
+ */
+export const startToken = (salt: Uint8Array): string =>
+  Buffer.from(hkdfSync("sha256", salt, new Uint8Array(0), "cohort/1 start token", 32)).toString("hex")
 
 /** Salts travel as 32 hex digits (environment variables, spec files). */
 export const saltToHex = (salt: Uint8Array): string => Buffer.from(salt).toString("hex")

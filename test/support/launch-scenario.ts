@@ -3,7 +3,7 @@
  * file of the rank fixture in a temp dir, every line the ranks print, the
  * port (for the status endpoint), and the run's result.
  */
-import { mkdtempSync, writeFileSync } from "node:fs"
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join, resolve } from "node:path"
 import * as Effect from "effect/Effect"
@@ -109,3 +109,15 @@ export const listeningPort = async (lines: ReadonlyArray<string>, timeoutMs = 15
   await waitFor(() => lines.some((line) => listening.test(line)), "the launcher to listen", timeoutMs)
   return Number(listening.exec(lines.find((line) => listening.test(line))!)![1])
 }
+
+/**
+ * `POST /start` as the launch's user makes it: with the run's start token, read from the launcher's registry
+ * file (`.cohort/runs/<run>.json` under the launch's working directory: the repository root here).
+ */
+export const postStart = async (port: number, run: string): Promise<Response> => {
+  const file = join(repoRoot, ".cohort", "runs", `${run}.json`)
+  await waitFor(() => existsSync(file), `the registry file of run ${run}`, 10_000)
+  const { startToken } = JSON.parse(readFileSync(file, "utf8")) as { startToken: string }
+  return fetch(`http://127.0.0.1:${port}/start`, { method: "POST", headers: { Authorization: `Bearer ${startToken}` } })
+}
+

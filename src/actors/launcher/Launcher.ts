@@ -38,7 +38,7 @@ import { beatEveryMs } from "../../config/FailurePolicy.ts"
 import { deadlines, netTimeoutScale, scaled } from "../../config/NetTimeouts.ts"
 import { VERSION } from "../../version.ts"
 import { WorldFormed, RunEnded, Abort } from "../../wire/JoinMessages.ts"
-import { newSalt, saltToHex } from "../../wire/Keys.ts"
+import { newSalt, saltToHex, startToken } from "../../wire/Keys.ts"
 import { admission as admissionFor } from "../../wire/Trust.ts"
 import * as ControlGate from "./ControlGate.ts"
 import * as JoinGate from "./JoinGate.ts"
@@ -195,8 +195,9 @@ const runPlan = (
     const gone = new Set<string>()
     /** Hosts admitted after formation, taken in order once the cohort has formed (see `grow`). */
     const lateArrivals = yield* Queue.unbounded<JoinGate.Member>()
+    const token = startToken(salt)
     const board = yield* StatusBoard.make({
-      salt,
+      startToken: token,
       requestDeadlineMs: scaled(deadlines.httpRequestMs, scale),
       onStart: () => gate?.arm ?? Effect.succeed({ armed: false as const, reason: "the run is still starting" }),
       page: dashboardPage,
@@ -291,7 +292,7 @@ const runPlan = (
         `waiting for ${plan.world} rank(s) on ${plan.hosts.length} host(s)`
     )
     yield* record({ event: "listening", at: Date.now(), address: plan.bindAddress, port: mux.port })
-    yield* RunRegistry.register({ run: config.name, address: plan.dialAddress, port: mux.port, pid: process.pid, startedAt: openedAt })
+    yield* RunRegistry.register({ run: config.name, address: plan.dialAddress, port: mux.port, pid: process.pid, startedAt: openedAt, startToken: token })
     // The window's countdowns move while it is open.
     const countDown = Effect.suspend(() => {
       const now = Date.now()

@@ -1,7 +1,7 @@
 /**
  * Where `bun run status` finds a running launcher without being told:
  * `.cohort/runs/<run>.json` under the launch's working directory, holding
- * the address and port to ask, written once the port listens and removed
+ * the address and port to ask (and the start token), written once the port listens and removed
  * when the run ends. A file left by a killed launcher names a dead pid;
  * readers skip it.
  */
@@ -19,6 +19,8 @@ export interface RunEntry {
   readonly port: number
   readonly pid: number
   readonly startedAt: number
+  /** `POST /start`'s token (`Keys.startToken`): the file is 0600, so only this user's `bun run status --start` reads it. */
+  readonly startToken: string
 }
 
 const fileOf = (run: string) => join(RUNS_DIR, `${run.replace(/[^A-Za-z0-9_.-]/g, "_")}.json`)
