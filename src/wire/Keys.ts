@@ -53,6 +53,23 @@ export const deriveKeys = (
 })
 
 /**
+ * The keys that encrypt a connection's secret-bearing messages (`Seal`), one per direction: HKDF-SHA256 of
+ * the salt, salted with both nonces, under labels of their own, so they are independent of the MAC keys and
+ * of every other connection's.
+ */
+export const deriveSealKeys = (
+  salt: Uint8Array,
+  magic: Uint8Array,
+  dialerNonce: Uint8Array,
+  listenerNonce: Uint8Array
+): ConnectionKeys => {
+  const nonces = Buffer.concat([dialerNonce, listenerNonce])
+  const key = (direction: string) =>
+    new Uint8Array(hkdfSync("sha256", salt, nonces, Buffer.concat([Buffer.from(`cohort/1 seal ${direction} `), magic]), 32))
+  return { dialer: key("dialer"), listener: key("listener") }
+}
+
+/**
  * The token of `POST /start`: derived from the salt (HKDF-SHA256, its own label), so it opens the join
  * window and nothing else: knowing it gives no frame key, and it never is the salt itself.
  */

@@ -20,7 +20,8 @@ import type { Codec } from "./Codec.ts"
 import { Connection, forwardingHandlers, type SocketData } from "./Connection.ts"
 import { encodeFrame, FrameDecoder, type FrameErrorReason } from "./Frame.ts"
 import * as WireCounters from "./WireCounters.ts"
-import { deriveKeys, NONCE_BYTES, newNonce } from "./Keys.ts"
+import { deriveKeys, deriveSealKeys, NONCE_BYTES, newNonce } from "./Keys.ts"
+import { open as openSealed, seal, SEALED, sealedTags } from "./Seal.ts"
 
 export type LinkErrorReason = "closed" | "handshake" | "connect" | "decode" | FrameErrorReason
 
@@ -95,11 +96,20 @@ const open = <In, Out>(
         ? { send: keys.dialer, receive: keys.listener }
         : { send: keys.listener, receive: keys.dialer }
     }
+    // Only channels that seal some messages derive the keys for it.
+    const sealed = sealedTags[channel]
+    const sealKeysFor = (salt: Uint8Array) => {
+      if (sealed.size === 0) return undefined
+      const keys = deriveSealKeys(salt, magic[channel], agreement.dialerNonce, agreement.listenerNonce)
+      return agreement.role === "dialer" ? { send: keys.dialer, receive: keys.listener } : { send: keys.listener, receive: keys.dialer }
+    }
     const initial = keysFor(options.salt)
     let sendKey = initial.send
+    let sealKeys = sealKeysFor(options.salt)
     const switchTo = (salt: Uint8Array) => {
       const next = keysFor(salt)
       sendKey = next.send
+      sealKeys = sealKeysFor(salt)
       decoder.setKey(next.receive)
     }
     const ceiling = options.ceiling ?? defaultCeiling[channel]
@@ -118,7 +128,15 @@ const open = <In, Out>(
         const failed = decoder.pushEach(bytes, (frame) => {
           frames += 1
           if (ended !== undefined) return
-          const message = options.inbound.decode(frame.kind, frame.payload)
+          // A sealed payload is opened first: it decodes like any other once it has.
+          const kind = frame.kind & ~SEALED
+          const payload = (frame.kind & SEALED) === 0 ? frame.payload : sealKeys === undefined ? undefined : openSealed(sealKeys.receive, kind, frame.sequence, frame.payload)
+          if (payload === undefined) {
+            end(new LinkError({ channel, peer, reason: "decode", detail: `a sealed message (kind ${kind}) did not open` }))
+            connection.reset()
+            return
+          }
+          const message = options.inbound.decode(kind, payload)
           if (Either.isLeft(message)) {
             end(new LinkError({ channel, peer, reason: "decode", detail: message.left.reason }))
             connection.reset()
@@ -152,7 +170,10 @@ const open = <In, Out>(
           if (connection.isClosed) {
             return Effect.fail(new LinkError({ channel, peer, reason: "closed", detail: "the connection is closed" }))
           }
-          const { kind, payload } = options.outbound.encode(message)
+          const encoded = options.outbound.encode(message)
+          const secret = sealKeys !== undefined && sealed.has((message as { readonly _tag?: string })._tag ?? "")
+          const kind = secret ? encoded.kind | SEALED : encoded.kind
+          const payload = secret ? seal(sealKeys!.send, encoded.kind, sequence, encoded.payload) : encoded.payload
           const parts = encodeFrame(sendKey, kind, sequence, payload)
           sequence += 1n
           WireCounters.sent(channel, parts.reduce((sum, part) => sum + part.length, 0))
