@@ -102,4 +102,8 @@ export const jsonLines = (lines: ReadonlyArray<string>): Array<Record<string, un
 
 /** The pids a fixture wrote as `<name>.pid` files into `dir`. */
 export const pidFiles = (dir: string): Array<number> =>
-  readdirSync(dir).filter((name) => name.endsWith(".pid")).map((name) => Number(readFileSync(`${dir}/${name}`, "utf8")))
+  readdirSync(dir)
+    .filter((name) => name.endsWith(".pid"))
+    .map((name) => Number(readFileSync(`${dir}/${name}`, "utf8")))
+    // A file read between its creation and its write is empty (0): that rank has not written its pid yet.
+    .filter((pid) => Number.isInteger(pid) && pid > 0)
