@@ -36,7 +36,10 @@ export class CheckpointError extends Data.TaggedError("CheckpointError")<{ reado
 
 export const write = (path: string, record: CheckpointRecord): Effect.Effect<void, CheckpointError> =>
   Effect.try({
-    try: () => writePrivateFile(privateDirectory(dirname(path)) && path, JSON.stringify(record)),
+    try: () => {
+      privateDirectory(dirname(path))
+      writePrivateFile(path, JSON.stringify(record))
+    },
     catch: (error) => new CheckpointError({ path, reason: `cannot write it: ${(error as Error).message}` })
   })
 

@@ -787,7 +787,10 @@ const selfDeployHint = (host: string, saltHex: string | undefined, controller: s
       const file = `.cohort/salts/${process.pid}-${host.replace(/[^A-Za-z0-9_.-]/g, "_")}.salt`
       // A folder someone else can write could hold a link named like this file: it is refused, never written through.
       yield* Effect.try({
-        try: () => writePrivateFile(privateDirectory(dirname(file)) && file, `${saltHex}\n`),
+        try: () => {
+          privateDirectory(dirname(file))
+          writePrivateFile(file, `${saltHex}\n`)
+        },
         catch: (error) => `cannot write ${host}'s salt file: ${error instanceof Error ? error.message : String(error)}`
       })
       yield* Effect.addFinalizer(() => Effect.sync(() => rmSync(file, { force: true })))

@@ -48,7 +48,7 @@ const notPrivate = (path: string, stat: Stats, what: "directory" | "file"): stri
  * Make `path` (and its missing parents) 0700, then check that it, and the `.cohort` folder it is in if it
  * is in one, are this user's alone; throws PrivateFileError.
  */
-export const privateDirectory = (path: string): string => {
+export const privateDirectory = (path: string): void => {
   mkdirSync(path, { recursive: true, mode: 0o700 })
   const absolute = resolve(path)
   const at = absolute.split("/").lastIndexOf(".cohort")
@@ -57,7 +57,6 @@ export const privateDirectory = (path: string): string => {
     const problem = notPrivate(directory, lstatSync(directory), "directory")
     if (problem !== undefined) throw new PrivateFileError(directory, problem)
   }
-  return path
 }
 
 /** Write a whole file, 0600, atomically: a fresh O_EXCL name beside it, renamed over `path` (a link there is replaced). */
