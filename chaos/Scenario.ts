@@ -35,6 +35,8 @@ export type Fault =
   | { readonly kind: "slow_joiner" }
   /** A connection that sends the join channel's magic and then nothing. */
   | { readonly kind: "stalled_hello" }
+  /** Joins, relays and rendezvous joins under wrong keys, and half-sent 16 MiB frames (chaos/Forgery.ts). */
+  | { readonly kind: "forged_frames" }
 
 export interface Scenario {
   readonly id: number
@@ -114,6 +116,7 @@ export const predict = (scenario: Omit<Scenario, "id" | "seed">): Prediction | u
     case "none":
     case "slow_joiner":
     case "stalled_hello":
+    case "forged_frames":
       return completed()
     case "rank_signal":
       // SIGTERM asks the example to finish its step and return: a clean exit with work left, which is a
@@ -152,7 +155,8 @@ const FAULTS: ReadonlyArray<readonly [Fault, ReadonlyArray<Moment>]> = [
   [{ kind: "launcher_signal", signal: "SIGTERM" }, ["forming", "mid_epoch"]],
   [{ kind: "link_cut" }, ["mid_epoch"]],
   [{ kind: "slow_joiner" }, ["before_formation"]],
-  [{ kind: "stalled_hello" }, ["before_formation"]]
+  [{ kind: "stalled_hello" }, ["before_formation"]],
+  [{ kind: "forged_frames" }, ["mid_epoch"]]
 ]
 
 const fits = (fault: Fault, topology: Topology): boolean =>

@@ -22,6 +22,7 @@ import { join, resolve } from "node:path"
 import { magic } from "../src/wire/Channel.ts"
 import { allPids, collectLines, commandLine, environment } from "../test/support/processes.ts"
 import type { Hosts } from "../test/support/netns.ts"
+import { forge } from "./Forgery.ts"
 import { describe, predict, type Prediction, type Scenario, worldOf } from "./Scenario.ts"
 
 const ROOT = resolve(import.meta.dir, "..")
@@ -299,6 +300,12 @@ export const runScenario = async (scenario: Scenario, hosts?: Hosts): Promise<Sc
       case "link_cut":
         hosts!.link(hosts!.hosts[1]!, "down")
         break
+      case "forged_frames": {
+        const forged = await forge(address, port, victimHost)
+        extra.push({ kill: forged.close })
+        if (forged.answered.length > 0) mismatches.push(`forged tries answered: ${forged.answered.join(", ")}`)
+        break
+      }
       default:
         break
     }

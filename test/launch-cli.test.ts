@@ -71,15 +71,17 @@ describe("the launch CLI and its processes", () => {
     await waitFor(() => [...ranks, relay].every((pid) => !isRunning(pid)), "no rank and no relay left after SIGKILL")
   }, 20_000)
 
-  test("the run's salt reaches the ranks and the relay in their environment, never in any process's argv", async () => {
+  test("each rank's environment carries its own key, the relay's none (its host key comes over IPC), and no key is in any argv", async () => {
     const run = launch(holdCluster("$DIR"))
     const { ranks, relay } = await running(run)
-    const salt = JSON.parse(environ(ranks[0]!).COHORT_RANK_ENVELOPE!).saltHex as string
-    expect(salt).toMatch(/^[0-9a-f]{32}$/)
-    expect(JSON.parse(environ(relay).COHORT_RELAY_SPEC!).saltHex).toBe(salt)
+    const keys = ranks.map((pid) => JSON.parse(environ(pid).COHORT_RANK_ENVELOPE!).rankKeyHex as string)
+    for (const key of keys) expect(key).toMatch(/^[0-9a-f]{64}$/)
+    expect(new Set(keys).size).toBe(ranks.length)
+    const relaySpec = JSON.parse(environ(relay).COHORT_RELAY_SPEC!) as Record<string, unknown>
+    expect(Object.keys(relaySpec).filter((name) => /salt|key/i.test(name))).toEqual([])
     const everyArgv = allPids().map((pid) => cmdline(pid).toLowerCase())
     expect(everyArgv.length).toBeGreaterThan(5)
-    expect(everyArgv.filter((argv) => argv.includes(salt))).toEqual([])
+    expect(everyArgv.filter((argv) => keys.some((key) => argv.includes(key)))).toEqual([])
     run.proc.kill("SIGTERM")
     expect(await run.proc.exited).toBe(143)
   }, 20_000)

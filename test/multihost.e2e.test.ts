@@ -4,7 +4,8 @@
  * dialled back at the bridge's address. Every case is a launch through the CLI.
  * 1. 2 hosts × 2 ranks of examples/train.ts complete, with the hosts' prefixes,
  *    equal checksums, every rank in its own host's namespace, and the salt in
- *    no process's argv at any time (6).
+ *    no process's argv or environment at any time (the agents get it on a
+ *    descriptor; the test reads it off the ssh session's stdin) (6).
  * 2. An agent SIGKILLed before formation fails the run at once, naming the host.
  * 3. A host's agent SIGKILLed after formation, elastic: DEGRADED, accurate,
  *    every sample of every epoch once (bar the dead ranks' in-flight batches).
@@ -17,7 +18,7 @@
  * is read from the launcher's "world formed" line, never assumed.
  */
 import { afterEach, describe, expect, test } from "bun:test"
-import { mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs"
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { fetchState, repoRoot, spawnLaunch } from "./support/launch-scenario.ts"
@@ -98,14 +99,25 @@ const descendsFrom = (pid: number, ancestor: number): boolean => {
 const onHosts = (): Array<number> => h().hosts.flatMap((host) => h().pidsIn(host).filter((pid) => pid !== host.sshdPid))
 
 describe.skipIf(unavailable !== undefined)("several hosts (network namespaces)", () => {
-  test("2 hosts × 2 ranks train to the end: hosts' prefixes, equal checksums, ranks in their hosts; the salt is in no argv", async () => {
-    const { file } = clusterFile("two", [h().worker(0), h().worker(1)])
-    const launch = launchCli(file)
+  test("2 hosts × 2 ranks train to the end: hosts' prefixes, equal checksums, ranks in their hosts; the salt is in no argv or environment", async () => {
+    const { dir, file } = clusterFile("two", [h().worker(0), h().worker(1)])
+    // ssh, wrapped: the first line down each session (the agent's spec, with the salt) is copied to a log.
+    const realSsh = Bun.which("ssh")!
+    const wrapper = join(dir, "bin")
+    mkdirSync(wrapper)
+    const specs = join(dir, "specs.log")
+    writeFileSync(join(wrapper, "ssh"), [
+      "#!/bin/bash",
+      `exec ${realSsh} "$@" < <(IFS= read -r line || exit 0; printf '%s\\n' "$line" >> ${specs}; printf '%s\\n' "$line"; exec cat)`
+    ].join("\n"), { mode: 0o755 })
+    const launch = spawnLaunch(file, { PATH: `${wrapper}:${process.env.PATH}` })
+    launches.push(launch)
     // Every process's argv, and where each cohort process ran, sampled while the run is on.
     const argvs = new Set<string>()
     // Per pid: its latest argv (a child between fork and exec still shows its parent's), its host, how often seen.
     const placed = new Map<number, { argv: string; host: string | undefined; seen: number }>()
-    let salt: string | undefined
+    // Every environment of ours seen, by pid (the latest).
+    const environs = new Map<number, string>()
     const sample = () => {
       for (const pid of allPids()) {
         const argv = commandLine(pid)
@@ -116,12 +128,10 @@ describe.skipIf(unavailable !== undefined)("several hosts (network namespaces)",
         const host = placed.get(pid)?.host ?? h().hostOf(pid)
         if (host === undefined && !descendsFrom(pid, launch.proc.pid)) continue
         placed.set(pid, { argv, host, seen: (placed.get(pid)?.seen ?? 0) + 1 })
-        if (salt === undefined && host !== undefined && AGENT.test(argv)) {
-          try {
-            salt = (JSON.parse(environment(pid).COHORT_AGENT_SPEC ?? "{}") as { saltHex?: string }).saltHex
-          } catch {
-            // exec'ing or gone: next time
-          }
+        try {
+          environs.set(pid, Object.entries(environment(pid)).map(([name, value]) => `${name}=${value}`).join("\n"))
+        } catch {
+          // exec'ing or gone: next time
         }
       }
     }
@@ -158,11 +168,17 @@ describe.skipIf(unavailable !== undefined)("several hosts (network namespaces)",
     }
     expect(seen.filter((entry) => entry.host === undefined)).toEqual([])
 
-    // The salt was found (in the agent's environment, where it belongs) and never in an argv.
+    // The salt went down both sessions, and never into an argv or any of our processes' environments.
+    const sent = readFileSync(specs, "utf8").trim().split("\n").map((line) => (JSON.parse(line) as { saltHex?: string }).saltHex)
+    expect(sent).toHaveLength(2)
+    const salt = sent[0]
     expect(salt).toMatch(/^[0-9a-f]{32}$/)
+    expect(sent[1]).toBe(salt)
     const variants = [salt!, salt!.toUpperCase(), Buffer.from(salt!, "hex").toString("base64"), Buffer.from(salt!, "hex").toString("base64url")]
     expect([...argvs].filter((argv) => variants.some((variant) => argv.includes(variant)))).toEqual([])
     expect(argvs.size).toBeGreaterThan(10)
+    expect(environs.size).toBeGreaterThanOrEqual(8)
+    expect([...environs].filter(([, environ]) => variants.some((variant) => environ.includes(variant))).map(([pid]) => commandLine(pid))).toEqual([])
   }, 40_000)
 
   test("an agent SIGKILLed before formation fails the run at once, naming its host", async () => {

@@ -40,7 +40,7 @@ const echoOwner = (salt: Uint8Array) =>
     handlers: {
       Accepted: ({ connection }) =>
         Effect.gen(function*() {
-          const link = yield* Link.accept(connection, { channel: "join", salt, inbound: join, outbound: join })
+          const link = yield* Link.accept(connection, { channel: "join", keyFor: Link.unnamedKey(salt), inbound: join, outbound: join })
           const message = yield* link.receive
           if (message._tag === "Hello") yield* link.send(new Abort({ reason: `hello ${message.host}` }))
         }).pipe(Effect.ignore, Effect.forkScoped, Effect.asVoid)
@@ -359,10 +359,15 @@ const planFor = (channel: ChannelName): fc.Arbitrary<Plan> => {
       view.setUint32(0, length, true)
       view.setUint8(4, kind)
       view.setBigUint64(8, sequence, true)
-      return concat(nonce, head, tail)
+      // An empty key id (what the echo owners know), or a named one they do not.
+      return concat(nonce, new Uint8Array([0]), head, tail)
     })
+  // A key id of any length, from none to past the limit, and any bytes (the owners know only the empty one).
+  const keyIds = fc
+    .tuple(fc.uint8Array({ minLength: 16, maxLength: 16 }), fc.nat({ max: 255 }), bytes(300))
+    .map(([nonce, length, tail]) => concat(nonce, new Uint8Array([length]), tail))
   const body = fc.oneof(
-    { weight: 3, arbitrary: fc.record({ kind: fc.constant("garbage" as const), bytes: fc.oneof(bytes(200), structured) }) },
+    { weight: 3, arbitrary: fc.record({ kind: fc.constant("garbage" as const), bytes: fc.oneof(bytes(200), structured, keyIds) }) },
     { weight: 1, arbitrary: fc.record({ kind: fc.constant("short-nonce" as const), length: fc.integer({ min: 0, max: NONCE_BYTES - 1 }) }) },
     { weight: 1, arbitrary: fc.record({ kind: fc.constant("valid" as const), prefix: fc.integer({ min: 1, max: 3 }) }) },
     { weight: 2, arbitrary: fc.record({ kind: fc.constant("truncated" as const), prefix, cut: at }) },
@@ -588,10 +593,19 @@ const script = (plan: Plan, channel: ChannelName, salt: Uint8Array, keys: Connec
   }
 }
 
-/** What random bytes right after the magic lead to (the first 16 are the dialer's nonce). */
+/** The longest key id a dialer may name (a length byte; host names stop at 253). */
+const MAX_KEY_ID = 253
+
+/**
+ * What random bytes right after the magic lead to: the first 16 are the dialer's nonce, the next the length of
+ * its key id, then the id; the echo owners know only the empty id (the salt), so any other resets the connection.
+ */
 const garbageOutcome = (bytes: Uint8Array, ceiling: number): { readonly end: boolean; readonly expect: Link.LinkErrorReason } => {
-  if (bytes.length < NONCE_BYTES) return { end: true, expect: "handshake" }
-  const rest = bytes.subarray(NONCE_BYTES)
+  if (bytes.length < NONCE_BYTES + 1) return { end: true, expect: "handshake" }
+  const idLength = bytes[NONCE_BYTES]!
+  if (idLength > MAX_KEY_ID) return { end: false, expect: "handshake" }
+  if (idLength > 0) return bytes.length < NONCE_BYTES + 1 + idLength ? { end: true, expect: "handshake" } : { end: false, expect: "handshake" }
+  const rest = bytes.subarray(NONCE_BYTES + 1)
   if (rest.length < HEADER_BYTES) return { end: true, expect: "closed" }
   if (rest[5] !== 0 || rest[6] !== 0 || rest[7] !== 0) return { end: false, expect: "bad-header" }
   const length = new DataView(rest.buffer, rest.byteOffset).getUint32(0, true)
@@ -717,7 +731,7 @@ const runCase = async (
       // End only once the owner has the connection, so that the mux never drops it.
       if ((await within(entry.taken.promise, 5_000)) === TIMED_OUT) return "never handed to its owner"
     } else {
-      raw.write(concat(magic[channel], plan.nonce))
+      raw.write(concat(magic[channel], plan.nonce, new Uint8Array([0])))
       if (!(await raw.until(() => raw.received >= NONCE_BYTES, 5_000))) return "no listener nonce within 5 s"
       const listenerNonce = raw.bytes().subarray(0, NONCE_BYTES)
       keys = deriveKeys(salt, magic[channel], plan.nonce, listenerNonce)

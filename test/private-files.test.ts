@@ -32,6 +32,15 @@ describe("folders", () => {
     expect([mode(join(root, ".cohort")), mode(join(root, ".cohort", "salts"))]).toEqual(["700", "700"])
   })
 
+  test("one that others may only read (an older cohort made it 0755) is closed to 0700", () => {
+    const root = scratch()
+    mkdirSync(join(root, ".cohort", "runs"), { recursive: true })
+    chmodSync(join(root, ".cohort"), 0o755)
+    chmodSync(join(root, ".cohort", "runs"), 0o750)
+    privateDirectory(join(root, ".cohort", "runs"))
+    expect([mode(join(root, ".cohort")), mode(join(root, ".cohort", "runs"))]).toEqual(["700", "700"])
+  })
+
   test("a group- or world-writable .cohort, or a link in its place, is refused, naming it and the fix", () => {
     const root = scratch()
     mkdirSync(join(root, ".cohort"), { mode: 0o700 })

@@ -10,7 +10,7 @@ import * as Effect from "effect/Effect"
 import * as Queue from "effect/Queue"
 import * as RendezvousGate from "../src/actors/launcher/RendezvousGate.ts"
 import * as PortMux from "../src/actors/PortMux.ts"
-import { newSalt } from "../src/wire/Keys.ts"
+import { newSalt, rankKey } from "../src/wire/Keys.ts"
 import * as Link from "../src/wire/Link.ts"
 import { IdFailed, IdProvided, Join, type RendezvousMessage } from "../src/wire/RendezvousMessages.ts"
 import { effect, eventually } from "./support/effect.ts"
@@ -32,13 +32,15 @@ const gateWith = (world: ReadonlyArray<number>, local: ReadonlyArray<number>) =>
     const mux = yield* PortMux.start({ address: "127.0.0.1", port: 0, magicDeadlineMs: 5_000, owners: { rendezvous: gate.owner } })
     yield* gate.begin(world, new Set(local))
     /** A scripted rank: its link and every message it received, in order. */
-    const rank = (rank: number, incarnation = 0) =>
+    // A rank holds its own number's key, named by its number (`as`: what it claims to be, and the key it holds).
+    const rank = (rank: number, incarnation = 0, as: { readonly key: Uint8Array; readonly keyId: string } = { key: rankKey(salt, rank), keyId: String(rank) }) =>
       Effect.gen(function*() {
         const link = yield* Link.dial({
           channel: "rendezvous",
           host: "127.0.0.1",
           port: mux.port,
-          salt,
+          salt: as.key,
+          keyId: as.keyId,
           inbound: RendezvousGate.rendezvousCodec,
           outbound: RendezvousGate.rendezvousCodec
         })
@@ -51,7 +53,7 @@ const gateWith = (world: ReadonlyArray<number>, local: ReadonlyArray<number>) =>
         yield* link.send(new Join({ rank, incarnation }))
         return { link, next: Queue.take(inbox), pending: Queue.size(inbox), ended: Deferred.await(ended) }
       })
-    return { absent, failures, gate, rank }
+    return { absent, failures, gate, rank, salt }
   })
 
 describe("RendezvousGate growth", () => {
@@ -168,5 +170,27 @@ describe("RendezvousGate", () => {
       expect(yield* gate.current).toBeUndefined()
       const r0 = yield* rank(0)
       expect((yield* r0.next)._tag).toBe("ProvideId")
+    }), 10_000)
+
+  effect.live("a rank is keyed for its own number alone: another rank's number, the salt, or a key under another name get nowhere", () =>
+    Effect.gen(function*() {
+      const { gate, rank, salt } = yield* gateWith([0, 1], [])
+      // Rank 1's key, joining as rank 0 under its own name: refused by the gate.
+      const claimsZero = yield* rank(0, 0, { key: rankKey(salt, 1), keyId: "1" })
+      yield* claimsZero.ended
+      // Rank 1's key under rank 0's name, and the salt itself: the MAC fails, or the handshake is reset.
+      const misnamed = yield* Effect.either(rank(0, 0, { key: rankKey(salt, 1), keyId: "0" }))
+      if (misnamed._tag === "Right") yield* misnamed.right.ended
+      const salted = yield* Effect.either(rank(0, 0, { key: salt, keyId: "" }))
+      if (salted._tag === "Right") yield* salted.right.ended
+      for (const attempt of [claimsZero, misnamed._tag === "Right" ? misnamed.right : undefined, salted._tag === "Right" ? salted.right : undefined]) {
+        if (attempt !== undefined) expect(yield* attempt.pending).toBe(0)
+      }
+      expect(yield* gate.current).toBeUndefined()
+      // The real ranks still form a generation: none of the above took rank 0's place.
+      const r0 = yield* rank(0)
+      const r1 = yield* rank(1)
+      expect((yield* r0.next)._tag).toBe("ProvideId")
+      expect(yield* r1.pending).toBe(0)
     }), 10_000)
 })

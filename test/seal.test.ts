@@ -84,7 +84,7 @@ effect.live("an Accept's env and args are unreadable on the wire; an Abort's rea
       handlers: {
         Accepted: ({ connection }) =>
           Effect.gen(function*() {
-            const link = yield* Link.accept(connection, { channel: "join", salt, inbound: join, outbound: join })
+            const link = yield* Link.accept(connection, { channel: "join", keyFor: Link.unnamedKey(salt), inbound: join, outbound: join })
             yield* link.receive
             yield* link.send(new Accept({
               ranks: [0],

@@ -1,6 +1,6 @@
 import { describe, expect, test } from "bun:test"
 import { parseDevices, parseEndpoint, readAgentSpec, writeAgentSpec } from "../src/actors/agent/AgentSpec.ts"
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs"
+import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { agentTag, cleanupScript } from "../src/actors/launcher/RemoteCleanup.ts"
@@ -56,14 +56,41 @@ describe("ssh command", () => {
     const script = remoteAgentScript(worker({ path: "/srv/it's here; rm -rf /", host: "node'b" }), "run/node_b", 5_000, 2)
     expect(script).toContain(`cd '/srv/it'\\''s here; rm -rf /'`)
     expect(script).toContain(`COHORT_NET_TIMEOUT_SCALE='2'`)
-    // A shell that runs it reads the spec from stdin, and nothing of it reaches argv.
-    expect(script.split("\n")[0]).toBe("IFS= read -r COHORT_AGENT_SPEC || exit 2")
+    // A shell that runs it reads the spec from stdin into a variable it never exports: nothing of it reaches argv or an environment.
+    expect(script.split("\n")[0]).toBe("IFS= read -r spec || exit 2")
+    expect(script).not.toContain("export")
   })
 
   test("the script runs: it reads the spec line, enters the path, and stops at a missing checkout with the host named", () => {
     const result = Bun.spawnSync(["bash", "-c", remoteAgentScript(worker({ path: "/nonexistent" }), "run/node-b", 1_000, 1)], { stdin: Buffer.from("{}\n"), stderr: "pipe" })
     expect(result.exitCode).toBe(2)
     expect(result.stderr.toString()).toContain("/nonexistent is not a directory on node-b")
+  })
+  test("the script hands the agent its spec on descriptor 3 alone: not in its environment, not in its argv", () => {
+    // A stand-in checkout whose agent reports what it was given.
+    const checkout = mkdtempSync(join(tmpdir(), "cohort-fanout-"))
+    try {
+      mkdirSync(join(checkout, "src", "cli"), { recursive: true })
+      mkdirSync(join(checkout, "node_modules", ".bin"), { recursive: true })
+      symlinkSync(process.execPath, join(checkout, "node_modules", ".bin", "bun"))
+      writeFileSync(join(checkout, "src", "cli", "agent.ts"), `
+import { readFileSync } from "node:fs"
+const environ = readFileSync("/proc/self/environ", "utf8")
+const argv = readFileSync("/proc/self/cmdline", "utf8")
+console.log(JSON.stringify({ variable: process.env.COHORT_AGENT_SPEC, fd3: readFileSync(3, "utf8"), environ, argv }))
+`)
+      const spec = `{"host":"node-b","saltHex":"${"5a".repeat(16)}"}`
+      const result = Bun.spawnSync(["bash", "-c", remoteAgentScript(worker({ path: checkout }), "run/node-b", 1_000, 1)], { stdin: Buffer.from(`${spec}\n`), stdout: "pipe", stderr: "pipe" })
+      expect(result.stderr.toString()).toBe("")
+      expect(result.exitCode).toBe(0)
+      const seen = JSON.parse(result.stdout.toString()) as { variable: string; fd3: string; environ: string; argv: string }
+      expect(seen.variable).toBe("fd:3")
+      expect(seen.fd3.trim()).toBe(spec)
+      expect(seen.environ.includes("5a5a5a5a")).toBe(false)
+      expect(seen.argv.includes("5a5a5a5a")).toBe(false)
+    } finally {
+      rmSync(checkout, { recursive: true, force: true })
+    }
   })
 })
 

@@ -233,4 +233,32 @@ describe("StatusBoard", () => {
       expect(states.map((each) => each.phase)).toEqual(["training", "done"])
       expect(states.at(-1)!.verdict).toBe("run completed")
     }))
+
+  effect.live("GET /events: 16 streams from one address at most; the next gets a 503 saying so, and a closed one frees its place", () =>
+    Effect.gen(function*() {
+      const { board, url } = yield* setup()
+      yield* board.publish(state)
+      const open = () => {
+        const abort = new AbortController()
+        return fetch(url("/events"), { signal: abort.signal }).then((response) => ({ response, abort }))
+      }
+      const streams = yield* Effect.promise(() => Promise.all(Array.from({ length: 16 }, open)))
+      expect(streams.map(({ response }) => response.status)).toEqual(Array(16).fill(200))
+      const refused = yield* Effect.promise(open)
+      expect(refused.response.status).toBe(503)
+      expect(((yield* Effect.promise(() => refused.response.json())) as { error: string }).error).toBe(
+        "too many /events streams open (at most 16 from one address): close one, or poll /state.json"
+      )
+      streams[0]!.abort.abort()
+      // The server sees the close a moment later: ask until a place is free (3 s at most).
+      const freed = yield* Effect.promise(async () => {
+        for (const deadline = performance.now() + 3_000; performance.now() < deadline; await Bun.sleep(20)) {
+          const next = await open()
+          if (next.response.status === 200) return next
+        }
+        return undefined
+      })
+      expect(freed?.response.status).toBe(200)
+      for (const { abort } of [...streams.slice(1), freed!]) abort.abort()
+    }))
 })

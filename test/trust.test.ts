@@ -49,7 +49,7 @@ describe("admission", () => {
         handlers: {
           Accepted: ({ connection }) =>
             Effect.gen(function*() {
-              const link = yield* Link.accept(connection, { channel: "join", salt: OPEN_SALT, inbound: join, outbound: join })
+              const link = yield* Link.accept(connection, { channel: "join", keyFor: Link.unnamedKey(OPEN_SALT), inbound: join, outbound: join })
               const hello = yield* link.receive
               if (hello._tag !== "Hello") return
               hosts.push(hello.host)

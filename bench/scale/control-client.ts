@@ -11,7 +11,7 @@ import * as Schedule from "effect/Schedule"
 import * as Codec from "../../src/wire/Codec.ts"
 import { ControlMessage, FromRank, HostBeats, RelayHello } from "../../src/wire/ControlMessages.ts"
 import { Attach } from "../../src/wire/CoordinatorMessages.ts"
-import { saltFromHex } from "../../src/wire/Keys.ts"
+import { hostKey, saltFromHex } from "../../src/wire/Keys.ts"
 import * as Link from "../../src/wire/Link.ts"
 
 const [port, saltHex, hostsText, beatEveryText] = process.argv.slice(2)
@@ -26,9 +26,10 @@ let attached = 0
 
 const relay = (host: number) =>
   Effect.scoped(Effect.gen(function*() {
-    const link = yield* Link.dial({ channel: "control", host: "127.0.0.1", port: Number(port), salt, inbound: codec, outbound: codec, handshakeMs: 60_000 })
+    const name = `sim-${host}`
+    const link = yield* Link.dial({ channel: "control", host: "127.0.0.1", port: Number(port), salt: hostKey(salt, name), keyId: name, inbound: codec, outbound: codec, handshakeMs: 60_000 })
     const ranks = Array.from({ length: DEVICES }, (_, slot) => host * DEVICES + slot)
-    yield* link.send(new RelayHello({ host: `sim-${host}`, ranks }))
+    yield* link.send(new RelayHello({ host: name, ranks }))
     yield* link.receive
     yield* Effect.forkScoped(Effect.forever(link.receive).pipe(Effect.ignore))
     for (const rank of ranks) yield* link.send(new FromRank({ rank, report: new Attach() }))

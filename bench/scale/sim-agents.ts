@@ -25,7 +25,7 @@ import * as Codec from "../../src/wire/Codec.ts"
 import { ControlMessage, FromRank, HostBeats, RelayHello } from "../../src/wire/ControlMessages.ts"
 import { Attach } from "../../src/wire/CoordinatorMessages.ts"
 import { Hello, JoinMessage, RankExited, RankRunning, RankStarted } from "../../src/wire/JoinMessages.ts"
-import { saltFromHex } from "../../src/wire/Keys.ts"
+import { hostKey, saltFromHex } from "../../src/wire/Keys.ts"
 import * as Link from "../../src/wire/Link.ts"
 import { fairScheduler } from "../../src/actors/FairScheduler.ts"
 import { VERSION } from "../../src/version.ts"
@@ -93,7 +93,17 @@ const simHost = (host: string, slot: number) => {
   const mine = new Set<Stage>()
   return Effect.gen(function*() {
     const dial = <In, Out>(channel: "join" | "control", inbound: Codec.Codec<In>, outbound: Codec.Codec<Out>) =>
-      Link.dial({ channel, host: "127.0.0.1", port: go.port, salt, inbound, outbound, handshakeMs: 60_000 })
+      // A relay holds its host's key, not the salt.
+      Link.dial({
+        channel,
+        host: "127.0.0.1",
+        port: go.port,
+        salt: channel === "control" ? hostKey(salt, host) : salt,
+        keyId: channel === "control" ? host : "",
+        inbound,
+        outbound,
+        handshakeMs: 60_000
+      })
     const dialedAt = performance.now()
     const join = yield* dial("join", joinCodec, joinCodec)
     yield* join.send(new Hello({

@@ -70,6 +70,12 @@ const paths = ["GET /state.json", "GET /", "GET /events", "GET /metrics", "POST 
 const EVENTS_EVERY_MS = 250
 /** SSE: a comment this often keeps idle proxies from closing the stream. */
 const EVENTS_KEEPALIVE_MS = 15_000
+/**
+ * Open `/events` streams, from one address and in all. Each holds at most one state in flight, but anyone
+ * who reaches the port may open them: past these, a 503 says why (a live page needs one).
+ */
+export const MAX_EVENT_STREAMS_PER_SOURCE = 16
+export const MAX_EVENT_STREAMS = 256
 const reasons: Record<number, string> = {
   200: "OK",
   400: "Bad Request",
@@ -182,6 +188,7 @@ export const make = (options: StatusBoardOptions): Effect.Effect<StatusBoard, ne
     }
     const runPromise = Runtime.runPromise(yield* Effect.runtime<never>())
     const streams = new Set<EventStream>()
+    const streamsFrom = new Map<string, number>()
     yield* Effect.addFinalizer(() => Effect.sync(() => streams.forEach((stream) => stream.close())))
 
     const answer = (connection: Connection, requestLine: string, head: string): Promise<void> => {
@@ -193,7 +200,18 @@ export const make = (options: StatusBoardOptions): Effect.Effect<StatusBoard, ne
         return respond(connection, 200, options.page, "text/html; charset=utf-8")
       }
       if (method === "GET" && url.pathname === "/events") {
-        const stream = openEventStream(connection, () => streams.delete(stream))
+        const fromSource = streamsFrom.get(connection.address) ?? 0
+        if (fromSource >= MAX_EVENT_STREAMS_PER_SOURCE || streams.size >= MAX_EVENT_STREAMS) {
+          const limit = fromSource >= MAX_EVENT_STREAMS_PER_SOURCE ? `${MAX_EVENT_STREAMS_PER_SOURCE} from one address` : `${MAX_EVENT_STREAMS} in all`
+          return respond(connection, 503, { error: `too many /events streams open (at most ${limit}): close one, or poll /state.json` }, "application/json", false)
+        }
+        streamsFrom.set(connection.address, fromSource + 1)
+        const stream = openEventStream(connection, () => {
+          if (!streams.delete(stream)) return
+          const left = (streamsFrom.get(connection.address) ?? 1) - 1
+          if (left === 0) streamsFrom.delete(connection.address)
+          else streamsFrom.set(connection.address, left)
+        })
         streams.add(stream)
         if (published !== undefined) stream.offer(published)
         return Promise.resolve()

@@ -3,7 +3,8 @@
  * `bun run agent --controller HOST:PORT [options]`, a self-deployed agent.
  * It dials a launcher, joins its run with this machine's devices, and runs
  * the ranks it is given. The launcher's ssh fan-out starts the same program
- * with its spec in `COHORT_AGENT_SPEC` (read from the session's stdin).
+ * with `COHORT_AGENT_SPEC=fd:3`: its spec (salt included) is on file
+ * descriptor 3, read once and closed, so that it is in no environment.
  *
  * The salt is never an argument: `--salt-file FILE`, `--salt-stdin`, or
  * `COHORT_SALT`; with none the agent asks for open admission.
@@ -12,7 +13,7 @@
  * went away; `--persist` dials again after 5 s, doubling to 60 s), 2
  * permanent (refused, or bad arguments).
  */
-import { readFileSync } from "node:fs"
+import { closeSync, readFileSync } from "node:fs"
 import { hostname } from "node:os"
 import { resolve } from "node:path"
 import * as Effect from "effect/Effect"
@@ -92,7 +93,19 @@ if (args.includes("--help") || args.includes("-h")) {
   console.log(usage)
   process.exit(0)
 }
-const specText = process.env[roleVariables.agent]
+/** The spec itself, or (`fd:N`, as the ssh fan-out starts agents) read from descriptor N, which is closed then. */
+const readSpecVariable = (value: string | undefined): string | undefined => {
+  const fd = /^fd:(\d+)$/.exec(value ?? "")
+  if (fd === null) return value
+  try {
+    const text = readFileSync(Number(fd[1]), "utf8").trim()
+    closeSync(Number(fd[1]))
+    return text
+  } catch (error) {
+    return fail(`${roleVariables.agent}=${value}, but descriptor ${fd[1]} cannot be read (${(error as Error).message}): it is set by cohort's ssh fan-out; do not set it by hand`)
+  }
+}
+const specText = readSpecVariable(process.env[roleVariables.agent])
 const launch = specText !== undefined && specText !== "" ? readAgentSpec(specText) : fromArguments(args)
 if (typeof launch === "string") fail(launch)
 const { controller, host, path, persist, saltHex } = launch as AgentLaunch

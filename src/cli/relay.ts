@@ -1,12 +1,13 @@
 /**
- * A host's relay process, started by its agent with `COHORT_RELAY_SPEC`.
- * Not for people: it refuses to run without that variable.
+ * A host's relay process, started by its agent with `COHORT_RELAY_SPEC`,
+ * and its host's key as the agent's first IPC message (never in its
+ * environment). Not for people: it refuses to run without either.
  */
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as LogLevel from "effect/LogLevel"
 import * as Relay from "../actors/relay/Relay.ts"
-import { readRelaySpec } from "../actors/agent/Envelope.ts"
+import { readHostKeyMessage, readRelaySpec } from "../actors/agent/Envelope.ts"
 import { detectRole, roleVariables } from "../actors/Role.ts"
 import { deadlines, netTimeoutScale, scaled } from "../config/NetTimeouts.ts"
 import { dieWithParent } from "../native/library.ts"
@@ -27,7 +28,19 @@ if (dieWithParent(process.ppid) === "parent-gone") process.exit(1)
 process.on("disconnect", () => process.exit(1))
 process.on("SIGTERM", () => process.exit(0))
 
-const program = Relay.run(spec, scaled(deadlines.handshakeMs, netTimeoutScale())).pipe(
+const handshakeMs = scaled(deadlines.handshakeMs, netTimeoutScale())
+const keyHex = await new Promise<string | { readonly problem: string }>((resolve) => {
+  const timer = setTimeout(() => resolve({ problem: `no host key from the agent within ${handshakeMs} ms` }), handshakeMs)
+  process.once("message", (message) => {
+    clearTimeout(timer)
+    resolve(readHostKeyMessage(message))
+  })
+})
+if (typeof keyHex !== "string") {
+  console.error(`cohort relay: ${keyHex.problem}`)
+  process.exit(2)
+}
+const program = Relay.run(spec, new Uint8Array(Buffer.from(keyHex, "hex")), handshakeMs).pipe(
   Effect.scoped,
   Effect.as(0),
   Effect.catchAll((error) => Effect.as(Effect.logError(error.message), 1)),

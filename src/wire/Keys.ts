@@ -76,6 +76,28 @@ export const deriveSealKeys = (
 export const startToken = (salt: Uint8Array): string =>
   Buffer.from(hkdfSync("sha256", salt, new Uint8Array(0), "cohort/1 start token", 32)).toString("hex")
 
+/**
+ * Keys scoped to one party, so that none of the run's children holds the salt (issue 18, item 9): a host's
+ * relay gets `hostKey(salt, host)` for its control link, and each rank `rankKey(salt, rank)` for its
+ * rendezvous link. Both are HKDF-SHA256 of the salt under a label of their own. Knowing one gives neither the
+ * salt nor any other host's or rank's key, so a rank's code cannot register as its relay, speak for another
+ * host or join as one; the launcher derives them from the key id a dialer names (`Link.dial`'s `keyId`).
+ */
+export const SCOPED_KEY_BYTES = 32
+
+const scoped = (salt: Uint8Array, label: string): Uint8Array =>
+  new Uint8Array(hkdfSync("sha256", salt, new Uint8Array(0), label, SCOPED_KEY_BYTES))
+
+/** The key of one host's relay (the control channel, key id: the host's name). */
+export const hostKey = (salt: Uint8Array, host: string): Uint8Array => scoped(salt, `cohort/1 host key ${host}`)
+
+/** The key of one rank number (the rendezvous channel, key id: the rank in decimal). */
+export const rankKey = (salt: Uint8Array, rank: number): Uint8Array => scoped(salt, `cohort/1 rank key ${rank}`)
+
+/** A scoped key as 64 hex digits (a rank's envelope, the relay's IPC message); undefined for anything else. */
+export const scopedKeyFromHex = (hex: string): Uint8Array | undefined =>
+  /^[0-9a-f]{64}$/i.test(hex) ? new Uint8Array(Buffer.from(hex, "hex")) : undefined
+
 /** Salts travel as 32 hex digits (environment variables, spec files). */
 export const saltToHex = (salt: Uint8Array): string => Buffer.from(salt).toString("hex")
 

@@ -1,8 +1,11 @@
 /**
  * Links: authenticated message streams over one connection.
  *
- * Opening: the dialer sends the channel magic and its nonce; the listener
- * answers with its own nonce; both derive the per-direction keys (`Keys`).
+ * Opening: the dialer sends the channel magic, its nonce and the id of the
+ * key it holds (one length byte, then the id: empty for the salt itself, a
+ * host's name or a rank's number for the scoped keys of `Keys`); the listener
+ * looks the key up, resets a connection naming one it does not know, answers
+ * with its own nonce, and both derive the per-direction keys from that key.
  * From then on every message is a frame (`Frame`) carrying one message of
  * the channel's union (`Codec`). The first bad frame, undecodable message or
  * EOF ends the link with a `LinkError` that says which and names the peer; a
@@ -38,6 +41,8 @@ export class LinkError extends Data.TaggedError("LinkError")<{
 
 export interface Link<In, Out> {
   readonly peer: string
+  /** The key id the dialer named (empty: the salt): what the peer's first message must agree with. */
+  readonly keyId: string
   readonly send: (message: Out) => Effect.Effect<void, LinkError>
   /** The next message; fails once the link has ended. */
   readonly receive: Effect.Effect<In, LinkError>
@@ -59,7 +64,6 @@ export interface Link<In, Out> {
 
 export interface LinkOptions<In, Out> {
   readonly channel: ChannelName
-  readonly salt: Uint8Array
   readonly inbound: Codec<In>
   readonly outbound: Codec<Out>
   /** Largest inbound frame (default: the channel's). */
@@ -73,12 +77,20 @@ export interface LinkOptions<In, Out> {
   readonly rekeyOn?: (message: In) => Uint8Array | undefined
 }
 
-/** Both nonces and this end's role: everything needed to derive the keys from a salt. */
+/** Both nonces, the key they are used with and this end's role: everything needed to derive the keys. */
 interface Agreement {
   readonly dialerNonce: Uint8Array
   readonly listenerNonce: Uint8Array
   readonly role: "dialer" | "listener"
+  readonly key: Uint8Array
+  readonly keyId: string
 }
+
+/** A key id is at most this many bytes of UTF-8 (one length byte; host names stop at 253 characters). */
+export const MAX_KEY_ID_BYTES = 253
+
+/** The listener's keys when only the unnamed one exists: the salt (the join channel, tests). */
+export const unnamedKey = (salt: Uint8Array) => (keyId: string): Uint8Array | undefined => (keyId === "" ? salt : undefined)
 
 /** Wire a connection whose nonces are agreed into a Link. */
 const open = <In, Out>(
@@ -103,9 +115,9 @@ const open = <In, Out>(
       const keys = deriveSealKeys(salt, magic[channel], agreement.dialerNonce, agreement.listenerNonce)
       return agreement.role === "dialer" ? { send: keys.dialer, receive: keys.listener } : { send: keys.listener, receive: keys.dialer }
     }
-    const initial = keysFor(options.salt)
+    const initial = keysFor(agreement.key)
     let sendKey = initial.send
-    let sealKeys = sealKeysFor(options.salt)
+    let sealKeys = sealKeysFor(agreement.key)
     const switchTo = (salt: Uint8Array) => {
       const next = keysFor(salt)
       sendKey = next.send
@@ -165,6 +177,7 @@ const open = <In, Out>(
     })
     const link: Link<In, Out> = {
       peer,
+      keyId: agreement.keyId,
       send: (message) =>
         Effect.suspend(() => {
           if (connection.isClosed) {
@@ -197,34 +210,63 @@ const open = <In, Out>(
     return link
   })
 
-/** The other side's nonce; a connection that does not send it in time is reset. */
-const handshake = (
+/** `n` bytes from the other side; a connection that does not send them in time is reset. */
+const expect = (
   connection: Connection,
+  n: number,
   options: { readonly channel: ChannelName; readonly handshakeMs?: number | undefined },
-  peer: string
+  peer: string,
+  what: string
 ): Effect.Effect<Uint8Array, LinkError> =>
-  Effect.flatMap(Effect.promise(() => connection.take(NONCE_BYTES, options.handshakeMs ?? 10_000)), (nonce) => {
-    if (nonce instanceof Uint8Array) return Effect.succeed(nonce)
+  Effect.flatMap(Effect.promise(() => connection.take(n, options.handshakeMs ?? 10_000)), (bytes) => {
+    if (bytes instanceof Uint8Array) return Effect.succeed(bytes)
     connection.reset()
-    const detail = nonce === "closed" ? "closed during the handshake" : `no nonce within ${options.handshakeMs ?? 10_000} ms`
+    const detail = bytes === "closed" ? "closed during the handshake" : `no ${what} within ${options.handshakeMs ?? 10_000} ms`
     return Effect.fail(new LinkError({ channel: options.channel, peer, reason: "handshake", detail }))
   })
+
+export interface AcceptOptions<In, Out> extends LinkOptions<In, Out> {
+  /** The key of each key id this listener knows (`unnamedKey(salt)`: the salt alone); undefined: unknown, reset. */
+  readonly keyFor: (keyId: string) => Uint8Array | undefined
+}
+
+const utf8 = new TextDecoder("utf-8", { fatal: true })
 
 /** The listener's side, once the mux has read the channel magic. */
 export const accept = <In, Out>(
   connection: Connection,
-  options: LinkOptions<In, Out>
+  options: AcceptOptions<In, Out>
 ): Effect.Effect<Link<In, Out>, LinkError> =>
   Effect.gen(function*() {
-    const dialerNonce = yield* handshake(connection, options, connection.peer)
+    const peer = connection.peer
+    const refuse = (detail: string) =>
+      Effect.zipRight(Effect.sync(() => connection.reset()), Effect.fail(new LinkError({ channel: options.channel, peer, reason: "handshake", detail })))
+    const opening = yield* expect(connection, NONCE_BYTES + 1, options, peer, "nonce")
+    const dialerNonce = opening.slice(0, NONCE_BYTES)
+    const idLength = opening[NONCE_BYTES]!
+    if (idLength > MAX_KEY_ID_BYTES) return yield* refuse(`a key id of ${idLength} bytes (at most ${MAX_KEY_ID_BYTES})`)
+    const idBytes = idLength === 0 ? new Uint8Array(0) : yield* expect(connection, idLength, options, peer, "key id")
+    let keyId: string
+    try {
+      keyId = utf8.decode(idBytes)
+    } catch {
+      return yield* refuse("a key id that is not UTF-8")
+    }
+    const key = options.keyFor(keyId)
+    // Unknown ids are not echoed: a stranger's bytes are not printed.
+    if (key === undefined) return yield* refuse(keyId === "" ? "no key id, and this channel takes only scoped keys" : "a key id this launcher does not know")
     const listenerNonce = newNonce()
     yield* Effect.promise(() => connection.write(listenerNonce))
-    return yield* open(connection, options, { dialerNonce, listenerNonce, role: "listener" })
+    return yield* open(connection, options, { dialerNonce, listenerNonce, role: "listener", key, keyId })
   })
 
 export interface DialOptions<In, Out> extends LinkOptions<In, Out> {
   readonly host: string
   readonly port: number
+  /** The key this dialer holds: the salt, or a scoped key (`Keys.hostKey`, `Keys.rankKey`) named by `keyId`. */
+  readonly salt: Uint8Array
+  /** Which key `salt` is (default: empty, the salt itself). */
+  readonly keyId?: string | undefined
 }
 
 /** The dialer's side: connect, send the magic and a nonce, agree on keys. Closed with the Scope. */
@@ -250,9 +292,15 @@ export const dial = <In, Out>(options: DialOptions<In, Out>): Effect.Effect<Link
       })
       const connection = socket.data.connection ?? new Connection(socket)
       const dialerNonce = newNonce()
-      yield* Effect.promise(() => connection.write(magic[options.channel], dialerNonce))
-      const listenerNonce = yield* handshake(connection, options, where)
-      return yield* open(connection, options, { dialerNonce, listenerNonce, role: "dialer" })
+      const keyId = options.keyId ?? ""
+      const idBytes = new TextEncoder().encode(keyId)
+      if (idBytes.length > MAX_KEY_ID_BYTES) {
+        connection.reset()
+        return yield* new LinkError({ channel: options.channel, peer: where, reason: "handshake", detail: `the key id is ${idBytes.length} bytes (at most ${MAX_KEY_ID_BYTES})` })
+      }
+      yield* Effect.promise(() => connection.write(magic[options.channel], dialerNonce, new Uint8Array([idBytes.length]), idBytes))
+      const listenerNonce = yield* expect(connection, NONCE_BYTES, options, where, "nonce")
+      return yield* open(connection, options, { dialerNonce, listenerNonce, role: "dialer", key: options.salt, keyId })
     }),
     (link) => link.close
   )

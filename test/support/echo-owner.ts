@@ -31,7 +31,7 @@ export const echoOwner = (channel: ChannelName, salt: Uint8Array, hooks: OwnerHo
         const peer = connection.peer
         hooks.taken?.(peer)
         return Effect.gen(function*() {
-          const link = yield* Link.accept(connection, { channel, salt, inbound: join, outbound: join, handshakeMs: 5_000 })
+          const link = yield* Link.accept(connection, { channel, keyFor: Link.unnamedKey(salt), inbound: join, outbound: join, handshakeMs: 5_000 })
           while (true) {
             const message = yield* link.receive
             // A send can fail only once the link has ended; the next receive says why it ended.

@@ -29,12 +29,12 @@ import { type Accept, Hello, type JoinMessage, RankExited, RankResources, RankRu
 import * as Native from "../../native/Native.ts"
 import { makeResourceSampler } from "./ResourceSampler.ts"
 import { runDirPrefix, sweepStaleRunDirs } from "./StaleRunDirs.ts"
-import { OPEN_SALT, saltFromHex, saltToHex } from "../../wire/Keys.ts"
+import { hostKey, OPEN_SALT, rankKey, saltFromHex } from "../../wire/Keys.ts"
 import * as Link from "../../wire/Link.ts"
 import { joinCodec, type JoinLink } from "../launcher/JoinGate.ts"
 import { rankEntry, relayEntry } from "../../cli/entryPoints.ts"
 import { deviceIndex, deviceTag, type HostDevices } from "./Devices.ts"
-import { type HostEnvelope, toEnvironment } from "./Envelope.ts"
+import { type HostEnvelope, type HostKeyMessage, toEnvironment } from "./Envelope.ts"
 import { internalEnvironment, rankEnvironment, scrub } from "./RankEnvironment.ts"
 
 /**
@@ -151,7 +151,8 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
       ranks: accept.ranks,
       devices: options.devices.devices,
       controller: options.controller,
-      saltHex: saltToHex(salt),
+      // This slot's rank's own key, filled in per rank (`envelopeOf`): no child of the agent gets the salt.
+      rankKeyHex: "",
       entry,
       args: spec.args,
       backend: spec.backend,
@@ -162,7 +163,14 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
       cadence: spec.cadence,
       heartbeatTimeoutMs: spec.heartbeatTimeoutMs
     }
-    const envelopeText = toEnvironment(envelope)
+    /** A rank's envelope: its own key, and its number and the world's size when they moved since admission. */
+    const envelopeOf = (rank: number, slot: number, worldSize: number | undefined) =>
+      toEnvironment({
+        ...envelope,
+        ranks: accept.ranks.map((each, at) => (at === slot ? rank : each)),
+        worldSize: worldSize ?? envelope.worldSize,
+        rankKeyHex: Buffer.from(rankKey(salt, rank)).toString("hex")
+      })
     const ranks = new Map<number, RankProcess>()
     let ending = false
     const report = (message: JoinMessage) => Effect.ignore(link.send(message))
@@ -203,7 +211,6 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
           ranks: accept.ranks,
           worldSize: world.worldSize,
           controller: options.controller,
-          saltHex: envelope.saltHex,
           dir,
           socket: envelope.socket,
           heartbeatTimeoutMs: spec.heartbeatTimeoutMs
@@ -213,6 +220,9 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
         onLine: (line, stream) => options.output(`[${host}:relay] ${line}`, stream),
         grace
       }).pipe(Scope.extend(scope))
+      // Its host's key goes over IPC, not in its environment (/proc/<pid>/environ is readable by the ranks).
+      const keyMessage: HostKeyMessage = { _tag: "HostKey", keyHex: Buffer.from(hostKey(salt, host)).toString("hex") }
+      yield* Effect.try({ try: () => relay.subprocess.send(keyMessage), catch: (error) => new Error(`cannot hand the relay its key: ${String(error)}`) })
       yield* Effect.forkIn(
         Effect.flatMap(relay.exited, (exit) =>
           ending
@@ -265,9 +275,7 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
           torchrun: program._tag === "Command" ? world.master : undefined,
           // A rank under a number its host was not admitted with reads that number (and the world's size now) from its envelope.
           internal: internalEnvironment({
-            envelope: rank === accept.ranks[slot] && worldSize === undefined
-              ? envelopeText
-              : toEnvironment({ ...envelope, ranks: accept.ranks.map((each, at) => (at === slot ? rank : each)), worldSize: worldSize ?? envelope.worldSize }),
+            envelope: envelopeOf(rank, slot, worldSize),
             slot,
             incarnation,
             command: program._tag === "Command"

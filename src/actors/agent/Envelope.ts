@@ -1,10 +1,13 @@
 /**
  * What a host's children are told about the run, in their environment
  * (`COHORT_RANK_ENVELOPE`, `COHORT_RELAY_SPEC`): JSON, checked on the way
- * in. The salt travels here, never in argv.
+ * in. Neither carries the salt: a rank's envelope carries its own rank's key
+ * (`Keys.rankKey`), and the relay gets its host's key over its IPC channel
+ * (`HostKeyMessage`), out of its environment, which every process of the
+ * same user can read in /proc.
  *
- * One envelope per host, shared by its ranks; each rank adds its local slot
- * (`COHORT_LOCAL_SLOT`) to find its own rank and device in it.
+ * One envelope per rank: the host's, with that rank's key; each rank adds its
+ * local slot (`COHORT_LOCAL_SLOT`) to find its own rank and device in it.
  *
  * This module imports nothing from effect on purpose: it is on every rank's
  * start-up path, and loading `effect/Schema` costs a rank ~0.2 s.
@@ -27,7 +30,8 @@ export interface HostEnvelope {
   /** The device of each local slot. */
   readonly devices: ReadonlyArray<RankDevice>
   readonly controller: Endpoint
-  readonly saltHex: string
+  /** This rank's own key (64 hex digits), for its rendezvous link: never the salt. */
+  readonly rankKeyHex: string
   /** An `entry:` job's module (resolved against the rank's working directory); absent for `command:` jobs. */
   readonly entry?: string | undefined
   readonly args: ReadonlyArray<string>
@@ -47,7 +51,6 @@ export interface RelaySpec {
   readonly ranks: ReadonlyArray<number>
   readonly worldSize: number
   readonly controller: Endpoint
-  readonly saltHex: string
   readonly dir: string
   readonly socket: string
   /** The launcher beats every second; silent this long, it is gone. */
@@ -80,9 +83,9 @@ const endpoint = (value: unknown, at: string): Endpoint => {
   const fields = object(value, at)
   return { host: string(fields.host, `${at}.host`), port: count(fields.port, `${at}.port`, 1, 65_535) }
 }
-const salt = (value: unknown, at: string): string => {
+const key = (value: unknown, at: string): string => {
   const hex = string(value, at)
-  if (!/^[0-9a-f]{32}$/i.test(hex)) throw new Invalid(`${at} must be 32 hex digits`)
+  if (!/^[0-9a-f]{64}$/i.test(hex)) throw new Invalid(`${at} must be 64 hex digits`)
   return hex
 }
 const device = (value: unknown, at: string): RankDevice => {
@@ -105,7 +108,7 @@ const hostEnvelope = (value: unknown): HostEnvelope => {
     ranks,
     devices,
     controller: endpoint(fields.controller, "controller"),
-    saltHex: salt(fields.saltHex, "saltHex"),
+    rankKeyHex: key(fields.rankKeyHex, "rankKeyHex"),
     entry: fields.entry === undefined ? undefined : string(fields.entry, "entry"),
     args: list(fields.args, "args", string),
     backend: string(fields.backend, "backend"),
@@ -125,7 +128,6 @@ const relaySpec = (value: unknown): RelaySpec => {
     ranks: list(fields.ranks, "ranks", (rank, at) => count(rank, at)),
     worldSize: count(fields.worldSize, "worldSize", 1),
     controller: endpoint(fields.controller, "controller"),
-    saltHex: salt(fields.saltHex, "saltHex"),
     dir: string(fields.dir, "dir"),
     socket: string(fields.socket, "socket"),
     heartbeatTimeoutMs: count(fields.heartbeatTimeoutMs, "heartbeatTimeoutMs", 1)
@@ -152,3 +154,21 @@ export const readHostEnvelope = read(hostEnvelope)
 export const readRelaySpec = read(relaySpec)
 
 export const toEnvironment = (spec: HostEnvelope | RelaySpec): string => JSON.stringify(spec)
+
+/** The one message an agent sends its relay over IPC, right after starting it: the host's key. */
+export interface HostKeyMessage {
+  readonly _tag: "HostKey"
+  readonly keyHex: string
+}
+
+/** The host key out of the relay's first IPC message; or why it is not one. */
+export const readHostKeyMessage = (message: unknown): string | { readonly problem: string } => {
+  try {
+    const fields = object(message, "the agent's first message")
+    if (fields._tag !== "HostKey") throw new Invalid(`the agent's first message must be a HostKey, got ${String(fields._tag)}`)
+    return key(fields.keyHex, "keyHex")
+  } catch (error) {
+    if (error instanceof Invalid) return { problem: error.message }
+    throw error
+  }
+}

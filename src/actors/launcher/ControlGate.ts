@@ -19,7 +19,8 @@ import type { Accepted } from "../PortMux.ts"
 import * as Codec from "../../wire/Codec.ts"
 import { ControlMessage, LauncherBeat, RelayAccepted, RelayRejected } from "../../wire/ControlMessages.ts"
 import * as Link from "../../wire/Link.ts"
-import { printable } from "../../wire/Printable.ts"
+import { hostKey } from "../../wire/Keys.ts"
+import { isHostName, printable } from "../../wire/Printable.ts"
 
 export const controlCodec = Codec.make("control", ControlMessage)
 
@@ -110,13 +111,18 @@ export const make = (options: ControlGateOptions): Effect.Effect<ControlGate, ne
         yield* Effect.logWarning(`refused a relay from ${link.peer}: ${why}`)
       })
 
+    // Each host's relay holds its own key (`Keys.hostKey`), never the salt: a key id is a host name.
+    const hostKeyFor = (keyId: string) => (isHostName(keyId) ? hostKey(options.salt, keyId) : undefined)
     const noise = makeNoiseLog("control")
     const serve = (connection: Accepted["connection"]) =>
       Effect.gen(function*() {
-        const link = yield* Link.accept(connection, { channel: "control", salt: options.salt, inbound: controlCodec, outbound: controlCodec })
+        const link = yield* Link.accept(connection, { channel: "control", keyFor: hostKeyFor, inbound: controlCodec, outbound: controlCodec })
         const hello = yield* link.receiveWithin(options.handshakeMs, "RelayHello")
         if (hello._tag !== "RelayHello") return yield* refuse(link, `expected RelayHello first, got ${hello._tag}`)
-        const why = problem(hello, yield* options.hosts)
+        // The key a relay holds is its host's: it speaks for that host and no other.
+        const why = hello.host !== link.keyId
+          ? `a relay keyed for ${link.keyId} claims host ${printable(hello.host, 64)}`
+          : problem(hello, yield* options.hosts)
         if (why !== undefined) return yield* refuse(link, why)
         const host = hello.host
         const registered: Registered = { link, ranks: new Set((yield* options.hosts).get(host)), sentAt: Date.now(), warned: false }

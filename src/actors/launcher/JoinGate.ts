@@ -270,7 +270,7 @@ export const make = (options: JoinGateOptions): Effect.Effect<JoinGate, never, S
 
     const serve = (connection: Accepted["connection"]) =>
       Effect.gen(function*() {
-        const link = yield* Link.accept(connection, { channel: "join", salt: keyed, inbound: joinCodec, outbound: joinCodec })
+        const link = yield* Link.accept(connection, { channel: "join", keyFor: Link.unnamedKey(keyed), inbound: joinCodec, outbound: joinCodec })
         const first = yield* link.receiveWithin(options.handshakeMs, "Hello")
         if (first._tag !== "Hello") return yield* refuse(link, `expected Hello first, got ${first._tag}`)
         yield* admit(link, first)

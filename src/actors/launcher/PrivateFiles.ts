@@ -6,7 +6,7 @@
  * scratch directory), and as root. So:
  * - `.cohort` and the folders under it are made 0700 and checked before use:
  *   one that is a link, owned by someone else, or group- or world-writable is
- *   refused, since whoever can write there can plant links named like the
+ *   refused (one that is only readable by others is closed to 0700), since whoever can write there can plant links named like the
  *   next salt file or registry entry.
  * - Whole files (salts, the registry, checkpoints) are written to a fresh
  *   name that must not exist (O_EXCL, mode 0600) and renamed into place: a
@@ -21,7 +21,7 @@
  * Plain node:fs and synchronous: it runs at start-up and at checkpoints, off
  * any hot path.
  */
-import { closeSync, constants, fstatSync, lstatSync, mkdirSync, openSync, renameSync, rmSync, type Stats, writeSync } from "node:fs"
+import { chmodSync, closeSync, constants, fstatSync, lstatSync, mkdirSync, openSync, renameSync, rmSync, type Stats, writeSync } from "node:fs"
 import { randomBytes } from "node:crypto"
 import { basename, dirname, join, resolve } from "node:path"
 
@@ -54,8 +54,12 @@ export const privateDirectory = (path: string): void => {
   const at = absolute.split("/").lastIndexOf(".cohort")
   const checked = at === -1 ? [absolute] : [absolute.split("/").slice(0, at + 1).join("/"), absolute]
   for (const directory of new Set(checked)) {
-    const problem = notPrivate(directory, lstatSync(directory), "directory")
+    const stat = lstatSync(directory)
+    const problem = notPrivate(directory, stat, "directory")
     if (problem !== undefined) throw new PrivateFileError(directory, problem)
+    // Ours and nobody else's to write, but readable by others (made before cohort made them 0700, or by
+    // hand): closed now, since the names in it (runs, hosts, checkpoints) are nobody else's business either.
+    if ((stat.mode & 0o077) !== 0) chmodSync(directory, 0o700)
   }
 }
 

@@ -25,6 +25,7 @@ import * as Actor from "../Actor.ts"
 import { makeNoiseLog } from "./NoiseLog.ts"
 import type { Accepted } from "../PortMux.ts"
 import * as Codec from "../../wire/Codec.ts"
+import { rankKey } from "../../wire/Keys.ts"
 import * as Link from "../../wire/Link.ts"
 import { ProvideId, Ready, Reform, RendezvousMessage } from "../../wire/RendezvousMessages.ts"
 
@@ -166,15 +167,18 @@ export const make = (options: RendezvousGateOptions): Effect.Effect<RendezvousGa
         )
       )
 
+    // Each rank holds its own key (`Keys.rankKey`), never the salt: a key id is a rank number, in decimal.
+    const rankKeyFor = (keyId: string) => (/^(0|[1-9]\d{0,8})$/.test(keyId) ? rankKey(options.salt, Number(keyId)) : undefined)
     const noise = makeNoiseLog("rendezvous")
     const serve = (connection: Accepted["connection"]) =>
       Effect.gen(function*() {
-        const link = yield* Link.accept(connection, { channel: "rendezvous", salt: options.salt, inbound: rendezvousCodec, outbound: rendezvousCodec })
+        const link = yield* Link.accept(connection, { channel: "rendezvous", keyFor: rankKeyFor, inbound: rendezvousCodec, outbound: rendezvousCodec })
         const first = yield* link.receiveWithin(options.handshakeMs, "Join")
-        if (first._tag !== "Join" || !(live.has(first.rank) || admitted.has(first.rank))) {
-          yield* link.close
-          return yield* Effect.logWarning(`refused a rendezvous from ${link.peer}: ${first._tag === "Join" ? `rank ${first.rank} is not a live rank of this world` : `expected Join, got ${first._tag}`}`)
-        }
+        const refuse = (why: string) => Effect.zipRight(link.close, Effect.logWarning(`refused a rendezvous from ${link.peer}: ${why}`))
+        if (first._tag !== "Join") return yield* refuse(`expected Join, got ${first._tag}`)
+        // The key a rank holds is its number's: it joins as that rank and no other.
+        if (String(first.rank) !== link.keyId) return yield* refuse(`a rank keyed as rank ${link.keyId} joined as rank ${first.rank}`)
+        if (!(live.has(first.rank) || admitted.has(first.rank))) return yield* refuse(`rank ${first.rank} is not a live rank of this world`)
         yield* serial(Effect.gen(function*() {
           const previous = links.get(first.rank)
           links.set(first.rank, link)

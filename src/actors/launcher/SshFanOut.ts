@@ -8,7 +8,10 @@
  *   value of an option, so the user's win), then cohort's defaults, then
  *   port, user and key, then the target.
  * - The agent's spec (the salt in it) goes down the session's stdin; the
- *   remote shell reads it into the agent's environment, never into argv.
+ *   remote shell reads it into a shell variable it does not export and hands
+ *   it to the agent on file descriptor 3 (`COHORT_AGENT_SPEC=fd:3`): never
+ *   in argv, and never in an environment, which the ranks (the same user)
+ *   could read in /proc/<pid>/environ.
  * - The remote shell starts the agent in the background and passes SIGHUP,
  *   SIGTERM and SIGINT on as TERM, then KILL after the grace period; when the
  *   launcher (and so the session) goes, sshd hangs the shell up.
@@ -35,13 +38,12 @@ export const remoteAgentScript = (worker: Worker, tag: string, graceMs: number, 
   const host = shellQuote(worker.host)
   const graceSeconds = Math.max(1, Math.ceil(graceMs / 1000))
   return [
-    "IFS= read -r COHORT_AGENT_SPEC || exit 2",
-    "export COHORT_AGENT_SPEC",
+    "IFS= read -r spec || exit 2",
     `cd ${path} || { echo "cohort: "${path}" is not a directory on "${host}"; give workers[].path as the checkout's path there" >&2; exit 2; }`,
     `BUN=./node_modules/.bin/bun; [ -x "$BUN" ] || BUN=$(command -v bun) || { echo "cohort: no bun in "${path}"/node_modules/.bin or on PATH on "${host}"; run npx --yes bun@1.4.4 install --frozen-lockfile there" >&2; exit 2; }`,
     `[ -f src/cli/agent.ts ] || { echo "cohort: "${path}" on "${host}" is not a cohort checkout (no src/cli/agent.ts)" >&2; exit 2; }`,
     // The tag marks this run's agent on this host for cleanup (RemoteCleanup).
-    `COHORT_NET_TIMEOUT_SCALE=${shellQuote(String(netTimeoutScale))} "$BUN" src/cli/agent.ts --tag ${shellQuote(tag)} &`,
+    `COHORT_AGENT_SPEC=fd:3 COHORT_NET_TIMEOUT_SCALE=${shellQuote(String(netTimeoutScale))} "$BUN" src/cli/agent.ts --tag ${shellQuote(tag)} 3<<<"$spec" &`,
     "agent=$!",
     `trap 'kill -TERM $agent 2>/dev/null; (sleep ${graceSeconds}; kill -KILL $agent 2>/dev/null) & wait $agent; exit 143' HUP TERM INT`,
     "wait $agent",

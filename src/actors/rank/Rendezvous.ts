@@ -14,7 +14,7 @@ import * as Queue from "effect/Queue"
 import * as Scope from "effect/Scope"
 import { rendezvousCodec } from "../launcher/RendezvousGate.ts"
 import { deadlines, netTimeoutScale, scaled } from "../../config/NetTimeouts.ts"
-import { saltFromHex } from "../../wire/Keys.ts"
+import { scopedKeyFromHex } from "../../wire/Keys.ts"
 import * as Link from "../../wire/Link.ts"
 import { IdFailed, IdProvided, Join } from "../../wire/RendezvousMessages.ts"
 import type { HostEnvelope } from "../agent/Envelope.ts"
@@ -30,14 +30,16 @@ export interface RendezvousOptions {
 
 /** Join the rendezvous; resolves once the launcher has the rank's link. */
 export const connect = async (options: RendezvousOptions): Promise<Rendezvous> => {
-  const salt = saltFromHex(options.envelope.saltHex)
-  if (salt === undefined) throw new Error("the host envelope's salt is not 32 hex digits")
+  // The rank's own key, named by its number: it can join as this rank and as nothing else.
+  const key = scopedKeyFromHex(options.envelope.rankKeyHex)
+  if (key === undefined) throw new Error("the rank envelope's key is not 64 hex digits")
   const scope = Effect.runSync(Scope.make(ExecutionStrategy.sequential))
   const link = await Effect.runPromise(Link.dial({
     channel: "rendezvous",
     host: options.envelope.controller.host,
     port: options.envelope.controller.port,
-    salt,
+    salt: key,
+    keyId: String(options.rank),
     inbound: rendezvousCodec,
     outbound: rendezvousCodec,
     handshakeMs: scaled(deadlines.handshakeMs, netTimeoutScale())

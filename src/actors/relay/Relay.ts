@@ -37,7 +37,6 @@ import { beatEveryMs } from "../../config/FailurePolicy.ts"
 import * as Native from "../../native/Native.ts"
 import { CoordinatorOrder, RankReport } from "../../wire/CoordinatorMessages.ts"
 import { ElasticPush, FromRank, HostBeats, HostFold, HostIdle, type Reduced, RelayHello } from "../../wire/ControlMessages.ts"
-import { saltFromHex } from "../../wire/Keys.ts"
 import * as Link from "../../wire/Link.ts"
 import { encodeLocal, LocalFrameReader } from "../../wire/LocalFrames.ts"
 import { floats, SegmentMaps } from "../../wire/Segments.ts"
@@ -65,17 +64,16 @@ const decodeReport = Schema.decodeUnknownEither(RankReport)
  */
 const BEAT_FRESH_MS = 2_000
 
-/** Register with the launcher, then serve the host's ranks until the link ends. */
-export const run = (spec: RelaySpec, handshakeMs: number): Effect.Effect<void, RelayError | Link.LinkError, Scope.Scope> =>
+/** Register with the launcher (with the host's key, `Keys.hostKey`), then serve the host's ranks until the link ends. */
+export const run = (spec: RelaySpec, hostKey: Uint8Array, handshakeMs: number): Effect.Effect<void, RelayError | Link.LinkError, Scope.Scope> =>
   Effect.gen(function*() {
-    const salt = saltFromHex(spec.saltHex)
-    if (salt === undefined) return yield* new RelayError({ reason: "the relay spec's salt is not 32 hex digits" })
     const native = yield* Native.load().pipe(Effect.mapError((error) => new RelayError({ reason: error.message })))
     const link = yield* Link.dial({
       channel: "control",
       host: spec.controller.host,
       port: spec.controller.port,
-      salt,
+      salt: hostKey,
+      keyId: spec.host,
       inbound: controlCodec,
       outbound: controlCodec,
       handshakeMs

@@ -1,0 +1,80 @@
+/**
+ * A second local Unix user against a run (issue 18): created with useradd
+ * (CI runs as root; elsewhere this file is skipped, and says so), it runs
+ * test/fixtures/intruder-fixture.ts under its own uid while root's run holds
+ * its ranks. It must read none of the run's files, folders or processes,
+ * must not join over loopback, reach the relay's socket or open the window.
+ */
+import { afterAll, describe, expect, test } from "bun:test"
+import { chmodSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { clusterFile, repoRoot, spawnLaunch } from "./support/launch-scenario.ts"
+import { environment, pidFiles, waitFor } from "./support/processes.ts"
+
+const USER = "cohort-intruder"
+
+/** The intruder's uid, creating the user if need be; or why this machine cannot have one. */
+const intruder = (): { readonly uid: number; readonly gid: number } | string => {
+  if (process.getuid?.() !== 0) return "not root: useradd needs root"
+  const id = (flag: string) => Bun.spawnSync(["id", flag, USER], { stdout: "pipe", stderr: "ignore" })
+  if (id("-u").exitCode !== 0) {
+    const made = Bun.spawnSync(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", USER], { stderr: "pipe" })
+    if (made.exitCode !== 0) return `useradd failed: ${made.stderr.toString().trim()}`
+  }
+  return { uid: Number(id("-u").stdout.toString()), gid: Number(id("-g").stdout.toString()) }
+}
+const who = intruder()
+if (typeof who === "string") console.log(`second-user tests skipped: ${who}`)
+
+const dirs: Array<string> = []
+afterAll(() => dirs.forEach((dir) => rmSync(dir, { recursive: true, force: true })))
+
+describe.skipIf(typeof who === "string")("a second local user", () => {
+  test("reads no run file, folder or process, gets no answer over loopback, no relay socket and no /start", async () => {
+    const { uid, gid } = who as { uid: number; gid: number }
+    const dir = mkdtempSync(join(tmpdir(), "cohort-user2-"))
+    dirs.push(dir)
+    // Open to all, so that what refuses the intruder is each file's own mode, not this folder's.
+    chmodSync(dir, 0o755)
+    const file = join(dir, "cluster.yml")
+    const run = `user2-${process.pid}`
+    writeFileSync(file, clusterFile({ name: run, devices: 2, args: ["hold"] }, dir).replace("workers:", "controller: { host: 127.0.0.1, port: 0 }\nworkers:"))
+    const launch = spawnLaunch(file, {}, ["--events", join(dir, "events.jsonl"), "--log-dir", join(dir, "logs")])
+    try {
+      await waitFor(() => pidFiles(dir).length === 2, "two ranks running user code", 20_000)
+      const port = Number(/listening on [\d.]+:(\d+)/.exec(launch.stderr.lines.find((line) => /listening on/.test(line)) ?? "")?.[1])
+      const rankPid = pidFiles(dir)[0]!
+      const envelope = JSON.parse(environment(rankPid).COHORT_RANK_ENVELOPE!) as { dir: string; socket: string }
+      const cohort = join(repoRoot, ".cohort")
+      const logs = readdirSync(join(dir, "logs")).map((name) => join(dir, "logs", name))
+      const targets = {
+        port,
+        files: [join(cohort, "runs", `${run}.json`), join(dir, "events.jsonl"), ...logs],
+        folders: [cohort, join(cohort, "runs"), envelope.dir],
+        rankPid,
+        relaySocket: envelope.socket
+      }
+      const attempt = Bun.spawnSync(
+        ["setpriv", `--reuid=${uid}`, `--regid=${gid}`, "--clear-groups", process.execPath, "test/fixtures/intruder-fixture.ts", JSON.stringify(targets)],
+        { cwd: repoRoot, env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: dir, BUN_INSTALL_CACHE_DIR: join(dir, "bun-cache") }, stdout: "pipe", stderr: "pipe", timeout: 30_000 }
+      )
+      expect(attempt.stderr.toString()).toBe("")
+      const got = JSON.parse(attempt.stdout.toString()) as Record<string, unknown>
+      expect(got.uid).toBe(uid)
+      expect(Object.keys(got.files as object).length).toBeGreaterThanOrEqual(3)
+      for (const [path, how] of Object.entries(got.files as Record<string, string>)) expect({ path, how }).toEqual({ path, how: "EACCES" })
+      for (const [path, how] of Object.entries(got.folders as Record<string, string>)) expect({ path, how }).toEqual({ path, how: "EACCES" })
+      expect(got.environ).toBe("EACCES")
+      expect(got.memory).toBe("EACCES")
+      expect(got.joinOpen).toMatch(/^ended: /)
+      expect(got.relay).toBe("EACCES")
+      expect(got.start).toBe(401)
+      // The run never noticed.
+      launch.proc.kill("SIGTERM")
+      expect(await launch.proc.exited).toBe(143)
+    } finally {
+      launch.proc.kill("SIGKILL")
+    }
+  }, 60_000)
+})
