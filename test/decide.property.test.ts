@@ -22,7 +22,6 @@ import * as fc from "fast-check"
 import { ChildExit, isClean } from "../src/actors/ChildExit.ts"
 import { type ChildSpec, worldOf } from "../src/actors/ChildSpec.ts"
 import {
-  backoffBase,
   backoffDelay,
   decide,
   type Directive,
@@ -34,8 +33,6 @@ import {
   Backoff,
   Count,
   Elastic,
-  failureLimit,
-  inForce,
   KillAll,
   MaxFailure,
   Percent,
@@ -486,6 +483,25 @@ const graceKind = (strategy: KillAll) =>
 const phaseOf = (strategy: Strategy, formed: boolean): Simple =>
   strategy._tag === "Phased" ? (formed ? strategy.afterFormation : strategy.beforeFormation) : strategy
 
+/**
+ * The test's own death threshold, found by search rather than by formula: the fewest dead ranks k with
+ * k ≥ p% of the world, where "≥" forgives float noise below half a billionth of a rank ("10% of 30 is 3").
+ * An elastic limit is at least 1: a limit of 0 trips at the first death anyway.
+ */
+const referenceLimit = (maxFailure: Count | Percent, world: number): number => {
+  if (maxFailure._tag === "Count") return Math.max(1, maxFailure.n)
+  let dead = 0
+  while (dead * 100 < maxFailure.p * world - 5e-8) dead++
+  return Math.max(1, dead)
+}
+
+/** The test's own undithered backoff: start at initial, multiply by factor once per earlier attempt, stop at max. */
+const referenceBase = (backoff: Backoff, attempt: number): number => {
+  let delay = backoff.initial
+  for (let earlier = 0; earlier < attempt && delay < backoff.max; earlier++) delay *= backoff.factor
+  return Math.min(backoff.max, delay)
+}
+
 const sorted = (values: Iterable<number>) => [...new Set(values)].sort((a, b) => a - b)
 const sameSet = (a: ReadonlyArray<string>, b: ReadonlyArray<string>) =>
   a.length === b.length && [...a].sort().join() === [...b].sort().join()
@@ -524,7 +540,7 @@ test("the Strategy schema's arbitrary generates real strategy instances", () => 
     }),
     seeded(1)
   )
-})
+}, 30_000)
 
 test("protocol: one verdict, last, nothing after it; only live children are stopped; every run ends", () => {
   fc.assert(
@@ -554,7 +570,7 @@ test("protocol: one verdict, last, nothing after it; only live children are stop
     }),
     seeded(2)
   )
-})
+}, 30_000)
 
 test("1. kill_all: the first abnormal exit stops every running sibling once, as its grace says, and names the root cause", () => {
   let fatal = 0
@@ -605,7 +621,7 @@ test("1. kill_all: the first abnormal exit stops every running sibling once, as 
   )
   expect(fatal).toBeGreaterThan(RUNS / 4) // the interesting case is not vacuous
   expect(Math.min(seen.default, seen.none, seen.own)).toBeGreaterThan(RUNS / 20) // nor is any of the three graces
-})
+}, 30_000)
 
 // kill_all stops every child whether heartbeats lost some ranks or every one of them.
 test("1b. kill_all: ranks lost to heartbeats stop every child too, however many, as its grace says", () => {
@@ -628,7 +644,7 @@ test("1b. kill_all: ranks lost to heartbeats stop every child too, however many,
     seeded(12)
   )
   expect(Math.min(seen.default, seen.none, seen.own)).toBeGreaterThan(RUNS / 20)
-})
+}, 30_000)
 
 test("2. elastic after formation: dead ranks are reported once, never a kill; the verdict follows max_failure", () => {
   let failed = 0
@@ -643,10 +659,8 @@ test("2. elastic after formation: dead ranks are reported once, never a kill; th
       // The cohort forms right after boot, so every failure below happens under the elastic rules.
       const trace = drive(strategy, children, [{ kind: "form", dt: 0 }, ...choices])
       withTrace(trace, () => {
-        const elastic = inForce(strategy, true) as Elastic
-        const limit = elastic.maxFailure === undefined
-          ? undefined
-          : Math.max(1, failureLimit(elastic.maxFailure, trace.world))
+        const elastic = phaseOf(strategy, true) as Elastic
+        const limit = elastic.maxFailure === undefined ? undefined : referenceLimit(elastic.maxFailure, trace.world)
         // The model: which ranks are dead, whether the run was drained or is being stopped.
         const dead = new Set<number>()
         let drained = false
@@ -703,7 +717,7 @@ test("2. elastic after formation: dead ranks are reported once, never a kill; th
   )
   expect(failed).toBeGreaterThan(0)
   expect(degraded).toBeGreaterThan(0)
-})
+}, 30_000)
 
 /**
  * One host group led by a significant agent (rank children grouped under it),
@@ -776,7 +790,7 @@ test("2b. a significant child's loss takes its group for good, even during a gro
           if (exit === undefined || !exit.abnormal || exit.requested) continue
           if (step.before.drained || step.before.stopping) continue
           const spec = specOf(trace, exit.id)
-          const current = inForce(strategy, step.before.formed)
+          const current = phaseOf(strategy, step.before.formed)
           // Elastic loses every abnormal child; Restart only its temporary ones.
           const lost = current._tag === "Elastic" || (current._tag === "Restart" && spec.restart === "temporary")
           if (lost && spec.significant && spec.group !== undefined) {
@@ -787,7 +801,7 @@ test("2b. a significant child's loss takes its group for good, even during a gro
     }),
     seeded(23)
   )
-})
+}, 30_000)
 
 test("3. restart: intensity holds in every sliding window, delays keep to the backoff, escalation names it", () => {
   let escalated = 0
@@ -838,7 +852,7 @@ test("3. restart: intensity holds in every sliding window, delays keep to the ba
           expect(escalates).toEqual([])
           expect(restarts).toHaveLength(1)
           const attempt = scope === "one" ? recent.filter((d) => d.id === exit.id).length : recent.length
-          const base = backoffBase(backoff, attempt)
+          const base = referenceBase(backoff, attempt)
           const after = restarts[0]!.after
           expect(after).toBeGreaterThanOrEqual(Math.min(backoff.max, Math.round(base * (1 - backoff.jitter))) - 1)
           expect(after).toBeLessThanOrEqual(Math.round(base * (1 + backoff.jitter)) + 1)
@@ -867,7 +881,7 @@ test("3. restart: intensity holds in every sliding window, delays keep to the ba
   )
   expect(escalated).toBeGreaterThan(0)
   expect(restarted).toBeGreaterThan(0)
-})
+}, 30_000)
 
 test("3b. backoffDelay stays within [0, max] and the jitter band", () => {
   fc.assert(
@@ -878,7 +892,7 @@ test("3b. backoffDelay stays within [0, max] and the jitter band", () => {
       (backoff, attempt, u) => {
         // factor^attempt overflowing with initial 0 is the known bug of 3c.
         fc.pre(backoff.initial > 0 || Number.isFinite(Math.pow(backoff.factor, attempt)))
-        const base = backoffBase(backoff, attempt)
+        const base = referenceBase(backoff, attempt)
         const after = backoffDelay(backoff, attempt, u)
         expect(Number.isInteger(after)).toBe(true)
         expect(after).toBeGreaterThanOrEqual(0)
@@ -889,7 +903,7 @@ test("3b. backoffDelay stays within [0, max] and the jitter band", () => {
     ),
     seeded(34)
   )
-})
+}, 30_000)
 
 // With initial 0, 0 × factor^attempt must not turn into NaN once the power overflows.
 test("3c. restart delays stay whole milliseconds however long the crash loop", () => {
@@ -917,9 +931,9 @@ test("3c. restart delays stay whole milliseconds however long the crash loop", (
         }
       }
     ),
-    seeded(35, 200)
+    seeded(35, 30)
   )
-})
+}, 30_000)
 
 const simpleArb: fc.Arbitrary<Simple> = fc.oneof(killAllArb, elasticArb, smallRestartArb)
 
@@ -932,13 +946,14 @@ test("4. phased: each event is decided exactly as the strategy in force at that 
     fc.property(phasedArb, childrenArb, choicesArb(everything, 40), (strategy, children, choices) => {
       const trace = drive(strategy, children, choices, { timeScale: 2_000 })
       for (const step of trace.steps) {
-        const simple = decide(inForce(strategy, step.before.formed), step.before, step.event, step.now)
+        // The test's own reckoning of which phase is in force, not `inForce`: a mistake there shows here.
+        const simple = decide(phaseOf(strategy, step.before.formed), step.before, step.event, step.now)
         expect(simple).toEqual([step.directives, step.after])
       }
     }),
     seeded(44)
   )
-})
+}, 30_000)
 
 test("4b. phased {elastic, kill_all} and {kill_all, elastic}: the first failure follows the phase it falls in", () => {
   const seen = { elastic: 0, killAll: 0 }
@@ -982,7 +997,7 @@ test("4b. phased {elastic, kill_all} and {kill_all, elastic}: the first failure 
   )
   expect(seen.elastic).toBeGreaterThan(0)
   expect(seen.killAll).toBeGreaterThan(0)
-})
+}, 30_000)
 
 test("5. clean exits never report deaths nor count as one", () => {
   const mix: Mix = { weights: { exit: 8, stray: 1, due: 4, staleDue: 1, form: 1, drain: 1 }, exits: cleanExit }
@@ -1004,7 +1019,7 @@ test("5. clean exits never report deaths nor count as one", () => {
     }),
     seeded(55)
   )
-})
+}, 30_000)
 
 test("5b. after RunDrained, abnormal exits are tolerated: no ReportDead, no Terminate, counted in the verdict", () => {
   let tolerating = 0
@@ -1042,7 +1057,7 @@ test("5b. after RunDrained, abnormal exits are tolerated: no ReportDead, no Term
     seeded(56)
   )
   expect(tolerating).toBeGreaterThan(RUNS / 4)
-})
+}, 30_000)
 
 test("6. determinism: the same events at the same times give the same directives and states", () => {
   fc.assert(
@@ -1067,7 +1082,7 @@ test("6. determinism: the same events at the same times give the same directives
     ),
     seeded(66)
   )
-})
+}, 30_000)
 
 /** Percentages JavaScript prints in plain decimals (it switches to exponents below 1e-6). */
 const plainPercents = (strategy: Strategy): boolean => {
@@ -1085,12 +1100,12 @@ const roundTrip = async (strategy: Strategy) => {
 
 test("6b. every strategy survives the round trip through its YAML form", async () => {
   await fc.assert(fc.asyncProperty(anyStrategy.filter(plainPercents), roundTrip), seeded(67))
-})
+}, 30_000)
 
 // Tiny percentages print with an exponent ("1e-7%"); the decoder reads them back.
 test("6c. tiny percentages survive the round trip through YAML too", async () => {
   await fc.assert(fc.asyncProperty(anyStrategy, roundTrip), seeded(68))
-})
+}, 30_000)
 
 /** The exit status the spec gives a verdict: 0 for any completion, 128 + the signal for an abort (130 for none), else 1. */
 const expectedExitCode = (verdict: Verdict): number => {
@@ -1209,7 +1224,7 @@ test("7. an actor's failure and an abort stop every child gracefully; the first 
     seeded(77)
   )
   for (const count of Object.values(seen)) expect(count).toBeGreaterThan(RUNS / 50)
-})
+}, 30_000)
 
 test("7b. the exit status of a verdict: 0 completed, 1 failed, 128 + the signal of an abort, 130 for one asked by code", () => {
   const completed = Verdict.Completed({ dead: 1, world: 4, tolerated: 2 })
@@ -1223,7 +1238,7 @@ test("7b. the exit status of a verdict: 0 completed, 1 failed, 128 + the signal 
   for (const kind of ["join", "coordinator", "child-failed", "restart-intensity", "all-ranks-lost", "max-failure", "internal"] as const) {
     expect(exitCode(failed(kind))).toBe(1)
   }
-})
+}, 30_000)
 
 test("a group restart brings the group back in start order, whichever timer fires first", () => {
   const policy = new Restart({ maxRestarts: 3, within: 60_000, backoff: new Backoff({ initial: 100, max: 100, factor: 1, jitter: 0 }), scope: "all" })
@@ -1240,4 +1255,4 @@ test("a group restart brings the group back in start order, whichever timer fire
     }),
     seeded(71, 16)
   )
-})
+}, 30_000)

@@ -95,6 +95,13 @@ export class Backoff extends Schema.Class<Backoff>("Backoff")(
  * Restart the failed child (`scope: "one"`) or the whole group (`"all"`) after
  * the backoff. More than `maxRestarts` restarts inside any sliding `within`
  * window escalates: the run fails, naming the child and the count.
+ *
+ * The window is (now − within, now]: a restart exactly `within` ago has left
+ * it. (OTP's supervisor still counts that one; the difference is one
+ * millisecond, and an open edge lets `within: 1s, max_restarts: 1` restart a
+ * child that crashes once a second for ever.) The backoff's attempt number is
+ * the child's own restarts in the window under `scope: "one"`, the group's
+ * under `"all"`.
  */
 export class Restart extends Schema.TaggedClass<Restart>()("Restart", {
   maxRestarts: Schema.Int.pipe(Schema.between(0, 1_000)),
