@@ -224,6 +224,18 @@ describe("JoinGate", () => {
       )
     }))
 
+  effect.live("device labels are GPU names, spaces and all; an empty, over-long or control-character one is refused", () =>
+    Effect.gen(function*() {
+      const { mux, salt } = yield* setup()
+      const gpus = new Hello({ host: "a", devices: [0, 1], deviceLabels: ["NVIDIA H200", "NVIDIA A100-SXM4-80GB"], pid: 1, version: "0.1.0" })
+      expect((yield* join(mux.port, salt, gpus)).answer).toEqual(expect.objectContaining({ right: expect.objectContaining({ _tag: "Accept", ranks: [0, 1] }) }))
+      const rule = "1 to 64 letters, digits, spaces or ':', '.', '_', '(', ')', '/', '+', '-', starting with a letter or digit"
+      for (const label of ["NVIDIA\u001b[2K H200", "", " leading space", "x".repeat(65)]) {
+        const bad = new Hello({ host: "b", devices: [0], deviceLabels: [label], pid: 1, version: "0.1.0" })
+        expect(reasonOf((yield* join(mux.port, salt, bad)).answer)).toBe(`host b sent a device label that is not one: ${rule}`)
+      }
+    }))
+
   effect.live("open admission still admits only declared hosts: a stranger is refused, and the salt is not in the refusal", () =>
     Effect.gen(function*() {
       const { mux, salt } = yield* setup({ open: true })

@@ -42,6 +42,10 @@ import { FLOOD_LIMIT, type JoinRules, joinVerdict } from "./joinVerdict.ts"
 
 export const joinCodec = Codec.make("join", JoinMessage)
 
+/** A device label as the join gate takes one: a GPU's name ("NVIDIA H200") or `cpu`. */
+const DEVICE_LABEL = /^[A-Za-z0-9][A-Za-z0-9 :._()/+-]{0,63}$/
+const DEVICE_LABEL_RULE = "1 to 64 letters, digits, spaces or ':', '.', '_', '(', ')', '/', '+', '-', starting with a letter or digit"
+
 export type JoinLink = Link.Link<JoinMessage, JoinMessage>
 
 export interface Member {
@@ -174,8 +178,10 @@ export const make = (options: JoinGateOptions): Effect.Effect<JoinGate, never, S
       if (late && state.rejected >= floodLimit) return `${state.rejected} joins were rejected: no more hosts are admitted (flood guard)`
       // What the peer wrote is printed escaped and cut: it must not move a terminal's cursor or fake a line.
       if (!isHostName(hello.host)) return `host name "${printable(hello.host, 64)}" is not one: it must be ${hostNameRule}`
-      if (hello.deviceLabels.some((label) => !/^[A-Za-z0-9:._-]{1,32}$/.test(label))) {
-        return `host ${hello.host} sent a device label that is not 1 to 32 letters, digits, ':', '.', '_' or '-'`
+      // Labels are GPU names as NVML gives them ("NVIDIA H200", "NVIDIA A100-SXM4-80GB", "Tesla V100-SXM2-16GB"):
+      // spaces and a little punctuation, never a control character.
+      if (hello.deviceLabels.some((label) => !DEVICE_LABEL.test(label))) {
+        return `host ${hello.host} sent a device label that is not one: ${DEVICE_LABEL_RULE}`
       }
       if (hello.version !== options.version) {
         return `version skew: the launcher runs cohort ${options.version}, this agent ${printable(hello.version, 32)}`
