@@ -3,6 +3,13 @@
  * the monitoring people already run. Everything comes from the RunView, the
  * wire counters and the ranks' all-reduce latencies; nothing is sampled
  * here.
+ *
+ * What was not measured has no sample: no join window yet, no samples/s
+ * before the second progress report, no utilisation from a GPU that cannot
+ * tell (a MIG slice) print no line for that series, never a 0 that reads as
+ * a measurement. The family's # HELP and # TYPE lines stay: the format only
+ * asks that a TYPE line come before the family's first sample, and a family
+ * with none is valid (Prometheus' parser reads it as metadata alone).
  */
 import { ALLREDUCE_BUCKETS_S, type LatencyCounts } from "../../wire/LatencyBuckets.ts"
 import type { ChannelCounts } from "../../wire/WireCounters.ts"
@@ -63,7 +70,7 @@ export const render = (
   family("cohort_joined_hosts", "gauge", "Hosts admitted by the join window.")
   lines.push(`cohort_joined_hosts{${run}} ${state.joinedHosts}`)
   family("cohort_join_window_remaining_seconds", "gauge", "Time left in the join window (frozen once it closed).")
-  lines.push(`cohort_join_window_remaining_seconds{${run}} ${number((state.windowRemainingMs ?? 0) / 1000)}`)
+  if (state.windowRemainingMs !== null) lines.push(`cohort_join_window_remaining_seconds{${run}} ${number(state.windowRemainingMs / 1000)}`)
   family("cohort_deaths_total", "counter", "Ranks lost.")
   lines.push(`cohort_deaths_total{${run}} ${state.deaths.length}`)
   family("cohort_restarts_total", "counter", "Rank restarts.")
@@ -75,7 +82,7 @@ export const render = (
     family("cohort_epoch_samples_done", "gauge", "Samples done in the current epoch.")
     lines.push(`cohort_epoch_samples_done{${run}} ${state.training.samplesDone}`)
     family("cohort_samples_per_second", "gauge", "Samples per second across ranks.")
-    lines.push(`cohort_samples_per_second{${run}} ${number(state.training.samplesPerSec ?? 0)}`)
+    if (state.training.samplesPerSec !== null) lines.push(`cohort_samples_per_second{${run}} ${number(state.training.samplesPerSec)}`)
     family("cohort_metric", "gauge", "The ranks' reported metrics, averaged.")
     for (const [name, value] of Object.entries(state.training.metrics)) lines.push(`cohort_metric{${run},name="${label(name)}"} ${number(value)}`)
   }
@@ -115,7 +122,10 @@ export const render = (
       family("cohort_rank_gpu_memory_bytes", "gauge", "Memory in use on a rank's GPU.")
       for (const rank of gpu) lines.push(`cohort_rank_gpu_memory_bytes{${rankLabels(rank)}} ${rank.resources!.gpuMemoryBytes}`)
       family("cohort_rank_gpu_utilization_ratio", "gauge", "A rank's GPU utilisation (0-1).")
-      for (const rank of gpu) lines.push(`cohort_rank_gpu_utilization_ratio{${rankLabels(rank)}} ${number(rank.resources!.gpuUtilization ?? 0)}`)
+      for (const rank of gpu) {
+        const utilization = rank.resources!.gpuUtilization
+        if (utilization !== null) lines.push(`cohort_rank_gpu_utilization_ratio{${rankLabels(rank)}} ${number(utilization)}`)
+      }
     }
   }
   return `${lines.join("\n")}\n`

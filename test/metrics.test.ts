@@ -1,0 +1,182 @@
+/**
+ * `/metrics` text: what was measured has a sample; what was not (no join
+ * window yet, no samples/s before the second progress report, a GPU that
+ * cannot tell its utilisation, as a MIG slice cannot) has no line for that
+ * series, never a 0 that reads as a measurement. The families' # HELP and
+ * # TYPE lines stay (a family with no sample is valid text 0.0.4). Expected
+ * texts are written out here, never computed.
+ */
+import { describe, expect, test } from "bun:test"
+import * as Metrics from "../src/actors/launcher/Metrics.ts"
+import type { RankStatus, RunState } from "../src/actors/launcher/RunView.ts"
+
+const waiting: RunState = {
+  run: "demo",
+  phase: "waiting",
+  startedAt: 0,
+  updatedAt: 0,
+  world: 2,
+  joinedRanks: 0,
+  joinedHosts: 0,
+  windowRemainingMs: null,
+  capRemainingMs: null,
+  hosts: [],
+  ranks: [],
+  deaths: [],
+  training: null,
+  throughput: [],
+  verdict: null,
+  joinedAfterFormation: 0,
+  worldSizes: []
+}
+
+const rank = (number: number, device: string, gpuMemoryBytes: number | null, gpuUtilization: number | null): RankStatus => ({
+  rank: number,
+  host: "gpu1",
+  device,
+  pid: 100 + number,
+  state: "running",
+  exit: null,
+  restarts: 0,
+  startedAt: 1,
+  endedAt: null,
+  resources: { cpu: 1.5, rssBytes: 2048, gpuMemoryBytes, gpuUtilization, at: 5 }
+})
+
+const training = (samplesPerSec: number | null, windowRemainingMs: number | null): RunState => ({
+  ...waiting,
+  phase: "training",
+  joinedRanks: 2,
+  joinedHosts: 1,
+  windowRemainingMs,
+  capRemainingMs: windowRemainingMs,
+  // Rank 0 a whole GPU; rank 1 a MIG slice: memory known, utilisation not.
+  ranks: [rank(0, "0", 4096, 0.75), rank(1, "1", 1024, null)],
+  training: { epoch: 1, epochs: 3, samplesDone: 300, datasetSize: 900, samplesPerSec, metrics: { loss: 0.5 } }
+})
+
+const noLatency = Metrics.latencyHistogram()
+
+const header = (window: string) => `# HELP cohort_world_size Ranks in the world (declared until it forms; every rank the run has had once it grows).
+# TYPE cohort_world_size gauge
+cohort_world_size{run="demo"} 2
+# HELP cohort_ranks_joined_after_formation_total Ranks admitted after the cohort formed (elastic growth).
+# TYPE cohort_ranks_joined_after_formation_total counter
+cohort_ranks_joined_after_formation_total{run="demo"} 0
+# HELP cohort_phase 1 for the run's current phase.
+# TYPE cohort_phase gauge
+cohort_phase{run="demo",phase="waiting"} 0
+cohort_phase{run="demo",phase="forming"} 0
+cohort_phase{run="demo",phase="training"} 1
+cohort_phase{run="demo",phase="done"} 0
+cohort_phase{run="demo",phase="failed"} 0
+# HELP cohort_ranks Ranks by state.
+# TYPE cohort_ranks gauge
+cohort_ranks{run="demo",state="starting"} 0
+cohort_ranks{run="demo",state="running"} 2
+cohort_ranks{run="demo",state="exited"} 0
+cohort_ranks{run="demo",state="dead"} 0
+# HELP cohort_joined_ranks Ranks admitted by the join window.
+# TYPE cohort_joined_ranks gauge
+cohort_joined_ranks{run="demo"} 2
+# HELP cohort_joined_hosts Hosts admitted by the join window.
+# TYPE cohort_joined_hosts gauge
+cohort_joined_hosts{run="demo"} 1
+# HELP cohort_join_window_remaining_seconds Time left in the join window (frozen once it closed).
+# TYPE cohort_join_window_remaining_seconds gauge
+${window}# HELP cohort_deaths_total Ranks lost.
+# TYPE cohort_deaths_total counter
+cohort_deaths_total{run="demo"} 0
+# HELP cohort_restarts_total Rank restarts.
+# TYPE cohort_restarts_total counter
+cohort_restarts_total{run="demo"} 0
+`
+
+const epoch = (rate: string) => `# HELP cohort_epoch The current epoch.
+# TYPE cohort_epoch gauge
+cohort_epoch{run="demo"} 1
+# HELP cohort_epoch_samples_done Samples done in the current epoch.
+# TYPE cohort_epoch_samples_done gauge
+cohort_epoch_samples_done{run="demo"} 300
+# HELP cohort_samples_per_second Samples per second across ranks.
+# TYPE cohort_samples_per_second gauge
+${rate}# HELP cohort_metric The ranks' reported metrics, averaged.
+# TYPE cohort_metric gauge
+cohort_metric{run="demo",name="loss"} 0.5
+`
+
+const wireAndLatency = `# HELP cohort_frames_total Frames through the launcher's links.
+# TYPE cohort_frames_total counter
+# HELP cohort_bytes_total Bytes through the launcher's links (framing included).
+# TYPE cohort_bytes_total counter
+# HELP cohort_allreduce_latency_seconds Latency of the ranks' all-reduce calls, as they measure it.
+# TYPE cohort_allreduce_latency_seconds histogram
+cohort_allreduce_latency_seconds_bucket{run="demo",le="0.0005"} 0
+cohort_allreduce_latency_seconds_bucket{run="demo",le="0.001"} 0
+cohort_allreduce_latency_seconds_bucket{run="demo",le="0.0025"} 0
+cohort_allreduce_latency_seconds_bucket{run="demo",le="0.005"} 0
+cohort_allreduce_latency_seconds_bucket{run="demo",le="0.01"} 0
+cohort_allreduce_latency_seconds_bucket{run="demo",le="0.025"} 0
+cohort_allreduce_latency_seconds_bucket{run="demo",le="0.05"} 0
+cohort_allreduce_latency_seconds_bucket{run="demo",le="0.1"} 0
+cohort_allreduce_latency_seconds_bucket{run="demo",le="0.25"} 0
+cohort_allreduce_latency_seconds_bucket{run="demo",le="0.5"} 0
+cohort_allreduce_latency_seconds_bucket{run="demo",le="1"} 0
+cohort_allreduce_latency_seconds_bucket{run="demo",le="2.5"} 0
+cohort_allreduce_latency_seconds_bucket{run="demo",le="5"} 0
+cohort_allreduce_latency_seconds_bucket{run="demo",le="10"} 0
+cohort_allreduce_latency_seconds_bucket{run="demo",le="+Inf"} 0
+cohort_allreduce_latency_seconds_sum{run="demo"} 0
+cohort_allreduce_latency_seconds_count{run="demo"} 0
+`
+
+const resources = (utilization: string) => `# HELP cohort_rank_cpu_ratio A rank's CPU use in cores, over the agent's last sampling interval.
+# TYPE cohort_rank_cpu_ratio gauge
+cohort_rank_cpu_ratio{run="demo",rank="0",host="gpu1",device="0"} 1.5
+cohort_rank_cpu_ratio{run="demo",rank="1",host="gpu1",device="1"} 1.5
+# HELP cohort_rank_resident_memory_bytes A rank's resident set size.
+# TYPE cohort_rank_resident_memory_bytes gauge
+cohort_rank_resident_memory_bytes{run="demo",rank="0",host="gpu1",device="0"} 2048
+cohort_rank_resident_memory_bytes{run="demo",rank="1",host="gpu1",device="1"} 2048
+# HELP cohort_rank_gpu_memory_bytes Memory in use on a rank's GPU.
+# TYPE cohort_rank_gpu_memory_bytes gauge
+cohort_rank_gpu_memory_bytes{run="demo",rank="0",host="gpu1",device="0"} 4096
+cohort_rank_gpu_memory_bytes{run="demo",rank="1",host="gpu1",device="1"} 1024
+# HELP cohort_rank_gpu_utilization_ratio A rank's GPU utilisation (0-1).
+# TYPE cohort_rank_gpu_utilization_ratio gauge
+${utilization}`
+
+describe("/metrics prints no sample for what was not measured", () => {
+  test("measured: the join window, samples/s and the whole GPU's utilisation have their samples; the MIG slice's utilisation has none", () => {
+    expect(Metrics.render(training(600, 12_500), noLatency, new Map())).toBe(
+      header(`cohort_join_window_remaining_seconds{run="demo"} 12.5\n`) +
+        epoch(`cohort_samples_per_second{run="demo"} 600\n`) +
+        wireAndLatency +
+        resources(`cohort_rank_gpu_utilization_ratio{run="demo",rank="0",host="gpu1",device="0"} 0.75\n`)
+    )
+  })
+
+  test("not measured: no join window yet and no samples/s yet print no sample, only the families' HELP and TYPE", () => {
+    expect(Metrics.render(training(null, null), noLatency, new Map())).toBe(
+      header("") + epoch("") + wireAndLatency + resources(`cohort_rank_gpu_utilization_ratio{run="demo",rank="0",host="gpu1",device="0"} 0.75\n`)
+    )
+  })
+
+  test("a measured zero is still printed: a join window closed at 0 s left, 0 samples/s, an idle GPU", () => {
+    const idle: RunState = { ...training(0, 0), ranks: [rank(0, "0", 4096, 0)] }
+    const text = Metrics.render(idle, noLatency, new Map())
+    expect(text).toContain(`\ncohort_join_window_remaining_seconds{run="demo"} 0\n`)
+    expect(text).toContain(`\ncohort_samples_per_second{run="demo"} 0\n`)
+    expect(text).toContain(`\ncohort_rank_gpu_utilization_ratio{run="demo",rank="0",host="gpu1",device="0"} 0\n`)
+  })
+
+  test("no rank reports a GPU utilisation: the family's HELP and TYPE, no sample", () => {
+    const mig: RunState = { ...training(600, 12_500), ranks: [rank(1, "1", 1024, null)] }
+    expect(Metrics.render(mig, noLatency, new Map()).split("# HELP cohort_rank_gpu_memory_bytes")[1]).toBe(` Memory in use on a rank's GPU.
+# TYPE cohort_rank_gpu_memory_bytes gauge
+cohort_rank_gpu_memory_bytes{run="demo",rank="1",host="gpu1",device="1"} 1024
+# HELP cohort_rank_gpu_utilization_ratio A rank's GPU utilisation (0-1).
+# TYPE cohort_rank_gpu_utilization_ratio gauge
+`)
+  })
+})
