@@ -249,13 +249,15 @@ describe.skipIf(unavailable !== undefined)("several hosts (network namespaces)",
     expect(launch.stderr.lines.some((line) => line.includes(`listening on 127.0.0.1:${port}`))).toBe(true)
     // From a host, the launcher's address on the bridge does not answer on that port.
     // "No route to host" is the bridge's neighbour lookup not answering yet (seen once in a full suite run), not
-    // an answer about the port: ask again until the launcher's address answers, at most a few times.
+    // an answer about the port: ask again until the launcher's address answers about the port (15 s at most:
+    // a dial with no neighbour may itself take a few seconds to fail).
     const dial = () => Bun.spawnSync(["ip", "netns", "exec", h().hosts[0]!.namespace, "bash", "-c", `exec 3<>/dev/tcp/${h().controller}/${port}`], { stderr: "pipe" })
     let direct = dial()
-    for (let attempt = 0; attempt < 5 && direct.stderr.toString().includes("No route to host"); attempt++) {
-      await Bun.sleep(200)
-      direct = dial()
-    }
+    const unrouted = () => direct.stderr.toString().includes("No route to host")
+    await waitFor(() => {
+      if (unrouted()) direct = dial()
+      return !unrouted()
+    }, "the launcher's address on the bridge to answer about the port", 15_000)
     expect(direct.exitCode).not.toBe(0)
     expect(direct.stderr.toString()).toContain("Connection refused")
     expect(await launch.proc.exited).toBe(0)

@@ -865,7 +865,9 @@ describe("PortMux", () => {
         const logs = captureLogs()
         return Effect.gen(function*() {
           const salt = newSalt()
-          const deadline = 300
+          // Long enough that the join exchange below ends inside it on a loaded machine too: the silent
+          // connection must still be open then (the exchange completed while it was being refused).
+          const deadline = 1_000
           const mux = yield* PortMux.start({
             address: "127.0.0.1",
             port: 0,
@@ -961,12 +963,14 @@ describe("PortMux", () => {
           expect(error).toBeInstanceOf(Link.LinkError)
           expect(error.reason).toBe("handshake")
           expect(error.detail).toBe("closed during the handshake")
-          expect(elapsed).toBeLessThan(deadline / 4)
+          // Refused at once, not at the magic deadline: any time well short of the deadline proves it, so the
+          // bound is half of it, which a loaded machine's slow dial does not reach.
+          expect(elapsed).toBeLessThan(deadline / 2)
 
           // A raw client sees a reset, not a graceful close.
           const raw = yield* connect(mux.port)
           raw.write(magic.control)
-          expect(yield* closedWithin(raw, deadline / 4)).toBe(true)
+          expect(yield* closedWithin(raw, deadline / 2)).toBe(true)
           expect(raw.closeError?.code).toBe("ECONNRESET")
 
           yield* eventually(Effect.map(mux.stats, (stats) => total(stats.dropped) >= 2), "two drops counted")
@@ -997,11 +1001,11 @@ describe("PortMux", () => {
 
           const withIdle: Array<number> = []
           for (let i = 0; i < 5; i++) withIdle.push(yield* joinRoundTrip(mux.port, salt))
-          const firstOpened = Math.min(...idle.map((raw) => raw.openedAt))
-          // Completed while all 200 were open, and well before their deadline.
+          // Completed while all 200 were open (none had reached its deadline yet).
           expect(idle.filter((raw) => raw.closed).length).toBe(0)
-          expect(performance.now() - firstOpened).toBeLessThan(deadline / 2)
-          expect(Math.max(...withIdle)).toBeLessThan(deadline / 5)
+          // Not held up by them: a round trip takes a few ms; one that waited behind the idle connections would
+          // take about their deadline. Half the deadline tells the two apart with room for a loaded machine.
+          expect(Math.max(...withIdle)).toBeLessThan(deadline / 2)
 
           const closed = yield* Effect.promise(() => Promise.all(idle.map((raw) => raw.until(() => raw.closed, deadline + 5_000))))
           expect(closed.filter((ok) => !ok).length).toBe(0)

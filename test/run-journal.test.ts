@@ -10,7 +10,7 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import * as RunJournal from "../src/actors/launcher/RunJournal.ts"
 import type * as RunView from "../src/actors/launcher/RunView.ts"
-import { effect } from "./support/effect.ts"
+import { effect, eventually } from "./support/effect.ts"
 
 const formed: RunView.RunEvent = {
   event: "world_formed",
@@ -52,7 +52,10 @@ describe("RunJournal", () => {
       const journal = yield* RunJournal.make({ run: "journal", onEvent: (event) => Effect.sync(() => told.push(event.event)) })
       yield* journal.record(formed)
       yield* journal.recordSoon({ event: "rank_started", at: 2, rank: 0, pid: 100 })
-      yield* Effect.sleep("20 millis")
+      expect(told).toEqual(["world_formed"])
+      // Nothing else happens in this run: the burst goes out by itself (a journal that waited for a reader
+      // would leave it gathered until the deadline).
+      yield* eventually(Effect.sync(() => told.length > 1), "the burst recorded by itself", 2_000)
       expect(told).toEqual(["world_formed", "rank_started"])
     }))
 })

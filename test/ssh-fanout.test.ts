@@ -6,6 +6,7 @@ import { join } from "node:path"
 import { agentTag, cleanupScript } from "../src/actors/launcher/RemoteCleanup.ts"
 import { batchModeOverridden, remoteAgentScript, shellQuote, sshCommand, sshDefaults } from "../src/actors/launcher/SshFanOut.ts"
 import type { Worker } from "../src/config/ClusterConfig.ts"
+import { commandLine, waitFor } from "./support/processes.ts"
 
 const worker = (overrides: Partial<Worker> = {}): Worker => ({
   host: "node-b",
@@ -106,7 +107,9 @@ describe("remote cleanup", () => {
       writeFileSync(join(dir, "bun"), "#!/bin/sh\nsleep 20\n", { mode: 0o755 })
       const mine = Bun.spawn([join(dir, "bun"), "src/cli/agent.ts", "--tag", "run/host-a"])
       const other = Bun.spawn([join(dir, "bun"), "src/cli/agent.ts", "--tag", "run/host-b"])
-      await Bun.sleep(100)
+      // Both have exec'd their script: their command lines are the tagged agents' (before that, a fork of this process's).
+      const tagged = (proc: Bun.Subprocess, tag: string) => commandLine(proc.pid).includes(`${join(dir, "bun")} src/cli/agent.ts --tag ${tag}`)
+      await waitFor(() => tagged(mine, "run/host-a") && tagged(other, "run/host-b"), "both stand-ins running as tagged agents")
       const result = Bun.spawnSync(["bash", "-c", cleanupScript("run/host-a")], { stdout: "pipe" })
       expect(result.stdout.toString().trim()).toBe("leftovers 1")
       expect(await mine.exited).not.toBe(0)

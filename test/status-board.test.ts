@@ -159,9 +159,10 @@ describe("StatusBoard", () => {
       expect(yield* Effect.promise(() => zipped.json())).toEqual(first)
       const second = bigState(50_000)
       yield* board.publish(second)
-      const servedAt = performance.now()
-      yield* eventually(Effect.map(fetchJson(url("/state.json")), ({ body }) => (body as StatusBoard.RunState).ranks[0]!.pid === 50_000), "the new state", 2_000)
-      expect(performance.now() - servedAt).toBeLessThan(1_000)
+      // A big body is rebuilt at most every 100 ms: the new state comes within the deadline. It is 30 times
+      // that interval, so that a loaded machine's slow requests cannot fail it, while a body that is never
+      // rebuilt (or kept for seconds) still does.
+      yield* eventually(Effect.map(fetchJson(url("/state.json")), ({ body }) => (body as StatusBoard.RunState).ranks[0]!.pid === 50_000), "the new state", 3_000)
       expect((yield* fetchJson(url("/state.json"))).body).toEqual(second)
     }))
 
@@ -218,20 +219,45 @@ describe("StatusBoard", () => {
 
   effect.live("endStreams: the state waiting behind the 250 ms pacing goes out at once, then the stream ends", () =>
     Effect.gen(function*() {
-      const { board, url } = yield* setup()
-      yield* board.publish(state)
-      const response = yield* Effect.promise(() => fetch(url("/events")))
-      const body = Effect.promise(() => response.text())
-      const reading = yield* Effect.fork(body)
-      yield* Effect.sleep(50)
-      yield* board.publish({ ...state, phase: "done", verdict: "run completed" })
-      const started = performance.now()
-      yield* board.endStreams
-      const text = yield* Effect.fromFiber(reading)
-      expect(performance.now() - started).toBeLessThan(200)
-      const states = [...text.matchAll(/^data: (.*)$/gm)].map((match) => JSON.parse(match[1]!) as StatusBoard.RunState)
-      expect(states.map((each) => each.phase)).toEqual(["training", "done"])
-      expect(states.at(-1)!.verdict).toBe("run completed")
+      /**
+       * One try: open the stream, wait until its first state has come (so the next one waits behind the
+       * pacing), publish the last state, end the streams. Returns the states read and when the stream ended,
+       * in ms after the request went out. The board sends the first state once the request is in, so a state
+       * held for the pacing cannot go out before 250 ms after the request: a stream that ends sooner proves
+       * endStreams sent it at once, on any machine, however slow.
+       */
+      const attempt = Effect.scoped(Effect.gen(function*() {
+        const { board, url } = yield* setup()
+        yield* board.publish(state)
+        const requestedAt = performance.now()
+        const response = yield* Effect.promise(() => fetch(url("/events")))
+        const reader = response.body!.getReader()
+        let text = ""
+        const read = (async () => {
+          for (;;) {
+            const { done, value } = await reader.read()
+            if (done) return performance.now() - requestedAt
+            text += new TextDecoder().decode(value)
+          }
+        })()
+        yield* Effect.promise(() => waitFor(() => text.includes("\n\n"), "the first state on the stream"))
+        yield* board.publish({ ...state, phase: "done", verdict: "run completed" })
+        yield* board.endStreams
+        const endedMs = yield* Effect.promise(() => read)
+        const states = [...text.matchAll(/^data: (.*)$/gm)].map((match) => JSON.parse(match[1]!) as StatusBoard.RunState)
+        return { states, endedMs }
+      }))
+      // The time is the proof, and a busy machine can make a good try slow: up to five tries, one must end
+      // before the pacing could have let the state out. A board that holds the state for the pacing fails
+      // every try; every try must carry both states.
+      const tries: Array<number> = []
+      for (let index = 0; index < 5 && !tries.some((ms) => ms < 250); index++) {
+        const { states, endedMs } = yield* attempt
+        expect(states.map((each) => each.phase)).toEqual(["training", "done"])
+        expect(states.at(-1)!.verdict).toBe("run completed")
+        tries.push(endedMs)
+      }
+      expect({ tries, anyBeforeThePacing: tries.some((ms) => ms < 250) }).toEqual({ tries, anyBeforeThePacing: true })
     }))
 
   effect.live("GET /events: 16 streams from one address at most; the next gets a 503 saying so, and a closed one frees its place", () =>
