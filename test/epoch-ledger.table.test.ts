@@ -94,6 +94,18 @@ describe("plan: weighted split (largest remainder)", () => {
       why: "rank 9's weight is ignored; quotas 1.25 (rank 2), 3.75 (rank 5): rank 5's .75 beats .25"
     },
     {
+      size: 3,
+      weights: [[0, 5], [1, 1]],
+      expected: { 0: [r(0, 3)], 1: [] },
+      why: "quotas 2.5 and 0.5 tie (in floats the second is 0.5000000000000001): the lower rank takes the one left"
+    },
+    {
+      size: 2,
+      weights: [[0, 2], [1, 7], [2, 1]],
+      expected: { 0: [r(0, 1)], 1: [r(1, 2)], 2: [] },
+      why: "quotas 0.4, 1.4, 0.2: floors 0, 1, 0 leave 1; ranks 0 and 1 tie at .4 (float noise apart), rank 0 takes it"
+    },
+    {
       size: 6,
       weights: [[0, 1], [1, 1], [2, 4]],
       expected: { 0: [r(0, 1)], 1: [r(1, 2)], 2: [r(2, 6)] },
