@@ -154,6 +154,42 @@ describe("restart", () => {
     expect(run.act(crash("r2"), 1_000)[0]).toEqual({ _tag: "Restart", id: "r2", after: 200 })
   })
 
+  test("jitter draws come from mulberry32 seeded by the state: the same seed, the same delays", () => {
+    // mulberry32 as published (Tommy Ettinger), written out here: the test's own source of the draws.
+    const mulberry32 = (seed: number) => () => {
+      seed = (seed + 0x6d2b79f5) >>> 0
+      let t = seed
+      t = Math.imul(t ^ (t >>> 15), t | 1)
+      t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
+      return ((t ^ (t >>> 14)) >>> 0) / 4_294_967_296
+    }
+    for (const seed of [0x5eed, 1, 123_456_789]) {
+      const draws = mulberry32(seed)
+      const run = supervise(restart(10, 1_000_000, new Backoff({ initial: 1_000, max: 100_000, factor: 2, jitter: 0.5 }), "one"), [rank(0)], seed)
+      for (const [attempt, base] of [[0, 1_000], [1, 2_000], [2, 4_000]] as const) {
+        const expected = Math.round(base * (1 + 0.5 * (2 * draws() - 1)))
+        expect({ seed, attempt, restart: run.act(crash("r0"), attempt * 10_000) }).toEqual({ seed, attempt, restart: [{ _tag: "Restart", id: "r0", after: expected }] })
+        run.step(due("r0"), attempt * 10_000 + base * 2)
+      }
+    }
+  })
+
+  test("a timer that fires early still brings its child back (the clock is the interpreter's)", () => {
+    const run = supervise(restart(10, 1_000_000, noJitter(100, 10_000, 2), "one"), [rank(0)])
+    run.step(crash("r0"), 0)
+    expect(run.act(due("r0"), 50)).toEqual([{ _tag: "Start", id: "r0" }])
+  })
+
+  test("a lost rank's flag goes with its exit: after its restart, a clean exit is clean again", () => {
+    const run = supervise(restart(10, 1_000_000, noJitter(100, 10_000, 2), "one"), [rank(0), rank(1)])
+    run.step(SupervisionEvent.RanksLost({ ranks: [0], reason: "silent" }), 0)
+    expect(run.act(exits("r0", 0), 10)).toEqual([{ _tag: "Restart", id: "r0", after: 100 }])
+    run.step(due("r0"), 110)
+    // Transient, clean: ended for good, not restarted again.
+    expect(run.step(exits("r0", 0), 200)).toEqual([])
+    expect(run.state.children[0]!.status).toBe("exited")
+  })
+
   test("a restart that is not due yet waits: its own timer brings it back, not a sibling's", () => {
     const run = supervise(restart(10, 1_000_000, noJitter(100, 10_000, 2), "one"), [rank(0), rank(1)])
     run.step(crash("r0"), 0)
@@ -330,11 +366,23 @@ describe("growth", () => {
     ])
   })
 
-  test("a rank number the run has had is never reused, nor is a child id", () => {
+  test("a rank number the run has had is never reused, nor is a child id, nor one rank of several", () => {
     const run = supervise(new Elastic({}), world)
     run.step(SupervisionEvent.CohortFormed())
-    expect(run.step(SupervisionEvent.ChildrenJoined({ children: [{ ...rank(9), id: "r0" }, { ...rank(2), id: "new" }] }))).toEqual([])
+    const clashes = [{ ...rank(9), id: "r0" }, { ...rank(2), id: "new" }, { ...rank(7), id: "pair", ranks: [7, 3] }]
+    expect(run.step(SupervisionEvent.ChildrenJoined({ children: clashes }))).toEqual([])
     expect(run.state.joined).toBe(0)
+  })
+
+  test("the verdict of a grown world counts every rank it has had", () => {
+    const run = supervise(new Elastic({}), world.slice(0, 3))
+    run.step(SupervisionEvent.CohortFormed())
+    run.step(SupervisionEvent.ChildrenJoined({ children: [rank(3)] }))
+    // 2 dead of 4 (3 at formation, 1 joined): degraded, not every rank lost.
+    run.step(crash("r0"))
+    run.step(crash("r1"))
+    run.step(exits("r2", 0))
+    expect(run.act(exits("r3", 0))).toEqual([{ _tag: "Verdict", verdict: Verdict.Completed({ dead: 2, world: 4, tolerated: 0 }) }])
   })
 })
 
@@ -351,6 +399,23 @@ describe("stops from outside", () => {
     run.step(exits("r0", 0))
     expect(run.act(crash("r1"))).toEqual([
       { _tag: "Verdict", verdict: Verdict.Failed({ kind: "aborted", message: "aborted: received SIGINT", signal: "SIGINT" }) }
+    ])
+  })
+
+  test("an abort without a signal has none in its verdict (exit 130), not an undefined one", () => {
+    const run = supervise(new KillAll(), world)
+    run.step(SupervisionEvent.AbortRequested({ reason: "asked by code" }))
+    run.step(exits("r0", 0))
+    const verdict = run.act(exits("r1", 0))[0]
+    expect(verdict).toStrictEqual({ _tag: "Verdict", verdict: Verdict.Failed({ kind: "aborted", message: "aborted: asked by code" }) })
+  })
+
+  test("an abort while the run already stops (max_failure tripped) keeps the first root cause and says nothing more", () => {
+    const run = supervise(new Elastic({ maxFailure: new Count({ n: 1 }) }), world)
+    run.step(crash("r0"))
+    expect(run.step(SupervisionEvent.AbortRequested({ reason: "received SIGINT", signal: "SIGINT" }))).toEqual([])
+    expect(run.act(exits("r1", 0))).toEqual([
+      { _tag: "Verdict", verdict: Verdict.Failed({ kind: "max-failure", message: "max_failure exceeded: 1/2 ranks dead, threshold 1" }) }
     ])
   })
 
@@ -374,10 +439,23 @@ describe("stops from outside", () => {
     ])
   })
 
+  test("a failed coordinator stops everyone, and its first reason is the one the verdict gives", () => {
+    const run = supervise(new Elastic({}), world)
+    expect(run.step(SupervisionEvent.CoordinatorFailed({ reason: "no quorum" }))).toEqual([
+      { _tag: "Note", message: "coordinator failed: no quorum: stopping every child" },
+      { _tag: "Terminate", ids: ["r1", "r0"], mode: "graceful", reason: "coordinator failed: no quorum: stopping every child" }
+    ])
+    // A second report changes nothing, and adds no line.
+    expect(run.step(SupervisionEvent.CoordinatorFailed({ reason: "later" }))).toEqual([])
+    run.step(exits("r0", 0))
+    expect(run.act(exits("r1", 0))).toEqual([{ _tag: "Verdict", verdict: Verdict.Failed({ kind: "coordinator", message: "coordinator failed: no quorum" }) }])
+  })
+
   test("a failed coordinator is the root cause, over an earlier failure", () => {
     const run = supervise(new KillAll(), world)
     run.step(crash("r0"))
-    run.step(SupervisionEvent.CoordinatorFailed({ reason: "no quorum" }))
+    // The run already stops: no second stop, no line.
+    expect(run.step(SupervisionEvent.CoordinatorFailed({ reason: "no quorum" }))).toEqual([])
     expect(run.act(exits("r1", 0))).toEqual([
       { _tag: "Verdict", verdict: Verdict.Failed({ kind: "coordinator", message: "coordinator failed: no quorum" }) }
     ])
@@ -391,6 +469,8 @@ describe("stops from outside", () => {
       { _tag: "Terminate", ids: ["r1"], mode: "graceful", reason: "aborted: stop: stopping every child" }
     ])
     expect(run.step(due("r0"), 100)).toEqual([])
+    // The cancelled one has ended for good: the verdict comes once the other exits.
+    expect(run.act(exits("r1", 0), 110)).toEqual([{ _tag: "Verdict", verdict: Verdict.Failed({ kind: "aborted", message: "aborted: stop" }) }])
   })
 })
 
@@ -402,6 +482,8 @@ describe("initial state", () => {
   test("the world is the distinct ranks; nothing starts before Boot, and Boot starts each child once, in order", () => {
     const state = initialState([rank(0), rank(1), { ...rank(1), id: "twin" }])
     expect(state.world).toBe(2)
+    expect(state.restarts).toEqual([])
+    expect(state.dead).toEqual([])
     expect(state.children.map((child) => child.status)).toEqual(["pending", "pending", "pending"])
     const [directives, booted] = decide(new Elastic({}), state, SupervisionEvent.Boot(), 0)
     expect(directives).toEqual([{ _tag: "Start", id: "r0" }, { _tag: "Start", id: "r1" }, { _tag: "Start", id: "twin" }])
