@@ -190,6 +190,18 @@ describe("restart", () => {
     expect(run.state.children[0]!.status).toBe("exited")
   })
 
+  test("a lost rank restarts whichever child carries it (an agent carries several), naming why", () => {
+    const agent: ChildSpec = { id: "agent", label: "agent of host-a", ranks: [0, 1], restart: "transient", significant: false }
+    const run = supervise(restart(10, 1_000_000, noJitter(100, 10_000, 2), "one"), [agent, rank(2)])
+    run.step(SupervisionEvent.RanksLost({ ranks: [1], reason: "silent" }), 0)
+    expect(run.act(exits("agent", 0), 10)).toEqual([{ _tag: "Restart", id: "agent", after: 100 }])
+    // One that had already exited is restarted at once, and the note says so.
+    run.step(exits("r2", 0), 20)
+    expect(run.notes(SupervisionEvent.RanksLost({ ranks: [2], reason: "silent" }), 30)).toEqual([
+      "rank(s) 2 lost: silent after rank 2 had exited: restarting it in 100 ms"
+    ])
+  })
+
   test("a restart that is not due yet waits: its own timer brings it back, not a sibling's", () => {
     const run = supervise(restart(10, 1_000_000, noJitter(100, 10_000, 2), "one"), [rank(0), rank(1)])
     run.step(crash("r0"), 0)
@@ -335,6 +347,26 @@ describe("elastic", () => {
     ])
   })
 
+  test("a group's ranks are reported once each, in ascending order, however its children are listed", () => {
+    const agent: ChildSpec = { id: "agent", label: "agent of host-a", ranks: [3, 1], group: "host-a", restart: "transient", significant: true }
+    const run = supervise(new Elastic({}), [rank(3, "transient", { group: "host-a" }), agent, rank(1, "transient", { group: "host-a" }), rank(0)])
+    expect(run.step(crash("agent"))).toEqual([
+      { _tag: "Note", message: "agent of host-a exited with signal SIGKILL: its group host-a goes with it" },
+      { _tag: "Terminate", ids: ["r1", "r3"], mode: "graceful", reason: "agent of host-a exited with signal SIGKILL: its group host-a goes with it" },
+      { _tag: "ReportDead", ranks: [1, 3], cause: "agent of host-a exited with signal SIGKILL" },
+      { _tag: "Note", message: "agent of host-a exited with signal SIGKILL: reporting rank(s) 1, 3 dead; survivors carry the work" }
+    ])
+  })
+
+  test("losing every rank stops what is left gracefully (a relay carries none)", () => {
+    const relay: ChildSpec = { id: "relay", label: "relay of host-a", ranks: [], restart: "transient", significant: false }
+    const run = supervise(new Elastic({}), [relay, rank(0)])
+    expect(run.act(crash("r0"))).toEqual([
+      { _tag: "ReportDead", ranks: [0], cause: "rank 0 exited with signal SIGKILL" },
+      { _tag: "Terminate", ids: ["relay"], mode: "graceful", reason: "every rank was lost (1/1): stopping the run" }
+    ])
+  })
+
   test("after the run drained, abnormal exits are tolerated and counted", () => {
     const run = supervise(new Elastic({ maxFailure: new Count({ n: 1 }) }), world.slice(0, 2))
     run.step(SupervisionEvent.RunDrained())
@@ -475,6 +507,16 @@ describe("stops from outside", () => {
 })
 
 describe("initial state", () => {
+  test("an abort before Boot: nothing ever starts, and the verdict is at once", () => {
+    const strategy = new Elastic({})
+    const [directives, state] = decide(strategy, initialState([rank(0), rank(1)]), SupervisionEvent.AbortRequested({ reason: "received SIGINT", signal: "SIGINT" }), 0)
+    expect(directives).toEqual([
+      { _tag: "Note", message: "aborted: received SIGINT: stopping every child" },
+      { _tag: "Verdict", verdict: Verdict.Failed({ kind: "aborted", message: "aborted: received SIGINT", signal: "SIGINT" }) }
+    ])
+    expect(decide(strategy, state, SupervisionEvent.Boot(), 1)[0]).toEqual([])
+  })
+
   test("duplicate child ids are a programming error", () => {
     expect(() => initialState([rank(0), { ...rank(1), id: "r0" }])).toThrow('duplicate child id "r0"')
   })
