@@ -106,6 +106,18 @@ describe("plan: weighted split (largest remainder)", () => {
       why: "quotas 0.4, 1.4, 0.2: floors 0, 1, 0 leave 1; ranks 0 and 1 tie at .4 (float noise apart), rank 0 takes it"
     },
     {
+      size: 3,
+      weights: [[0, 1], [1, 1], [2, 1], [3, 1], [4, 1]],
+      expected: { 0: [r(0, 1)], 1: [r(1, 2)], 2: [r(2, 3)], 3: [], 4: [] },
+      why: "five equal quotas of 0.6 tie: the three left go to the three lowest ranks, as in the equal split"
+    },
+    {
+      size: 2,
+      weights: [[3, 2], [5, 2], [8, 2], [9, 2]],
+      expected: { 3: [r(0, 1)], 5: [r(1, 2)], 8: [], 9: [] },
+      why: "four equal quotas of 0.5 tie: ranks 3 and 5, the lowest, take the two left"
+    },
+    {
       size: 6,
       weights: [[0, 1], [1, 1], [2, 4]],
       expected: { 0: [r(0, 1)], 1: [r(1, 2)], 2: [r(2, 6)] },

@@ -68,13 +68,14 @@ const weightedSizes = (
   const quotas = scaled.map((weight) => (total * weight) / sum)
   const sizes = quotas.map((quota) => Math.floor(quota))
   // Rounding error is far below one sample, so the floors never exceed the total and what is left
-  // is under one sample per rank. It goes to the largest remainders, ties to the lower rank, as in the
-  // equal split (equal weights give exactly the equal split). Remainders closer than the quotas' float
-  // error are ties: 5:1 of 3 samples is 2.5 and 0.5, but the second comes out as 0.5000000000000001.
+  // is under one sample per rank. It goes to the largest remainders; the sort is stable, so ties go
+  // to the lower rank, as in the equal split (equal weights give exactly the equal split). Remainders
+  // closer than the quotas' float error are ties: 5:1 of 3 samples is 2.5 and 0.5, but the second
+  // comes out as 0.5000000000000001.
   const noise = Number.EPSILON * Math.max(1, total) * ranks.length * 16
   const order = sizes.map((_, i) => i).sort((a, b) => {
     const larger = quotas[b]! - sizes[b]! - (quotas[a]! - sizes[a]!)
-    return Math.abs(larger) <= noise ? a - b : larger
+    return Math.abs(larger) <= noise ? 0 : larger
   })
   let left = total - sizes.reduce((a, b) => a + b, 0)
   for (let i = 0; left > 0; i = (i + 1) % order.length, left--) sizes[order[i]!]!++
