@@ -147,6 +147,20 @@ describe("read", () => {
     expect(await policyProblem("failure_policy: { after_formation: { restart: { backoff: { factor: 0.5 } } } }")).toBe(
       `cluster.yml: failure_policy.after_formation.restart.backoff.factor (line 1, col 68): expected a growth factor from 1 to 100, got 0.5`
     )
+    // A week is the longest duration anywhere: longer is refused with the place, never a crash (200h was one).
+    expect(await after("{ restart: { within: 168h } }")).toEqual(new Restart({ ...defaults, within: 604_800_000 }))
+    for (const [text, column, key] of [
+      ["failure_policy: { after_formation: { restart: { within: 200h } } }", 57, "after_formation.restart.within"],
+      ["failure_policy: { grace: 169h }", 26, "grace"],
+      ["failure_policy: { after_formation: { restart: { backoff: { initial: 20000m } } } }", 69, "after_formation.restart.backoff.initial"],
+      ["failure_policy: { before_formation: { kill_all: { grace: 1000h } } }", 58, "before_formation.kill_all.grace"]
+    ] as const) {
+      const found = /: (\d+[hm]) /.exec(text)![1]
+      const above = key.endsWith("within") ? " above 0ms" : ""
+      expect(await policyProblem(text)).toBe(
+        `cluster.yml: failure_policy.${key} (line 1, col ${column}): expected a duration like "250ms", "5s", "10m" or "1h"${above} up to 168h, got "${found}"`
+      )
+    }
     expect(await policyProblem("failure_policy: { after_formation: { restart: { max_restarts: 1001 } } }")).toBe(
       `cluster.yml: failure_policy.after_formation.restart.max_restarts (line 1, col 63): expected a whole number of restarts from 0 to 1000, got 1001`
     )

@@ -10,9 +10,10 @@
  * objects, only numbers it can compare and add.
  */
 import * as Schema from "effect/Schema"
+import { MAX_DURATION_MS } from "../config/Duration.ts"
 
-/** A non-negative whole number of milliseconds. */
-export const Millis = Schema.Int.pipe(Schema.between(0, 7 * 24 * 3_600_000))
+/** A non-negative whole number of milliseconds, at most a week (what a cluster file may write). */
+export const Millis = Schema.Int.pipe(Schema.between(0, MAX_DURATION_MS))
 export type Millis = typeof Millis.Type
 
 /** `max_failure: 2`: the run fails once two ranks are dead. */

@@ -5,6 +5,12 @@
  */
 
 const units = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000 } as const
+
+/**
+ * The longest duration a cluster file may give (one week, 168h): a grace, a timeout or a restart window
+ * longer than that is a typo, and the strategies' schema (`Strategy.Millis`) holds the same bound.
+ */
+export const MAX_DURATION_MS = 7 * 24 * units.h
 const pattern = /^(\d+(?:\.\d+)?)(ms|s|m|h)$/
 
 /** Milliseconds, or undefined when the text is not a duration. */

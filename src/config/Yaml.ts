@@ -13,7 +13,7 @@ import * as Data from "effect/Data"
 import * as Effect from "effect/Effect"
 import { isMap, isScalar, isSeq, LineCounter, type Node, parseDocument } from "yaml"
 import { ConfigError } from "./ConfigError.ts"
-import { formatDuration, parseDuration } from "./Duration.ts"
+import { formatDuration, MAX_DURATION_MS, parseDuration } from "./Duration.ts"
 
 interface Source {
   readonly file: string | undefined
@@ -173,12 +173,14 @@ export class Field {
     return value
   }
 
-  /** A duration like `250ms`, `5s`, `10m`, `1h`, in whole milliseconds. */
+  /** A duration like `250ms`, `5s`, `10m`, `1h`, in whole milliseconds, at most a week. */
   duration(min = 0): number {
     const what = `a duration like "250ms", "5s", "10m" or "1h"${min > 0 ? ` above ${formatDuration(min - 1)}` : ""}`
     const value = this.scalar
     const ms = typeof value === "string" ? parseDuration(value) : undefined
     if (ms === undefined || ms < min) this.expected(what)
+    // Said only when it is the problem: the usual message stays short.
+    if (ms > MAX_DURATION_MS) this.expected(`${what} up to ${formatDuration(MAX_DURATION_MS)}`)
     return ms
   }
 
