@@ -13,15 +13,12 @@
  * to close at the end.
  */
 import * as Effect from "effect/Effect"
-import { controlCodec } from "../src/actors/launcher/ControlGate.ts"
-import { joinCodec } from "../src/actors/launcher/JoinGate.ts"
-import { rendezvousCodec } from "../src/actors/launcher/RendezvousGate.ts"
 import { magic } from "../src/wire/Channel.ts"
-import { RelayHello } from "../src/wire/ControlMessages.ts"
-import { Hello } from "../src/wire/JoinMessages.ts"
+import { controlCodec, RelayHello } from "../src/wire/ControlMessages.ts"
+import { Hello, joinCodec } from "../src/wire/JoinMessages.ts"
 import { newNonce, newSalt } from "../src/wire/Keys.ts"
 import * as Link from "../src/wire/Link.ts"
-import { Join } from "../src/wire/RendezvousMessages.ts"
+import { Join, rendezvousCodec } from "../src/wire/RendezvousMessages.ts"
 
 const FORGED_JOINS = 48
 const FORGED_RELAYS = 8

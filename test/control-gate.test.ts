@@ -7,7 +7,7 @@ import { describe, expect } from "bun:test"
 import * as Effect from "effect/Effect"
 import * as ControlGate from "../src/actors/launcher/ControlGate.ts"
 import * as PortMux from "../src/actors/PortMux.ts"
-import { type ControlMessage, FromRank, HostBeats, RelayHello, ToRanks } from "../src/wire/ControlMessages.ts"
+import { controlCodec, type ControlMessage, FromRank, HostBeats, RelayHello, ToRanks } from "../src/wire/ControlMessages.ts"
 import { Attach, CoordinatorBeat } from "../src/wire/CoordinatorMessages.ts"
 import { hostKey, newSalt, rankKey } from "../src/wire/Keys.ts"
 import * as Link from "../src/wire/Link.ts"
@@ -35,8 +35,8 @@ const gate = Effect.gen(function*() {
       port: mux.port,
       salt: key,
       keyId,
-      inbound: ControlGate.controlCodec,
-      outbound: ControlGate.controlCodec,
+      inbound: controlCodec,
+      outbound: controlCodec,
       handshakeMs: 5_000
     })
   return { control, delivered, dial, salt }

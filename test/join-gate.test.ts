@@ -8,7 +8,7 @@ import type * as Either from "effect/Either"
 import * as JoinGate from "../src/actors/launcher/JoinGate.ts"
 import type { JoinRules } from "../src/actors/launcher/joinVerdict.ts"
 import * as PortMux from "../src/actors/PortMux.ts"
-import { Hello, type JoinMessage, Reject, WorldFormed } from "../src/wire/JoinMessages.ts"
+import { Hello, joinCodec, type JoinMessage, Reject, WorldFormed } from "../src/wire/JoinMessages.ts"
 import { newSalt, OPEN_SALT, saltFromHex } from "../src/wire/Keys.ts"
 import * as Link from "../src/wire/Link.ts"
 import { effect } from "./support/effect.ts"
@@ -65,8 +65,8 @@ const join = (port: number, salt: Uint8Array, message: Hello, open = false) =>
       port,
       channel: "join",
       salt: open ? OPEN_SALT : salt,
-      inbound: JoinGate.joinCodec,
-      outbound: JoinGate.joinCodec,
+      inbound: joinCodec,
+      outbound: joinCodec,
       ...(open ? { rekeyOn: (m: JoinMessage) => (m._tag === "Accept" && m.saltHex ? saltFromHex(m.saltHex) : undefined) } : {})
     })
     yield* link.send(message)

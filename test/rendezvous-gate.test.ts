@@ -12,7 +12,7 @@ import * as RendezvousGate from "../src/actors/launcher/RendezvousGate.ts"
 import * as PortMux from "../src/actors/PortMux.ts"
 import { newSalt, rankKey } from "../src/wire/Keys.ts"
 import * as Link from "../src/wire/Link.ts"
-import { IdFailed, IdProvided, Join, type RendezvousMessage } from "../src/wire/RendezvousMessages.ts"
+import { IdFailed, IdProvided, Join, rendezvousCodec, type RendezvousMessage } from "../src/wire/RendezvousMessages.ts"
 import { effect, eventually } from "./support/effect.ts"
 
 const idOf = (byte: number) => new Uint8Array(128).fill(byte)
@@ -41,8 +41,8 @@ const gateWith = (world: ReadonlyArray<number>, local: ReadonlyArray<number>) =>
           port: mux.port,
           salt: as.key,
           keyId: as.keyId,
-          inbound: RendezvousGate.rendezvousCodec,
-          outbound: RendezvousGate.rendezvousCodec
+          inbound: rendezvousCodec,
+          outbound: rendezvousCodec
         })
         const inbox = yield* Queue.unbounded<RendezvousMessage>()
         const ended = yield* Deferred.make<void>()

@@ -22,9 +22,9 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Schedule from "effect/Schedule"
 import * as Codec from "../../src/wire/Codec.ts"
-import { ControlMessage, FromRank, HostBeats, RelayHello } from "../../src/wire/ControlMessages.ts"
+import { controlCodec, FromRank, HostBeats, RelayHello } from "../../src/wire/ControlMessages.ts"
 import { Attach } from "../../src/wire/CoordinatorMessages.ts"
-import { Hello, JoinMessage, RankExited, RankRunning, RankStarted } from "../../src/wire/JoinMessages.ts"
+import { Hello, joinCodec, RankExited, RankRunning, RankStarted } from "../../src/wire/JoinMessages.ts"
 import { hostKey, saltFromHex } from "../../src/wire/Keys.ts"
 import * as Link from "../../src/wire/Link.ts"
 import { fairScheduler } from "../../src/actors/FairScheduler.ts"
@@ -39,8 +39,6 @@ interface Go {
   readonly beatEveryMs: number
 }
 
-const joinCodec = Codec.make("join", JoinMessage)
-const controlCodec = Codec.make("control", ControlMessage)
 const wallClock = () => performance.timeOrigin + performance.now()
 const say = (message: Record<string, unknown>) => process.stdout.write(`${JSON.stringify(message)}\n`)
 

@@ -7,6 +7,7 @@
  */
 import * as Schema from "effect/Schema"
 import { CoordinatorOrder, RankReport } from "./CoordinatorMessages.ts"
+import * as Codec from "./Codec.ts"
 
 const Count = Schema.Int.pipe(Schema.nonNegative())
 
@@ -114,3 +115,6 @@ export const ControlMessage = Schema.Union(
   WorldGrown
 )
 export type ControlMessage = typeof ControlMessage.Type
+
+/** The control channel's messages on the wire. */
+export const controlCodec = Codec.make("control", ControlMessage)

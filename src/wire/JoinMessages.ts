@@ -10,6 +10,7 @@
  * report from a rank that was restarted is never taken for its successor.
  */
 import * as Schema from "effect/Schema"
+import * as Codec from "./Codec.ts"
 
 /** An agent asks to join: who it is and what it brings. */
 export class Hello extends Schema.TaggedClass<Hello>()("Hello", {
@@ -149,3 +150,6 @@ export const JoinMessage = Schema.Union(
   RankResources
 )
 export type JoinMessage = typeof JoinMessage.Type
+
+/** The join channel's messages on the wire. */
+export const joinCodec = Codec.make("join", JoinMessage)

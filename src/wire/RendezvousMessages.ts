@@ -7,6 +7,7 @@
  * members to drop their communicator (`Reform`) and a new generation follows.
  */
 import * as Schema from "effect/Schema"
+import * as Codec from "./Codec.ts"
 
 const Rank = Schema.Int.pipe(Schema.nonNegative())
 const Generation = Schema.Int.pipe(Schema.nonNegative())
@@ -37,3 +38,6 @@ export class Reform extends Schema.TaggedClass<Reform>()("Reform", { generation:
 /** In kind order: append only. */
 export const RendezvousMessage = Schema.Union(Join, ProvideId, IdProvided, IdFailed, Ready, Reform)
 export type RendezvousMessage = typeof RendezvousMessage.Type
+
+/** The rendezvous channel's messages on the wire. */
+export const rendezvousCodec = Codec.make("rendezvous", RendezvousMessage)

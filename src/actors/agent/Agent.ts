@@ -25,17 +25,18 @@ import * as Scope from "effect/Scope"
 import { describe as describeExit, isClean } from "../ChildExit.ts"
 import * as ProcessChild from "../ProcessChild.ts"
 import { roleVariables } from "../Role.ts"
-import { type Accept, Hello, type JoinMessage, RankExited, RankResources, RankRunning, RankStarted, type StartRank, type StopRank, type WorldFormed } from "../../wire/JoinMessages.ts"
+import { type Accept, Hello, joinCodec, type JoinMessage, RankExited, RankResources, RankRunning, RankStarted, type StartRank, type StopRank, type WorldFormed } from "../../wire/JoinMessages.ts"
 import * as Native from "../../native/Native.ts"
 import { makeResourceSampler } from "./ResourceSampler.ts"
 import { runDirPrefix, sweepStaleRunDirs } from "./StaleRunDirs.ts"
 import { hostKey, OPEN_SALT, rankKey, saltFromHex } from "../../wire/Keys.ts"
 import * as Link from "../../wire/Link.ts"
-import { joinCodec, type JoinLink } from "../launcher/JoinGate.ts"
 import { rankEntry, relayEntry } from "../../cli/entryPoints.ts"
 import { deviceIndex, deviceTag, type HostDevices } from "./Devices.ts"
 import { type HostEnvelope, type HostKeyMessage, toEnvironment } from "./Envelope.ts"
 import { internalEnvironment, rankEnvironment, scrub } from "./RankEnvironment.ts"
+
+type JoinLink = Link.Link<JoinMessage, JoinMessage>
 
 /**
  * Why an agent stopped. `permanent`: trying again cannot help (the launcher

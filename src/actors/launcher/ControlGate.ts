@@ -16,13 +16,11 @@ import type * as Scope from "effect/Scope"
 import * as Actor from "../Actor.ts"
 import { makeNoiseLog } from "./NoiseLog.ts"
 import type { Accepted } from "../PortMux.ts"
-import * as Codec from "../../wire/Codec.ts"
-import { ControlMessage, LauncherBeat, RelayAccepted, RelayRejected } from "../../wire/ControlMessages.ts"
+import { controlCodec, type ControlMessage, LauncherBeat, RelayAccepted, RelayRejected } from "../../wire/ControlMessages.ts"
 import * as Link from "../../wire/Link.ts"
 import { hostKey } from "../../wire/Keys.ts"
 import { isHostName, printable } from "../../wire/Printable.ts"
 
-export const controlCodec = Codec.make("control", ControlMessage)
 
 /** One beat for every link: it carries nothing, so it is built and encoded once, not once per relay per second. */
 const beat = new LauncherBeat()

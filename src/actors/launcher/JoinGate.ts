@@ -32,15 +32,13 @@ import type * as Scope from "effect/Scope"
 import * as Actor from "../Actor.ts"
 import { makeNoiseLog } from "./NoiseLog.ts"
 import type { Accepted } from "../PortMux.ts"
-import * as Codec from "../../wire/Codec.ts"
-import { Accept, Hello, type HostRunSpec, JoinMessage, Reject } from "../../wire/JoinMessages.ts"
+import { Accept, Hello, type HostRunSpec, joinCodec, type JoinMessage, Reject } from "../../wire/JoinMessages.ts"
 import { saltToHex } from "../../wire/Keys.ts"
 import * as Link from "../../wire/Link.ts"
 import { hostNameRule, isHostName, printable } from "../../wire/Printable.ts"
 import { type Admission, joinSalt } from "../../wire/Trust.ts"
 import { FLOOD_LIMIT, type JoinRules, joinVerdict } from "./joinVerdict.ts"
 
-export const joinCodec = Codec.make("join", JoinMessage)
 
 /** A device label as the join gate takes one: a GPU's name ("NVIDIA H200") or `cpu`. */
 const DEVICE_LABEL = /^[A-Za-z0-9][A-Za-z0-9 :._()/+-]{0,63}$/

@@ -24,12 +24,10 @@ import type * as Scope from "effect/Scope"
 import * as Actor from "../Actor.ts"
 import { makeNoiseLog } from "./NoiseLog.ts"
 import type { Accepted } from "../PortMux.ts"
-import * as Codec from "../../wire/Codec.ts"
 import { rankKey } from "../../wire/Keys.ts"
 import * as Link from "../../wire/Link.ts"
-import { ProvideId, Ready, Reform, RendezvousMessage } from "../../wire/RendezvousMessages.ts"
+import { ProvideId, Ready, Reform, rendezvousCodec, type RendezvousMessage } from "../../wire/RendezvousMessages.ts"
 
-export const rendezvousCodec = Codec.make("rendezvous", RendezvousMessage)
 
 type RendezvousLink = Link.Link<RendezvousMessage, RendezvousMessage>
 
