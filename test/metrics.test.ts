@@ -179,4 +179,17 @@ cohort_rank_gpu_memory_bytes{run="demo",rank="1",host="gpu1",device="1"} 1024
 # TYPE cohort_rank_gpu_utilization_ratio gauge
 `)
   })
+
+  test("restarts: a seat restarted twice under new numbers is 2, not the sum over the numbers it ran as", () => {
+    const history: RunState = {
+      ...training(600, 12_500),
+      ranks: [
+        { ...rank(1, "1", null, null), state: "dead", restarts: 0, replacedBy: 3 },
+        { ...rank(3, "1", null, null), state: "dead", restarts: 1, replacedBy: 4 },
+        { ...rank(4, "1", null, null), restarts: 2 },
+        { ...rank(0, "0", null, null), restarts: 1 }
+      ]
+    }
+    expect(Metrics.render(history, noLatency, new Map())).toContain('\ncohort_restarts_total{run="demo"} 3\n')
+  })
 })

@@ -107,6 +107,28 @@ describe("RunView", () => {
     expect(restarted.ranks[2]).toMatchObject({ pid: 201, state: "running", restarts: 1, startedAt: 2_500, endedAt: null })
   })
 
+  test("a restart under a new number is a restart: counted on the new number, not as growth; the old number is history", () => {
+    const restarted = replay([
+      ...story.slice(0, 12),
+      { event: "rank_exited", at: 2_000, rank: 1, exit: "signal SIGKILL", clean: false },
+      { event: "world_grew", at: 2_100, world: 4, host: "a", ranks: [3], devices: ["cpu"], replaces: 1 },
+      { event: "rank_started", at: 2_200, rank: 3, pid: 301 },
+      { event: "rank_exited", at: 2_500, rank: 3, exit: "status 3", clean: false },
+      { event: "world_grew", at: 2_600, world: 5, host: "a", ranks: [4], devices: ["cpu"], replaces: 3 }
+    ])
+    expect(restarted.joinedAfterFormation).toBe(0)
+    expect(restarted.ranks.map((rank) => [rank.rank, rank.state, rank.restarts, rank.replacedBy])).toEqual([
+      [0, "running", 0, undefined],
+      [1, "dead", 0, 3],
+      [2, "running", 0, undefined],
+      [3, "dead", 1, 4],
+      [4, "starting", 2, undefined]
+    ])
+    // A late host is still growth.
+    const grown = RunView.apply(restarted, { event: "world_grew", at: 2_700, world: 6, host: "c", ranks: [5], devices: ["cpu"] })
+    expect([grown.joinedAfterFormation, grown.ranks.at(-1)!.restarts]).toEqual([1, 0])
+  })
+
   test("a failed verdict fails the phase; ephemeral events stay out of the events file", () => {
     const failed = replay([...story.slice(0, 12), { event: "verdict", at: 3_000, outcome: "failed", exitCode: 1, summary: "run failed: max_failure exceeded" }])
     expect(failed.phase).toBe("failed")

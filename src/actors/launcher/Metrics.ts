@@ -74,7 +74,8 @@ export const render = (
   family("cohort_deaths_total", "counter", "Ranks lost.")
   lines.push(`cohort_deaths_total{${run}} ${state.deaths.length}`)
   family("cohort_restarts_total", "counter", "Rank restarts.")
-  lines.push(`cohort_restarts_total{${run}} ${state.ranks.reduce((sum, rank) => sum + rank.restarts, 0)}`)
+  // A seat's current rank carries every restart of it; the numbers it replaced are history, not counted again.
+  lines.push(`cohort_restarts_total{${run}} ${state.ranks.reduce((sum, rank) => sum + (rank.replacedBy === undefined ? rank.restarts : 0), 0)}`)
 
   if (state.training !== null) {
     family("cohort_epoch", "gauge", "The current epoch.")

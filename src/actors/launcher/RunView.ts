@@ -33,7 +33,10 @@ export interface RankStatus {
   readonly state: RankState
   /** "status 0", "signal SIGKILL", … once an incarnation has ended. */
   readonly exit: string | null
+  /** Restarts of its seat so far: a restart under a new number carries the count of the number it replaces. */
   readonly restarts: number
+  /** The number this rank restarted as (it is history from then on); absent while it is the seat's current one. */
+  readonly replacedBy?: number | undefined
   /** When its current (or last) incarnation started and ended, ms since the epoch. */
   readonly startedAt: number | null
   readonly endedAt: number | null
@@ -262,13 +265,21 @@ const step = (state: RunState, event: RunEvent): RunState => {
         ranks: event.hosts.flatMap((host) => host.ranks.map((rank, slot) => newRank(rank, host.host, host.devices[slot]))).sort((a, b) => a.rank - b.rank)
       }
     case "world_grew": {
-      const joined = event.ranks.map((rank, slot) => newRank(rank, event.host, event.devices[slot]))
+      // A restart under a new number is the same seat coming back: it counts as a restart, not as growth.
+      const replaced = event.replaces === undefined ? undefined : state.ranks.find((rank) => rank.rank === event.replaces)
+      const joined = event.ranks.map((rank, slot) => ({
+        ...newRank(rank, event.host, event.devices[slot]),
+        restarts: replaced === undefined ? 0 : replaced.restarts + 1
+      }))
       const alive = (state.worldSizes.at(-1)?.alive ?? state.world) + event.ranks.length
+      const ranks = replaced === undefined
+        ? state.ranks
+        : state.ranks.map((rank) => (rank === replaced ? { ...rank, replacedBy: event.ranks[0] } : rank))
       return {
         ...state,
         world: event.world,
-        joinedAfterFormation: state.joinedAfterFormation + event.ranks.length,
-        ranks: [...state.ranks, ...joined].sort((a, b) => a.rank - b.rank),
+        joinedAfterFormation: state.joinedAfterFormation + (replaced === undefined ? event.ranks.length : 0),
+        ranks: [...ranks, ...joined].sort((a, b) => a.rank - b.rank),
         worldSizes: withWorldSize(state, event.at, event.world, alive)
       }
     }
