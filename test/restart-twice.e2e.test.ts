@@ -230,9 +230,10 @@ describe("restart, a rank that dies more than once", () => {
     // The other ranks never restarted.
     for (const rank of [0, 2, 3]) expect(events.filter((event) => event.event === "rank_started" && event.rank === rank)).toHaveLength(1)
 
-    // The rows: the last incarnation ended cleanly; the dead ones with their deaths; nobody restarted in place.
-    expect(tableRow(stderr, RENUMBERED[1]!)).toEqual({ exit: "0", restarts: 0 })
-    expect(tableRow(stderr, RENUMBERED[0]!)).toEqual({ exit: "3", restarts: 0 })
+    // The rows: the last incarnation ended cleanly; the dead ones with their deaths. Each number the seat ran
+    // as counts the restarts before it: 1 for the first new number, 2 for the second.
+    expect(tableRow(stderr, RENUMBERED[1]!)).toEqual({ exit: "0", restarts: 2 })
+    expect(tableRow(stderr, RENUMBERED[0]!)).toEqual({ exit: "3", restarts: 1 })
     for (const rank of [0, 2, 3]) expect(tableRow(stderr, rank)).toEqual({ exit: "0", restarts: 0 })
 
     const { checksums, lastAccuracy } = finalLines(stdout)
@@ -279,7 +280,7 @@ describe("restart, a rank that dies more than once", () => {
     expect(events.filter((event) => event.event === "decision" && event.decision === "Escalate").map((event) => event.detail))
       .toEqual([expect.stringContaining("restart intensity exceeded")])
     expect(events.filter((event) => event.event === "rank_started" && [VICTIM, ...RENUMBERED].includes(event.rank as number)).map((event) => event.pid)).toEqual([first, second, third])
-    expect(tableRow(stderr, RENUMBERED[1]!)).toEqual({ exit: "4", restarts: 0 })
+    expect(tableRow(stderr, RENUMBERED[1]!)).toEqual({ exit: "4", restarts: 2 })
     // The run did not train to its end.
     expect(stderr).not.toContain(`cohort: training done: ${EPOCHS} epoch(s)`)
 
