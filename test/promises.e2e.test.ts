@@ -133,7 +133,8 @@ failure_policy: { grace: 2s }
 
       expect(await start("", { Authorization: `Bearer ${startToken}` })).toEqual({ status: 200, body: { armed: true } })
       await waitFor(() => pidFiles(launcher.dir).length === 1, "rank 0 running user code once the window closed", 15_000)
-      expect(launcher.stderr.lines).toContain("cohort: cohort formed: all 1 rank(s) run user code")
+      // The line comes a moment after the rank's pid file: waited for, not assumed.
+      await waitFor(() => launcher.stderr.lines.includes("cohort: cohort formed: all 1 rank(s) run user code"), "the cohort formed line", 15_000)
       launcher.proc.kill("SIGTERM")
       expect(await launcher.proc.exited).toBe(143)
     },
