@@ -16,12 +16,13 @@
  */
 import { join } from "node:path"
 import { encodeLocal, LocalFrameReader } from "../../wire/LocalFrames.ts"
+// Types only: the schemas are the relay's to check with; loading them would slow every rank's start.
+import type { RankToRelay, RelayOp, RelayToRank } from "../../wire/LocalMessages.ts"
 import { createSegment, floats, segmentCapacity, SegmentMaps } from "../../wire/Segments.ts"
 import { RankCallError } from "./RankContext.ts"
 import type { SharedTensors } from "./SharedTensors.ts"
 
-/** `sum`/`avg` for allreduce, `sync` for a model sync round, `elastic` for a `cpu_async` exchange. */
-export type RelayOp = "sum" | "avg" | "sync" | "elastic"
+export type { RelayOp }
 
 /** An order from the coordinator, as the relay passes it on (CoordinatorMessages, encoded). */
 export type Order = { readonly _tag: string } & Record<string, unknown>
@@ -66,7 +67,8 @@ const dial = async (path: string, deadline: number, handlers: Parameters<typeof 
 
 export const connectRelay = async (options: RelayClientOptions): Promise<RelayClient> => {
   const reader = new LocalFrameReader()
-  let waiting: { resolve: (message: Record<string, unknown>) => void; reject: (error: Error) => void } | undefined
+  type Reduced = Extract<RelayToRank, { t: "reduced" }>
+  let waiting: { resolve: (message: Reduced) => void; reject: (error: Error) => void } | undefined
   let closing = false
   let lastHeard = Date.now()
 
@@ -79,7 +81,8 @@ export const connectRelay = async (options: RelayClientOptions): Promise<RelayCl
 
   const socket = await dial(options.socket, Date.now() + options.heartbeatTimeoutMs, {
     data: (_socket, chunk) => {
-      for (const message of reader.push(chunk) as Array<Record<string, unknown>>) {
+      // From this host's own relay: typed, not checked (see LocalMessages).
+      for (const message of reader.push(chunk) as Array<RelayToRank>) {
         if (message.t === "reduced") {
           const current = waiting
           waiting = undefined
@@ -96,7 +99,7 @@ export const connectRelay = async (options: RelayClientOptions): Promise<RelayCl
     close: () => lost("lost the host's relay"),
     error: () => {}
   })
-  const send = (message: unknown) => {
+  const send = (message: RankToRelay) => {
     if (!closing) socket.write(encodeLocal(message))
   }
   send({ t: "hello", rank: options.rank })
@@ -130,7 +133,7 @@ export const connectRelay = async (options: RelayClientOptions): Promise<RelayCl
     const staged = shared === undefined ? floats(ownSegment(bytes).bytes, bytes) : buffer
     if (shared === undefined) staged.set(buffer)
     if (weight !== 1) for (let i = 0; i < staged.length; i++) staged[i]! *= weight
-    const reply = new Promise<Record<string, unknown>>((resolve, reject) => (waiting = { resolve, reject }))
+    const reply = new Promise<Reduced>((resolve, reject) => (waiting = { resolve, reject }))
     const where = shared === undefined ? { seg: segment.path, offset: 0, tensor: false } : { seg: shared.path, offset: shared.offset, tensor: true }
     send({ t: "reduce", op, bytes, weight, epoch, ...where })
     const answer = await reply

@@ -14,6 +14,7 @@ import { join } from "node:path"
 import type { Kernels } from "../../native/Native.ts"
 import { createSegment, floats, segmentCapacity } from "../../wire/Segments.ts"
 import type { Contribution } from "./FoldBarrier.ts"
+import type { RelayToRank } from "../../wire/LocalMessages.ts"
 
 /** Where a contribution lies and whether the result must be written back into it. */
 export interface Source {
@@ -50,7 +51,7 @@ export class HostReduction {
   }
 
   /** Copy the result into every tensor that does not hold it yet; each rank's reply, in round order. */
-  deliver(round: Round, out: Float32Array): Array<[number, Record<string, unknown>]> {
+  deliver(round: Round, out: Float32Array): Array<[number, RelayToRank]> {
     const { bytes } = round[0]!
     return round.map(({ rank, source }) => {
       if (!source.inPlace) return [rank, { t: "reduced", bytes, seg: this.result.path }]

@@ -42,6 +42,8 @@ import { floats, SegmentMaps } from "../../wire/Segments.ts"
 import type { RelaySpec } from "../agent/Envelope.ts"
 import { FoldBarrier, mismatch, roundEpoch } from "./FoldBarrier.ts"
 import { HostReduction, type Round, type Source } from "./HostReduction.ts"
+import { RankToRelay, type RelayToRank } from "../../wire/LocalMessages.ts"
+import { printable } from "../../wire/Printable.ts"
 
 export class RelayError extends Data.TaggedError("RelayError")<{ readonly reason: string }> {
   override get message(): string {
@@ -56,6 +58,7 @@ interface RankSocket {
 
 const encodeOrder = Schema.encodeSync(CoordinatorOrder)
 const decodeReport = Schema.decodeUnknownEither(RankReport)
+const decodeLocal = Schema.decodeUnknownEither(RankToRelay)
 
 /**
  * A rank is in a `HostBeats` while its own last beat (every second) is this recent: a beat that comes late
@@ -107,7 +110,7 @@ export const run = (spec: RelaySpec, hostKey: Uint8Array, handshakeMs: number): 
     /** Each connected rank's last heartbeat (performance.now()). */
     const beatAt = new Map<number, number>()
 
-    const tell = (rank: number, message: unknown) => {
+    const tell = (rank: number, message: RelayToRank) => {
       sockets.get(rank)?.write(encodeLocal(message))
     }
 
@@ -168,16 +171,29 @@ export const run = (spec: RelaySpec, hostKey: Uint8Array, handshakeMs: number): 
       }
     }
 
-    const fromRank = (socket: Socket<RankSocket>, message: Record<string, unknown>) => {
+    const refuse = (socket: Socket<RankSocket>, claimed: unknown) => {
+      const refused: RelayToRank = { t: "refused", reason: `rank ${String(claimed)} is not a rank of ${spec.host} awaiting its relay` }
+      socket.write(encodeLocal(refused))
+      socket.end()
+    }
+
+    const fromRank = (socket: Socket<RankSocket>, raw: unknown) => {
       const { rank } = socket.data
+      const decoded = decodeLocal(raw)
+      if (Either.isLeft(decoded)) {
+        const t = typeof raw === "object" && raw !== null ? (raw as { t?: unknown }).t : undefined
+        if (t === "hello") return refuse(socket, (raw as { rank?: unknown }).rank)
+        if (rank === undefined) return socket.end()
+        // A malformed reduce still gets its answer: the rank waits for one.
+        if (t === "reduce") return tell(rank, { t: "reduced", error: "a malformed reduce request" })
+        return runFork(Effect.logWarning(`rank ${rank} sent a malformed ${typeof t === "string" ? printable(t, 32) : "local"} message; dropped`))
+      }
+      const message = decoded.right
       if (message.t === "hello") {
         const claimed = message.rank
         // Only this host's agent starts processes that can reach the socket (the run directory is private); a
         // number the host was not admitted with is a rank restarted under a new number.
-        if (typeof claimed !== "number" || !Number.isSafeInteger(claimed) || claimed < 0 || sockets.has(claimed)) {
-          socket.write(encodeLocal({ t: "refused", reason: `rank ${String(claimed)} is not a rank of ${spec.host} awaiting its relay` }))
-          return socket.end()
-        }
+        if (rank !== undefined || sockets.has(claimed)) return refuse(socket, claimed)
         socket.data.rank = claimed
         sockets.set(claimed, socket)
         // A restarted rank takes its place in the barrier again; one under a new number waits for its epoch (WorldGrown).
@@ -188,13 +204,6 @@ export const run = (spec: RelaySpec, hostKey: Uint8Array, handshakeMs: number): 
       switch (message.t) {
         case "reduce": {
           const { bytes, epoch, offset, op, seg, tensor, weight } = message
-          if (
-            typeof bytes !== "number" || typeof offset !== "number" || offset % 4 !== 0 || typeof seg !== "string" || typeof weight !== "number" ||
-            typeof epoch !== "number" ||
-            (op !== "sum" && op !== "avg" && op !== "sync" && op !== "elastic")
-          ) {
-            return tell(rank, { t: "reduced", error: "a malformed reduce request" })
-          }
           const mapped = bytes === 0 ? new Uint8Array(0) : segments.map(rank, seg)
           if (offset + bytes > mapped.length) return tell(rank, { t: "reduced", error: `a tensor of ${bytes} bytes at ${offset} is past the end of its segment` })
           const source = mapped.subarray(offset, offset + bytes)
@@ -207,7 +216,7 @@ export const run = (spec: RelaySpec, hostKey: Uint8Array, handshakeMs: number): 
           return advance()
         }
         case "idle":
-          if (typeof message.epoch !== "number" || message.epoch <= endedEpoch) return
+          if (message.epoch <= endedEpoch) return
           barrier.idle(rank)
           return advance()
         case "report": {
@@ -232,7 +241,7 @@ export const run = (spec: RelaySpec, hostKey: Uint8Array, handshakeMs: number): 
         },
         data: (socket, chunk) => {
           try {
-            for (const message of socket.data.reader.push(chunk)) fromRank(socket, message as Record<string, unknown>)
+            for (const message of socket.data.reader.push(chunk)) fromRank(socket, message)
           } catch (error) {
             runFork(Effect.logWarning(`closed a rank's connection: ${(error as Error).message}`))
             socket.end()
