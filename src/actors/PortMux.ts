@@ -20,12 +20,12 @@
  */
 import * as Data from "effect/Data"
 import * as Effect from "effect/Effect"
-import * as Runtime from "effect/Runtime"
 import type * as Scope from "effect/Scope"
 import type { Socket } from "bun"
 import * as Actor from "./Actor.ts"
 import { type ChannelName, MAGIC_BYTES, type Route, route } from "../wire/Channel.ts"
 import { Connection, forwardingHandlers, type SocketData } from "../wire/Connection.ts"
+import * as CallbackFibers from "./CallbackFibers.ts"
 
 /** The message a channel owner receives: a connection that is now its own. */
 export class Accepted extends Data.TaggedClass("Accepted")<{ readonly connection: Connection }> {}
@@ -85,7 +85,8 @@ export interface PortMux {
 
 export const start = (options: PortMuxOptions): Effect.Effect<PortMux, BindError, Scope.Scope> =>
   Effect.gen(function*() {
-    const runFork = Runtime.runFork(yield* Effect.runtime<never>())
+    // Socket callbacks hand connections on through fibers owned by this scope.
+    const callbacks = yield* CallbackFibers.make("port mux")
     let accepted = 0
     const routed: Record<string, number> = {}
     const dropped: Record<string, number> = {}
@@ -144,7 +145,7 @@ export const start = (options: PortMuxOptions): Effect.Effect<PortMux, BindError
         Dropped: ({ address, peer, quiet, reason }) => dropOnce(address, peer, reason, quiet)
       }
     })
-    const tell = (message: MuxMessage) => runFork(Effect.ignore(mux.tell(message)))
+    const tell = (message: MuxMessage) => callbacks.fork(mux.tell(message))
 
     /** Read the magic (with a deadline), then let the mux route the connection. */
     const sniff = (connection: Connection) => {

@@ -32,11 +32,11 @@
 import { timingSafeEqual } from "node:crypto"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Runtime from "effect/Runtime"
 import type * as Scope from "effect/Scope"
 import type { HttpOwner } from "./PortMux.ts"
 import type { Connection } from "../wire/Connection.ts"
 import type { RunState } from "./launcher/RunView.ts"
+import * as CallbackFibers from "./CallbackFibers.ts"
 
 export type { Phase, RankStatus, RunState } from "./launcher/RunView.ts"
 
@@ -186,7 +186,8 @@ export const make = (options: StatusBoardOptions): Effect.Effect<StatusBoard, ne
       current.gzipped ??= Bun.gzipSync(current.bytes, { level: 1 })
       return respondBytes(connection, 200, current.gzipped, "application/json", ["Content-Encoding: gzip", "Vary: Accept-Encoding"])
     }
-    const runPromise = Runtime.runPromise(yield* Effect.runtime<never>())
+    // HTTP handlers run their effects through fibers owned by the board's scope.
+    const callbacks = yield* CallbackFibers.make("status board")
     const streams = new Set<EventStream>()
     const streamsFrom = new Map<string, number>()
     yield* Effect.addFinalizer(() => Effect.sync(() => streams.forEach((stream) => stream.close())))
@@ -217,7 +218,7 @@ export const make = (options: StatusBoardOptions): Effect.Effect<StatusBoard, ne
         return Promise.resolve()
       }
       if (method === "GET" && url.pathname === "/metrics" && options.metrics !== undefined) {
-        return runPromise(options.metrics()).then((text) => respond(connection, 200, text, "text/plain; version=0.0.4; charset=utf-8"))
+        return callbacks.promise(options.metrics()).then((text) => respond(connection, 200, text, "text/plain; version=0.0.4; charset=utf-8"))
       }
       if (method === "GET" && (url.pathname === "/state.json" || url.pathname === "/")) {
         return published === undefined
@@ -234,7 +235,7 @@ export const make = (options: StatusBoardOptions): Effect.Effect<StatusBoard, ne
         }
         if (!tokenMatches(token, options.startToken)) return refuse(403, "wrong start token for this run")
         const start = options.onStart ?? (() => Effect.succeed<StartOutcome>({ armed: false, reason: "this run has no manual start" }))
-        return runPromise(start()).then((outcome) =>
+        return callbacks.promise(start()).then((outcome) =>
           outcome.armed ? respond(connection, 200, { armed: true }, "application/json", false) : refuse(409, outcome.reason)
         )
       }

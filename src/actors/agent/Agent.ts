@@ -20,7 +20,6 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as ExecutionStrategy from "effect/ExecutionStrategy"
-import * as Runtime from "effect/Runtime"
 import * as Scope from "effect/Scope"
 import { describe as describeExit, isClean } from "../ChildExit.ts"
 import * as ProcessChild from "../ProcessChild.ts"
@@ -35,6 +34,7 @@ import { rankEntry, relayEntry } from "../../cli/entryPoints.ts"
 import { deviceIndex, deviceTag, type HostDevices } from "./Devices.ts"
 import { type HostEnvelope, type HostKeyMessage, toEnvironment } from "./Envelope.ts"
 import { internalEnvironment, rankEnvironment, scrub } from "./RankEnvironment.ts"
+import * as CallbackFibers from "../CallbackFibers.ts"
 
 type JoinLink = Link.Link<JoinMessage, JoinMessage>
 
@@ -129,7 +129,8 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
     const { host } = options
     const { spec } = accept
     const scope = yield* Effect.scope
-    const runFork = Runtime.runFork(yield* Effect.runtime<never>())
+    // IPC callbacks (a rank saying it runs user code) act through fibers owned by this scope.
+    const callbacks = yield* CallbackFibers.make("agent")
     const grace = Duration.millis(spec.graceMs)
     const cwd = resolve(options.path)
     const entry = spec.program._tag === "Entry" ? spec.program.entry : undefined
@@ -291,7 +292,7 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
           // An entry rank checks in over IPC when it runs user code; the channel closing is its link to us ending.
           ipc: program._tag === "Entry"
             ? (message) => {
-              if ((message as { _tag?: unknown })?._tag === "Running") runFork(markRunning(rank, incarnation))
+              if ((message as { _tag?: unknown })?._tag === "Running") callbacks.fork(markRunning(rank, incarnation))
             }
             : undefined,
           onLine: (line, stream) => options.output(prefix + line, stream),

@@ -29,7 +29,7 @@ import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
-import * as Runtime from "effect/Runtime"
+import * as FiberSet from "effect/FiberSet"
 import * as Schema from "effect/Schema"
 import type * as Scope from "effect/Scope"
 import { beatEveryMs } from "../../config/FailurePolicy.ts"
@@ -92,7 +92,10 @@ export const run = (spec: RelaySpec, hostKey: Uint8Array, handshakeMs: number): 
     }
     yield* Effect.logDebug(`registered ranks ${spec.ranks.join(", ")} with the launcher`)
 
-    const runFork = Runtime.runFork(yield* Effect.runtime<never>())
+    // What socket callbacks start runs in this scope's FiberSet: interrupted when the relay ends, and the
+    // first of them to die ends the relay with it (raced against the serving loop below), never unseen.
+    const fibers = yield* FiberSet.make<unknown, never>()
+    const runFork = yield* FiberSet.runtime(fibers)<never>()
     const upstream = (message: FromRank | HostFold | HostIdle | ElasticPush) => runFork(Effect.ignore(link.send(message)))
     /** Rounds of epochs before this one are finished here (the host is the world's only one); later ones go up. */
     let aloneBefore = spec.ranks.length === spec.worldSize ? Number.POSITIVE_INFINITY : 0
@@ -278,37 +281,40 @@ export const run = (spec: RelaySpec, hostKey: Uint8Array, handshakeMs: number): 
       ),
       Effect.orElseSucceed(() => undefined)
     )
-    while (true) {
-      const received = yield* next
-      if (received === undefined) return
-      if (received._tag === "ToRanks") {
-        if (received.order._tag === "EpochEnd") {
-          // Before anyone hears of it: the epoch-end collectives wait for every rank.
-          for (const rank of received.ranks) barrier.wake(rank)
-          endedEpoch = Math.max(endedEpoch, received.order.epoch)
-          toldIdle = false
-        }
-        const order = encodeOrder(received.order)
-        for (const rank of received.ranks) tell(rank, { t: "order", order })
-      } else if (received._tag === "WorldGrown") {
-        // Ranks entered. Another host's: from their first epoch on, this host's rounds are no longer its own to
-        // finish. One of this host's (restarted under a new number): its rounds wait for it from then.
-        const own = received.ranks.filter((rank) => sockets.has(rank))
-        for (const rank of own) barrier.enter(rank, received.fromEpoch)
-        if (own.length < received.ranks.length) aloneBefore = Math.min(aloneBefore, received.fromEpoch)
-        advance()
-      } else if (received._tag === "Reduced") {
-        if (awaitingController !== undefined) yield* Deferred.succeed(awaitingController, received)
-      } else if (received._tag === "ElasticPulled") {
-        const exchange = exchanges.get(received.rank)
-        exchanges.delete(received.rank)
-        if (exchange === undefined) continue
-        if (received.failure !== undefined) {
-          tell(received.rank, { t: "reduced", error: received.failure })
-        } else {
-          exchange.source.set(received.data.subarray(0, exchange.bytes))
-          tell(received.rank, { t: "reduced", bytes: exchange.bytes })
+    const serve = Effect.gen(function*() {
+      while (true) {
+        const received = yield* next
+        if (received === undefined) return
+        if (received._tag === "ToRanks") {
+          if (received.order._tag === "EpochEnd") {
+            // Before anyone hears of it: the epoch-end collectives wait for every rank.
+            for (const rank of received.ranks) barrier.wake(rank)
+            endedEpoch = Math.max(endedEpoch, received.order.epoch)
+            toldIdle = false
+          }
+          const order = encodeOrder(received.order)
+          for (const rank of received.ranks) tell(rank, { t: "order", order })
+        } else if (received._tag === "WorldGrown") {
+          // Ranks entered. Another host's: from their first epoch on, this host's rounds are no longer its own to
+          // finish. One of this host's (restarted under a new number): its rounds wait for it from then.
+          const own = received.ranks.filter((rank) => sockets.has(rank))
+          for (const rank of own) barrier.enter(rank, received.fromEpoch)
+          if (own.length < received.ranks.length) aloneBefore = Math.min(aloneBefore, received.fromEpoch)
+          advance()
+        } else if (received._tag === "Reduced") {
+          if (awaitingController !== undefined) yield* Deferred.succeed(awaitingController, received)
+        } else if (received._tag === "ElasticPulled") {
+          const exchange = exchanges.get(received.rank)
+          exchanges.delete(received.rank)
+          if (exchange === undefined) continue
+          if (received.failure !== undefined) {
+            tell(received.rank, { t: "reduced", error: received.failure })
+          } else {
+            exchange.source.set(received.data.subarray(0, exchange.bytes))
+            tell(received.rank, { t: "reduced", bytes: exchange.bytes })
+          }
         }
       }
-    }
+    })
+    yield* Effect.raceFirst(serve, FiberSet.join(fibers))
   })
