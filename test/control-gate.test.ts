@@ -6,7 +6,7 @@
 import { describe, expect } from "bun:test"
 import * as Effect from "effect/Effect"
 import * as ControlGate from "../src/actors/launcher/ControlGate.ts"
-import * as PortMux from "../src/actors/PortMux.ts"
+import * as PortMux from "../src/actors/launcher/PortMux.ts"
 import { controlCodec, type ControlMessage, FromRank, HostBeats, RelayHello, ToRanks } from "../src/wire/ControlMessages.ts"
 import { Attach, CoordinatorBeat } from "../src/wire/CoordinatorMessages.ts"
 import { hostKey, newSalt, rankKey } from "../src/wire/Keys.ts"

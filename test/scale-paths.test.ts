@@ -9,7 +9,7 @@
 import { describe, expect, test } from "bun:test"
 import fc from "fast-check"
 import * as RunView from "../src/actors/launcher/RunView.ts"
-import { stateJson } from "../src/actors/StatusBoard.ts"
+import { stateJson } from "../src/actors/launcher/StatusBoard.ts"
 import * as Codec from "../src/wire/Codec.ts"
 import { JoinMessage, WorldFormed } from "../src/wire/JoinMessages.ts"
 

@@ -3,9 +3,9 @@
  */
 import { describe, expect, test } from "bun:test"
 import * as Effect from "effect/Effect"
-import * as PortMux from "../src/actors/PortMux.ts"
+import * as PortMux from "../src/actors/launcher/PortMux.ts"
 import * as RunView from "../src/actors/launcher/RunView.ts"
-import * as StatusBoard from "../src/actors/StatusBoard.ts"
+import * as StatusBoard from "../src/actors/launcher/StatusBoard.ts"
 import { newSalt, startToken } from "../src/wire/Keys.ts"
 import { effect, eventually } from "./support/effect.ts"
 import { waitFor } from "./support/processes.ts"

@@ -8,7 +8,7 @@
 import * as Effect from "effect/Effect"
 import type * as Scope from "effect/Scope"
 import * as Actor from "../../src/actors/Actor.ts"
-import type * as PortMux from "../../src/actors/PortMux.ts"
+import type * as PortMux from "../../src/actors/launcher/PortMux.ts"
 import type { ChannelName } from "../../src/wire/Channel.ts"
 import * as Codec from "../../src/wire/Codec.ts"
 import { Abort, JoinMessage } from "../../src/wire/JoinMessages.ts"

@@ -12,7 +12,7 @@ import * as LogLevel from "effect/LogLevel"
 import { launchEffect } from "../../src/launch.ts"
 import { collectLines, pidFiles, waitFor } from "./processes.ts"
 import type { RunResult } from "../../src/actors/launcher/Launcher.ts"
-import type { RunState } from "../../src/actors/StatusBoard.ts"
+import type { RunState } from "../../src/actors/launcher/StatusBoard.ts"
 
 export const repoRoot = resolve(import.meta.dir, "../..")
 

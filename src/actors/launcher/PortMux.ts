@@ -22,10 +22,10 @@ import * as Data from "effect/Data"
 import * as Effect from "effect/Effect"
 import type * as Scope from "effect/Scope"
 import type { Socket } from "bun"
-import * as Actor from "./Actor.ts"
-import { type ChannelName, MAGIC_BYTES, type Route, route } from "../wire/Channel.ts"
-import { Connection, forwardingHandlers, type SocketData } from "../wire/Connection.ts"
-import * as CallbackFibers from "./CallbackFibers.ts"
+import * as Actor from "../Actor.ts"
+import { type ChannelName, MAGIC_BYTES, type Route, route } from "../../wire/Channel.ts"
+import { Connection, forwardingHandlers, type SocketData } from "../../wire/Connection.ts"
+import * as CallbackFibers from "../CallbackFibers.ts"
 
 /** The message a channel owner receives: a connection that is now its own. */
 export class Accepted extends Data.TaggedClass("Accepted")<{ readonly connection: Connection }> {}

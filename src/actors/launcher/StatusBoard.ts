@@ -34,11 +34,11 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import type * as Scope from "effect/Scope"
 import type { HttpOwner } from "./PortMux.ts"
-import type { Connection } from "../wire/Connection.ts"
-import type { RunState } from "./launcher/RunView.ts"
-import * as CallbackFibers from "./CallbackFibers.ts"
+import type { Connection } from "../../wire/Connection.ts"
+import type { RunState } from "./RunView.ts"
+import * as CallbackFibers from "../CallbackFibers.ts"
 
-export type { Phase, RankStatus, RunState } from "./launcher/RunView.ts"
+export type { Phase, RankStatus, RunState } from "./RunView.ts"
 
 export type StartOutcome = { readonly armed: true } | { readonly armed: false; readonly reason: string }
 
