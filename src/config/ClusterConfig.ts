@@ -145,25 +145,25 @@ const decodeDevices = (field: Field): Devices => {
 const decodeSsh = (field: Field): SshOptions => {
   const keys = field.map(["target", "user", "port", "identity_file", "options"])
   return {
-    target: keys.target!.readOr((f) => f.string("a host name or address"), undefined),
-    user: keys.user!.readOr((f) => f.string("a user name"), undefined),
-    port: keys.port!.readOr((f) => f.int(1, 65_535, "an ssh port from 1 to 65535"), undefined),
-    identityFile: keys.identity_file!.readOr((f) => f.string("a path to a private key"), undefined),
-    options: keys.options!.readOr((f) => f.list("a list of ssh options").map((item) => item.string("an ssh option")), [])
+    target: keys.target.readOr((f) => f.string("a host name or address"), undefined),
+    user: keys.user.readOr((f) => f.string("a user name"), undefined),
+    port: keys.port.readOr((f) => f.int(1, 65_535, "an ssh port from 1 to 65535"), undefined),
+    identityFile: keys.identity_file.readOr((f) => f.string("a path to a private key"), undefined),
+    options: keys.options.readOr((f) => f.list("a list of ssh options").map((item) => item.string("an ssh option")), [])
   }
 }
 
 const decodeWorker = (field: Field): Worker => {
   const keys = field.map(["host", "devices", "path", "env", "ssh", "tunnel", "agent"])
-  const host = keys.host!.string("a host name (the worker's name, and its ssh target unless ssh.target says otherwise)")
+  const host = keys.host.string("a host name (the worker's name, and its ssh target unless ssh.target says otherwise)")
   return {
     host,
-    devices: keys.devices!.present ? decodeDevices(keys.devices!) : keys.devices!.expected("a devices entry: a number of CPU ranks, GPU indices like [0, 1], or \"all\""),
-    path: keys.path!.readOr((f) => f.string("the project checkout's path on that host"), "."),
-    env: keys.env!.readOr(decodeEnv, {}),
-    ssh: keys.ssh!.readOr(decodeSsh, undefined),
-    agent: keys.agent!.readOr((f) => f.literal(["ssh", "self"] as const), undefined),
-    tunnel: keys.tunnel!.readOr((f) => boolean(f), false)
+    devices: keys.devices.present ? decodeDevices(keys.devices) : keys.devices.expected("a devices entry: a number of CPU ranks, GPU indices like [0, 1], or \"all\""),
+    path: keys.path.readOr((f) => f.string("the project checkout's path on that host"), "."),
+    env: keys.env.readOr(decodeEnv, {}),
+    ssh: keys.ssh.readOr(decodeSsh, undefined),
+    agent: keys.agent.readOr((f) => f.literal(["ssh", "self"] as const), undefined),
+    tunnel: keys.tunnel.readOr((f) => boolean(f), false)
   }
 }
 
@@ -176,33 +176,33 @@ const boolean = (field: Field): boolean => {
 const decodeJoin = (field: Field, capacity: number | undefined): JoinWindow => {
   const keys = field.map(["min_ranks", "target_ranks", "timeout", "max_timeout", "open_admission", "start", "after_formation", "max_ranks"])
   const ranks = (f: Field) => f.int(1, 1_000_000, "a number of ranks ≥ 1")
-  const minRanks = keys.min_ranks!.readOr(ranks, capacity)
-  const start = keys.start!.readOr((f) => f.literal(["auto", "manual", "hybrid"]), "auto")
-  const targetRanks = keys.target_ranks!.readOr(ranks, start === "manual" ? undefined : capacity)
-  const timeoutMs = keys.timeout!.readOr((f) => f.duration(1), 60_000)
-  const maxTimeoutMs = keys.max_timeout!.readOr((f) => f.duration(1), Math.max(120_000, 2 * timeoutMs))
+  const minRanks = keys.min_ranks.readOr(ranks, capacity)
+  const start = keys.start.readOr((f) => f.literal(["auto", "manual", "hybrid"]), "auto")
+  const targetRanks = keys.target_ranks.readOr(ranks, start === "manual" ? undefined : capacity)
+  const timeoutMs = keys.timeout.readOr((f) => f.duration(1), 60_000)
+  const maxTimeoutMs = keys.max_timeout.readOr((f) => f.duration(1), Math.max(120_000, 2 * timeoutMs))
   if (minRanks !== undefined && targetRanks !== undefined && targetRanks < minRanks) {
-    keys.target_ranks!.present
-      ? keys.target_ranks!.report(`expected at least min_ranks (${minRanks}), got ${targetRanks}`)
-      : keys.min_ranks!.report(`expected at most the ${targetRanks} ranks the workers declare, got ${minRanks}`)
+    keys.target_ranks.present
+      ? keys.target_ranks.report(`expected at least min_ranks (${minRanks}), got ${targetRanks}`)
+      : keys.min_ranks.report(`expected at most the ${targetRanks} ranks the workers declare, got ${minRanks}`)
   }
-  if (maxTimeoutMs < timeoutMs) keys.max_timeout!.report(`expected a duration ≥ timeout, got ${keys.max_timeout!.found}`)
-  if (start === "manual" && keys.target_ranks!.present) {
-    keys.target_ranks!.report("a manual start closes the window on the operator's word: remove target_ranks, or use start: hybrid")
+  if (maxTimeoutMs < timeoutMs) keys.max_timeout.report(`expected a duration ≥ timeout, got ${keys.max_timeout.found}`)
+  if (start === "manual" && keys.target_ranks.present) {
+    keys.target_ranks.report("a manual start closes the window on the operator's word: remove target_ranks, or use start: hybrid")
   }
-  const afterFormation = keys.after_formation!.readOr((f) => f.literal(["reject", "accept"] as const), "reject")
-  const maxRanks = keys.max_ranks!.readOr(ranks, undefined)
+  const afterFormation = keys.after_formation.readOr((f) => f.literal(["reject", "accept"] as const), "reject")
+  const maxRanks = keys.max_ranks.readOr(ranks, undefined)
   if (maxRanks !== undefined && afterFormation !== "accept") {
-    keys.max_ranks!.report("max_ranks caps growth after formation: add after_formation: accept, or remove max_ranks")
+    keys.max_ranks.report("max_ranks caps growth after formation: add after_formation: accept, or remove max_ranks")
   } else if (maxRanks !== undefined && minRanks !== undefined && maxRanks < minRanks) {
-    keys.max_ranks!.report(`expected at least min_ranks (${minRanks}), got ${maxRanks}`)
+    keys.max_ranks.report(`expected at least min_ranks (${minRanks}), got ${maxRanks}`)
   }
   return {
     minRanks,
     targetRanks,
     timeoutMs,
     maxTimeoutMs,
-    openAdmission: keys.open_admission!.readOr(boolean, false),
+    openAdmission: keys.open_admission.readOr(boolean, false),
     start,
     afterFormation,
     maxRanks
@@ -225,45 +225,45 @@ const decodeJob = (field: Field): Job => {
   const keys = field.map(["entry", "command", "args", "backend", "dataset_size", "epochs", "cadence", "checkpoint", "outer_optimizer", "async_alpha"])
   const strings = (f: Field, what: string) => f.list(what).map((item) => item.string(what))
   // Read first, so a missing program does not hide their mistakes.
-  const args = keys.args!.readOr((f) => strings(f, "a list of arguments"), [])
-  const backend = keys.backend!.readOr((f) => f.literal(["cpu_sync", "cpu_cadence", "cpu_async", "nccl"] as const), "cpu_sync")
+  const args = keys.args.readOr((f) => strings(f, "a list of arguments"), [])
+  const backend = keys.backend.readOr((f) => f.literal(["cpu_sync", "cpu_cadence", "cpu_async", "nccl"] as const), "cpu_sync")
   let program: JobProgram
-  if (keys.entry!.present && keys.command!.present) {
+  if (keys.entry.present && keys.command.present) {
     program = field.fail("give either entry (a TypeScript module) or command (any program), not both")
-  } else if (keys.entry!.present) {
-    program = { _tag: "Entry", entry: keys.entry!.string("the path of a TypeScript module") }
-  } else if (keys.command!.present) {
-    const command = strings(keys.command!, "a command as a list of words, like [python3, train.py]")
-    if (command.length === 0) keys.command!.fail("expected a command as a list of words, got an empty list")
+  } else if (keys.entry.present) {
+    program = { _tag: "Entry", entry: keys.entry.string("the path of a TypeScript module") }
+  } else if (keys.command.present) {
+    const command = strings(keys.command, "a command as a list of words, like [python3, train.py]")
+    if (command.length === 0) keys.command.fail("expected a command as a list of words, got an empty list")
     program = { _tag: "Command", command }
   } else {
     program = field.fail("expected entry (a TypeScript module run in every rank) or command (any program)")
   }
-  const datasetSize = keys.dataset_size!.readOr((f) => f.int(0, 2 ** 31 - 1, "a number of samples from 0 to 2147483647"), 0)
-  const epochs = keys.epochs!.readOr((f) => f.int(1, 1_000_000, "a number of epochs from 1 to 1000000"), 1)
-  const cadence = keys.cadence!.readOr((f) => f.int(1, 1_000_000, "a number of steps between averages from 1 to 1000000"), 8)
-  const checkpoint = keys.checkpoint!.present ? keys.checkpoint!.string("the path of the checkpoint file") : undefined
-  const outerOptimizer = keys.outer_optimizer!.present ? decodeOuterOptimizer(keys.outer_optimizer!) : undefined
+  const datasetSize = keys.dataset_size.readOr((f) => f.int(0, 2 ** 31 - 1, "a number of samples from 0 to 2147483647"), 0)
+  const epochs = keys.epochs.readOr((f) => f.int(1, 1_000_000, "a number of epochs from 1 to 1000000"), 1)
+  const cadence = keys.cadence.readOr((f) => f.int(1, 1_000_000, "a number of steps between averages from 1 to 1000000"), 8)
+  const checkpoint = keys.checkpoint.present ? keys.checkpoint.string("the path of the checkpoint file") : undefined
+  const outerOptimizer = keys.outer_optimizer.present ? decodeOuterOptimizer(keys.outer_optimizer) : undefined
   if (outerOptimizer !== undefined && backend !== "cpu_cadence" && backend !== "cpu_async") {
-    keys.outer_optimizer!.report(`an outer optimizer applies to backend cpu_cadence or cpu_async, not ${backend}: remove it or change the backend`)
+    keys.outer_optimizer.report(`an outer optimizer applies to backend cpu_cadence or cpu_async, not ${backend}: remove it or change the backend`)
   }
-  const asyncAlpha = keys.async_alpha!.readOr((f) => f.number(0, 1, "a fraction from 0 to 1, like 0.5"), 0.5)
+  const asyncAlpha = keys.async_alpha.readOr((f) => f.number(0, 1, "a fraction from 0 to 1, like 0.5"), 0.5)
   return { program, args, backend, datasetSize, epochs, cadence, checkpoint, outerOptimizer, asyncAlpha }
 }
 
 const decodeOuterOptimizer = (field: Field): OuterOptimizer => {
   const keys = field.map(["kind", "lr", "momentum"])
   return {
-    kind: keys.kind!.present ? keys.kind!.literal(["diloco", "slowmo"] as const) : field.fail("expected kind: diloco or kind: slowmo"),
-    lr: keys.lr!.readOr((f) => f.number(0, 10, "an outer learning rate from 0 to 10, like 0.7"), 0.7),
-    momentum: keys.momentum!.readOr((f) => f.number(0, 1, "a momentum from 0 to 1, like 0.9"), 0.9)
+    kind: keys.kind.present ? keys.kind.literal(["diloco", "slowmo"] as const) : field.fail("expected kind: diloco or kind: slowmo"),
+    lr: keys.lr.readOr((f) => f.number(0, 10, "an outer learning rate from 0 to 10, like 0.7"), 0.7),
+    momentum: keys.momentum.readOr((f) => f.number(0, 1, "a momentum from 0 to 1, like 0.9"), 0.9)
   }
 }
 
 /** Decode a whole cluster file; `fallbackName` names the run when the file does not. */
 export const decodeCluster = (root: Field, fallbackName: string): ClusterConfig => {
   const top = root.map(topKeys)
-  const workersField = top.workers!
+  const workersField = top.workers
   if (!workersField.present) workersField.report("expected a list of workers, each with host and devices")
   const items = workersField.attempt(() => workersField.list("a list of workers, each with host and devices")) ?? []
   if (workersField.present && items.length === 0 && workersField.found === "a list") {
@@ -278,26 +278,26 @@ export const decodeCluster = (root: Field, fallbackName: string): ClusterConfig 
     if (first !== undefined) item.get("host").report(`host "${host}" is already workers[${first}]: give each host one entry`)
     else seen.set(host, index)
   })
-  const controller = top.controller!.attempt(() => top.controller!.map(["host", "port", "join"]))
-  const job = top.job!.attempt(() =>
-    top.job!.present ? decodeJob(top.job!) : top.job!.fail("expected a job section with entry or command")
+  const controller = top.controller.attempt(() => top.controller.map(["host", "port", "join"]))
+  const job = top.job.attempt(() =>
+    top.job.present ? decodeJob(top.job) : top.job.fail("expected a job section with entry or command")
   )
-  const growth = controller?.join!.present === true ? controller.join!.get("after_formation") : undefined
+  const growth = controller?.join.present === true ? controller.join.get("after_formation") : undefined
   if (growth?.scalar === "accept" && job?.program._tag === "Command") {
     growth.report("a command job (torchrun-style) has a fixed world: growth needs an entry job, or after_formation: reject")
   }
   return {
-    name: top.name!.readOr((f) => f.string("a run name"), fallbackName),
+    name: top.name.readOr((f) => f.string("a run name"), fallbackName),
     controller: {
-      host: controller?.host!.readOr((f) => f.string("the address workers dial, like 127.0.0.1"), "127.0.0.1") ?? "127.0.0.1",
-      port: controller?.port!.readOr((f) => f.int(0, 65_535, "a port from 0 to 65535 (0 picks a free one)"), 0) ?? 0,
-      join: (controller === undefined ? undefined : controller.join!.attempt(() => decodeJoin(controller.join!, declaredRanks(workers)))) ??
+      host: controller?.host.readOr((f) => f.string("the address workers dial, like 127.0.0.1"), "127.0.0.1") ?? "127.0.0.1",
+      port: controller?.port.readOr((f) => f.int(0, 65_535, "a port from 0 to 65535 (0 picks a free one)"), 0) ?? 0,
+      join: (controller === undefined ? undefined : controller.join.attempt(() => decodeJoin(controller.join, declaredRanks(workers)))) ??
         unreadableJoin
     },
     workers,
-    env: top.env!.readOr(decodeEnv, {}),
+    env: top.env.readOr(decodeEnv, {}),
     job: job ?? { program: { _tag: "Entry", entry: "" }, args: [], backend: "cpu_sync", datasetSize: 0, epochs: 1, cadence: 8, checkpoint: undefined, outerOptimizer: undefined, asyncAlpha: 0.5 },
-    failurePolicy: top.failure_policy!.attempt(() => decodeFailurePolicy(top.failure_policy!)) ?? defaultFailurePolicy
+    failurePolicy: top.failure_policy.attempt(() => decodeFailurePolicy(top.failure_policy)) ?? defaultFailurePolicy
   }
 }
 

@@ -74,18 +74,18 @@ export const decodeFailurePolicy = (field: Field): FailurePolicy => {
   const keys = field.map(policyKeys)
   const defaults = defaultFailurePolicy.strategy
   // Each part is read on its own, so every mistake in the section is reported together.
-  const afterFormation = keys.after_formation!.readOr(decodeSimple, defaults.afterFormation)
-  const base = keys.max_failure_base!.readOr((f) => f.literal(["formation", "current"] as const), undefined)
+  const afterFormation = keys.after_formation.readOr(decodeSimple, defaults.afterFormation)
+  const base = keys.max_failure_base.readOr((f) => f.literal(["formation", "current"] as const), undefined)
   if (base !== undefined && (afterFormation._tag !== "Elastic" || afterFormation.maxFailure === undefined)) {
-    keys.max_failure_base!.report("only an elastic after_formation policy with a max_failure has a base: add one, or remove max_failure_base")
+    keys.max_failure_base.report("only an elastic after_formation policy with a max_failure has a base: add one, or remove max_failure_base")
   }
   return {
     strategy: new Phased({
-      beforeFormation: keys.before_formation!.readOr(decodeSimple, defaults.beforeFormation),
+      beforeFormation: keys.before_formation.readOr(decodeSimple, defaults.beforeFormation),
       afterFormation: base !== undefined && afterFormation._tag === "Elastic" ? new Elastic({ ...afterFormation, base }) : afterFormation
     }),
-    grace: keys.grace!.readOr((grace) => grace.duration(), defaultFailurePolicy.grace),
-    heartbeatTimeout: keys.heartbeat_timeout!.readOr((timeout) => timeout.duration(2_000), defaultFailurePolicy.heartbeatTimeout)
+    grace: keys.grace.readOr((grace) => grace.duration(), defaultFailurePolicy.grace),
+    heartbeatTimeout: keys.heartbeat_timeout.readOr((timeout) => timeout.duration(2_000), defaultFailurePolicy.heartbeatTimeout)
   }
 }
 
@@ -95,8 +95,8 @@ export const decodeStrategy = (field: Field): Strategy => {
   if (!isPhased) return decodeSimple(field)
   const keys = field.map(["before_formation", "after_formation"])
   return new Phased({
-    beforeFormation: decodeSimple(keys.before_formation!),
-    afterFormation: decodeSimple(keys.after_formation!)
+    beforeFormation: decodeSimple(keys.before_formation),
+    afterFormation: decodeSimple(keys.after_formation)
   })
 }
 
@@ -111,26 +111,26 @@ const decodeSimple = (field: Field): Simple => {
   }
   if (!field.present) return field.expected(expected)
   const keys = field.map(simpleKeys)
-  const given = simpleKeys.filter((key) => keys[key]!.node !== undefined)
+  const given = simpleKeys.filter((key) => keys[key].node !== undefined)
   if (given.length !== 1) field.fail(`expected exactly one of ${simpleKeys.join(", ")}, got ${given.length}`)
   switch (given[0]!) {
     case "kill_all": {
-      const options = keys.kill_all!
+      const options = keys.kill_all
       if (!options.present) return new KillAll()
       // `{ kill_all: { grace: 0s } }`: siblings are killed at once instead of getting SIGTERM and a grace.
-      const grace = options.map(["grace"]).grace!.readOr((f) => f.duration(), undefined)
+      const grace = options.map(["grace"]).grace.readOr((f) => f.duration(), undefined)
       return new KillAll(grace === undefined ? {} : { grace })
     }
     case "elastic": {
-      const options = keys.elastic!
+      const options = keys.elastic
       if (!options.present) return new Elastic({})
       const elastic = options.map(["max_failure", "max_failure_base"])
-      const maxFailure = elastic.max_failure!.readOr(decodeMaxFailure, undefined)
-      const base = elastic.max_failure_base!.readOr((f) => f.literal(["formation", "current"] as const), undefined)
+      const maxFailure = elastic.max_failure.readOr(decodeMaxFailure, undefined)
+      const base = elastic.max_failure_base.readOr((f) => f.literal(["formation", "current"] as const), undefined)
       return new Elastic({ ...(maxFailure === undefined ? {} : { maxFailure }), ...(base === undefined ? {} : { base }) })
     }
     case "restart":
-      return decodeRestart(keys.restart!)
+      return decodeRestart(keys.restart)
   }
 }
 
@@ -154,22 +154,22 @@ const decodeRestart = (field: Field): Restart => {
   if (!field.present) return new Restart(restartDefaults)
   const keys = field.map(["max_restarts", "within", "backoff", "scope"])
   return new Restart({
-    maxRestarts: keys.max_restarts!.readOr((f) => f.int(0, 1_000, "a whole number of restarts from 0 to 1000"), restartDefaults.maxRestarts),
-    within: keys.within!.readOr((f) => f.duration(1), restartDefaults.within),
-    backoff: keys.backoff!.readOr(decodeBackoff, restartDefaults.backoff),
-    scope: keys.scope!.readOr((f) => f.literal(["one", "all"]), restartDefaults.scope)
+    maxRestarts: keys.max_restarts.readOr((f) => f.int(0, 1_000, "a whole number of restarts from 0 to 1000"), restartDefaults.maxRestarts),
+    within: keys.within.readOr((f) => f.duration(1), restartDefaults.within),
+    backoff: keys.backoff.readOr(decodeBackoff, restartDefaults.backoff),
+    scope: keys.scope.readOr((f) => f.literal(["one", "all"]), restartDefaults.scope)
   })
 }
 
 const decodeBackoff = (field: Field): Backoff => {
   const keys = field.map(["initial", "max", "factor", "jitter"])
   const base = restartDefaults.backoff
-  const initial = keys.initial!.readOr((f) => f.duration(), base.initial)
-  const factor = keys.factor!.readOr((f) => f.number(1, 100, "a growth factor from 1 to 100"), base.factor)
-  const jitter = keys.jitter!.readOr((f) => f.number(0, 1, "a jitter fraction from 0 to 1"), base.jitter)
-  const max = keys.max!.present ? keys.max!.duration() : Math.max(base.max, initial)
+  const initial = keys.initial.readOr((f) => f.duration(), base.initial)
+  const factor = keys.factor.readOr((f) => f.number(1, 100, "a growth factor from 1 to 100"), base.factor)
+  const jitter = keys.jitter.readOr((f) => f.number(0, 1, "a jitter fraction from 0 to 1"), base.jitter)
+  const max = keys.max.present ? keys.max.duration() : Math.max(base.max, initial)
   if (max < initial) {
-    keys.max!.fail(`expected a duration ≥ backoff.initial (${formatDuration(initial)}), got ${keys.max!.found}`)
+    keys.max.fail(`expected a duration ≥ backoff.initial (${formatDuration(initial)}), got ${keys.max.found}`)
   }
   return new Backoff({ initial, max, factor, jitter })
 }

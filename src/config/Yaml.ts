@@ -97,28 +97,29 @@ export class Field {
    * the known ones (and the closest, when one is close). Fields of absent keys
    * are returned too, not present.
    */
-  map(known: ReadonlyArray<string>): Record<string, Field> {
+  /** The mapping's known keys, each a Field (an absent one too: it reads as its default); an unknown key is reported. */
+  map<const K extends string>(known: ReadonlyArray<K>): Record<K, Field> {
     // An absent section reads as an empty one: every key takes its default.
-    if (!this.present) return Object.fromEntries(known.map((key) => [key, new Field(this.child(key), undefined, this.source, this.anchor)]))
+    if (!this.present) return Object.fromEntries(known.map((key) => [key, new Field(this.child(key), undefined, this.source, this.anchor)])) as Record<K, Field>
     if (!isMap(this.node)) this.expected(`a mapping with keys ${known.join(", ")}`)
-    const fields: Record<string, Field> = {}
+    const fields: Partial<Record<K, Field>> = {}
     for (const pair of this.node.items) {
       const key = isScalar(pair.key) ? String(pair.key.value) : undefined
       const keyNode = pair.key as Node | null
       if (key === undefined) this.fail("keys must be plain words", keyNode)
-      if (!known.includes(key)) {
+      if (!(known as ReadonlyArray<string>).includes(key)) {
         // Reported, not fatal: the known keys beside it are still read.
         const near = closest(key, known)
         const hint = near === undefined ? "" : ` (did you mean "${near}"?)`
         this.report(`unknown key "${key}"${hint}; known keys: ${known.join(", ")}`, keyNode)
         continue
       }
-      fields[key] = new Field(this.child(key), pair.value as Node | null, this.source, keyNode)
+      fields[key as K] = new Field(this.child(key), pair.value as Node | null, this.source, keyNode)
     }
     for (const key of known) {
       fields[key] ??= new Field(this.child(key), undefined, this.source, this.node)
     }
-    return fields
+    return fields as Record<K, Field>
   }
 
   /** Every key of a mapping whose keys are free-form (environment variables); the caller checks the names. */
