@@ -120,6 +120,13 @@ describe("joinVerdict: the table", () => {
     expect(at(3)).toEqual(quorumNotMet(3, 7))
     expect(at(7)).toEqual(noOperator(123))
   })
+
+  test("a flood limit of the rules' own (the gate's) replaces 1024: at it the window fails, one below it stays open", () => {
+    const rules: JoinRules = { floodLimit: 3, minRanks: 2, targetRanks: undefined, timeoutMs: 1_000, maxTimeoutMs: 2_000, start: "auto" }
+    const rejected = (count: number) => joinVerdict(rules, { joinedRanks: 0, elapsedMs: 10, rejected: count, startArmed: false })
+    expect(rejected(2)).toEqual({ _tag: "Open" })
+    expect(rejected(3)).toEqual({ _tag: "Failed", reason: "3 joins were rejected: refusing to go on (flood guard)" })
+  })
 })
 
 // ---------------------------------------------------------------------------

@@ -98,6 +98,8 @@ export interface JoinGate {
   readonly take: (count: number) => Effect.Effect<number>
   /** Arm an operator start (`POST /start`). */
   readonly arm: Effect.Effect<{ readonly armed: true } | { readonly armed: false; readonly reason: string }>
+  /** Time left in the window and to its hard cap, by the gate's own clock (the one its deadlines use). */
+  readonly remaining: Effect.Effect<{ readonly windowMs: number; readonly capMs: number }>
 }
 
 interface Window {
@@ -126,9 +128,7 @@ export const make = (options: JoinGateOptions): Effect.Effect<JoinGate, never, S
       const state = yield* Ref.get(window)
       if (state.outcome !== undefined) return
       const { joinedRanks } = state
-      const verdict = state.rejected >= floodLimit
-        ? { _tag: "Failed" as const, reason: `${state.rejected} joins were rejected: refusing to go on (flood guard)` }
-        : joinVerdict(rules, { joinedRanks, rejected: 0, startArmed: state.armed, elapsedMs: now - openedAt })
+      const verdict = joinVerdict({ ...rules, floodLimit }, { joinedRanks, rejected: state.rejected, startArmed: state.armed, elapsedMs: now - openedAt })
       if (verdict._tag === "Open") return
       yield* conclude(verdict._tag === "Formed"
         ? { _tag: "Formed", members: state.members, worldSize: joinedRanks }
@@ -298,8 +298,14 @@ export const make = (options: JoinGateOptions): Effect.Effect<JoinGate, never, S
       }
     }))
 
+    const remaining = Effect.map(Clock.currentTimeMillis, (now) => ({
+      windowMs: Math.max(0, openedAt + rules.timeoutMs - now),
+      capMs: Math.max(0, openedAt + rules.maxTimeoutMs - now)
+    }))
+
     return {
       owner,
+      remaining,
       formation: Deferred.await(outcome),
       members: Effect.map(Ref.get(window), (state) => state.members.map(({ link: _link, ...member }) => member)),
       take: (count) => admitting.withPermits(1)(Ref.modify(window, (state) => [state.nextRank, { ...state, nextRank: state.nextRank + count }] as const)),

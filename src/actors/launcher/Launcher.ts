@@ -293,16 +293,9 @@ const runPlan = (
     )
     yield* record({ event: "listening", at: Date.now(), address: plan.bindAddress, port: mux.port })
     yield* RunRegistry.register({ run: config.name, address: plan.dialAddress, port: mux.port, pid: process.pid, startedAt: openedAt, startToken: token })
-    // The window's countdowns move while it is open.
-    const countDown = Effect.suspend(() => {
-      const now = Date.now()
-      return record({
-        event: "join_window",
-        at: now,
-        windowRemainingMs: Math.max(0, openedAt + join.timeoutMs - now),
-        capRemainingMs: Math.max(0, openedAt + join.maxTimeoutMs - now)
-      })
-    })
+    // The window's countdowns move while it is open; its time is the gate's (one clock, the one its deadlines use).
+    const countDown = Effect.flatMap(gate.remaining, ({ capMs, windowMs }) =>
+      record({ event: "join_window", at: Date.now(), windowRemainingMs: windowMs, capRemainingMs: capMs }))
     yield* countDown
     yield* Effect.forkScoped(Effect.gen(function*() {
       while ((yield* Ref.get(phase)) === "waiting") {

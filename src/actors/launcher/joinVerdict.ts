@@ -16,6 +16,8 @@ import type { StartMode } from "../../config/ClusterConfig.ts"
 export const FLOOD_LIMIT = 1024
 
 export interface JoinRules {
+  /** Rejected joins that fail the window (default `FLOOD_LIMIT`; tests use a small one). */
+  readonly floodLimit?: number | undefined
   readonly minRanks: number
   readonly targetRanks: number | undefined
   readonly timeoutMs: number
@@ -38,7 +40,7 @@ export type JoinVerdict =
 
 export const joinVerdict = (rules: JoinRules, progress: JoinProgress): JoinVerdict => {
   const { elapsedMs, joinedRanks } = progress
-  if (progress.rejected >= FLOOD_LIMIT) {
+  if (progress.rejected >= (rules.floodLimit ?? FLOOD_LIMIT)) {
     return { _tag: "Failed", reason: `${progress.rejected} joins were rejected: refusing to go on (flood guard)` }
   }
   const quorum = joinedRanks >= rules.minRanks
