@@ -29,18 +29,18 @@ process.on("disconnect", () => process.exit(1))
 process.on("SIGTERM", () => process.exit(0))
 
 const handshakeMs = scaled(deadlines.handshakeMs, netTimeoutScale())
-const keyHex = await new Promise<string | { readonly problem: string }>((resolve) => {
+const hostKey = await new Promise<Uint8Array | { readonly problem: string }>((resolve) => {
   const timer = setTimeout(() => resolve({ problem: `no host key from the agent within ${handshakeMs} ms` }), handshakeMs)
   process.once("message", (message) => {
     clearTimeout(timer)
     resolve(readHostKeyMessage(message))
   })
 })
-if (typeof keyHex !== "string") {
-  console.error(`cohort relay: ${keyHex.problem}`)
+if (!(hostKey instanceof Uint8Array)) {
+  console.error(`cohort relay: ${hostKey.problem}`)
   process.exit(2)
 }
-const program = Relay.run(spec, new Uint8Array(Buffer.from(keyHex, "hex")), handshakeMs).pipe(
+const program = Relay.run(spec, hostKey, handshakeMs).pipe(
   Effect.scoped,
   Effect.as(0),
   Effect.catchAll((error) => Effect.as(Effect.logError(error.message), 1)),

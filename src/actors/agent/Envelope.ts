@@ -12,6 +12,7 @@
  * This module imports nothing from effect on purpose: it is on every rank's
  * start-up path, and loading `effect/Schema` costs a rank ~0.2 s.
  */
+import { scopedKeyFromHex } from "../../wire/Keys.ts"
 import type { RankDevice } from "../rank/RankContext.ts"
 
 export interface Endpoint {
@@ -85,7 +86,7 @@ const endpoint = (value: unknown, at: string): Endpoint => {
 }
 const key = (value: unknown, at: string): string => {
   const hex = string(value, at)
-  if (!/^[0-9a-f]{64}$/i.test(hex)) throw new Invalid(`${at} must be 64 hex digits`)
+  if (scopedKeyFromHex(hex) === undefined) throw new Invalid(`${at} must be 64 hex digits`)
   return hex
 }
 const device = (value: unknown, at: string): RankDevice => {
@@ -162,11 +163,11 @@ export interface HostKeyMessage {
 }
 
 /** The host key out of the relay's first IPC message; or why it is not one. */
-export const readHostKeyMessage = (message: unknown): string | { readonly problem: string } => {
+export const readHostKeyMessage = (message: unknown): Uint8Array | { readonly problem: string } => {
   try {
     const fields = object(message, "the agent's first message")
     if (fields._tag !== "HostKey") throw new Invalid(`the agent's first message must be a HostKey, got ${String(fields._tag)}`)
-    return key(fields.keyHex, "keyHex")
+    return scopedKeyFromHex(key(fields.keyHex, "keyHex"))!
   } catch (error) {
     if (error instanceof Invalid) return { problem: error.message }
     throw error

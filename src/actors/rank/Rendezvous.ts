@@ -6,6 +6,7 @@
  *
  * Loaded only by `nccl` ranks: it brings effect and the wire with it.
  */
+import * as Cause from "effect/Cause"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as ExecutionStrategy from "effect/ExecutionStrategy"
@@ -85,8 +86,13 @@ export const connect = async (options: RendezvousOptions): Promise<Rendezvous> =
           break
       }
     }
-  }).pipe(Effect.catchAll((error) => Deferred.fail(ended, new Error(`the rendezvous link ended: ${error.message}`))))
-  Effect.runFork(serve)
+  }).pipe(Effect.catchAllCause((cause) => {
+    const failure = Cause.failureOption(cause)
+    const why = failure._tag === "Some" ? failure.value.message : Cause.pretty(cause).split("\n")[0]
+    return Deferred.fail(ended, new Error(`the rendezvous link ended: ${why}`))
+  }))
+  // Owned by the link's scope (closed by `close`): a defect ends the rendezvous like a lost link, never unseen.
+  Effect.runSync(Effect.forkIn(serve, scope))
 
   /** The next generation, or why none will come. */
   const next = (): Promise<NcclMembership> =>
