@@ -2,12 +2,13 @@
  * The agent against a real launcher front (PortMux, JoinGate, ControlGate)
  * over loopback, with real relay and rank processes: it carries out
  * StartRank / StopRank, reports what became of each rank, and stops every
- * child it started on Abort, on the link's EOF and when its relay dies.
+ * child it started on Abort (the ranks side by side, then the relay) and on
+ * the link's EOF. Its relay's death takes the host's ranks.
  */
 import { describe, expect } from "bun:test"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
-import { mkdtempSync } from "node:fs"
+import { mkdtempSync, readFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import * as Agent from "../src/actors/agent/Agent.ts"
@@ -15,22 +16,22 @@ import * as ControlGate from "../src/actors/launcher/ControlGate.ts"
 import * as JoinGate from "../src/actors/launcher/JoinGate.ts"
 import * as PortMux from "../src/actors/launcher/PortMux.ts"
 import { VERSION } from "../src/version.ts"
-import { Abort, type JoinMessage, StartRank, StopRank, WorldFormed } from "../src/wire/JoinMessages.ts"
+import { Abort, type JoinMessage, RankExited, StartRank, StopRank, WorldFormed } from "../src/wire/JoinMessages.ts"
 import { newSalt } from "../src/wire/Keys.ts"
 import { effect, eventually } from "./support/effect.ts"
 import { repoRoot } from "./support/launch-scenario.ts"
 import { allPids, commandLine, environment, isRunning, pidFiles } from "./support/processes.ts"
 import { runSpec } from "./support/run-spec.ts"
 
-/** A launcher front with one declared two-rank host, the agent joined, and the world formed. */
-const joinedAgent = Effect.gen(function*() {
+/** A launcher front with one declared two-rank host, the agent joined, and the world formed; the ranks hold until stopped. */
+const joinAgent = (extraArgs: (dir: string) => ReadonlyArray<string> = () => []) => Effect.gen(function*() {
   const salt = newSalt()
   const dir = mkdtempSync(join(tmpdir(), "cohort-agent-"))
   const gate = yield* JoinGate.make({
     rules: { minRanks: 2, targetRanks: 2, timeoutMs: 10_000, maxTimeoutMs: 20_000, start: "auto" },
     declared: new Map([["localhost", 2]]),
     admission: { mode: "open", warning: undefined },
-    specFor: () => runSpec({ run: "agent-test", args: ["hold", `pidfile=${dir}`] }),
+    specFor: () => runSpec({ run: "agent-test", args: ["hold", `pidfile=${dir}`, ...extraArgs(dir)] }),
     salt,
     version: VERSION,
     handshakeMs: 5_000
@@ -64,6 +65,7 @@ const joinedAgent = Effect.gen(function*() {
   const pids = () => pidFiles(dir)
   return { agent, control, dir, lines, link, pids, port: mux.port, received }
 })
+const joinedAgent = joinAgent()
 
 type Joined = Effect.Effect.Success<typeof joinedAgent>
 
@@ -73,6 +75,16 @@ const startBoth = ({ link, pids, received }: Joined) =>
     yield* link.send(new StartRank({ rank: 1, incarnation: 0 }))
     yield* eventually(Effect.sync(() => received.filter((message) => message._tag === "RankRunning").length === 2 && pids().length === 2), "both ranks running user code", 10_000)
     return pids()
+  })
+
+/** This agent's relay (the one whose spec names this test's port): it starts once both ranks run. */
+const relayOf = ({ port }: Joined) =>
+  allPids().find((pid) => {
+    try {
+      return commandLine(pid).includes("/relay.") && (environment(pid).COHORT_RELAY_SPEC ?? "").includes(`"port":${port}`)
+    } catch {
+      return false
+    }
   })
 
 describe("the agent", () => {
@@ -118,20 +130,41 @@ describe("the agent", () => {
     Effect.gen(function*() {
       const joined = yield* joinedAgent
       const pids = yield* startBoth(joined)
-      // This agent's relay (the one whose spec names this test's port): it starts once both ranks run.
-      const findRelay = () =>
-        allPids().find((pid) => {
-          try {
-            return commandLine(pid).includes("/relay.") && (environment(pid).COHORT_RELAY_SPEC ?? "").includes(`"port":${joined.port}`)
-          } catch {
-            return false
-          }
-        })
-      yield* eventually(Effect.sync(() => findRelay() !== undefined), "the relay started")
-      const relay = findRelay()
-      process.kill(relay!, "SIGKILL")
+      yield* eventually(Effect.sync(() => relayOf(joined) !== undefined), "the relay started")
+      process.kill(relayOf(joined)!, "SIGKILL")
       yield* eventually(Effect.sync(() => joined.received.filter((message) => message._tag === "RankExited").length === 2), "both ranks' exits reported")
       expect(pids.every((pid) => !isRunning(pid))).toBe(true)
       expect(joined.lines.some((line) => line.includes("stopped by cohort"))).toBe(true)
+      // A host without its relay starts no more ranks: the order is answered at once, with why.
+      yield* joined.link.send(new StartRank({ rank: 0, incarnation: 1 }))
+      yield* eventually(Effect.sync(() => joined.received.some((message) => message._tag === "RankExited" && message.incarnation === 1)), "the new order answered")
+      expect(joined.received.filter((message) => message._tag === "RankExited" && message.incarnation === 1)).toEqual([
+        new RankExited({ rank: 0, incarnation: 1, code: null, signal: null, detail: "the host's relay is gone: localhost starts no more ranks" })
+      ])
+      expect(joined.received.some((message) => message._tag === "RankStarted" && message.incarnation === 1)).toBe(false)
+    }), 20_000)
+
+  effect.live("Abort: the ranks stop side by side, and the relay only once they have ended", () =>
+    Effect.gen(function*() {
+      // Each rank takes 600 ms over its stop: stopped one after the other, the second would save 600 ms after the first.
+      const joined = yield* joinAgent((dir) => [`save=600:${dir}`])
+      const ranks = yield* startBoth(joined)
+      yield* eventually(Effect.sync(() => relayOf(joined) !== undefined), "the relay started")
+      const relay = relayOf(joined)!
+      yield* joined.link.send(new Abort({ reason: "test" }))
+      let ranksLeftWhenTheRelayWent: number | undefined
+      yield* eventually(
+        Effect.sync(() => {
+          const left = ranks.filter((pid) => isRunning(pid)).length
+          if (!isRunning(relay)) ranksLeftWhenTheRelayWent = left
+          return ranksLeftWhenTheRelayWent !== undefined
+        }),
+        "the relay stopped",
+        10_000
+      )
+      expect(ranksLeftWhenTheRelayWent).toBe(0)
+      const savedAt = [0, 1].map((rank) => (JSON.parse(readFileSync(join(joined.dir, `saved-${rank}`), "utf8")) as { at: number }).at)
+      expect(Math.abs(savedAt[0]! - savedAt[1]!)).toBeLessThan(600)
+      yield* Fiber.join(joined.agent)
     }), 20_000)
 })

@@ -1,30 +1,41 @@
 /**
  * The agent: one per host. It joins the run through the launcher's join
- * channel; once the world has formed it carries out the launcher's orders
+ * channel. Once the world has formed it carries out the launcher's orders
  * for the host's ranks (`StartRank`, `StopRank`) and reports what becomes of
- * each one (`RankStarted`, `RankRunning`, `RankExited`). It starts the host's
- * relay once every rank of the host runs user code: loading a relay takes a
- * few hundred milliseconds of CPU that the ranks' own start-up needs more.
+ * each one (`RankStarted`, `RankRunning`, `RankExited`, `RankResources`).
  * The failure policy is the launcher's: an agent decides nothing about the run.
  *
- * It stops every child it started on `Abort`, when the join link ends (the
- * launcher is gone), when its relay dies under running ranks, and when its
- * own Scope closes. A launcher-local host runs its agent inside the launcher,
- * joining over loopback exactly as a remote agent would.
+ * The host's children (its relay, and each incarnation of each rank) belong
+ * to a kernel Supervisor. Their policy is data (`HostPolicy`): the relay is
+ * significant, so its abnormal end takes the host's ranks with it, and the
+ * ranks are temporary. The relay starts once every rank of the host runs user
+ * code (`RelayChild`).
+ *
+ * Every child is stopped (the ranks side by side, then the relay) on `Abort`,
+ * on `RunEnded`, when the join link ends (the launcher is gone), and when the
+ * agent's own Scope closes. A relay that leaves cleanly gives the launcher's
+ * RunEnded a moment to come, and the agent then ends as if it had lost the
+ * link. A launcher-local host runs its agent inside the launcher, joining
+ * over loopback exactly as a remote agent would.
  */
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join, resolve } from "node:path"
 import * as Data from "effect/Data"
+import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Exit from "effect/Exit"
-import * as ExecutionStrategy from "effect/ExecutionStrategy"
-import * as Scope from "effect/Scope"
+import * as FiberRef from "effect/FiberRef"
+import * as Logger from "effect/Logger"
+import * as LogLevel from "effect/LogLevel"
+import type * as Scope from "effect/Scope"
 import { describe as describeExit, isClean } from "../ChildExit.ts"
-import * as ProcessChild from "../ProcessChild.ts"
+import { type Directive, SupervisionEvent } from "../decide.ts"
+import type { ProcessSpec } from "../ProcessChild.ts"
 import { roleVariables } from "../Role.ts"
-import { type Accept, Hello, joinCodec, type JoinMessage, RankExited, RankResources, RankRunning, RankStarted, type StartRank, type StopRank, type WorldFormed } from "../../wire/JoinMessages.ts"
+import * as Supervisor from "../Supervisor.ts"
+import type { RankDevice } from "../rank/RankContext.ts"
+import { type Accept, Hello, joinCodec, type JoinMessage, RankExited, RankResources, RankRunning, type StartRank, type StopRank, type WorldFormed } from "../../wire/JoinMessages.ts"
 import * as Native from "../../native/Native.ts"
 import { makeResourceSampler } from "./ResourceSampler.ts"
 import { runDirPrefix, sweepStaleRunDirs } from "./StaleRunDirs.ts"
@@ -32,7 +43,10 @@ import { hostKey, OPEN_SALT, rankKey, saltFromHex } from "../../wire/Keys.ts"
 import * as Link from "../../wire/Link.ts"
 import { rankEntry, relayEntry } from "../../cli/entryPoints.ts"
 import { deviceIndex, deviceTag, type HostDevices } from "./Devices.ts"
-import { type HostEnvelope, type HostKeyMessage, toEnvironment } from "./Envelope.ts"
+import { type HostEnvelope, toEnvironment } from "./Envelope.ts"
+import { hostStrategy, isRankChild, rankChildId, relayHasEnded, RUN_END_WAIT } from "./HostPolicy.ts"
+import { rankChild, type RunningRank } from "./RankChild.ts"
+import { RelayEnd, relayChild } from "./RelayChild.ts"
 import { internalEnvironment, rankEnvironment, scrub } from "./RankEnvironment.ts"
 import * as CallbackFibers from "../CallbackFibers.ts"
 
@@ -48,9 +62,6 @@ export class AgentError extends Data.TaggedError("AgentError")<{ readonly host: 
     return `agent of ${this.host}: ${this.reason}`
   }
 }
-
-/** How long a relay that left cleanly gives the launcher's RunEnded to arrive before the agent ends too. */
-const RUN_END_WAIT = Duration.seconds(2)
 
 /** How often the ranks' resource use is sampled and sent. */
 const RESOURCES_EVERY = Duration.seconds(2)
@@ -72,14 +83,6 @@ export interface AgentOptions {
   readonly handshakeMs: number
   /** Where the children's prefixed lines go. */
   readonly output: OutputSink
-}
-
-
-interface RankProcess {
-  readonly incarnation: number
-  /** The device slot it runs on (a restarted rank keeps its slot under a new number). */
-  readonly slot: number
-  readonly child: ProcessChild.ProcessChild
 }
 
 /** Join, then serve the host until the run ends. */
@@ -123,7 +126,10 @@ export const run = (options: AgentOptions): Effect.Effect<void, AgentError, Scop
     yield* serve(options, link, answer, formed, salt)
   })
 
-/** After formation: the ranks as ordered, then the relay, until the run ends. */
+/**
+ * After formation: the host's supervisor (`HostPolicy`) over the relay and the
+ * ranks the launcher orders, until the run ends.
+ */
 const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: WorldFormed, salt: Uint8Array) =>
   Effect.gen(function*() {
     const { host } = options
@@ -173,9 +179,14 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
         worldSize: worldSize ?? envelope.worldSize,
         rankKeyHex: Buffer.from(rankKey(salt, rank)).toString("hex")
       })
-    const ranks = new Map<number, RankProcess>()
+    const running = new Map<string, RunningRank>()
+    /** The agent is stopping everything: the launcher aborted, the run ended, or the link is gone. */
     let ending = false
+    /** Why the host's ranks are being stopped, for the agent's line when the policy stops them. */
+    let stopCause: string | undefined
     const report = (message: JoinMessage) => Effect.ignore(link.send(message))
+    const refuse = ({ incarnation, rank }: StartRank, detail: string) =>
+      report(new RankExited({ rank, incarnation, code: null, signal: null, detail }))
 
     // The ranks' resource use, for the status page and /metrics. GPUs are read through NVML (no CUDA context here).
     const gpuHost = options.devices.devices.some((device) => device.kind === "gpu")
@@ -185,9 +196,9 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
       Effect.forever(Effect.zipRight(
         Effect.sleep(RESOURCES_EVERY),
         Effect.suspend(() => {
-          const processes = [...ranks].map(([rank, { child, slot }]) => {
+          const processes = [...running.values()].map(({ process, rank, slot }) => {
             const device = options.devices.devices[slot]
-            return { rank, pid: child.pid, device: device?.kind === "gpu" ? device.index : "cpu" as const }
+            return { rank, pid: process.pid, device: device?.kind === "gpu" ? device.index : "cpu" as const }
           })
           return processes.length === 0 ? Effect.void : report(new RankResources({ samples: sampler.sample(processes, performance.now()) }))
         })
@@ -195,17 +206,33 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
       scope
     )
 
-    const stopAll = (why: string) =>
+    /** Every rank of the host has run user code once: the relay may start. */
+    const allRanksRunning = yield* Deferred.make<void>()
+    const checkedIn = new Set<number>()
+    const markRunning = (rank: number, incarnation: number) =>
       Effect.gen(function*() {
-        if (ranks.size > 0) yield* Effect.logWarning(`${host}: stopping ${ranks.size} rank(s): ${why}`)
-        yield* Effect.forEach([...ranks.values()], ({ child }) => child.stop("graceful", grace), { concurrency: "unbounded", discard: true })
+        yield* report(new RankRunning({ rank, incarnation }))
+        checkedIn.add(rank)
+        if (!ending && accept.ranks.every((each) => checkedIn.has(each))) yield* Deferred.succeed(allRanksRunning, undefined)
       })
 
-    /** The relay: started once, when every rank of the host first runs user code. */
-    const running = new Set<number>()
-    let relayStarted = false
-    const startRelay = Effect.gen(function*() {
-      const relay = yield* ProcessChild.spawn({
+    // Past this moment (see RUN_END_WAIT) the agent has no one left to serve, and ends like one that lost its link.
+    const awaitRunEnd = Effect.zipRight(
+      Effect.sleep(RUN_END_WAIT),
+      Effect.suspend(() => (ending ? Effect.void : link.abort("the launcher went silent (the host's relay left)")))
+    )
+    const relayEndedAlone = (end: RelayEnd) =>
+      ending ? Effect.void : RelayEnd.$match(end, {
+        NotStarted: ({ reason }) =>
+          Effect.zipRight(Effect.sync(() => (stopCause = "the host has no relay")), Effect.logError(`${host}: cannot start the relay: ${reason}`)),
+        Exited: ({ exit }) =>
+          isClean(exit)
+            ? Effect.asVoid(Effect.forkIn(awaitRunEnd, scope))
+            : Effect.zipRight(Effect.sync(() => (stopCause = "the host's relay is gone")), Effect.logError(`${host}: the relay exited with ${describeExit(exit)}`))
+      })
+    const relay = relayChild({
+      host,
+      process: {
         cmd: [process.execPath, relayEntry],
         cwd,
         env: { ...scrub(options.inheritedEnv), [roleVariables.relay]: toEnvironment({
@@ -221,121 +248,154 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
         ipc: () => undefined,
         onLine: (line, stream) => options.output(`[${host}:relay] ${line}`, stream),
         grace
-      }).pipe(Scope.extend(scope))
-      // Its host's key goes over IPC, not in its environment (/proc/<pid>/environ is readable by the ranks).
-      const keyMessage: HostKeyMessage = { _tag: "HostKey", keyHex: Buffer.from(hostKey(salt, host)).toString("hex") }
-      yield* Effect.try({ try: () => relay.subprocess.send(keyMessage), catch: (error) => new Error(`cannot hand the relay its key: ${String(error)}`) })
-      yield* Effect.forkIn(
-        Effect.flatMap(relay.exited, (exit) =>
-          ending
-            ? Effect.void
-            : isClean(exit)
-            // The relay leaves on its own when the launcher has gone silent (a cut cable closes nothing), or
-            // when the run ends, a moment before the RunEnded on this link. Past that moment the agent has no
-            // one left to serve either, and ends like one that lost its link.
-            ? Effect.zipRight(
-              Effect.sleep(RUN_END_WAIT),
-              Effect.suspend(() => (ending ? Effect.void : link.abort("the launcher went silent (the host's relay left)")))
-            )
-            : Effect.zipRight(Effect.logError(`${host}: the relay exited with ${describeExit(exit)}`), stopAll("the host's relay is gone"))),
-        scope
-      )
-    }).pipe(Effect.catchAll((error) => Effect.zipRight(Effect.logError(`${host}: cannot start the relay: ${error.message}`), stopAll("the host has no relay"))))
-    const markRunning = (rank: number, incarnation: number) =>
-      Effect.gen(function*() {
-        yield* report(new RankRunning({ rank, incarnation }))
-        running.add(rank)
-        if (relayStarted || ending || !accept.ranks.every((each) => running.has(each))) return
-        relayStarted = true
-        yield* startRelay
-      })
+      },
+      key: { _tag: "HostKey", keyHex: Buffer.from(hostKey(salt, host)).toString("hex") },
+      ready: Deferred.await(allRanksRunning),
+      ranksEnded: Effect.suspend(() => Effect.forEach([...running.values()], ({ process }) => process.exited, { concurrency: "unbounded", discard: true })),
+      endedAlone: relayEndedAlone
+    })
 
-    const start = ({ incarnation, rank, slot: given, worldSize }: StartRank) =>
-      Effect.gen(function*() {
-        const slot = given ?? accept.ranks.indexOf(rank)
-        const device = options.devices.devices[slot]
-        if (slot < 0 || device === undefined) {
-          return yield* report(new RankExited({ rank, incarnation, code: null, signal: null, detail: `rank ${rank} is not on host ${host}` }))
-        }
-        if (ranks.has(rank)) {
-          return yield* report(new RankExited({ rank, incarnation, code: null, signal: null, detail: `rank ${rank} is already running on ${host}` }))
-        }
-        const prefix = `[${host}:${deviceTag(device)}:r${rank}] `
-        const program = spec.program
-        const env = rankEnvironment({
-          inherited: options.inheritedEnv,
-          clusterEnv: spec.env,
-          hostEnv: {},
-          placement: {
-            rank,
-            localRank: slot,
-            worldSize: worldSize ?? world.worldSize,
-            localWorldSize: accept.ranks.length,
-            groupRank: envelope.groupRank,
-            device
-          },
-          torchrun: program._tag === "Command" ? world.master : undefined,
-          // A rank under a number its host was not admitted with reads that number (and the world's size now) from its envelope.
-          internal: internalEnvironment({
-            envelope: envelopeOf(rank, slot, worldSize),
-            slot,
-            incarnation,
-            command: program._tag === "Command"
-          })
-        })
-        const incarnationScope = yield* Scope.fork(scope, ExecutionStrategy.sequential)
-        const spawned = yield* ProcessChild.spawn({
-          cmd: program._tag === "Entry" ? [process.execPath, rankEntry] : [...program.command, ...spec.args],
-          cwd,
-          env,
-          inheritEnv: false,
-          // An entry rank checks in over IPC when it runs user code; the channel closing is its link to us ending.
-          ipc: program._tag === "Entry"
-            ? (message) => {
-              if ((message as { _tag?: unknown })?._tag === "Running") callbacks.fork(markRunning(rank, incarnation))
-            }
-            : undefined,
-          onLine: (line, stream) => options.output(prefix + line, stream),
-          grace
-        }).pipe(Scope.extend(incarnationScope), Effect.either)
-        if (spawned._tag === "Left") {
-          yield* Scope.close(incarnationScope, Exit.void)
-          return yield* report(new RankExited({ rank, incarnation, code: null, signal: null, detail: spawned.left.message }))
-        }
-        const child = spawned.right
-        ranks.set(rank, { incarnation, slot, child })
-        yield* report(new RankStarted({ rank, incarnation, pid: child.pid }))
-        // A command: rank runs user code from its first instruction.
-        if (program._tag === "Command") yield* markRunning(rank, incarnation)
-        yield* Effect.forkIn(
-          Effect.gen(function*() {
-            const exit = yield* child.exited
-            if (ranks.get(rank)?.child === child) ranks.delete(rank)
-            yield* Scope.close(incarnationScope, Exit.void)
-            yield* report(new RankExited({
-              rank,
-              incarnation,
-              code: exit._tag === "Exited" ? exit.code : null,
-              signal: exit._tag === "Signaled" ? exit.signal : null,
-              detail: exit._tag === "Crashed" ? exit.detail : undefined
-            }))
-          }),
-          scope
-        )
+    /**
+     * Orders joined to the supervisor and not started yet, each with the answer the main loop waits for.
+     * One the supervisor will never start (it gave its verdict: every child, the relay included, has
+     * ended) is answered at that verdict.
+     */
+    const unanswered = new Map<string, { readonly order: StartRank; readonly answered: Deferred.Deferred<void> }>()
+    /** Answer an order not started (yet): only once, whoever gets to it first. */
+    const refuseUnanswered = (id: string, detail: string) =>
+      Effect.suspend(() => {
+        const waiting = unanswered.get(id)
+        if (waiting === undefined) return Effect.void
+        unanswered.delete(id)
+        return Effect.zipRight(refuse(waiting.order, detail), Deferred.succeed(waiting.answered, undefined))
       })
+    const relayGone = `the host's relay is gone: ${host} starts no more ranks`
 
-    const stop = ({ graceMs, incarnation, mode, rank }: StopRank) => {
-      const current = ranks.get(rank)
-      if (current === undefined || current.incarnation !== incarnation) return Effect.void
-      return Effect.asVoid(Effect.forkIn(current.child.stop(mode, Duration.millis(graceMs)), scope))
+    const onDirective = (directive: Directive): Effect.Effect<void> => {
+      switch (directive._tag) {
+        case "Terminate": {
+          const ranks = directive.ids.filter(isRankChild).length
+          return ranks === 0 ? Effect.void : Effect.logWarning(`${host}: stopping ${ranks} rank(s): ${stopCause ?? directive.reason}`)
+        }
+        case "Verdict":
+          return Effect.forEach([...unanswered.keys()], (id) => refuseUnanswered(id, relayGone), { discard: true })
+        default:
+          return Effect.void
+      }
     }
+    const supervisor = yield* Supervisor.start({
+      name: `agent of ${host}`,
+      strategy: hostStrategy,
+      children: [relay],
+      grace,
+      onDirective
+    }).pipe(warningsAndAbove)
+    // The world has formed (this runs after WorldFormed): ranks may join the host from now on.
+    yield* supervisor.send(SupervisionEvent.CohortFormed())
+
+    /** A rank's process, as its StartRank asks. */
+    const rankProcess = ({ incarnation, rank, worldSize }: StartRank, slot: number, device: RankDevice): ProcessSpec => {
+      const prefix = `[${host}:${deviceTag(device)}:r${rank}] `
+      const program = spec.program
+      const env = rankEnvironment({
+        inherited: options.inheritedEnv,
+        clusterEnv: spec.env,
+        hostEnv: {},
+        placement: {
+          rank,
+          localRank: slot,
+          worldSize: worldSize ?? world.worldSize,
+          localWorldSize: accept.ranks.length,
+          groupRank: envelope.groupRank,
+          device
+        },
+        torchrun: program._tag === "Command" ? world.master : undefined,
+        // A rank under a number its host was not admitted with reads that number (and the world's size now) from its envelope.
+        internal: internalEnvironment({
+          envelope: envelopeOf(rank, slot, worldSize),
+          slot,
+          incarnation,
+          command: program._tag === "Command"
+        })
+      })
+      return {
+        cmd: program._tag === "Entry" ? [process.execPath, rankEntry] : [...program.command, ...spec.args],
+        cwd,
+        env,
+        inheritEnv: false,
+        // An entry rank checks in over IPC when it runs user code; the channel closing is its link to us ending.
+        ipc: program._tag === "Entry"
+          ? (message) => {
+            if ((message as { _tag?: unknown })?._tag === "Running") callbacks.fork(markRunning(rank, incarnation))
+          }
+          : undefined,
+        onLine: (line, stream) => options.output(prefix + line, stream),
+        grace
+      }
+    }
+
+    const start = (order: StartRank) =>
+      Effect.gen(function*() {
+        const { incarnation, rank } = order
+        const slot = order.slot ?? accept.ranks.indexOf(rank)
+        const device = options.devices.devices[slot]
+        if (slot < 0 || device === undefined) return yield* refuse(order, `rank ${rank} is not on host ${host}`)
+        if ([...running.values()].some((each) => each.rank === rank)) return yield* refuse(order, `rank ${rank} is already running on ${host}`)
+        const id = rankChildId(rank, incarnation)
+        const answered = yield* Deferred.make<void>()
+        const child = rankChild({
+          host,
+          rank,
+          incarnation,
+          slot,
+          process: rankProcess(order, slot, device),
+          running,
+          report,
+          watchIn: scope,
+          answered: (started) =>
+            Effect.gen(function*() {
+              unanswered.delete(id)
+              // A command: rank runs user code from its first instruction.
+              if (started !== undefined && spec.program._tag === "Command") yield* markRunning(rank, incarnation)
+              yield* Deferred.succeed(answered, undefined)
+            })
+        })
+        // Waiting first, then checked: a verdict that comes in between answers it (see `unanswered`).
+        unanswered.set(id, { order, answered })
+        const state = yield* supervisor.state
+        if (relayHasEnded(state)) {
+          yield* refuseUnanswered(id, relayGone)
+        } else if (state.children.some((each) => each.spec.id === id)) {
+          yield* refuseUnanswered(id, `rank ${rank} was already started as incarnation ${incarnation} on ${host}`)
+        } else {
+          yield* supervisor.join([child])
+        }
+        // Answered before the next order is read, as the launcher sent them: a StopRank that follows finds its rank.
+        // (A supervisor that died of a defect answers nothing more; its verdict says so.)
+        yield* Effect.raceFirst(Deferred.await(answered), Effect.asVoid(supervisor.verdict))
+      })
+
+    // The launcher's policy stopping one of its ranks: done through the rank's own handle, and its exit reported as any.
+    const stop = ({ graceMs, incarnation, mode, rank }: StopRank) => {
+      const current = running.get(rankChildId(rank, incarnation))
+      return current === undefined ? Effect.void : Effect.asVoid(Effect.forkIn(current.process.stop(mode, Duration.millis(graceMs)), scope))
+    }
+
+    /** Every child goes, by the policy's stop: the ranks side by side, then the relay. */
+    const stopEverything = (why: string) =>
+      Effect.gen(function*() {
+        ending = true
+        stopCause = why
+        yield* supervisor.send(SupervisionEvent.AbortRequested({ reason: why }))
+        yield* supervisor.verdict
+      })
 
     while (true) {
       const message = yield* Effect.either(link.receive)
       if (message._tag === "Left") {
-        ending = true
-        yield* stopAll(`lost the launcher (${message.left.detail})`)
-        return yield* new AgentError({ host, reason: `lost the launcher (${message.left.detail})` })
+        const why = `lost the launcher (${message.left.detail})`
+        yield* stopEverything(why)
+        return yield* new AgentError({ host, reason: why })
       }
       switch (message.right._tag) {
         case "StartRank":
@@ -345,16 +405,24 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
           yield* stop(message.right)
           break
         case "Abort":
-          ending = true
-          return yield* stopAll(`the launcher aborted the run: ${message.right.reason}`)
+          return yield* stopEverything(`the launcher aborted the run: ${message.right.reason}`)
         case "RunEnded":
-          ending = true
-          return yield* stopAll("the run has ended")
+          return yield* stopEverything("the run has ended")
         default:
           yield* Effect.logWarning(`${host}: ignored an unexpected ${message.right._tag} from the launcher`)
       }
     }
   })
+
+/**
+ * The kernel's notes ("… joined the cohort: 0 rank(s) now") speak of a run and its world. A host has no
+ * world of its own (`HostPolicy`: its children carry no ranks), and on the launcher's terminal those notes
+ * would read as the run's. The agent's own lines say what happens on a host, so the host's supervisor
+ * logs only its warnings and errors (never more than the caller's level lets through).
+ */
+const warningsAndAbove = <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
+  Effect.flatMap(FiberRef.get(FiberRef.currentMinimumLogLevel), (level) =>
+    Logger.withMinimumLogLevel(effect, LogLevel.greaterThan(level, LogLevel.Warning) ? level : LogLevel.Warning))
 
 /** Shared memory where Linux has it (/dev/shm is a tmpfs), else the temporary directory. */
 const sharedMemoryRoot = (): string => {

@@ -1,0 +1,88 @@
+/**
+ * One incarnation of a rank, as a child of the agent's supervisor: the
+ * process the launcher ordered (`StartRank`), reported as it goes. First
+ * `RankStarted`, then `RankExited` however it ends, including a start that
+ * failed. The launcher's policy judges that end. For the agent it means
+ * nothing more (`HostPolicy`: ranks are temporary).
+ *
+ * The handle counts as ended only once its exit has been reported. That way
+ * the supervisor's verdict (every child ended) never comes before a
+ * `RankExited`.
+ */
+import * as Deferred from "effect/Deferred"
+import * as Effect from "effect/Effect"
+import type * as Scope from "effect/Scope"
+import type { ChildHandle } from "../ChildHandle.ts"
+import type { ChildExit } from "../ChildExit.ts"
+import * as ProcessChild from "../ProcessChild.ts"
+import type { SupervisedChild } from "../Supervisor.ts"
+import { type JoinMessage, RankExited, RankStarted } from "../../wire/JoinMessages.ts"
+import { rankSpec } from "./HostPolicy.ts"
+
+/** A rank process that runs on the host now: what its resource samples and its host's stops need. */
+export interface RunningRank {
+  readonly rank: number
+  /** The device slot it runs on (a restarted rank keeps its slot under a new number). */
+  readonly slot: number
+  readonly process: ProcessChild.ProcessChild
+}
+
+export interface RankOptions {
+  readonly host: string
+  readonly rank: number
+  readonly incarnation: number
+  readonly slot: number
+  readonly process: ProcessChild.ProcessSpec
+  /** The host's running ranks, by child id: this one is in it from its start to its end. */
+  readonly running: Map<string, RunningRank>
+  readonly report: (message: JoinMessage) => Effect.Effect<void>
+  /** Runs once the start has been reported, whether it worked (`RankStarted`) or not (`RankExited`). */
+  readonly answered: (process: ProcessChild.ProcessChild | undefined) => Effect.Effect<void>
+  /** Where its exit is awaited: a Scope that outlives the incarnation's, which closes as the exit is handled. */
+  readonly watchIn: Scope.Scope
+}
+
+export const rankChild = (options: RankOptions): SupervisedChild => {
+  const spec = rankSpec(options.host, options.rank, options.incarnation)
+  const { incarnation, rank } = options
+  const exitReport = (exit: ChildExit) =>
+    new RankExited({
+      rank,
+      incarnation,
+      code: exit._tag === "Exited" ? exit.code : null,
+      signal: exit._tag === "Signaled" ? exit.signal : null,
+      detail: exit._tag === "Crashed" ? exit.detail : undefined
+    })
+  return {
+    ...spec,
+    start: Effect.gen(function*() {
+      const spawned = yield* Effect.either(ProcessChild.spawn(options.process))
+      if (spawned._tag === "Left") {
+        yield* options.report(new RankExited({ rank, incarnation, code: null, signal: null, detail: spawned.left.message }))
+        yield* options.answered(undefined)
+        return yield* spawned.left
+      }
+      const child = spawned.right
+      options.running.set(spec.id, { rank, slot: options.slot, process: child })
+      yield* options.report(new RankStarted({ rank, incarnation, pid: child.pid }))
+      // Before its exit can be reported: a command rank's RankRunning comes right after its RankStarted.
+      yield* options.answered(child)
+      const reported = yield* Deferred.make<ChildExit>()
+      yield* Effect.forkIn(
+        Effect.gen(function*() {
+          const exit = yield* child.exited
+          options.running.delete(spec.id)
+          yield* options.report(exitReport(exit))
+          yield* Deferred.succeed(reported, exit)
+        }),
+        options.watchIn
+      )
+      const handle: ChildHandle = {
+        describe: `rank ${rank} (incarnation ${incarnation}), pid ${child.pid}`,
+        exited: Deferred.await(reported),
+        stop: (mode, grace) => Effect.zipRight(child.stop(mode, grace), Deferred.await(reported))
+      }
+      return handle
+    })
+  }
+}
