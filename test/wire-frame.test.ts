@@ -47,6 +47,22 @@ describe("frames", () => {
     )
   })
 
+  test("a reader that stops after a frame gets exactly that frame's bytes used, and the rest later", () => {
+    // Frames of 3, 0 and 5 payload bytes: 51, 48 and 53 bytes on the wire (16-byte header, 32-byte MAC).
+    const bodies = [new Uint8Array([1, 2, 3]), new Uint8Array(0), new Uint8Array([9, 8, 7, 6, 5])]
+    const stream = new Uint8Array(Buffer.concat(bodies.map((body, index) => frameBytes(key, 4, BigInt(index), body))))
+    const decoder = new FrameDecoder(key, 1 << 20)
+    const seen: Array<number> = []
+    // Stop after the first frame.
+    expect(decoder.pushWhile(stream, (frame) => seen.push(frame.payload.length) < 1)).toBe(51)
+    expect([seen, decoder.betweenFrames]).toEqual([[3], true])
+    // Then take the rest in pieces, one of which ends inside a header: not between frames there.
+    expect(decoder.pushWhile(stream.subarray(51, 60), () => true)).toBe(9)
+    expect(decoder.betweenFrames).toBe(false)
+    expect(decoder.pushWhile(stream.subarray(60), (frame) => seen.push(frame.payload.length) > 0)).toBe(152 - 60)
+    expect([seen, decoder.betweenFrames, decoder.error]).toEqual([[3, 0, 5], true, undefined])
+  })
+
   test("every single-bit flip of a frame is rejected", () => {
     fc.assert(
       fc.property(fc.uint8Array({ maxLength: 64 }), (body) => {

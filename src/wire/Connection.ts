@@ -4,6 +4,14 @@
  * connection to its channel's owner, leftover bytes included), bytes out with
  * back-pressure (`socket.write` may take only part of a buffer: the rest
  * waits for `drain`).
+ *
+ * Back-pressure inward too: a receiver that cannot keep up calls
+ * `pauseReading`, and Bun stops reading the socket (`Socket.pause`), so the
+ * kernel's receive buffer fills and TCP's window stops the peer; no data
+ * callback comes until `resumeReading`. A FIN is not seen while paused (it
+ * comes after the data, in order, once reading resumes); a reset still is.
+ * A parked connection (no receiver yet) pauses the same way once it holds
+ * `PARKED_BYTES`, so a peer cannot fill our memory while its owner is busy.
  */
 import type { Socket } from "bun"
 
@@ -20,10 +28,24 @@ export interface SocketData {
 /** Parts of one write up to this size in all are copied into one buffer and sent at once; larger ones go as they are. */
 const COALESCE_BYTES = 64 << 10
 
+/**
+ * A parked connection stops reading once it holds this much. A dialer sends under 300 bytes before the
+ * listener answers (magic, nonce, key id); 64 KiB, the ceiling of a first frame before authentication
+ * (`UNAUTHENTICATED_CEILING`), also leaves room for a frame that comes before its owner has the link.
+ */
+export const PARKED_BYTES = 64 << 10
+
 export class Connection {
   private receiver: Receiver | undefined
   private early: Array<Uint8Array> = []
+  private earlyBytes = 0
   private closed = false
+  /** The receiver asked for no more bytes for now (`pauseReading`). */
+  private held = false
+  /** Parked with `PARKED_BYTES` or more kept: no more until a receiver takes them. */
+  private parkedFull = false
+  /** What the socket was last told: reading or paused. */
+  private paused = false
   private outbox: Array<Uint8Array> = []
   private flushed: Array<() => void> = []
   /** Told once, when the peer has authenticated or the connection has closed (the mux's count of strangers). */
@@ -62,13 +84,55 @@ export class Connection {
     this.receiver = receiver
     const early = this.early
     this.early = []
-    for (const bytes of early) receiver.data(bytes)
-    if (this.closed) receiver.close()
+    this.earlyBytes = 0
+    // Before the early bytes: the receiver may pause while it takes them, and that must stand.
+    this.parkedFull = false
+    for (let index = 0; index < early.length; index++) {
+      if (this.receiver !== receiver) {
+        // A `take` that has its bytes parks the connection: the rest waits, in order, behind what it put back.
+        for (const rest of early.slice(index)) {
+          this.early.push(rest)
+          this.keptEarly(rest.length)
+        }
+        break
+      }
+      receiver.data(early[index]!)
+    }
+    this.applyReading()
+    // A receiver that parked the connection has what it wanted: the close is the next receiver's to hear.
+    if (this.closed && this.receiver === receiver) receiver.close()
   }
 
   /** Put bytes back in front of the stream (what a sniffer read past its magic). */
   unread(bytes: Uint8Array): void {
-    if (bytes.length > 0) this.early.unshift(bytes)
+    if (bytes.length === 0) return
+    this.early.unshift(bytes)
+    this.keptEarly(bytes.length)
+  }
+
+  /**
+   * Stop reading from the socket until `resumeReading`: the receiver's own buffer is full. Bytes already
+   * read may still be in the receiver's hands; none come through `data` while paused.
+   */
+  pauseReading(): void {
+    this.held = true
+    this.applyReading()
+  }
+
+  /** Read from the socket again (unless the connection is parked and full). */
+  resumeReading(): void {
+    this.held = false
+    this.applyReading()
+  }
+
+  /** Whether the socket is being read now (false while paused, for either reason, or once closed). */
+  get isReading(): boolean {
+    return !this.closed && !this.paused
+  }
+
+  /** Bytes queued for sending that the kernel has not taken yet: what waits for `drain`. */
+  get unsentBytes(): number {
+    return this.outbox.reduce((sum, part) => sum + part.length, 0)
   }
 
   /** Keep what arrives, in order, until the next `receive`. */
@@ -151,8 +215,10 @@ export class Connection {
   // Called by the socket handlers of the listener or the dialer.
 
   onData(bytes: Uint8Array): void {
-    if (this.receiver === undefined) this.early.push(new Uint8Array(bytes))
-    else this.receiver.data(bytes)
+    if (this.receiver !== undefined) return this.receiver.data(bytes)
+    // A copy: Bun reuses the buffer it hands to `data`.
+    this.early.push(new Uint8Array(bytes))
+    this.keptEarly(bytes.length)
   }
 
   onDrain(): void {
@@ -166,6 +232,24 @@ export class Connection {
     this.outbox = []
     for (const resolve of this.flushed.splice(0)) resolve()
     this.receiver?.close()
+  }
+
+  private keptEarly(bytes: number): void {
+    this.earlyBytes += bytes
+    if (this.receiver === undefined && this.earlyBytes >= PARKED_BYTES && !this.parkedFull) {
+      this.parkedFull = true
+      this.applyReading()
+    }
+  }
+
+  /** Tell the socket to pause or resume only when the wanted state changes: each change is a system call. */
+  private applyReading(): void {
+    if (this.closed) return
+    const pause = this.held || this.parkedFull
+    if (pause === this.paused) return
+    this.paused = pause
+    if (pause) this.socket.pause()
+    else this.socket.resume()
   }
 
   private flush(): void {

@@ -152,14 +152,40 @@ export class FrameDecoder {
    * next one is parsed: `onFrame` may change the key for the frames after it.
    */
   pushEach(bytes: Uint8Array, onFrame: (frame: Frame) => void): FrameError | undefined {
-    if (this.failed !== undefined) return this.failed
+    this.pushWhile(bytes, (frame) => {
+      onFrame(frame)
+      return true
+    })
+    return this.failed
+  }
+
+  /** No frame is under way: the next byte starts a header (a reader may stop here, and only here). */
+  get betweenFrames(): boolean {
+    return this.stage === "header" && this.filled === 0
+  }
+
+  /** The error that ended the stream, once one has. */
+  get error(): FrameError | undefined {
+    return this.failed
+  }
+
+  /**
+   * Like `pushEach`, but stop right after a frame for which `onFrame` answers false (a reader whose inbox
+   * is full); returns how many bytes were used. The rest is the caller's to feed again later. After an
+   * error (see `error`) nothing more is used.
+   */
+  pushWhile(bytes: Uint8Array, onFrame: (frame: Frame) => boolean): number {
+    if (this.failed !== undefined) return 0
     let at = 0
     while (at < bytes.length) {
       if (this.stage === "header") {
         at = this.fill(this.head, bytes, at)
         if (this.filled < HEADER_BYTES) break
         const problem = this.startPayload()
-        if (problem !== undefined) return this.fail(problem)
+        if (problem !== undefined) {
+          this.fail(problem)
+          return at
+        }
       } else if (this.stage === "payload") {
         // Copy into blocks allocated as the bytes come (the caller may reuse
         // its buffer); each block is hashed once it is full.
@@ -186,11 +212,14 @@ export class FrameDecoder {
         at = this.fill(this.mac, bytes, at)
         if (this.filled < MAC_BYTES) break
         const frame = this.finish()
-        if (frame instanceof FrameError) return this.fail(frame)
-        onFrame(frame)
+        if (frame instanceof FrameError) {
+          this.fail(frame)
+          return at
+        }
+        if (!onFrame(frame)) return at
       }
     }
-    return undefined
+    return at
   }
 
   /** Copy what fits of `bytes` (from `at`) into a fixed-size field; returns where the copy stopped. */

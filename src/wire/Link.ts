@@ -10,18 +10,28 @@
  * the channel's union (`Codec`). The first bad frame, undecodable message or
  * EOF ends the link with a `LinkError` that says which and names the peer; a
  * bad MAC is never answered.
+ *
+ * The inbox is bounded (`InboxBound`, per channel by default: `defaultInbox`).
+ * A socket callback cannot wait, so the bound is kept before decoding: frames
+ * are decoded one at a time while the inbox has room; once it is full the
+ * rest of what was read stays undecoded and the link stops reading the
+ * socket (`Connection.pauseReading`), so the kernel's buffers fill and TCP
+ * holds the peer back. Reading resumes once the owner has taken the inbox
+ * down to half. A peer that sends faster than its owner reads costs at most
+ * the bound, one socket read and the kernel's buffers.
  */
 import * as Data from "effect/Data"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
-import * as Queue from "effect/Queue"
+import * as Exit from "effect/Exit"
+import * as Mailbox from "effect/Mailbox"
 import type * as Scope from "effect/Scope"
 import type { Socket } from "bun"
 import { type ChannelName, defaultCeiling, magic, UNAUTHENTICATED_CEILING } from "./Channel.ts"
 import type { Codec } from "./Codec.ts"
 import { Connection, forwardingHandlers, type SocketData } from "./Connection.ts"
-import { encodeFrame, FrameDecoder, type FrameErrorReason } from "./Frame.ts"
+import { encodeFrame, type Frame, FrameDecoder, type FrameErrorReason, HEADER_BYTES, MAC_BYTES } from "./Frame.ts"
 import * as WireCounters from "./WireCounters.ts"
 import { deriveKeys, deriveSealKeys, NONCE_BYTES, newNonce } from "./Keys.ts"
 import { open as openSealed, seal, SEALED, sealedTags } from "./Seal.ts"
@@ -57,9 +67,54 @@ export interface Link<In, Out> {
   readonly abort: (detail: string) => Effect.Effect<void>
   /**
    * Open admission, on the listener: from now on both directions are keyed by
-   * `salt` (call it right after sending the `Accept` that carries it).
+   * `salt` (call it right after sending the `Accept` that carries it). Frames
+   * not yet decoded are read with it: the dialer sends nothing between its
+   * `Hello` and the `Accept`, so none are waiting then.
    */
   readonly rekey: (salt: Uint8Array) => Effect.Effect<void>
+  /** What the link holds for its owner and whether it is reading: for diagnostics and tests. */
+  readonly backlog: Effect.Effect<LinkBacklog>
+}
+
+/** How much a link's inbox holds before it stops reading from its socket. */
+export interface InboxBound {
+  /** Messages received and not yet taken by the owner (at least 1). */
+  readonly messages: number
+  /**
+   * Bytes of those messages' frames (at least 1). A frame is decoded while fewer are held, so the inbox
+   * holds at most this plus one frame, and a frame larger than the bound still gets through alone.
+   */
+  readonly bytes: number
+}
+
+/**
+ * The inbox bound per channel. 1,024 messages, an actor's default mailbox: a reader that forwards into
+ * an actor holds no more in its link than the actor does, and the control plane's bursts (a host's
+ * `RankExited`s, a world's `HostBeats`) are far below it. Bytes: four frames at the channel's ceiling
+ * (16 MiB) for the control-plane channels, so a few large messages (a host's folded tensors) queue
+ * without stopping the link; the data channel's frames are up to 1 GiB, and it holds one such frame
+ * beyond the one being read.
+ */
+export const defaultInbox: Readonly<Record<ChannelName, InboxBound>> = {
+  join: { messages: 1_024, bytes: 64 << 20 },
+  control: { messages: 1_024, bytes: 64 << 20 },
+  rendezvous: { messages: 1_024, bytes: 64 << 20 },
+  data: { messages: 1_024, bytes: 1 << 30 }
+}
+
+export interface LinkBacklog {
+  /** Messages in the inbox, not yet taken, and the bytes of their frames. */
+  readonly messages: number
+  readonly bytes: number
+  /** The most the inbox has held at once. */
+  readonly peakMessages: number
+  readonly peakBytes: number
+  /** Bytes read from the socket and not yet decoded: they came while the inbox was full. */
+  readonly undecodedBytes: number
+  /** Whether the socket is being read now: false while the inbox is full (the peer is held back) or once closed. */
+  readonly reading: boolean
+  /** Bytes this end has sent that the kernel has not taken yet: the peer is not reading fast enough. */
+  readonly unsentBytes: number
 }
 
 export interface LinkOptions<In, Out> {
@@ -75,6 +130,8 @@ export interface LinkOptions<In, Out> {
    * run's salt (the `Accept`); from the next frame on, both directions use it.
    */
   readonly rekeyOn?: (message: In) => Uint8Array | undefined
+  /** The inbox's bound (default: the channel's, `defaultInbox`). */
+  readonly inbox?: Partial<InboxBound> | undefined
 }
 
 /** Both nonces, the key they are used with and this end's role: everything needed to derive the keys. */
@@ -92,6 +149,12 @@ export const MAX_KEY_ID_BYTES = 253
 /** The listener's keys when only the unnamed one exists: the salt (the join channel, tests). */
 export const unnamedKey = (salt: Uint8Array) => (keyId: string): Uint8Array | undefined => (keyId === "" ? salt : undefined)
 
+/** A message in the inbox with the size of the frame it came in, given back to the bound when it is taken. */
+interface Received<In> {
+  readonly message: In
+  readonly bytes: number
+}
+
 /** Wire a connection whose nonces are agreed into a Link. */
 const open = <In, Out>(
   connection: Connection,
@@ -101,7 +164,13 @@ const open = <In, Out>(
   Effect.gen(function*() {
     const { channel } = options
     const peer = connection.peer
-    const inbox = yield* Queue.unbounded<Either.Either<In, LinkError>>()
+    const bound: InboxBound = {
+      messages: Math.max(1, options.inbox?.messages ?? defaultInbox[channel].messages),
+      bytes: Math.max(1, options.inbox?.bytes ?? defaultInbox[channel].bytes)
+    }
+    // Unbounded as a mailbox: the producer is a socket callback, which cannot wait for room, so the
+    // bound is kept before decoding (`hasRoom`) and the socket is paused instead.
+    const inbox = yield* Mailbox.make<Received<In>, LinkError>()
     const keysFor = (salt: Uint8Array) => {
       const keys = deriveKeys(salt, magic[channel], agreement.dialerNonce, agreement.listenerNonce)
       return agreement.role === "dialer"
@@ -127,54 +196,141 @@ const open = <In, Out>(
     const ceiling = options.ceiling ?? defaultCeiling[channel]
     // A listener hears strangers: their first frame must authenticate before a large one is taken.
     const decoder = new FrameDecoder(initial.receive, ceiling, agreement.role === "listener" ? UNAUTHENTICATED_CEILING : ceiling)
+
+    // The inbox's load, kept here because the mailbox is unbounded.
+    let queued = 0
+    let queuedBytes = 0
+    let peakMessages = 0
+    let peakBytes = 0
+    const hasRoom = () => queued < bound.messages && queuedBytes < bound.bytes
+    /** Bytes read while the inbox was full, in order. Only ever non-empty while the socket is paused. */
+    let undecoded: Array<Uint8Array> = []
+    let undecodedBytes = 0
+    /** Told the connection to stop reading, and not yet to resume. */
+    let paused = false
+    /** The peer closed while undecoded bytes were waiting: its messages come first, then this. */
+    let closedBehind: LinkError | undefined
+    let authenticated = false
+
     let ended: LinkError | undefined
     const end = (error: LinkError) => {
       if (ended !== undefined) return
       ended = error
-      Queue.unsafeOffer(inbox, Either.left(error))
+      undecoded = []
+      undecodedBytes = 0
+      // Accepted whatever the inbox holds: readers take what came before it, then every later one fails with it.
+      inbox.unsafeDone(Exit.fail(error))
     }
+
+    let framesDecoded = 0
+    const deliver = (frame: Frame) => {
+      framesDecoded += 1
+      if (ended !== undefined) return
+      // A sealed payload is opened first: it decodes like any other once it has.
+      const kind = frame.kind & ~SEALED
+      const payload = (frame.kind & SEALED) === 0 ? frame.payload : sealKeys === undefined ? undefined : openSealed(sealKeys.receive, kind, frame.sequence, frame.payload)
+      if (payload === undefined) {
+        end(new LinkError({ channel, peer, reason: "decode", detail: `a sealed message (kind ${kind}) did not open` }))
+        connection.reset()
+        return
+      }
+      const message = options.inbound.decode(kind, payload)
+      if (Either.isLeft(message)) {
+        end(new LinkError({ channel, peer, reason: "decode", detail: message.left.reason }))
+        connection.reset()
+        return
+      }
+      // An authenticated frame: the peer is no stranger (the mux stops counting it against the caps).
+      if (!authenticated) {
+        authenticated = true
+        connection.trusted()
+      }
+      // Switch before the next frame is parsed: it may already be in this chunk.
+      const salt = options.rekeyOn?.(message.right)
+      if (salt !== undefined) switchTo(salt)
+      const bytes = HEADER_BYTES + frame.payload.length + MAC_BYTES
+      queued += 1
+      queuedBytes += bytes
+      peakMessages = Math.max(peakMessages, queued)
+      peakBytes = Math.max(peakBytes, queuedBytes)
+      inbox.unsafeOffer({ message: message.right, bytes })
+    }
+
+    /** Decode from `bytes` while the inbox has room, a frame at a time; returns how many bytes it used. */
+    const decode = (bytes: Uint8Array): number => {
+      framesDecoded = 0
+      // A frame under way is finished (room was checked when it began); a new one waits for room.
+      const used = decoder.betweenFrames && !hasRoom() ? 0 : decoder.pushWhile(bytes, (frame) => {
+        deliver(frame)
+        return ended === undefined && hasRoom()
+      })
+      const failed = decoder.error
+      if (failed !== undefined && ended === undefined) {
+        end(new LinkError({ channel, peer, reason: failed.reason, detail: failed.detail }))
+        connection.reset()
+      }
+      WireCounters.received(channel, framesDecoded, used)
+      return used
+    }
+
+    const keep = (bytes: Uint8Array) => {
+      undecoded.push(bytes)
+      undecodedBytes += bytes.length
+      if (paused) return
+      paused = true
+      connection.pauseReading()
+    }
+
+    /** After the owner has taken a message: decode what waits, and read again once the inbox is down to half. */
+    const catchUp = () => {
+      while (undecoded.length > 0 && ended === undefined) {
+        const head = undecoded[0]!
+        const used = decode(head)
+        undecodedBytes -= used
+        if (used < head.length) {
+          undecoded[0] = head.subarray(used)
+          return
+        }
+        undecoded.shift()
+      }
+      if (ended !== undefined) return
+      if (closedBehind !== undefined) return end(closedBehind)
+      // Half, not one free slot: resuming for every message taken would pause and resume the socket each time.
+      if (queued <= bound.messages / 2 && queuedBytes <= bound.bytes / 2) {
+        paused = false
+        connection.resumeReading()
+      }
+    }
+
     connection.receive({
       data: (bytes) => {
         if (ended !== undefined) return
-        let frames = 0
-        const failed = decoder.pushEach(bytes, (frame) => {
-          frames += 1
-          if (ended !== undefined) return
-          // A sealed payload is opened first: it decodes like any other once it has.
-          const kind = frame.kind & ~SEALED
-          const payload = (frame.kind & SEALED) === 0 ? frame.payload : sealKeys === undefined ? undefined : openSealed(sealKeys.receive, kind, frame.sequence, frame.payload)
-          if (payload === undefined) {
-            end(new LinkError({ channel, peer, reason: "decode", detail: `a sealed message (kind ${kind}) did not open` }))
-            connection.reset()
-            return
-          }
-          const message = options.inbound.decode(kind, payload)
-          if (Either.isLeft(message)) {
-            end(new LinkError({ channel, peer, reason: "decode", detail: message.left.reason }))
-            connection.reset()
-            return
-          }
-          // An authenticated frame: the peer is no stranger (the mux stops counting it against the caps).
-          if (frames === 1) connection.trusted()
-          // Switch before the next frame is parsed: it may already be in this chunk.
-          const salt = options.rekeyOn?.(message.right)
-          if (salt !== undefined) switchTo(salt)
-          Queue.unsafeOffer(inbox, Either.right(message.right))
-        })
-        WireCounters.received(channel, frames, bytes.length)
-        if (failed !== undefined) {
-          end(new LinkError({ channel, peer, reason: failed.reason, detail: failed.detail }))
-          connection.reset()
-        }
+        // Behind bytes already waiting, to keep the stream's order (the connection's early bytes can come
+        // after a pause; Bun's socket does not call back once paused). Copies: Bun reuses its buffer.
+        if (undecoded.length > 0) return keep(bytes.slice())
+        const used = decode(bytes)
+        if (used < bytes.length && ended === undefined) keep(bytes.slice(used))
       },
-      close: () => end(new LinkError({ channel, peer, reason: "closed", detail: "the peer closed the connection" }))
+      close: () => {
+        const closed = new LinkError({ channel, peer, reason: "closed", detail: "the peer closed the connection" })
+        if (undecoded.length === 0) end(closed)
+        else closedBehind = closed
+      }
     })
+
+    const taken = (received: Received<In>): In => {
+      queued -= 1
+      queuedBytes -= received.bytes
+      if (paused) catchUp()
+      return received.message
+    }
+    // Uninterruptible between the take and its accounting: a message taken and not counted would hold
+    // its place in the bound for ever. The wait itself stays interruptible (`receiveWithin`).
+    const receive: Effect.Effect<In, LinkError> = Effect.uninterruptibleMask((restore) => Effect.map(restore(inbox.take), taken)).pipe(
+      // The mailbox is only ever failed, never ended: every later take fails with the link's ending.
+      Effect.catchTag("NoSuchElementException", () => Effect.dieMessage(`the ${channel} link's inbox ended without a LinkError`))
+    )
     let sequence = 0n
-    const receive: Effect.Effect<In, LinkError> = Effect.flatMap(Queue.take(inbox), (next) => {
-      // An ending stays in the inbox for every later reader.
-      if (Either.isLeft(next)) Queue.unsafeOffer(inbox, next)
-      return next
-    })
     const link: Link<In, Out> = {
       peer,
       keyId: agreement.keyId,
@@ -205,7 +361,16 @@ const open = <In, Out>(
           end(new LinkError({ channel, peer, reason: "closed", detail }))
           connection.reset()
         }),
-      rekey: (salt) => Effect.sync(() => switchTo(salt))
+      rekey: (salt) => Effect.sync(() => switchTo(salt)),
+      backlog: Effect.sync(() => ({
+        messages: queued,
+        bytes: queuedBytes,
+        peakMessages,
+        peakBytes,
+        undecodedBytes,
+        reading: connection.isReading,
+        unsentBytes: connection.unsentBytes
+      }))
     }
     return link
   })
