@@ -675,6 +675,7 @@ test("2. elastic after formation: dead ranks are reported once, never a kill; th
           const running = step.alive.filter((id) => !step.stopping.includes(id))
           let expectedStops: Array<string> = []
           let expectedReport: Array<number> = []
+          const wasStopping = stopping
           if (exit !== undefined && exit.abnormal && !exit.requested && !drained && !stopping) {
             const spec = specOf(trace, exit.id)
             const taken = ranksTakenBy(trace, spec)
@@ -700,6 +701,9 @@ test("2. elastic after formation: dead ranks are reported once, never a kill; th
           // Exactly that child's (or its group's) new dead ranks, once; nothing for anything else.
           expect(reports.map((r) => r.ranks)).toEqual(expectedReport.length > 0 ? [expectedReport] : [])
           expect(sameSet(ids, expectedStops)).toBe(true)
+          // The limit is said once, at the step that crosses it, unless every rank is lost (that is no max_failure).
+          const crossedNow = stopping && !wasStopping && dead.size < trace.world
+          expect(ofTag(step.directives, "LimitCrossed").length).toBe(crossedNow ? 1 : 0)
         }
         expect(trace.verdict?._tag).toBe(tripped() ? "Failed" : "Completed")
         if (trace.verdict?._tag === "Failed") {

@@ -302,6 +302,7 @@ describe("elastic", () => {
     run.step(crash("r0"))
     expect(run.act(crash("r3"))).toEqual([
       { _tag: "ReportDead", ranks: [3], cause: "rank 3 exited with signal SIGKILL" },
+      { _tag: "LimitCrossed", message: "max_failure exceeded (2/4 dead, threshold 2)" },
       { _tag: "Terminate", ids: ["r2", "r1"], mode: "graceful", reason: "max_failure exceeded (2/4 dead, threshold 2): stopping the run" }
     ])
     run.step(exits("r1", 0))
@@ -394,6 +395,7 @@ describe("growth", () => {
     expect(run.act(crash("r4"))).toEqual([{ _tag: "ReportDead", ranks: [4], cause: "rank 4 exited with signal SIGKILL" }])
     expect(run.act(crash("r5"))).toEqual([
       { _tag: "ReportDead", ranks: [5], cause: "rank 5 exited with signal SIGKILL" },
+      { _tag: "LimitCrossed", message: "max_failure exceeded (3 of 6 (4 at formation, 2 joined since) dead, threshold 3)" },
       { _tag: "Terminate", ids: ["r3", "r2", "r1"], mode: "graceful", reason: "max_failure exceeded (3 of 6 (4 at formation, 2 joined since) dead, threshold 3): stopping the run" }
     ])
   })
@@ -440,6 +442,16 @@ describe("stops from outside", () => {
     run.step(exits("r0", 0))
     const verdict = run.act(exits("r1", 0))[0]
     expect(verdict).toStrictEqual({ _tag: "Verdict", verdict: Verdict.Failed({ kind: "aborted", message: "aborted: asked by code" }) })
+  })
+
+  test("max_failure crossed by the last rank still running is said even with no one left to stop, so the checkpoint is written", () => {
+    const run = supervise(new Elastic({ maxFailure: new Count({ n: 1 }) }), world.slice(0, 2))
+    run.step(exits("r1", 0))
+    expect(run.act(crash("r0"))).toEqual([
+      { _tag: "ReportDead", ranks: [0], cause: "rank 0 exited with signal SIGKILL" },
+      { _tag: "LimitCrossed", message: "max_failure exceeded (1/2 dead, threshold 1)" },
+      { _tag: "Verdict", verdict: Verdict.Failed({ kind: "max-failure", message: "max_failure exceeded: 1/2 ranks dead, threshold 1" }) }
+    ])
   })
 
   test("an abort while the run already stops (max_failure tripped) keeps the first root cause and says nothing more", () => {

@@ -144,6 +144,7 @@ export const start = (options: SupervisorOptions): Effect.Effect<Supervisor, nev
         Restart: ({ after, id }) =>
           background(Effect.zipRight(Effect.sleep(Duration.millis(after)), enqueue(SupervisionEvent.RestartDue({ id })))),
         ReportDead: ({ cause, ranks }) => Effect.logDebug(`rank(s) ${ranks.join(", ")} dead: ${cause}`),
+        LimitCrossed: ({ message }) => Effect.logDebug(message),
         Escalate: ({ cause }) => Effect.logError(`escalating: ${cause}`),
         Note: ({ message }) => Effect.logInfo(message),
         Verdict: ({ verdict: value }) => Deferred.succeed(verdict, value)

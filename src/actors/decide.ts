@@ -52,6 +52,12 @@ export type Directive = Data.TaggedEnum<{
   }
   /** Tell membership (the coordinator) that these ranks are gone. */
   ReportDead: { readonly ranks: ReadonlyArray<number>; readonly cause: string }
+  /**
+   * The deaths crossed the elastic policy's max_failure: the run stops (the Terminate that follows). Said
+   * once, even when nothing is left running, so the coordinator writes the consensus checkpoint: `decide` is
+   * the one judge of the limit.
+   */
+  LimitCrossed: { readonly message: string }
   /** Send `RestartDue { id }` after `after` milliseconds. */
   Restart: { readonly id: string; readonly after: number }
   Escalate: { readonly cause: string }
@@ -385,7 +391,9 @@ class Step {
     if (this.state.world > 0 && dead >= this.state.world + this.state.joined) {
       this.stopAll("graceful", `every rank was lost (${deadOfWorld(this.state)}): stopping the run`)
     } else if (limit !== undefined && dead >= limit) {
-      this.stopAll("graceful", `max_failure exceeded (${deadOfWorld(this.state)} dead, threshold ${limit}): stopping the run`)
+      const message = `max_failure exceeded (${deadOfWorld(this.state)} dead, threshold ${limit})`
+      this.directives.push(Directive.LimitCrossed({ message }))
+      this.stopAll("graceful", `${message}: stopping the run`)
     }
   }
 
