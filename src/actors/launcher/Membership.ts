@@ -1,0 +1,222 @@
+/**
+ * Membership: who is in the run, as one pure function over events.
+ *
+ * Once the world forms, every fact about who is in it lives in this state and
+ * nowhere else: which hosts joined (a host that was given up on and came back
+ * is listed again), which host and device each rank number runs on, the seat a
+ * restarted rank's new number stands in for, which ranks were given up for
+ * silence, which hosts can no longer be heard, how many ranks the run has had,
+ * and which ranks still have to run user code before the cohort forms.
+ *
+ * `membership(state, event)` returns what must happen because of the event
+ * (the cohort formed; a host is gone) and the next state; `MembershipOwner` is
+ * the actor that holds the state and carries the effects out. Readers (the
+ * orders' routing, the result table, the control gate's hosts) read the owner's
+ * state through the selectors below instead of keeping copies of their own.
+ *
+ * The maps are Effect's persistent HashMaps: a big world (8,000 ranks) takes
+ * one event per rank start, and copying a plain Map for each would be
+ * quadratic.
+ */
+import * as Data from "effect/Data"
+import * as HashMap from "effect/HashMap"
+import * as HashSet from "effect/HashSet"
+import * as Option from "effect/Option"
+import type { Loss } from "../Verdict.ts"
+
+/** A host's place in the world, as it joined: its rank numbers then, and their devices by slot. */
+export interface HostEntry {
+  readonly host: string
+  /** The numbers its ranks joined under: also their seats. */
+  readonly ranks: ReadonlyArray<number>
+  readonly devices: ReadonlyArray<string>
+}
+
+/** What the run knows of one rank number. */
+export interface RankRecord {
+  readonly host: string
+  /** The device index, or `cpu`. */
+  readonly device: string
+  /** The seat this number runs in: its own number, or the first number of a restarted rank. */
+  readonly seat: number
+  /** The last incarnation's pid. */
+  readonly pid: number | null
+  /** How each incarnation ended, oldest first: "status 0", "signal SIGKILL", … */
+  readonly exits: ReadonlyArray<string>
+}
+
+export interface MembershipState {
+  /** Every rank number the run has had: the world at formation, then growth and restarts under new numbers. */
+  readonly world: number
+  /** The world's size when it formed (0 before). */
+  readonly formedWith: number
+  /** The hosts of formation, then each one that joined since, in order. */
+  readonly hosts: ReadonlyArray<HostEntry>
+  readonly ranks: HashMap.HashMap<number, RankRecord>
+  /** A seat's current number, only where it differs from the seat (a restarted rank). */
+  readonly renumbered: HashMap.HashMap<number, number>
+  /** Hosts that cannot be heard from any more; one may come back under the same name and join again. */
+  readonly gone: HashSet.HashSet<string>
+  /** Rank numbers given up on while their processes may live (silent, or absent from a rendezvous). */
+  readonly silent: HashSet.HashSet<number>
+  /** Ranks of the formed world that have not yet run user code: the cohort forms when none is left. */
+  readonly awaiting: HashSet.HashSet<number>
+  readonly cohortFormed: boolean
+  /** Every loss the failure policy reported, in order. */
+  readonly lost: ReadonlyArray<Loss>
+}
+
+export type MembershipEvent = Data.TaggedEnum<{
+  /** The join window formed the world. */
+  WorldFormed: { readonly hosts: ReadonlyArray<HostEntry> }
+  /** A host joined the formed world (growth), or came back after it was given up on. */
+  HostJoined: { readonly host: HostEntry }
+  RankStarted: { readonly rank: number; readonly pid: number }
+  /** The rank runs user code (an entry rank checked in, a command rank started). */
+  RankRunning: { readonly rank: number }
+  RankExited: { readonly rank: number; readonly exit: string }
+  /** A restarted seat runs under a new number from now on (the join gate handed it out). */
+  Renumbered: { readonly seat: number; readonly rank: number }
+  /** The failure policy reported these rank numbers dead. */
+  RanksLost: { readonly ranks: ReadonlyArray<number>; readonly cause: string }
+  /** These rank numbers were given up on (silence, or absent from a rendezvous): their processes are being killed. */
+  RanksSilent: { readonly ranks: ReadonlyArray<number>; readonly why: string }
+  /** The host's agent can no longer be heard from (its session ended after formation). */
+  HostEnded: { readonly host: string; readonly why: string }
+}>
+export const MembershipEvent = Data.taggedEnum<MembershipEvent>()
+
+export type MembershipEffect = Data.TaggedEnum<{
+  /** Every rank of the formed world has run user code: said once. */
+  CohortFormed: {}
+  /** A host is given up on: its link is to be closed (its ranks then end as lost) and it leaves the rounds. */
+  HostGone: { readonly host: string; readonly why: string }
+}>
+export const MembershipEffect = Data.taggedEnum<MembershipEffect>()
+
+export const empty: MembershipState = {
+  world: 0,
+  formedWith: 0,
+  hosts: [],
+  ranks: HashMap.empty(),
+  renumbered: HashMap.empty(),
+  gone: HashSet.empty(),
+  silent: HashSet.empty(),
+  awaiting: HashSet.empty(),
+  cohortFormed: false,
+  lost: []
+}
+
+const none: ReadonlyArray<MembershipEffect> = []
+
+/** The host's own ranks, as records keyed by number. */
+const recordsOf = (entry: HostEntry, ranks: HashMap.HashMap<number, RankRecord>) =>
+  entry.ranks.reduce(
+    (map, rank, slot) => HashMap.set(map, rank, { host: entry.host, device: entry.devices[slot] ?? "?", seat: rank, pid: null, exits: [] }),
+    ranks
+  )
+
+/** Change one rank's record; a number the run never had changes nothing. */
+const amend = (state: MembershipState, rank: number, change: (record: RankRecord) => RankRecord): MembershipState => {
+  const record = HashMap.get(state.ranks, rank)
+  return Option.isNone(record) ? state : { ...state, ranks: HashMap.set(state.ranks, rank, change(record.value)) }
+}
+
+/** The last time a host joined: a host that came back is judged by its new ranks only. */
+export const latestEntry = (state: MembershipState, host: string): HostEntry | undefined => state.hosts.findLast((entry) => entry.host === host)
+
+/** Give a host up, once: a host already gone stays gone, and one that never joined is no one's to give up. */
+const giveUpHost = (state: MembershipState, host: string, why: string): readonly [ReadonlyArray<MembershipEffect>, MembershipState] =>
+  latestEntry(state, host) === undefined || HashSet.has(state.gone, host)
+    ? [none, state]
+    : [[MembershipEffect.HostGone({ host, why })], { ...state, gone: HashSet.add(state.gone, host) }]
+
+export const membership = (state: MembershipState, event: MembershipEvent): readonly [ReadonlyArray<MembershipEffect>, MembershipState] => {
+  switch (event._tag) {
+    case "WorldFormed": {
+      const ranks = event.hosts.reduce((map, entry) => recordsOf(entry, map), HashMap.empty<number, RankRecord>())
+      const world = HashMap.size(ranks)
+      return [none, { ...empty, world, formedWith: world, hosts: event.hosts, ranks, awaiting: HashSet.fromIterable(HashMap.keys(ranks)) }]
+    }
+    case "HostJoined": {
+      const { host } = event
+      return [none, {
+        ...state,
+        world: state.world + host.ranks.length,
+        hosts: [...state.hosts, host],
+        ranks: recordsOf(host, state.ranks),
+        gone: HashSet.remove(state.gone, host.host)
+      }]
+    }
+    case "RankStarted":
+      return [none, amend(state, event.rank, (record) => ({ ...record, pid: event.pid }))]
+    case "RankRunning": {
+      const awaiting = HashSet.remove(state.awaiting, event.rank)
+      const forms = HashSet.size(awaiting) === 0 && !state.cohortFormed
+      return [forms ? [MembershipEffect.CohortFormed()] : none, { ...state, awaiting, cohortFormed: state.cohortFormed || forms }]
+    }
+    case "RankExited":
+      return [none, amend(state, event.rank, (record) => ({ ...record, exits: [...record.exits, event.exit] }))]
+    case "Renumbered": {
+      const previous = numberOf(state, event.seat)
+      const old = HashMap.get(state.ranks, previous)
+      if (Option.isNone(old) || HashMap.has(state.ranks, event.rank)) return [none, state]
+      return [none, {
+        ...state,
+        world: state.world + 1,
+        ranks: HashMap.set(state.ranks, event.rank, { host: old.value.host, device: old.value.device, seat: event.seat, pid: null, exits: [] }),
+        renumbered: HashMap.set(state.renumbered, event.seat, event.rank)
+      }]
+    }
+    case "RanksLost":
+      return [none, { ...state, lost: [...state.lost, { ranks: event.ranks, cause: event.cause }] }]
+    case "RanksSilent": {
+      const silenced = { ...state, silent: event.ranks.reduce((set, rank) => HashSet.add(set, rank), state.silent) }
+      // A host none of whose ranks is heard any more is likely cut off: a kill order would never reach it.
+      return silenced.hosts.reduce<readonly [ReadonlyArray<MembershipEffect>, MembershipState]>(([effects, next], entry) => {
+        if (latestEntry(next, entry.host) !== entry || !entry.ranks.every((seat) => HashSet.has(next.silent, numberOf(next, seat)))) return [effects, next]
+        const [more, after] = giveUpHost(next, entry.host, event.why)
+        return [[...effects, ...more], after]
+      }, [none, silenced])
+    }
+    case "HostEnded":
+      return giveUpHost(state, event.host, event.why)
+  }
+}
+
+/** The number a seat runs as now. */
+export const numberOf = (state: MembershipState, seat: number): number => Option.getOrElse(HashMap.get(state.renumbered, seat), () => seat)
+
+/** The seat a rank number runs in (a number the run never had is its own seat). */
+export const seatOf = (state: MembershipState, rank: number): number => Option.match(HashMap.get(state.ranks, rank), { onNone: () => rank, onSome: (record) => record.seat })
+
+/** What the run knows of a rank number. */
+export const recordOf = (state: MembershipState, rank: number): RankRecord | undefined => Option.getOrUndefined(HashMap.get(state.ranks, rank))
+
+/** The host a rank number runs on. */
+export const hostOf = (state: MembershipState, rank: number): string | undefined => Option.getOrUndefined(Option.map(HashMap.get(state.ranks, rank), (record) => record.host))
+
+/**
+ * Each host's rank numbers as its relay speaks for them: the ranks it last joined with, then every number
+ * a restart of one of them has run under since. A host that joined again speaks for its new ranks only.
+ */
+export const ranksByHost = (state: MembershipState): ReadonlyMap<string, ReadonlyArray<number>> => {
+  const since = new Map<number, Array<number>>()
+  for (const [rank, record] of rankRecords(state)) {
+    if (record.seat !== rank) since.set(record.seat, [...(since.get(record.seat) ?? []), rank])
+  }
+  const byHost = new Map<string, ReadonlyArray<number>>()
+  for (const entry of state.hosts) {
+    const restarted = entry.ranks.flatMap((seat) => since.get(seat) ?? []).sort((a, b) => a - b)
+    byHost.set(entry.host, [...entry.ranks, ...restarted])
+  }
+  return byHost
+}
+
+/** The hosts still heard from, each once, in the order they first joined. */
+export const liveHosts = (state: MembershipState): ReadonlyArray<string> =>
+  [...new Set(state.hosts.map((entry) => entry.host))].filter((host) => !HashSet.has(state.gone, host))
+
+/** Every rank number the run has had, in order, with its record. */
+export const rankRecords = (state: MembershipState): ReadonlyArray<readonly [number, RankRecord]> =>
+  HashMap.toEntries(state.ranks).sort(([a], [b]) => a - b)

@@ -1,0 +1,214 @@
+/**
+ * Membership against a reference model: random worlds and random event
+ * sequences (ranks running, starting and exiting, restarts under new numbers,
+ * silences, agents ending, hosts joining or coming back, losses), each step
+ * checked against a small model written here with plain mutable maps and
+ * arrays, from the rules in Membership.ts's header rather than its code.
+ *
+ * Checked after every step: the effects said (the cohort's formation once, at
+ * the right step; each host given up on once per time it joined), the world's
+ * size, every number's host, device and seat, each seat's current number, the
+ * ranks each host's relay speaks for, the live hosts and the losses.
+ */
+import { expect, test } from "bun:test"
+import * as HashSet from "effect/HashSet"
+import fc from "fast-check"
+import {
+  empty,
+  hostOf,
+  liveHosts,
+  membership,
+  type MembershipEffect,
+  MembershipEvent,
+  type MembershipState,
+  numberOf,
+  rankRecords,
+  ranksByHost,
+  seatOf
+} from "../src/actors/launcher/Membership.ts"
+
+/** The model: what a careful person would keep on paper. */
+class Paper {
+  world = 0
+  /** Every join, in order: host, ranks, devices. */
+  joins: Array<{ host: string; ranks: Array<number>; devices: Array<string> }> = []
+  /** number → [host, device, seat] */
+  numbers = new Map<number, [string, string, number]>()
+  /** seat → every number it ran as, in order (its own first). */
+  runsAs = new Map<number, Array<number>>()
+  gone = new Set<string>()
+  silent = new Set<number>()
+  ranUserCode = new Set<number>()
+  formedRanks: Array<number> = []
+  cohortSaid = false
+  lost: Array<{ ranks: ReadonlyArray<number>; cause: string }> = []
+  next = 0
+
+  join(host: string, count: number) {
+    const ranks = Array.from({ length: count }, () => this.next++)
+    const devices = ranks.map((_, slot) => `${host}-d${slot}`)
+    this.joins.push({ host, ranks, devices })
+    ranks.forEach((rank, slot) => {
+      this.numbers.set(rank, [host, devices[slot]!, rank])
+      this.runsAs.set(rank, [rank])
+    })
+    this.world += count
+    this.gone.delete(host)
+    return { host, ranks, devices }
+  }
+
+  current(seat: number) {
+    const all = this.runsAs.get(seat)
+    return all === undefined ? seat : all[all.length - 1]!
+  }
+
+  latest(host: string) {
+    for (let i = this.joins.length - 1; i >= 0; i--) if (this.joins[i]!.host === host) return this.joins[i]
+    return undefined
+  }
+}
+
+type Step =
+  | { readonly kind: "running" | "started" | "exited" | "lost"; readonly pick: number }
+  | { readonly kind: "renumber"; readonly pick: number }
+  | { readonly kind: "silent"; readonly picks: ReadonlyArray<number> }
+  | { readonly kind: "ended"; readonly pick: number }
+  | { readonly kind: "joined"; readonly pick: number; readonly count: number }
+
+const stepArb: fc.Arbitrary<Step> = fc.oneof(
+  { weight: 6, arbitrary: fc.record({ kind: fc.constant("running" as const), pick: fc.nat() }) },
+  { weight: 2, arbitrary: fc.record({ kind: fc.constantFrom("started" as const, "exited" as const, "lost" as const), pick: fc.nat() }) },
+  { weight: 2, arbitrary: fc.record({ kind: fc.constant("renumber" as const), pick: fc.nat() }) },
+  { weight: 3, arbitrary: fc.record({ kind: fc.constant("silent" as const), picks: fc.array(fc.nat(), { minLength: 1, maxLength: 4 }) }) },
+  { weight: 1, arbitrary: fc.record({ kind: fc.constant("ended" as const), pick: fc.nat() }) },
+  { weight: 1, arbitrary: fc.record({ kind: fc.constant("joined" as const), pick: fc.nat(), count: fc.integer({ min: 1, max: 3 }) }) }
+)
+
+const hostNames = ["a", "b", "c", "d", "e"]
+
+const said = (effects: ReadonlyArray<MembershipEffect>) => effects.map((effect) => effect._tag === "HostGone" ? `gone ${effect.host}` : "formed")
+
+test("membership follows the paper model, step by step", () => {
+  let formedSeen = 0
+  let goneSeen = 0
+  let renumberedSeen = 0
+  fc.assert(
+    fc.property(
+      fc.array(fc.integer({ min: 1, max: 3 }), { minLength: 1, maxLength: 4 }),
+      fc.array(stepArb, { maxLength: 60 }),
+      (sizes, steps) => {
+        const paper = new Paper()
+        const hosts = sizes.map((count, index) => paper.join(hostNames[index]!, count))
+        paper.formedRanks = hosts.flatMap((host) => host.ranks)
+        let [, state] = membership(empty, MembershipEvent.WorldFormed({ hosts }))
+        const numbersEver = () => [...paper.numbers.keys()]
+        for (const step of steps) {
+          const expected: Array<string> = []
+          let event: MembershipEvent
+          switch (step.kind) {
+            case "running": {
+              const rank = numbersEver()[step.pick % paper.numbers.size]!
+              event = MembershipEvent.RankRunning({ rank })
+              const wasComplete = paper.formedRanks.every((each) => paper.ranUserCode.has(each))
+              paper.ranUserCode.add(rank)
+              if (!wasComplete && paper.formedRanks.every((each) => paper.ranUserCode.has(each)) && !paper.cohortSaid) {
+                paper.cohortSaid = true
+                expected.push("formed")
+              }
+              break
+            }
+            case "started":
+              event = MembershipEvent.RankStarted({ rank: numbersEver()[step.pick % paper.numbers.size]!, pid: step.pick })
+              break
+            case "exited":
+              event = MembershipEvent.RankExited({ rank: numbersEver()[step.pick % paper.numbers.size]!, exit: `status ${step.pick % 4}` })
+              break
+            case "lost": {
+              const ranks = [numbersEver()[step.pick % paper.numbers.size]!]
+              event = MembershipEvent.RanksLost({ ranks, cause: `cause ${step.pick}` })
+              paper.lost.push({ ranks, cause: `cause ${step.pick}` })
+              break
+            }
+            case "renumber": {
+              const seats = [...paper.runsAs.keys()]
+              const seat = seats[step.pick % seats.length]!
+              const rank = paper.next++
+              event = MembershipEvent.Renumbered({ seat, rank })
+              const [host, device] = paper.numbers.get(seat)!
+              paper.numbers.set(rank, [host, device, seat])
+              paper.runsAs.get(seat)!.push(rank)
+              paper.world += 1
+              renumberedSeen++
+              break
+            }
+            case "silent": {
+              const ranks = step.picks.map((pick) => numbersEver()[pick % paper.numbers.size]!)
+              event = MembershipEvent.RanksSilent({ ranks, why: "silent" })
+              ranks.forEach((rank) => paper.silent.add(rank))
+              // Each host (by its latest join) all of whose seats are silent under their current numbers goes, once.
+              for (const join of paper.joins) {
+                if (paper.latest(join.host) !== join || paper.gone.has(join.host)) continue
+                if (join.ranks.every((seat) => paper.silent.has(paper.current(seat)))) {
+                  paper.gone.add(join.host)
+                  expected.push(`gone ${join.host}`)
+                }
+              }
+              break
+            }
+            case "ended": {
+              const host = hostNames[step.pick % hostNames.length]!
+              event = MembershipEvent.HostEnded({ host, why: "ended" })
+              if (paper.latest(host) !== undefined && !paper.gone.has(host)) {
+                paper.gone.add(host)
+                expected.push(`gone ${host}`)
+              }
+              break
+            }
+            case "joined": {
+              const host = hostNames[step.pick % hostNames.length]!
+              event = MembershipEvent.HostJoined({ host: paper.join(host, step.count) })
+              break
+            }
+          }
+          const [effects, next] = membership(state, event)
+          state = next
+          expect(said(effects)).toEqual(expected)
+          formedSeen += expected.filter((each) => each === "formed").length
+          goneSeen += expected.length - expected.filter((each) => each === "formed").length
+          compare(state, paper)
+        }
+      }
+    ),
+    { seed: 20_261_202, numRuns: 400 }
+  )
+  // The runs reach every interesting case.
+  expect(formedSeen).toBeGreaterThan(20)
+  expect(goneSeen).toBeGreaterThan(20)
+  expect(renumberedSeen).toBeGreaterThan(20)
+})
+
+const compare = (state: MembershipState, paper: Paper) => {
+  expect(state.world).toBe(paper.world)
+  expect(state.cohortFormed).toBe(paper.cohortSaid)
+  expect(state.lost).toEqual(paper.lost)
+  const numbers = [...paper.numbers.keys()].sort((a, b) => a - b)
+  expect(rankRecords(state).map(([rank, record]) => [rank, record.host, record.device, record.seat])).toEqual(
+    numbers.map((rank) => [rank, ...paper.numbers.get(rank)!])
+  )
+  for (const rank of numbers) {
+    expect(hostOf(state, rank)).toBe(paper.numbers.get(rank)![0])
+    expect(seatOf(state, rank)).toBe(paper.numbers.get(rank)![2])
+  }
+  for (const seat of paper.runsAs.keys()) expect(numberOf(state, seat)).toBe(paper.current(seat))
+  // A relay speaks for its host's latest ranks and every number their seats ran as since.
+  const relays = new Map<string, Array<number>>()
+  for (const join of paper.joins) relays.set(join.host, [...join.ranks])
+  for (const [host, ranks] of relays) {
+    const seats = paper.latest(host)!.ranks
+    ranks.push(...seats.flatMap((seat) => paper.runsAs.get(seat)!.slice(1)).sort((a, b) => a - b))
+  }
+  expect(new Map(ranksByHost(state))).toEqual(relays)
+  const firstSeen = [...new Set(paper.joins.map((join) => join.host))]
+  expect(liveHosts(state)).toEqual(firstSeen.filter((host) => !paper.gone.has(host)))
+  expect([...HashSet.values(state.gone)].sort()).toEqual([...paper.gone].sort())
+}

@@ -1,0 +1,173 @@
+/**
+ * Membership by worked examples: every expected value is written out by hand
+ * from the rules in Membership.ts's header. The random runs against a
+ * reference model are in membership.property.test.ts.
+ *
+ * The world used throughout: host `a` with ranks 0 and 1 (devices 0 and 1),
+ * host `b` with rank 2 (cpu).
+ */
+import { describe, expect, test } from "bun:test"
+import * as HashSet from "effect/HashSet"
+import {
+  empty,
+  hostOf,
+  latestEntry,
+  liveHosts,
+  membership,
+  MembershipEvent,
+  type MembershipEffect,
+  type MembershipState,
+  numberOf,
+  rankRecords,
+  ranksByHost,
+  recordOf,
+  seatOf
+} from "../src/actors/launcher/Membership.ts"
+
+const formed = (): MembershipState =>
+  membership(empty, MembershipEvent.WorldFormed({
+    hosts: [{ host: "a", ranks: [0, 1], devices: ["0", "1"] }, { host: "b", ranks: [2], devices: ["cpu"] }]
+  }))[1]
+
+/** Apply events in order; every step's effects, by tag and host, and the final state. */
+const play = (start: MembershipState, events: ReadonlyArray<MembershipEvent>) => {
+  const said: Array<Array<string>> = []
+  let state = start
+  for (const event of events) {
+    const [effects, next] = membership(state, event)
+    said.push(effects.map((effect: MembershipEffect) => effect._tag === "HostGone" ? `HostGone ${effect.host}: ${effect.why}` : effect._tag))
+    state = next
+  }
+  return { said, state }
+}
+
+const running = (rank: number) => MembershipEvent.RankRunning({ rank })
+
+describe("formation and the cohort", () => {
+  test("the formed world: 3 ranks, each on its host and device, every one its own seat", () => {
+    const state = formed()
+    expect([state.world, state.formedWith, state.cohortFormed]).toEqual([3, 3, false])
+    expect(rankRecords(state)).toEqual([
+      [0, { host: "a", device: "0", seat: 0, pid: null, exits: [] }],
+      [1, { host: "a", device: "1", seat: 1, pid: null, exits: [] }],
+      [2, { host: "b", device: "cpu", seat: 2, pid: null, exits: [] }]
+    ])
+    expect([...ranksByHost(state)]).toEqual([["a", [0, 1]], ["b", [2]]])
+    expect(liveHosts(state)).toEqual(["a", "b"])
+  })
+
+  test("the cohort forms once, when the last of the formed ranks first runs user code", () => {
+    const { said, state } = play(formed(), [running(1), running(1), running(0), running(2), running(2), running(0)])
+    expect(said).toEqual([[], [], [], ["CohortFormed"], [], []])
+    expect(state.cohortFormed).toBe(true)
+  })
+
+  test("ranks that joined later never hold the cohort back, nor form it", () => {
+    const { said } = play(formed(), [
+      MembershipEvent.HostJoined({ host: { host: "c", ranks: [3], devices: ["0"] } }),
+      running(3),
+      running(0),
+      running(1),
+      running(2)
+    ])
+    expect(said).toEqual([[], [], [], [], ["CohortFormed"]])
+  })
+
+  test("a slot the host named no device for shows as ?", () => {
+    const [, state] = membership(empty, MembershipEvent.WorldFormed({ hosts: [{ host: "a", ranks: [0, 1], devices: ["0"] }] }))
+    expect(rankRecords(state).map(([, record]) => record.device)).toEqual(["0", "?"])
+  })
+
+  test("a number the run never had changes nothing", () => {
+    const before = formed()
+    const { said, state } = play(before, [running(9), MembershipEvent.RankStarted({ rank: 9, pid: 1 }), MembershipEvent.RankExited({ rank: 9, exit: "status 0" })])
+    expect(said).toEqual([[], [], []])
+    expect(rankRecords(state)).toEqual(rankRecords(before))
+  })
+
+  test("starts and exits are kept per number: the last pid, every exit oldest first", () => {
+    const { state } = play(formed(), [
+      MembershipEvent.RankStarted({ rank: 1, pid: 100 }),
+      MembershipEvent.RankExited({ rank: 1, exit: "signal SIGKILL" }),
+      MembershipEvent.RankStarted({ rank: 1, pid: 200 }),
+      MembershipEvent.RankExited({ rank: 1, exit: "status 0" })
+    ])
+    expect(recordOf(state, 1)).toEqual({ host: "a", device: "1", seat: 1, pid: 200, exits: ["signal SIGKILL", "status 0"] })
+  })
+})
+
+describe("restarts under new numbers", () => {
+  test("seat 1 restarts as 3, then as 5: each number is counted, traced to its seat, and spoken for by a's relay", () => {
+    const { state } = play(formed(), [MembershipEvent.Renumbered({ seat: 1, rank: 3 }), MembershipEvent.Renumbered({ seat: 1, rank: 5 })])
+    expect(state.world).toBe(5)
+    expect([numberOf(state, 0), numberOf(state, 1), numberOf(state, 2)]).toEqual([0, 5, 2])
+    expect([seatOf(state, 3), seatOf(state, 5), seatOf(state, 2)]).toEqual([1, 1, 2])
+    expect([hostOf(state, 3), hostOf(state, 5)]).toEqual(["a", "a"])
+    expect(recordOf(state, 5)).toEqual({ host: "a", device: "1", seat: 1, pid: null, exits: [] })
+    expect([...ranksByHost(state)]).toEqual([["a", [0, 1, 3, 5]], ["b", [2]]])
+  })
+
+  test("numbers far apart are still listed in order, and a number the run never had is its own seat", () => {
+    const { state } = play(formed(), [MembershipEvent.Renumbered({ seat: 0, rank: 70_000 }), MembershipEvent.Renumbered({ seat: 2, rank: 1_024 })])
+    expect(rankRecords(state).map(([rank]) => rank)).toEqual([0, 1, 2, 1_024, 70_000])
+    expect([...ranksByHost(state)]).toEqual([["a", [0, 1, 70_000]], ["b", [2, 1_024]]])
+    expect(seatOf(state, 42)).toBe(42)
+  })
+
+  test("a number already in use is not handed out twice", () => {
+    const before = play(formed(), [MembershipEvent.Renumbered({ seat: 1, rank: 3 })]).state
+    const { state } = play(before, [MembershipEvent.Renumbered({ seat: 0, rank: 3 })])
+    expect([state.world, numberOf(state, 0), seatOf(state, 3)]).toEqual([4, 0, 1])
+  })
+})
+
+describe("hosts given up on", () => {
+  const silent = (...ranks: Array<number>) => MembershipEvent.RanksSilent({ ranks, why: "none of its ranks has beaten for 30000 ms" })
+
+  test("a host goes when every one of its ranks is silent, by their current numbers, once", () => {
+    const { said, state } = play(formed(), [
+      MembershipEvent.Renumbered({ seat: 1, rank: 3 }),
+      silent(0),
+      silent(1), // the old number of seat 1: seat 1 now runs as 3
+      silent(3),
+      silent(0, 3),
+      MembershipEvent.HostEnded({ host: "a", why: "the ssh session ended" })
+    ])
+    expect(said).toEqual([[], [], [], ["HostGone a: none of its ranks has beaten for 30000 ms"], [], []])
+    expect(liveHosts(state)).toEqual(["b"])
+    expect(HashSet.has(state.gone, "a")).toBe(true)
+  })
+
+  test("a host whose agent ended goes once; a host that never joined is no one's to give up", () => {
+    const { said } = play(formed(), [
+      MembershipEvent.HostEnded({ host: "b", why: "the ssh session ended" }),
+      MembershipEvent.HostEnded({ host: "b", why: "again" }),
+      MembershipEvent.HostEnded({ host: "z", why: "never joined" })
+    ])
+    expect(said).toEqual([["HostGone b: the ssh session ended"], [], []])
+  })
+
+  test("a host that comes back is in again, judged by its new ranks only, and can go again", () => {
+    const { said, state } = play(formed(), [
+      MembershipEvent.HostEnded({ host: "b", why: "cut off" }),
+      MembershipEvent.HostJoined({ host: { host: "b", ranks: [3, 4], devices: ["0", "1"] } }),
+      silent(2), // b's old rank: not b's any more
+      silent(3),
+      silent(4)
+    ])
+    expect(said).toEqual([["HostGone b: cut off"], [], [], [], ["HostGone b: none of its ranks has beaten for 30000 ms"]])
+    expect(state.world).toBe(5)
+    expect(latestEntry(state, "b")).toEqual({ host: "b", ranks: [3, 4], devices: ["0", "1"] })
+    expect([...ranksByHost(state)]).toEqual([["a", [0, 1]], ["b", [3, 4]]])
+  })
+})
+
+describe("losses", () => {
+  test("every loss the policy reports is kept, in order", () => {
+    const { state } = play(formed(), [
+      MembershipEvent.RanksLost({ ranks: [2], cause: "rank 2 exited with status 3" }),
+      MembershipEvent.RanksLost({ ranks: [0, 1], cause: "lost the agent of a" })
+    ])
+    expect(state.lost).toEqual([{ ranks: [2], cause: "rank 2 exited with status 3" }, { ranks: [0, 1], cause: "lost the agent of a" }])
+  })
+})
