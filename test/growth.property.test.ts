@@ -165,7 +165,6 @@ const simulate = (scenario: Scenario, dir: string) =>
       rootState: () => undefined,
       send: (targets, order) => Effect.sync(() => targets.forEach((rank) => onOrder(rank, order))),
       loseRanks: () => Effect.void,
-      limitReached: () => false,
       drained: Effect.void,
       onEnter: (entered, epoch) =>
         Effect.sync(() => {

@@ -274,7 +274,6 @@ const drive = (world: ReadonlyArray<number>, job: Job, script: (driver: Driver) 
       rootState: () => undefined,
       send: (targets, order) => Effect.sync(() => targets.forEach((rank) => orders.set(rank, [...(orders.get(rank) ?? []), show(order)]))),
       loseRanks: () => Effect.void,
-      limitReached: () => false,
       drained: Effect.void,
       onEnter: (ranks, epoch) => Effect.sync(() => entries.push(`${ranks.join(",")} at ${epoch}`))
     })

@@ -78,7 +78,6 @@ const program = Effect.gen(function*() {
     resume: undefined,
     send: sendToRanks,
     loseRanks: () => Effect.void,
-    limitReached: () => false,
     drained: Effect.void,
     rootState: () => undefined
   })

@@ -61,26 +61,32 @@ export interface Renumbered {
   readonly worldSize: number
 }
 
+export interface Numbering {
+  /** Restarts run under a new number (see above); absent, under the seat's own. */
+  readonly renumber: (seat: number, member: Member) => Effect.Effect<Renumbered | undefined>
+  /** The seat a rank number runs in: membership's, which `renumber` has told by the time it returns. */
+  readonly seatOf: (rank: number) => number
+}
+
+/** Every number is its own seat. */
+const ownSeats: Numbering = { renumber: () => Effect.succeed(undefined), seatOf: (rank) => rank }
+
 export const make = (
   members: ReadonlyArray<Member>,
   observer: RankObserver,
   /** How long a rank still running when its incarnation's Scope closes gets after SIGTERM. */
   graceMs: number,
-  /** Restarts run under a new number (see above); absent, under the seat's own. */
-  renumber?: (seat: number, member: Member) => Effect.Effect<Renumbered | undefined>
+  numbering: Numbering = ownSeats
 ): Effect.Effect<RemoteRanks, never, Scope.Scope> =>
   Effect.gen(function*() {
     const scope = yield* Effect.scope
-    const hostOf = new Map<number, Member>()
-    for (const member of members) for (const rank of member.ranks) hostOf.set(rank, member)
     /** Each seat's current incarnation. */
     const current = new Map<number, Incarnation>()
-    /** The seat of every number a rank has run as. */
-    const seatOf = new Map<number, number>()
+    const { seatOf } = numbering
     const lost = new Map<string, string>()
 
     const find = (rank: number, number: number) => {
-      const incarnation = current.get(seatOf.get(rank) ?? rank)
+      const incarnation = current.get(seatOf(rank))
       return incarnation !== undefined && incarnation.number === number && incarnation.rank === rank ? incarnation : undefined
     }
 
@@ -118,7 +124,7 @@ export const make = (
             }
             case "RankResources":
               // Only the host's own ranks: an agent speaks for no one else.
-              yield* observer.resources(member.host, message.samples.filter((sample) => member.ranks.includes(seatOf.get(sample.rank) ?? -1)))
+              yield* observer.resources(member.host, message.samples.filter((sample) => member.ranks.includes(seatOf(sample.rank))))
               break
             default:
               yield* Effect.logWarning(`ignored an unexpected ${message._tag} from the agent of ${member.host}`)
@@ -144,9 +150,8 @@ export const make = (
         const gone = lost.get(member.host)
         if (gone !== undefined) return yield* Effect.fail(gone)
         const number = (current.get(seat)?.number ?? -1) + 1
-        const renumbered = number > 0 && renumber !== undefined ? yield* renumber(seat, member) : undefined
+        const renumbered = number > 0 ? yield* numbering.renumber(seat, member) : undefined
         const rank = renumbered?.rank ?? seat
-        seatOf.set(rank, seat)
         const incarnation: Incarnation = { number, rank, exited: yield* Deferred.make<ChildExit>(), ended: undefined, reactions: [] }
         current.set(seat, incarnation)
         const order = renumbered === undefined
@@ -181,18 +186,14 @@ export const make = (
         return handle
       })
 
-    for (const rank of hostOf.keys()) seatOf.set(rank, rank)
-    const children = [...hostOf.entries()]
+    const children = members
+      .flatMap((member) => member.ranks.map((rank) => [rank, member] as const))
       .sort(([a], [b]) => a - b)
       .map(([rank, member]) => rankChild(rank, start(rank, member), member.host))
     const add = (member: Member) =>
       Effect.gen(function*() {
         // A host that comes back under its old name starts afresh: only its new link speaks for it.
         lost.delete(member.host)
-        for (const rank of member.ranks) {
-          hostOf.set(rank, member)
-          seatOf.set(rank, rank)
-        }
         yield* Effect.forkIn(listen(member), scope)
         return member.ranks.map((rank) => rankChild(rank, start(rank, member), member.host))
       })

@@ -1,0 +1,133 @@
+/**
+ * Fan-out: an agent for every host.
+ *
+ * This machine's agents run in-process and join over loopback through the
+ * real join channel; another machine's is started over ssh (SshSession), and
+ * an `agent: self` host's is started by someone else and dials in. Every ssh
+ * host's session opens first and runs its preflight: no agent starts until
+ * every host has passed it. Before formation an agent's end fails the window;
+ * after it, the host is gone (`onEndedAfterFormation`).
+ */
+import { rmSync } from "node:fs"
+import { dirname } from "node:path"
+import * as Deferred from "effect/Deferred"
+import * as Effect from "effect/Effect"
+import type * as Fiber from "effect/Fiber"
+import type * as Scope from "effect/Scope"
+import * as Agent from "../agent/Agent.ts"
+import { writeAgentSpec } from "../agent/AgentSpec.ts"
+import { VERSION } from "../../version.ts"
+import { saltToHex } from "../../wire/Keys.ts"
+import { LaunchInputError, type Plan, sshWorkers } from "./Plan.ts"
+import { localLockHash } from "./Preflight.ts"
+import { privateDirectory, writePrivateFile } from "./PrivateFiles.ts"
+import { agentTag } from "./RemoteCleanup.ts"
+import type { RunEnv } from "./RunEnv.ts"
+import * as SshSession from "./SshSession.ts"
+
+export interface FannedOut {
+  /** Each host's agent (a launcher-local one, or the ssh session that carries a remote one). */
+  readonly agents: ReadonlyArray<Fiber.RuntimeFiber<void>>
+  /** Every ssh host passed its preflight; failed with every host's problems at once. */
+  readonly hostsChecked: Deferred.Deferred<void, LaunchInputError>
+  /** The first agent that ended, and why. */
+  readonly agentFailed: Deferred.Deferred<string>
+}
+
+export const fanOut = (
+  env: RunEnv,
+  port: number,
+  /** An agent ended once the world had formed: its host is gone. */
+  onEndedAfterFormation: (host: string, reason: string) => Effect.Effect<void>
+): Effect.Effect<FannedOut, LaunchInputError, Scope.Scope> =>
+  Effect.gen(function*() {
+    const { admission, plan } = env
+    const { config } = plan
+    const agentFailed = yield* Deferred.make<string>()
+    const saltHex = admission.mode === "open" ? undefined : saltToHex(env.salt)
+    const lockHash = localLockHash()
+    const sessions = new Map<string, SshSession.SshSession>()
+    for (const worker of sshWorkers(plan)) {
+      sessions.set(worker.host, yield* SshSession.open({
+        worker,
+        run: config.name,
+        tag: agentTag(config.name, worker.host),
+        lockHash,
+        graceMs: env.graceMs,
+        netTimeoutScale: env.scale,
+        tunnelPort: worker.tunnel ? port : undefined,
+        // The agent there prefixes its ranks' and relay's lines, and its own say `cohort agent <host>:`.
+        output: env.output
+      }).pipe(Effect.mapError((problem) => new LaunchInputError({ problems: [problem] }))))
+    }
+    const hostsChecked = yield* Deferred.make<void, LaunchInputError>()
+    yield* Effect.forkScoped(Effect.gen(function*() {
+      const judgements = yield* Effect.forEach(sessions.values(), (session) => session.checked, { concurrency: "unbounded" })
+      for (const note of judgements.flatMap((judgement) => judgement.notes)) yield* Effect.logInfo(note)
+      const problems = judgements.flatMap((judgement) => judgement.problems)
+      yield* problems.length === 0 ? Deferred.succeed(hostsChecked, undefined) : Deferred.fail(hostsChecked, new LaunchInputError({ problems }))
+    }))
+    const agentOf = ({ devices, start, worker }: Plan["hosts"][number]): Effect.Effect<void, string, Scope.Scope> => {
+      switch (start) {
+        case "in-process":
+          return Effect.mapError(
+            Agent.run({
+              host: worker.host,
+              devices,
+              controller: { host: plan.dialAddress, port },
+              salt: admission.mode === "open" ? undefined : env.salt,
+              version: VERSION,
+              path: worker.path,
+              inheritedEnv: process.env,
+              handshakeMs: env.handshakeMs,
+              output: env.output
+            }),
+            (error) => error.message
+          )
+        case "ssh": {
+          const session = sessions.get(worker.host)!
+          // A tunnelled host dials its own loopback, which the session carries here.
+          return Effect.zipRight(
+            session.begin(writeAgentSpec({
+              host: worker.host,
+              controller: { host: worker.tunnel ? "127.0.0.1" : plan.remoteDialAddress, port },
+              saltHex,
+              devices: worker.devices,
+              path: worker.path
+            })),
+            session.ended
+          )
+        }
+        case "self":
+          return Effect.zipRight(selfDeployHint(worker.host, saltHex, `${plan.remoteDialAddress}:${port}`), Effect.never)
+      }
+    }
+    const agents = yield* Effect.forEach(plan.hosts, (host) =>
+      // A failed preflight ends the run; the agents never start.
+      Effect.zipRight(Effect.orElse(Deferred.await(hostsChecked), () => Effect.never), agentOf(host)).pipe(
+        Effect.scoped,
+        Effect.catchAll((reason) => Effect.zipRight(Deferred.succeed(agentFailed, reason), onEndedAfterFormation(host.worker.host, reason))),
+        Effect.forkScoped
+      ))
+    return { agents, hostsChecked, agentFailed }
+  })
+
+/** How to start a `agent: self` host's agent; under pre-shared admission the salt goes to a file only this user can read. */
+const selfDeployHint = (host: string, saltHex: string | undefined, controller: string) =>
+  Effect.gen(function*() {
+    let saltArgument = ""
+    if (saltHex !== undefined) {
+      const file = `.cohort/salts/${process.pid}-${host.replace(/[^A-Za-z0-9_.-]/g, "_")}.salt`
+      // A folder someone else can write could hold a link named like this file: it is refused, never written through.
+      yield* Effect.try({
+        try: () => {
+          privateDirectory(dirname(file))
+          writePrivateFile(file, `${saltHex}\n`)
+        },
+        catch: (error) => `cannot write ${host}'s salt file: ${error instanceof Error ? error.message : String(error)}`
+      })
+      yield* Effect.addFinalizer(() => Effect.sync(() => rmSync(file, { force: true })))
+      saltArgument = ` --salt-file <a copy of ${file}>`
+    }
+    yield* Effect.logInfo(`waiting for ${host} to join: on it, run  bun run agent --controller ${controller} --host ${host}${saltArgument}`)
+  })

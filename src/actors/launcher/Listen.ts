@@ -1,0 +1,142 @@
+/**
+ * The run listens: the one port and the owners of its channels.
+ *
+ * The JoinGate runs the join window (and admits hosts after it), the
+ * ControlGate carries the relays' reports up to the training plane, the
+ * RendezvousGate hands out NCCL generations (nccl jobs only), and the
+ * StatusBoard answers HTTP. The PortMux routes each connection to its owner
+ * by the channel's magic. While the window is open its countdown is recorded
+ * every half second, by the gate's own clock.
+ */
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as HashSet from "effect/HashSet"
+import * as Option from "effect/Option"
+import * as Queue from "effect/Queue"
+import type * as Scope from "effect/Scope"
+import { SupervisionEvent } from "../decide.ts"
+import { beatEveryMs } from "../../config/FailurePolicy.ts"
+import { deadlines, scaled } from "../../config/NetTimeouts.ts"
+import { VERSION } from "../../version.ts"
+import * as ControlGate from "./ControlGate.ts"
+import type { Handoff } from "./Handoff.ts"
+import * as JoinGate from "./JoinGate.ts"
+import { ranksByHost } from "./Membership.ts"
+import type { MembershipOwner } from "./MembershipOwner.ts"
+import { hostRunSpec } from "./Plan.ts"
+import * as PortMux from "./PortMux.ts"
+import type { RankSupervision } from "./RankSupervision.ts"
+import * as RendezvousGate from "./RendezvousGate.ts"
+import * as RunRegistry from "./RunRegistry.ts"
+import type { RunEnv } from "./RunEnv.ts"
+import type { TrainingPlane } from "./TrainingPlane.ts"
+
+export interface Listening {
+  readonly gate: JoinGate.JoinGate
+  readonly control: ControlGate.ControlGate
+  readonly rendezvous: RendezvousGate.RendezvousGate | undefined
+  readonly port: number
+  /** Hosts admitted after formation, in order; they are let in once the cohort has formed. */
+  readonly lateArrivals: Queue.Dequeue<JoinGate.Member>
+}
+
+/** What the channels' owners hand on to the phases made after them. */
+export interface Later {
+  readonly membership: Handoff<MembershipOwner>
+  /** `undefined`: a job without epochs (a `command:` job) has no training plane. */
+  readonly training: Handoff<TrainingPlane | undefined>
+  readonly supervision: Handoff<RankSupervision>
+}
+
+export const listen = (env: RunEnv, later: Later): Effect.Effect<Listening, PortMux.BindError, Scope.Scope> =>
+  Effect.gen(function*() {
+    const { plan, record } = env
+    const { config } = plan
+    const join = config.controller.join
+    const lateArrivals = yield* Queue.unbounded<JoinGate.Member>()
+    const gate = yield* JoinGate.make({
+      rules: {
+        minRanks: join.minRanks ?? plan.world,
+        targetRanks: join.targetRanks,
+        timeoutMs: join.timeoutMs,
+        maxTimeoutMs: join.maxTimeoutMs,
+        start: join.start
+      },
+      declared: new Map(plan.hosts.map(({ devices, worker }) => [worker.host, devices.devices.length])),
+      admission: env.admission,
+      specFor: (host) => hostRunSpec(config, host, env.heartbeatTimeoutMs),
+      salt: env.salt,
+      version: VERSION,
+      handshakeMs: env.handshakeMs,
+      onJoined: (host, ranks) => record({ event: "host_joined", at: Date.now(), host, ranks }),
+      onRefused: (peer, reason) => record({ event: "join_rejected", at: Date.now(), peer, reason }),
+      afterFormation: join.afterFormation,
+      maxRanks: join.maxRanks,
+      // A host given up on may join again under its name.
+      canRejoin: (host) => Option.match(later.membership.now(), { onNone: () => false, onSome: (owner) => HashSet.has(owner.snapshot().gone, host) }),
+      onLateJoin: (member) => Queue.offer(lateArrivals, member)
+    })
+    const training = later.training
+    const control = yield* ControlGate.make({
+      salt: env.salt,
+      // Relays register once the world has formed; until then no host is anyone's.
+      hosts: Effect.flatMap(later.membership.poll, (owner) => owner._tag === "None" ? Effect.succeed(new Map()) : Effect.map(owner.value.state, ranksByHost)),
+      handshakeMs: env.handshakeMs,
+      beatEveryMs: beatEveryMs(env.heartbeatTimeoutMs),
+      onMessage: (host, message) => {
+        switch (message._tag) {
+          case "FromRank":
+            return training.ifReady((plane) => plane?.coordinator.report(message.rank, message.report) ?? Effect.void)
+          case "HostBeats":
+            return training.ifReady((plane) => plane?.coordinator.beats(message.ranks) ?? Effect.void)
+          case "HostFold":
+            return training.ifReady((plane) => plane?.controller.fold(host, message) ?? Effect.void)
+          case "HostIdle":
+            return training.ifReady((plane) => plane?.controller.idle(host, message.afterEpoch) ?? Effect.void)
+          case "ElasticPush":
+            return training.ifReady((plane) => plane?.controller.elastic(host, message) ?? Effect.void)
+          default:
+            return Effect.logWarning(`ignored an unexpected ${message._tag} from the relay of ${host}`)
+        }
+      },
+      onClosed: (host) => training.ifReady((plane) => plane?.controller.leave(host) ?? Effect.void)
+    })
+    const rendezvous = config.job.backend === "nccl"
+      ? yield* RendezvousGate.make({
+        salt: env.salt,
+        handshakeMs: env.handshakeMs,
+        idTimeoutMs: scaled(deadlines.rendezvousIdMs, env.scale),
+        onFailure: (reason) => later.supervision.ifReady(({ supervisor }) => supervisor.send(SupervisionEvent.CoordinatorFailed({ reason }))),
+        onAbsent: (ranks, reason) =>
+          Effect.zipRight(
+            later.supervision.ifReady((supervision) => supervision.giveUp(ranks, reason)),
+            training.ifReady((plane) => plane?.coordinator.ranksDead(ranks, reason) ?? Effect.void)
+          )
+      })
+      : undefined
+    const mux = yield* PortMux.start({
+      address: plan.bindAddress,
+      port: config.controller.port,
+      magicDeadlineMs: scaled(deadlines.magicMs, env.scale),
+      owners: { join: gate.owner, control: control.owner, http: env.board, ...(rendezvous === undefined ? {} : { rendezvous: rendezvous.owner }) }
+    })
+    env.options.onListening?.(mux.port)
+    env.options.onPhase?.("waiting")
+    yield* Effect.logInfo(
+      `${config.name}: listening on ${plan.bindAddress}:${mux.port} (live page: http://${plan.bindAddress}:${mux.port}/ ; bun run status); ` +
+        `waiting for ${plan.world} rank(s) on ${plan.hosts.length} host(s)`
+    )
+    yield* record({ event: "listening", at: Date.now(), address: plan.bindAddress, port: mux.port })
+    yield* RunRegistry.register({ run: config.name, address: plan.dialAddress, port: mux.port, pid: process.pid, startedAt: env.openedAt, startToken: env.startToken })
+    // The window's countdowns move while it is open; its time is the gate's (one clock, the one its deadlines use).
+    const countDown = Effect.flatMap(gate.remaining, ({ capMs, windowMs }) =>
+      record({ event: "join_window", at: Date.now(), windowRemainingMs: windowMs, capRemainingMs: capMs }))
+    yield* countDown
+    yield* Effect.forkScoped(Effect.gen(function*() {
+      while ((yield* env.phase) === "waiting") {
+        yield* Effect.sleep(Duration.millis(500))
+        if ((yield* env.phase) === "waiting") yield* countDown
+      }
+    }))
+    return { gate, control, rendezvous, port: mux.port, lateArrivals }
+  })

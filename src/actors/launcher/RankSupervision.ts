@@ -1,0 +1,249 @@
+/**
+ * Rank supervision: the kernel's Supervisor over the world's ranks.
+ *
+ * Each rank is a seat (RemoteRanks: its start, stop and exit travel over its
+ * host's join link) and the failure policy decides what each end means:
+ * kill-all until every rank runs user code (the cohort has formed), then the
+ * strategy after formation. This phase carries out the Supervisor's
+ * directives beyond the children themselves: a reported death starts the
+ * death chain (membership's loss list, the coordinator's redistribution, a
+ * new NCCL generation without the dead); a stop of the whole run is said once
+ * with its grace, then whom it still waits for; crossing max_failure (judged
+ * by `decide` alone) has the coordinator write the consensus checkpoint.
+ *
+ * It also grows the run: a host admitted after formation is told the world
+ * (its ranks numbered after every rank the run has had), its ranks become
+ * children and start, and the coordinator lets them in at the next epoch
+ * boundary. A training rank restarted by the policy rejoins the same way,
+ * under the next number on its old device.
+ */
+import * as Deferred from "effect/Deferred"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Queue from "effect/Queue"
+import type * as Scope from "effect/Scope"
+import { describe as describeExit, isClean } from "../ChildExit.ts"
+import { type Directive, SupervisionEvent, type SupervisorState } from "../decide.ts"
+import * as Supervisor from "../Supervisor.ts"
+import { WorldFormed } from "../../wire/JoinMessages.ts"
+import type * as JoinGate from "./JoinGate.ts"
+import type { Listening } from "./Listen.ts"
+import { MembershipEvent, numberOf, recordOf, seatOf } from "./Membership.ts"
+import type { MembershipOwner } from "./MembershipOwner.ts"
+import * as RemoteRanks from "./RemoteRanks.ts"
+import type { RunEnv } from "./RunEnv.ts"
+import type { RunStops } from "./RunStops.ts"
+import type { TrainingPlane } from "./TrainingPlane.ts"
+
+export interface RankSupervision {
+  readonly supervisor: Supervisor.Supervisor
+  /** Ranks given up on while their processes may live (silent, or absent from a rendezvous): counted lost, and killed. */
+  readonly giveUp: (ranks: ReadonlyArray<number>, reason: string) => Effect.Effect<void>
+  /** Every rank has run user code: the policy after formation is in force from now on. */
+  readonly cohortFormed: Effect.Effect<void>
+  /** Every epoch is done: the ranks now leave on their own. */
+  readonly drained: Effect.Effect<void>
+}
+
+export interface SupervisionWiring {
+  readonly listening: Listening
+  /** The world's members at formation, with their links (RemoteRanks listens to each). */
+  readonly formedMembers: ReadonlyArray<JoinGate.Member>
+  readonly membership: MembershipOwner
+  readonly training: TrainingPlane | undefined
+  readonly stops: RunStops
+  /** The world as every host was told it at formation (growth tells newcomers the world since). */
+  readonly worldFormed: WorldFormed
+}
+
+export const supervise = (env: RunEnv, wiring: SupervisionWiring): Effect.Effect<RankSupervision, never, Scope.Scope> =>
+  Effect.gen(function*() {
+    const { graceMs, plan, record } = env
+    const { config } = plan
+    const { listening, membership, stops, training } = wiring
+    const { control, gate, rendezvous } = listening
+    const coordinator = training?.coordinator
+    const runScope = yield* Effect.scope
+    const supervisorReady = yield* Deferred.make<Supervisor.Supervisor>()
+    const cohortFormedAt = yield* Deferred.make<void>()
+    // Ranks start only once the supervisor does, so every rank's report finds it there.
+    const withSupervisor = (act: (supervisor: Supervisor.Supervisor) => Effect.Effect<void>) => Effect.flatMap(Deferred.await(supervisorReady), act)
+
+    const cohortFormed = withSupervisor((supervisor) =>
+      Effect.gen(function*() {
+        yield* Deferred.succeed(cohortFormedAt, undefined)
+        yield* Effect.logInfo(`cohort formed: all ${membership.snapshot().formedWith} rank(s) run user code`)
+        yield* record({ event: "cohort_formed", at: Date.now() })
+        yield* supervisor.send(SupervisionEvent.CohortFormed())
+        if (coordinator !== undefined) yield* coordinator.cohortFormed
+        yield* env.enter("training")
+      }))
+
+    /**
+     * A training rank restarted by the failure policy rejoins like a newcomer: under the next rank number, on
+     * its old device, entering at the next epoch boundary from the consensus weights. Its old number is dead
+     * to the coordinator at once (its unprocessed samples go to the others) and is never used again. Jobs
+     * without epochs (and commands) keep their numbers: there is no boundary to enter at.
+     */
+    const renumber = (seat: number, member: JoinGate.Member): Effect.Effect<RemoteRanks.Renumbered | undefined> =>
+      Effect.gen(function*() {
+        if (coordinator === undefined || config.job.datasetSize === 0) return undefined
+        const old = numberOf(membership.snapshot(), seat)
+        // The gate numbers every rank: late hosts and restarts never share a number.
+        const rank = yield* gate.take(1)
+        yield* membership.tell(MembershipEvent.Renumbered({ seat, rank }))
+        const now = membership.snapshot()
+        yield* control.adopt(member.host, [rank])
+        const device = recordOf(now, rank)?.device ?? "?"
+        yield* Effect.logInfo(`rank ${old} of ${member.host} restarts as rank ${rank}: it rejoins at the next epoch boundary from the consensus weights`)
+        yield* record({ event: "world_grew", at: Date.now(), world: now.world, host: member.host, ranks: [rank], devices: [device], replaces: old })
+        yield* coordinator.join([rank])
+        yield* coordinator.ranksDead([old], `restarted as rank ${rank}`)
+        if (rendezvous !== undefined) yield* Effect.zipRight(rendezvous.lose([old], `rank ${old} restarts as rank ${rank}`), rendezvous.admit([rank]))
+        return { rank, slot: member.ranks.indexOf(seat), worldSize: now.world }
+      })
+
+    const remote = yield* RemoteRanks.make(wiring.formedMembers, {
+      started: (rank, pid) =>
+        Effect.zipRight(membership.tell(MembershipEvent.RankStarted({ rank, pid })), env.journal.recordSoon({ event: "rank_started", at: Date.now(), rank, pid })),
+      // Told from the link's reader itself: the cohort's formation reaches the supervisor before any exit reported after it.
+      running: (rank) => membership.tell(MembershipEvent.RankRunning({ rank })),
+      exited: (rank, exit) =>
+        Effect.all([
+          membership.tell(MembershipEvent.RankExited({ rank, exit: describeExit(exit) })),
+          env.journal.recordSoon({ event: "rank_exited", at: Date.now(), rank, exit: describeExit(exit), clean: isClean(exit) }),
+          // A clean exit is judged by the coordinator: with work left and no word of leaving, it is a loss.
+          isClean(exit) && coordinator !== undefined ? coordinator.exitedCleanly(rank) : Effect.void
+        ], { discard: true }),
+      resources: (host, samples) => env.journal.recordSoon({ event: "resources", at: Date.now(), host, samples })
+    }, graceMs, { renumber, seatOf: (rank) => seatOf(membership.snapshot(), rank) })
+
+    const giveUp = (ranks: ReadonlyArray<number>, reason: string) =>
+      withSupervisor((supervisor) =>
+        Effect.gen(function*() {
+          const now = membership.snapshot()
+          // The supervisor knows seats (a restarted rank runs under a new number in its first number's seat).
+          yield* supervisor.send(SupervisionEvent.RanksLost({ ranks: ranks.map((rank) => seatOf(now, rank)), reason }))
+          for (const rank of ranks) {
+            const handle = yield* supervisor.handle(`rank-${seatOf(now, rank)}`)
+            if (handle !== undefined) yield* Effect.forkIn(handle.stop("kill", Duration.millis(graceMs)), runScope)
+          }
+          // A host none of whose ranks is heard any more is likely cut off: membership gives it up.
+          yield* membership.tell(MembershipEvent.RanksSilent({ ranks, why: `none of its ranks has beaten for ${env.heartbeatTimeoutMs} ms` }))
+        }))
+
+    // A run-wide stop is said once: how long it may take, then whom it still waits for, every second.
+    let stopAnnounced = false
+    const rankLabel = (child: SupervisorState["children"][number]) =>
+      `rank ${numberOf(membership.snapshot(), child.spec.ranks[0]!)}${child.spec.group === undefined ? "" : ` (${child.spec.group})`}`
+    const stillWaiting = (supervisor: Supervisor.Supervisor) =>
+      Effect.gen(function*() {
+        while (true) {
+          yield* Effect.sleep(Duration.seconds(1))
+          const waiting = (yield* supervisor.state).children.filter((child) => child.status === "stopping")
+          if (waiting.length === 0) return
+          const named = waiting.slice(0, 8).map(rankLabel).join(", ")
+          yield* Effect.logInfo(`stopping: still waiting for ${named}${waiting.length > 8 ? ` and ${waiting.length - 8} more` : ""}`)
+        }
+      })
+    const announceStop = (directive: Extract<Directive, { readonly _tag: "Terminate" }>) =>
+      withSupervisor((supervisor) =>
+        Effect.gen(function*() {
+          if (stopAnnounced || !(yield* supervisor.state).stopping) return
+          stopAnnounced = true
+          const ranks = directive.ids.length
+          if (directive.mode === "kill") return yield* Effect.logInfo(`stopping: killing ${ranks} rank(s) at once`)
+          const seconds = (directive.graceMs ?? graceMs) / 1000
+          const hint = stops.asked() && stops.hint !== undefined ? ` (${stops.hint})` : ""
+          yield* Effect.logInfo(`stopping: waiting up to ${seconds} s for ${ranks} rank(s)${hint}`)
+          yield* Effect.forkIn(stillWaiting(supervisor), runScope)
+        }))
+
+    const numbers = (ranks: ReadonlyArray<number>) => {
+      const now = membership.snapshot()
+      return ranks.map((seat) => numberOf(now, seat))
+    }
+    const onDirective = (directive: Directive): Effect.Effect<void> => {
+      switch (directive._tag) {
+        case "ReportDead": {
+          const ranks = numbers(directive.ranks)
+          return Effect.all([
+            membership.tell(MembershipEvent.RanksLost({ ranks, cause: directive.cause })),
+            record({ event: "rank_lost", at: Date.now(), ranks, cause: directive.cause }),
+            // The death chain: the survivors take the dead ranks' work.
+            coordinator?.ranksDead(ranks, directive.cause) ?? Effect.void,
+            // The survivors re-rendezvous: a new NCCL communicator without the dead.
+            rendezvous?.lose(ranks, directive.cause) ?? Effect.void
+          ], { discard: true })
+        }
+        case "Start":
+        case "Verdict":
+          return Effect.void
+        case "LimitCrossed":
+          // decide alone judges max_failure; the coordinator writes the consensus checkpoint and tells the survivors.
+          return Effect.zipRight(
+            coordinator?.stopRun(directive.message) ?? Effect.void,
+            record({ event: "decision", at: Date.now(), decision: directive._tag, detail: directive.message })
+          )
+        case "Terminate": {
+          const stopped = numbers(directive.ids.flatMap((id) => /^rank-(\d+)$/.exec(id) === null ? [] : [Number(id.slice(5))]))
+          return Effect.all([
+            // Ranks cohort stops leave early on purpose: the coordinator must not count them lost.
+            coordinator?.stopOrdered(stopped) ?? Effect.void,
+            announceStop(directive),
+            record({ event: "decision", at: Date.now(), decision: directive._tag, detail: describeDirective(directive) })
+          ], { discard: true })
+        }
+        default:
+          return record({ event: "decision", at: Date.now(), decision: directive._tag, detail: describeDirective(directive) })
+      }
+    }
+
+    const supervisor = yield* Supervisor.start({
+      name: "rank-supervisor",
+      strategy: config.failurePolicy.strategy,
+      children: remote.children,
+      grace: Duration.millis(graceMs),
+      onDirective
+    })
+    yield* Deferred.succeed(supervisorReady, supervisor)
+
+    /** A host admitted after formation joins the running cohort (see above). */
+    const grow = (member: JoinGate.Member) =>
+      Effect.gen(function*() {
+        const devices = member.ranks.map((_, slot) => member.deviceLabels[slot] ?? env.deviceLabel(member.host, slot))
+        yield* membership.joined(member, devices)
+        const now = membership.snapshot()
+        yield* Effect.logInfo(`${member.host} joins the running cohort with rank(s) ${member.ranks.join(", ")}: ${now.world} rank(s) in the run`)
+        yield* record({ event: "world_grew", at: Date.now(), world: now.world, host: member.host, ranks: member.ranks, devices })
+        yield* Effect.ignore(member.link.send(new WorldFormed({
+          worldSize: now.world,
+          hosts: now.hosts.map((each) => ({ host: each.host, ranks: each.ranks })),
+          master: wiring.worldFormed.master
+        })))
+        const children = yield* remote.add(member)
+        if (coordinator !== undefined) yield* coordinator.join(member.ranks)
+        if (rendezvous !== undefined) yield* rendezvous.admit(member.ranks)
+        yield* supervisor.join(children)
+      })
+    // Hosts that dial in while the cohort is still forming wait for it to form.
+    yield* Effect.forkScoped(Effect.forever(Effect.flatMap(Queue.take(listening.lateArrivals), (member) => Effect.zipRight(Deferred.await(cohortFormedAt), grow(member)))))
+
+    return { supervisor, giveUp, cohortFormed, drained: supervisor.send(SupervisionEvent.RunDrained()) }
+  })
+
+/** A supervisor's decision, in words, for the events file. */
+const describeDirective = (directive: Directive): string => {
+  switch (directive._tag) {
+    case "Terminate":
+      return `${directive.mode === "kill" ? "kill" : "stop"} ${directive.ids.join(", ")}: ${directive.reason}`
+    case "Restart":
+      return `restart ${directive.id} in ${directive.after} ms`
+    case "Escalate":
+      return directive.cause
+    case "Note":
+      return directive.message
+    default:
+      return directive._tag
+  }
+}

@@ -1,0 +1,107 @@
+/**
+ * The training plane of an `entry:` job: the Coordinator (epochs, liveness,
+ * checkpoints) and the Controller (folds across hosts, the model root).
+ *
+ * Orders for ranks go down their host's relay link, routed by membership.
+ * Ranks that join the formed cohort enter at an epoch boundary: their hosts
+ * join the controller's rounds of that epoch, every relay learns that its
+ * rounds from then on are shared, and NCCL re-forms with them. A job without
+ * epochs (a `command:` job) has no training plane.
+ */
+import * as Effect from "effect/Effect"
+import type * as Scope from "effect/Scope"
+import * as Native from "../../native/Native.ts"
+import type { CoordinatorOrder } from "../../wire/CoordinatorMessages.ts"
+import { ToRanks, WorldGrown } from "../../wire/ControlMessages.ts"
+import { parseState, stringifyState } from "../../wire/StateJson.ts"
+import type * as ControlGate from "./ControlGate.ts"
+import * as Controller from "./Controller.ts"
+import * as Coordinator from "./Coordinator.ts"
+import type { Handoff } from "./Handoff.ts"
+import { hostOf, liveHosts, rankRecords } from "./Membership.ts"
+import type { MembershipOwner } from "./MembershipOwner.ts"
+import { ModelRoot, type RootState } from "./ModelRoot.ts"
+import { checkpointPath } from "./Plan.ts"
+import type { RankSupervision } from "./RankSupervision.ts"
+import type * as RendezvousGate from "./RendezvousGate.ts"
+import type { RunEnv } from "./RunEnv.ts"
+
+export interface TrainingPlane {
+  readonly coordinator: Coordinator.Coordinator
+  readonly controller: Controller.Controller
+}
+
+export interface TrainingWiring {
+  readonly membership: MembershipOwner
+  readonly control: ControlGate.ControlGate
+  readonly rendezvous: RendezvousGate.RendezvousGate | undefined
+  /** The rank supervisor, made after the plane: ranks the coordinator gives up on are its to kill. */
+  readonly supervision: Handoff<RankSupervision>
+}
+
+export const make = (env: RunEnv, wiring: TrainingWiring): Effect.Effect<TrainingPlane | undefined, never, Scope.Scope> =>
+  Effect.gen(function*() {
+    const { config } = env.plan
+    if (config.job.program._tag !== "Entry") return undefined
+    const { control, membership, rendezvous, supervision } = wiring
+    const kernels = yield* Effect.option(Native.load())
+    if (kernels._tag === "None") yield* Effect.logWarning("the native library is missing: CPU reductions across hosts will fail (run `bun run build:native`)")
+    const root = new ModelRoot(config.job.outerOptimizer, config.job.asyncAlpha)
+    const saved = env.resumed?.root === undefined ? undefined : parseState(env.resumed.root) as RootState
+    if (saved !== undefined && saved.anchor instanceof Float32Array && saved.momentum instanceof Float32Array) root.restore(saved)
+    const formed = membership.snapshot()
+    const controller = Controller.make({
+      hosts: liveHosts(formed),
+      kernels: kernels._tag === "Some" ? kernels.value.kernels : undefined,
+      send: (host, message) => control.send(host, message),
+      root
+    })
+
+    const sendToRanks = (ranks: ReadonlyArray<number>, order: CoordinatorOrder) => {
+      const wake = order._tag === "EpochEnd" ? controller.wakeAll(order.epoch) : Effect.void
+      const now = membership.snapshot()
+      const byHost = new Map<string, Array<number>>()
+      for (const rank of ranks) {
+        const host = hostOf(now, rank)
+        if (host === undefined) continue
+        const targets = byHost.get(host)
+        if (targets === undefined) byHost.set(host, [rank])
+        else targets.push(rank)
+      }
+      // Built unchecked: the codec checks every message as it encodes it, and the constructor's check of `order`
+      // alone cost ~30 µs, once per host per order (the coordinator's beat: every host, every beat interval).
+      return Effect.zipRight(wake, Effect.forEach(byHost, ([host, targets]) => control.send(host, new ToRanks({ ranks: targets, order }, true)), { discard: true }))
+    }
+
+    const enterRanks = (ranks: ReadonlyArray<number>, epoch: number) =>
+      Effect.gen(function*() {
+        const now = membership.snapshot()
+        const hosts = new Set(ranks.flatMap((rank) => hostOf(now, rank) ?? []))
+        for (const host of hosts) yield* controller.enter(host, epoch)
+        const grown = new WorldGrown({ worldSize: now.world, fromEpoch: epoch, ranks })
+        yield* Effect.forEach(liveHosts(now), (host) => control.send(host, grown), { discard: true })
+        if (rendezvous !== undefined) yield* rendezvous.grow(ranks)
+        yield* env.record({ event: "ranks_entered", at: Date.now(), ranks, epoch })
+      })
+
+    const coordinator = yield* Coordinator.make({
+      run: config.name,
+      ranks: rankRecords(formed).map(([rank]) => rank),
+      job: config.job,
+      heartbeatTimeoutMs: env.heartbeatTimeoutMs,
+      checkpointPath: checkpointPath(config),
+      resume: env.resumed,
+      rootState: () => {
+        const state = root.snapshot()
+        return state === undefined ? undefined : stringifyState(state)
+      },
+      send: sendToRanks,
+      loseRanks: (ranks, reason) => supervision.ifReady((ranksSupervision) => ranksSupervision.giveUp(ranks, reason)),
+      onEvent: env.record,
+      onLatency: (counts) => env.latency.add(counts),
+      drained: supervision.ifReady((ranksSupervision) => ranksSupervision.drained),
+      onEnter: enterRanks,
+      ...(env.options.onRedistributed === undefined ? {} : { onRedistributed: env.options.onRedistributed })
+    })
+    return { coordinator, controller }
+  })

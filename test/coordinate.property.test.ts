@@ -1,0 +1,600 @@
+/**
+ * Property tests of `coordinate`, the coordinator's pure policy.
+ *
+ * No expected value here comes from `coordinate` itself:
+ *
+ * 1. Liveness against a reference model written here: each rank's last-heard
+ *    time, who has attached or said it is leaving, when the cohort formed. At
+ *    every beat interval the coordinator must beat exactly the attached,
+ *    live, non-leaving ranks and lose exactly those the model finds silent.
+ * 2. Training against simulated ranks that know only the orders they were
+ *    sent (like epoch-ledger.property): through random work, deaths, ranks
+ *    leaving with work or attaching again, joins and offers of checkpoints,
+ *    every epoch that ends was processed exactly once, sample by sample; a
+ *    dead rank's unprocessed samples are exactly what the survivors are
+ *    handed; no newcomer gets work before it enters; the journal's progress
+ *    counts what the ranks reported, no more often than every 500 ms; and
+ *    training finishes, told once.
+ * 3. Checkpoint consensus and the stop against a model of offers and write
+ *    outcomes: what is written, what is on disk, whom `Stop` reaches and
+ *    whether it says the checkpoint was saved.
+ * 4. Purity: the same state and event give the same instructions and the
+ *    same next state, and the state given is left as it was.
+ *
+ * Literal worked examples are in coordinate.table.test.ts. Every `fc.assert`
+ * is seeded, so a failure reproduces; fast-check prints the shrunk
+ * counterexample.
+ */
+import { expect, test } from "bun:test"
+import * as HashMap from "effect/HashMap"
+import * as HashSet from "effect/HashSet"
+import fc from "fast-check"
+import {
+  coordinate,
+  CoordinatorEvent,
+  type CoordinatorSettings,
+  type CoordinatorState,
+  initialState,
+  type Instruction
+} from "../src/actors/launcher/coordinate.ts"
+import type { SampleRange } from "../src/actors/launcher/EpochLedger.ts"
+import {
+  Attach,
+  CheckpointSave,
+  CoordinatorBeat,
+  Exiting,
+  Heartbeat,
+  Progress,
+  Stop,
+  Welcome
+} from "../src/wire/CoordinatorMessages.ts"
+
+const seeded = (seed: number, numRuns: number) => ({ seed, numRuns, includeErrorInReport: true })
+
+const settingsOf = (world: number, datasetSize: number, epochs: number, extra: Partial<CoordinatorSettings> = {}): CoordinatorSettings => ({
+  job: { backend: "cpu_sync", datasetSize, epochs },
+  ranks: Array.from({ length: world }, (_, rank) => rank),
+  heartbeatTimeoutMs: 6_000,
+  checkpointPath: "/ckpt.json",
+  resume: undefined,
+  ...extra
+})
+
+/**
+ * Step `coordinate` as the actor does: a write is answered at once (`fails` says whether this one fails), and
+ * what the answer brings comes right after the write.
+ */
+const interpret = (
+  state: CoordinatorState,
+  event: CoordinatorEvent,
+  fails: () => boolean = () => false
+): [Array<Instruction>, CoordinatorState] => {
+  const [instructions, next] = coordinate(state, event)
+  let current = next
+  const out: Array<Instruction> = []
+  for (const instruction of instructions) {
+    out.push(instruction)
+    if (instruction._tag !== "WriteCheckpoint") continue
+    const failure = fails() ? "disk full" : undefined
+    const [more, after] = interpret(current, CoordinatorEvent.CheckpointWritten({ epoch: instruction.epoch, failure, at: instruction.at }), fails)
+    out.push(...more)
+    current = after
+  }
+  return [out, current]
+}
+
+const ascending = (ranks: Iterable<number>) => [...ranks].sort((a, b) => a - b)
+
+// ---------------------------------------------------------------------------
+// 1. Liveness
+// ---------------------------------------------------------------------------
+
+type LivenessAction =
+  | { readonly kind: "attach" | "heartbeat" | "exiting" | "die"; readonly pick: number; readonly after: number }
+  | { readonly kind: "beats"; readonly picks: ReadonlyArray<number>; readonly after: number }
+  | { readonly kind: "formed" | "tick"; readonly after: number }
+
+// Steps of 500 ms land exactly on a timeout often: silence is "more than" the timeout, never "at least".
+const after = fc.integer({ min: 0, max: 8 }).map((steps) => steps * 500)
+const livenessAction: fc.Arbitrary<LivenessAction> = fc.oneof(
+  { arbitrary: fc.record({ kind: fc.constantFrom("attach" as const, "heartbeat" as const), pick: fc.nat(), after }), weight: 4 },
+  { arbitrary: fc.record({ kind: fc.constantFrom("exiting" as const, "die" as const), pick: fc.nat(), after }), weight: 1 },
+  // Picks past the world are strangers: their beats must be ignored.
+  { arbitrary: fc.record({ kind: fc.constant("beats" as const), picks: fc.array(fc.nat({ max: 7 }), { maxLength: 4 }), after }), weight: 4 },
+  { arbitrary: fc.record({ kind: fc.constant("formed" as const), after }), weight: 1 },
+  { arbitrary: fc.record({ kind: fc.constant("tick" as const), after }), weight: 6 }
+)
+
+test("liveness: each beat interval beats the attached live ranks and loses exactly the silent ones", () => {
+  fc.assert(
+    fc.property(
+      fc.integer({ min: 1, max: 5 }),
+      fc.constantFrom(3_000, 6_000, 12_000),
+      fc.array(livenessAction, { maxLength: 60, size: "medium" }),
+      (world, timeout, actions) => {
+        // No epochs (dataset 0): liveness alone.
+        let state = initialState(settingsOf(world, 0, 1, { heartbeatTimeoutMs: timeout }))
+        // The model: who is alive, attached or leaving, when each was last heard, when the cohort formed.
+        const alive = new Set(Array.from({ length: world }, (_, rank) => rank))
+        const attached = new Set<number>()
+        const exiting = new Set<number>()
+        const lastHeard = new Map<number, number>()
+        let formedAt: number | undefined
+        let stopped = false
+        let at = 0
+        /** The model's death of `ranks`: every rank lost stops the run, with nothing saved (none was offered). */
+        const lose = (ranks: ReadonlyArray<number>): Array<string> => {
+          for (const rank of ranks) alive.delete(rank)
+          if (alive.size > 0 || stopped) return []
+          stopped = true
+          return ["Stop every rank was lost saved=false"]
+        }
+        const shown = (instructions: ReadonlyArray<Instruction>) =>
+          instructions.flatMap((instruction) => {
+            if (instruction._tag === "LoseRanks") return [`lose ${instruction.ranks.join(",")}`]
+            if (instruction._tag !== "Send") return []
+            const { order, ranks } = instruction
+            if (order instanceof CoordinatorBeat) return [`beat ${ranks.join(",")}`]
+            if (order instanceof Welcome) return [`welcome ${ranks.join(",")}`]
+            if (order instanceof Stop) return [`Stop ${order.reason} saved=${order.saved}`]
+            return [`${order._tag} ${ranks.join(",")}`]
+          })
+        for (const action of actions) {
+          at += action.after
+          const expected: Array<string> = []
+          let event: CoordinatorEvent
+          switch (action.kind) {
+            case "attach": {
+              const rank = action.pick % world
+              event = CoordinatorEvent.Reported({ rank, report: new Attach(), at })
+              // A rank lost and restarted is taken back, unless the run is stopping.
+              if (!alive.has(rank) && !stopped) {
+                alive.add(rank)
+                exiting.delete(rank)
+              }
+              if (alive.has(rank)) {
+                lastHeard.set(rank, at)
+                attached.add(rank)
+                expected.push(`welcome ${rank}`)
+              }
+              break
+            }
+            case "heartbeat":
+            case "exiting": {
+              const rank = action.pick % world
+              event = CoordinatorEvent.Reported({ rank, report: action.kind === "heartbeat" ? new Heartbeat() : new Exiting(), at })
+              if (alive.has(rank)) {
+                lastHeard.set(rank, at)
+                if (action.kind === "exiting") exiting.add(rank)
+              }
+              break
+            }
+            case "beats":
+              event = CoordinatorEvent.Beats({ ranks: action.picks, at })
+              for (const rank of action.picks) if (alive.has(rank)) lastHeard.set(rank, at)
+              break
+            case "die": {
+              const rank = action.pick % world
+              event = CoordinatorEvent.RanksDead({ ranks: [rank], cause: "killed", at })
+              if (alive.has(rank)) expected.push(...lose([rank]))
+              break
+            }
+            case "formed":
+              event = CoordinatorEvent.CohortFormed({ at })
+              formedAt ??= at
+              break
+            case "tick": {
+              event = CoordinatorEvent.Tick({ at })
+              const live = ascending(alive)
+              const beaten = live.filter((rank) => attached.has(rank) && !exiting.has(rank))
+              if (beaten.length > 0) expected.push(`beat ${beaten.join(",")}`)
+              // Before formation only attached ranks are watched; after it every live rank not leaving.
+              const watched = formedAt === undefined ? beaten : live.filter((rank) => !exiting.has(rank))
+              const silent = watched.filter((rank) => at - (lastHeard.get(rank) ?? formedAt ?? at) > timeout)
+              if (silent.length > 0) expected.push(`lose ${silent.join(",")}`, ...lose(silent))
+              break
+            }
+          }
+          const [instructions, next] = interpret(state, event)
+          state = next
+          expect(shown(instructions)).toEqual(expected)
+        }
+      }
+    ),
+    seeded(0x11fe, 400)
+  )
+})
+
+// ---------------------------------------------------------------------------
+// 2. Training, against simulated ranks
+// ---------------------------------------------------------------------------
+
+type TrainingAction =
+  | { readonly kind: "work"; readonly pick: number; readonly samples: number }
+  | { readonly kind: "die" | "leave" | "reattach" | "attach" | "offer"; readonly pick: number }
+  | { readonly kind: "join" }
+
+/**
+ * A rank lost and restarted comes back under a new number (the launcher renumbers it: a join here). Coming back
+ * under its old number mid-epoch is a table case: such a rank is no member of that epoch's ledger, so work
+ * stranded after it (the last member dying) waits for a joiner and would stall a run without one.
+ */
+const trainingAction: fc.Arbitrary<TrainingAction> = fc.oneof(
+  { arbitrary: fc.record({ kind: fc.constant("work" as const), pick: fc.nat(), samples: fc.integer({ min: 1, max: 25 }) }), weight: 14 },
+  { arbitrary: fc.record({ kind: fc.constantFrom("die" as const, "leave" as const, "reattach" as const), pick: fc.nat() }), weight: 3 },
+  { arbitrary: fc.record({ kind: fc.constantFrom("attach" as const, "offer" as const), pick: fc.nat() }), weight: 2 },
+  { arbitrary: fc.record({ kind: fc.constant("join" as const) }), weight: 1 }
+)
+
+/** A rank as it sees itself: the orders it was sent, and what it has processed of them. */
+interface SimRank {
+  readonly rank: number
+  life: "joined" | "waiting" | "member" | "gone"
+  /** The epoch it works on, its plan (start plus extensions, in order) and how far it is. */
+  epoch: number | undefined
+  plan: Array<SampleRange>
+  done: number
+  entered: boolean
+  /** Welcomed since it last attached: no order of work may come before. */
+  welcomed: boolean
+}
+
+const lengthOf = (ranges: ReadonlyArray<SampleRange>) => ranges.reduce((sum, range) => sum + range.end - range.start, 0)
+
+/** The `count` samples of `ranges` after the first `skip`, in order. */
+const samplesOf = (ranges: ReadonlyArray<SampleRange>, skip: number, count: number): Array<number> =>
+  ranges.flatMap(({ end, start }) => Array.from({ length: end - start }, (_, i) => start + i)).slice(skip, skip + count)
+
+test("training: every epoch is processed exactly once, a dead rank's rest is what the survivors get, and training finishes", () => {
+  fc.assert(
+    fc.property(
+      fc.integer({ min: 1, max: 4 }),
+      // A job without epochs (dataset 0) plans nothing: table tests cover it.
+      fc.integer({ min: 1, max: 48 }),
+      fc.integer({ min: 1, max: 3 }),
+      fc.constantFrom("cpu_sync" as const, "cpu_cadence" as const),
+      fc.array(trainingAction, { maxLength: 80, size: "medium" }),
+      (world, datasetSize, epochs, backend, actions) => {
+        const settings = settingsOf(world, datasetSize, epochs, { job: { backend, datasetSize, epochs } })
+        let state = initialState(settings)
+        let at = 0
+        const ranks = new Map<number, SimRank>()
+        for (let rank = 0; rank < world; rank++) ranks.set(rank, { rank, life: "waiting", epoch: undefined, plan: [], done: 0, entered: true, welcomed: false })
+        /** Samples reported done in each epoch, by any rank: an epoch that ends must hold each exactly once. */
+        const processed = new Map<number, Array<number>>()
+        const ended: Array<number> = []
+        let told = { trainingDone: 0, drained: 0, stopped: false }
+        let lastProgressAt: number | undefined
+        const faults: Array<string> = []
+        /** Samples the last death left unprocessed to members still at work (-1: no such death this step). */
+        let pendingRest = -1
+
+        const apply = (event: CoordinatorEvent) => {
+          const [instructions, next] = interpret(state, event)
+          state = next
+          let handed = 0
+          for (const instruction of instructions) {
+            switch (instruction._tag) {
+              case "Enter":
+                for (const rank of instruction.ranks) {
+                  const sim = ranks.get(rank)!
+                  if (sim.life !== "waiting") faults.push(`rank ${rank} entered without having attached`)
+                  sim.entered = true
+                }
+                break
+              case "Journal": {
+                const { event: told_ } = instruction
+                if (told_.event !== "progress") break
+                if (lastProgressAt !== undefined && told_.at - lastProgressAt < 500) faults.push(`progress told ${told_.at - lastProgressAt} ms after the last`)
+                lastProgressAt = told_.at
+                const reported = processed.get(told_.epoch)?.length ?? 0
+                if (told_.samplesDone !== reported) faults.push(`progress of epoch ${told_.epoch} says ${told_.samplesDone} done, the ranks reported ${reported}`)
+                break
+              }
+              case "Drained":
+                told.drained++
+                break
+              case "Send":
+                // A stop reaches the survivors, who may be nobody.
+                if (instruction.order._tag === "Stop") told.stopped = true
+                for (const rank of instruction.ranks) {
+                  const sim = ranks.get(rank)!
+                  const { order } = instruction
+                  switch (order._tag) {
+                    case "Welcome":
+                      sim.welcomed = true
+                      break
+                    case "EpochStart":
+                      if (!sim.entered) faults.push(`rank ${rank} given epoch ${order.epoch} before it entered`)
+                      if (!sim.welcomed) faults.push(`rank ${rank} given epoch ${order.epoch} before its welcome`)
+                      sim.epoch = order.epoch
+                      sim.plan = [...order.ranges]
+                      sim.done = 0
+                      if (sim.life === "waiting") sim.life = "member"
+                      break
+                    case "EpochExtend":
+                      handed += lengthOf(order.ranges)
+                      // Like a real rank: an extension of an epoch it has not been started on (a newcomer whose welcome
+                      // waits) is dropped, since that epoch's EpochStart will carry its whole plan.
+                      if (sim.epoch === order.epoch) sim.plan.push(...order.ranges)
+                      break
+                    case "EpochEnd": {
+                      if (ended.includes(order.epoch)) break
+                      ended.push(order.epoch)
+                      const samples = [...(processed.get(order.epoch) ?? [])].sort((a, b) => a - b)
+                      const once = Array.from({ length: datasetSize }, (_, i) => i)
+                      if (JSON.stringify(samples) !== JSON.stringify(once)) faults.push(`epoch ${order.epoch} ended with samples ${samples.join(",")}`)
+                      break
+                    }
+                    case "TrainingDone":
+                      told.trainingDone++
+                      break
+                  }
+                }
+                break
+            }
+          }
+          // With members left, they are handed all of the rest (with none, newcomers adopt it: the coverage shows it).
+          if (pendingRest >= 0 && handed !== pendingRest) faults.push(`a dead rank left ${pendingRest} sample(s), the survivors were handed ${handed}`)
+          pendingRest = -1
+        }
+
+        const report = (sim: SimRank) => apply(CoordinatorEvent.Reported({ rank: sim.rank, report: new Progress({ epoch: sim.epoch!, done: sim.done }), at }))
+        const work = (sim: SimRank, samples: number) => {
+          if (sim.life !== "member" || sim.epoch === undefined) return
+          const take = Math.min(samples, lengthOf(sim.plan) - sim.done)
+          if (take <= 0) return
+          processed.set(sim.epoch, [...(processed.get(sim.epoch) ?? []), ...samplesOf(sim.plan, sim.done, take)])
+          sim.done += take
+          report(sim)
+        }
+        const gone = (sim: SimRank, event: CoordinatorEvent) => {
+          // What it leaves: the rest of its plan, if it is a member at work and others are too.
+          const survivors = [...ranks.values()].some((other) => other !== sim && other.life === "member")
+          pendingRest = sim.life === "member" && survivors ? lengthOf(sim.plan) - sim.done : -1
+          sim.life = "gone"
+          sim.epoch = undefined
+          apply(event)
+        }
+        const pick = (n: number) => [...ranks.values()][n % ranks.size]!
+
+        for (const sim of ranks.values()) apply(CoordinatorEvent.Reported({ rank: sim.rank, report: new Attach(), at }))
+        for (const action of actions) {
+          at += 1 + (action.kind === "work" ? action.samples * 7 : 13)
+          switch (action.kind) {
+            case "work":
+              work(pick(action.pick), action.samples)
+              break
+            case "die": {
+              const sim = pick(action.pick)
+              if (sim.life !== "gone") gone(sim, CoordinatorEvent.RanksDead({ ranks: [sim.rank], cause: "killed", at }))
+              break
+            }
+            case "leave": {
+              // Ranks leave early only mid-epoch, with work in hand (at the end they leave after TrainingDone).
+              const sim = pick(action.pick)
+              if (sim.life === "member" && lengthOf(sim.plan) > sim.done) gone(sim, CoordinatorEvent.Reported({ rank: sim.rank, report: new Exiting(), at }))
+              break
+            }
+            case "reattach": {
+              // A member restarted before its death was reported: it attaches again and is sent the rest of its plan.
+              const sim = pick(action.pick)
+              if (sim.life !== "member") break
+              sim.welcomed = false
+              apply(CoordinatorEvent.Reported({ rank: sim.rank, report: new Attach(), at }))
+              break
+            }
+            case "join": {
+              const rank = ranks.size
+              ranks.set(rank, { rank, life: "joined", epoch: undefined, plan: [], done: 0, entered: false, welcomed: false })
+              apply(CoordinatorEvent.Joined({ ranks: [rank], at }))
+              break
+            }
+            case "attach": {
+              const sim = pick(action.pick)
+              if (sim.life !== "joined") break
+              sim.life = "waiting"
+              sim.welcomed = false
+              apply(CoordinatorEvent.Reported({ rank: sim.rank, report: new Attach(), at }))
+              break
+            }
+            case "offer": {
+              const sim = pick(action.pick)
+              if (sim.life === "member" && sim.epoch !== undefined && sim.epoch > 1) {
+                apply(CoordinatorEvent.Reported({ rank: sim.rank, report: new CheckpointSave({ epoch: sim.epoch - 1, state: `after ${sim.epoch - 1}` }), at }))
+              }
+              break
+            }
+          }
+        }
+        // Joined ranks attach in the end (a real one either does or goes silent); then every rank that can finishes
+        // what it holds, and a welcome still waiting is let go by a beat interval past the timeout.
+        for (const sim of ranks.values()) {
+          if (sim.life !== "joined") continue
+          sim.life = "waiting"
+          apply(CoordinatorEvent.Reported({ rank: sim.rank, report: new Attach(), at }))
+        }
+        for (let round = 0; round < 4 * (epochs + 2) && told.trainingDone === 0 && !told.stopped; round++) {
+          const busy = [...ranks.values()].filter((sim) => sim.life === "member" && lengthOf(sim.plan) > sim.done)
+          for (const sim of busy) {
+            at += 10
+            work(sim, Number.MAX_SAFE_INTEGER)
+          }
+          if (busy.length > 0) continue
+          at += settings.heartbeatTimeoutMs + 1
+          apply(CoordinatorEvent.Beats({ ranks: [...ranks.keys()], at }))
+          apply(CoordinatorEvent.Tick({ at }))
+        }
+        expect(faults).toEqual([])
+        if (told.stopped) return
+        expect(told.trainingDone).toBeGreaterThan(0)
+        expect(told.drained).toBe(1)
+        expect(ended).toEqual(Array.from({ length: epochs }, (_, i) => i + 1))
+      }
+    ),
+    seeded(Number(process.env.SEED ?? 0xc0de), Number(process.env.RUNS ?? 300))
+  )
+})
+
+// ---------------------------------------------------------------------------
+// 3. Checkpoint consensus and the stop
+// ---------------------------------------------------------------------------
+
+type ConsensusAction =
+  | { readonly kind: "offer"; readonly pick: number; readonly epoch: number; readonly fails: boolean }
+  | { readonly kind: "die"; readonly pick: number; readonly fails: boolean }
+  | { readonly kind: "stop"; readonly fails: boolean }
+
+const consensusAction: fc.Arbitrary<ConsensusAction> = fc.oneof(
+  { arbitrary: fc.record({ kind: fc.constant("offer" as const), pick: fc.nat(), epoch: fc.integer({ min: 1, max: 6 }), fails: fc.boolean() }), weight: 6 },
+  { arbitrary: fc.record({ kind: fc.constant("die" as const), pick: fc.nat(), fails: fc.boolean() }), weight: 2 },
+  { arbitrary: fc.record({ kind: fc.constant("stop" as const), fails: fc.boolean() }), weight: 1 }
+)
+
+test("consensus: the first state offered for a newer epoch is written; the stop saves the latest and tells exactly the survivors", () => {
+  fc.assert(
+    fc.property(
+      fc.integer({ min: 1, max: 4 }),
+      fc.option(fc.integer({ min: 1, max: 3 }), { nil: undefined }),
+      fc.array(consensusAction, { maxLength: 40, size: "medium" }),
+      (world, resumed, actions) => {
+        const resume = resumed === undefined ? undefined : { epoch: resumed, state: `resumed ${resumed}` }
+        let state = initialState(settingsOf(world, 0, 1, { resume }))
+        for (let rank = 0; rank < world; rank++) [, state] = interpret(state, CoordinatorEvent.Reported({ rank, report: new Attach(), at: 0 }))
+        // The model.
+        const alive = new Set(Array.from({ length: world }, (_, rank) => rank))
+        const dead: Array<number> = []
+        let latest = resume
+        let onDisk = resume?.epoch
+        let stopping = false
+        const writes = (epoch: number, saved: string, reason: string, fails: boolean): Array<string> => {
+          if (!fails) onDisk = epoch
+          return [`write ${epoch} ${saved} ${reason} world ${world} dead ${ascending(dead).join(",")}`, ...(fails ? ["error disk full"] : [])]
+        }
+        const stop = (why: string, reason: string, fails: boolean): Array<string> => {
+          if (stopping) return []
+          stopping = true
+          const wrote = latest === undefined ? [] : writes(latest.epoch, latest.state, reason, fails)
+          const saved = latest !== undefined && !fails
+          return [...wrote, `stop ${ascending(alive).join(",")}: ${why} saved=${saved}`]
+        }
+        const shown = (instructions: ReadonlyArray<Instruction>) =>
+          instructions.flatMap((instruction) => {
+            switch (instruction._tag) {
+              case "WriteCheckpoint":
+                return [`write ${instruction.epoch} ${instruction.state} ${instruction.reason} world ${instruction.world} dead ${instruction.dead.join(",")}`]
+              case "Log":
+                return instruction.message === "disk full" ? ["error disk full"] : []
+              case "Send": {
+                const { order, ranks } = instruction
+                if (order._tag === "Stop") return [`stop ${ranks.join(",")}: ${order.reason} saved=${order.saved}`]
+                if (order._tag === "CheckpointSaved") return [`saved ${order.epoch} to ${ranks.join(",")}`]
+                return [`${order._tag}`]
+              }
+              default:
+                return []
+            }
+          })
+        let at = 0
+        for (const action of actions) {
+          at += 10
+          const expected: Array<string> = []
+          let event: CoordinatorEvent
+          switch (action.kind) {
+            case "offer": {
+              const rank = action.pick % world
+              const offered = `offered by ${rank} at ${at}`
+              event = CoordinatorEvent.Reported({ rank, report: new CheckpointSave({ epoch: action.epoch, state: offered }), at })
+              if (!alive.has(rank)) break
+              if (latest === undefined || action.epoch > latest.epoch) {
+                latest = { epoch: action.epoch, state: offered }
+                expected.push(...writes(action.epoch, offered, "checkpoint", action.fails))
+              }
+              expected.push(`saved ${action.epoch} to ${rank}`)
+              break
+            }
+            case "die": {
+              const rank = action.pick % world
+              event = CoordinatorEvent.RanksDead({ ranks: [rank], cause: "killed", at })
+              if (!alive.has(rank)) break
+              alive.delete(rank)
+              dead.push(rank)
+              if (alive.size === 0) expected.push(...stop("every rank was lost", "all_ranks_lost", action.fails))
+              break
+            }
+            case "stop":
+              event = CoordinatorEvent.StopRun({ why: "the limit", at })
+              expected.push(...stop("the limit", "max_failure_exceeded", action.fails))
+              break
+          }
+          const [instructions, next] = interpret(state, event, () => action.fails)
+          state = next
+          expect(shown(instructions)).toEqual(expected)
+          expect(state.consensus.written).toBe(onDisk)
+        }
+      }
+    ),
+    seeded(0xca5e, 500)
+  )
+})
+
+// ---------------------------------------------------------------------------
+// 4. Purity
+// ---------------------------------------------------------------------------
+
+/** A state as plain data: persistent sets and maps in rank order, Maps in their own (meaningful) order. */
+const plain = (value: unknown): unknown => {
+  if (HashSet.isHashSet(value)) return { set: ascending(value as Iterable<number>) }
+  if (HashMap.isHashMap(value)) return { map: [...(value as Iterable<[number, unknown]>)].sort(([a], [b]) => a - b).map(([key, each]) => [key, plain(each)]) }
+  if (value instanceof Map) return { ordered: [...value].map(([key, each]) => [key, plain(each)]) }
+  if (value instanceof Set) return { ordered: [...value].map(plain) }
+  if (Array.isArray(value)) return value.map(plain)
+  if (typeof value === "object" && value !== null) return Object.fromEntries(Object.entries(value).map(([key, each]) => [key, plain(each)]))
+  return value
+}
+
+const anyEvent = (ranks: number): fc.Arbitrary<(at: number) => CoordinatorEvent> => {
+  const rank = fc.integer({ min: 0, max: ranks + 1 })
+  return fc.oneof(
+    rank.map((r) => (at: number) => CoordinatorEvent.Reported({ rank: r, report: new Attach(), at })),
+    fc.tuple(rank, fc.integer({ min: 1, max: 3 }), fc.integer({ min: 0, max: 12 })).map(([r, epoch, done]) => (at: number) =>
+      CoordinatorEvent.Reported({ rank: r, report: new Progress({ epoch, done, metrics: { loss: done } }), at })
+    ),
+    fc.tuple(rank, fc.integer({ min: 1, max: 3 })).map(([r, epoch]) => (at: number) =>
+      CoordinatorEvent.Reported({ rank: r, report: new CheckpointSave({ epoch, state: `s${epoch}` }), at })
+    ),
+    rank.map((r) => (at: number) => CoordinatorEvent.Reported({ rank: r, report: new Exiting(), at })),
+    rank.map((r) => (at: number) => CoordinatorEvent.RanksDead({ ranks: [r], cause: "killed", at })),
+    rank.map((r) => (at: number) => CoordinatorEvent.ExitedCleanly({ rank: r, at })),
+    rank.map((r) => (at: number) => CoordinatorEvent.Joined({ ranks: [r + ranks], at })),
+    rank.map((r) => (at: number) => CoordinatorEvent.Beats({ ranks: [r], at })),
+    fc.constant((at: number) => CoordinatorEvent.CohortFormed({ at })),
+    fc.constant((at: number) => CoordinatorEvent.Tick({ at })),
+    fc.constant((at: number) => CoordinatorEvent.StopRun({ why: "limit", at }))
+  )
+}
+
+test("purity: the same state and event give the same instructions and next state, and the state given is untouched", () => {
+  fc.assert(
+    fc.property(
+      fc.integer({ min: 1, max: 3 }),
+      fc.array(fc.tuple(fc.integer({ min: 0, max: 4_000 }), anyEvent(3)), { maxLength: 50, size: "medium" }),
+      (world, steps) => {
+        let state = initialState(settingsOf(world, 12, 3))
+        let at = 0
+        for (const [wait, eventAt] of steps) {
+          at += wait
+          const event = eventAt(at)
+          const before = plain(state)
+          const [first, afterFirst] = coordinate(state, event)
+          const [second, afterSecond] = coordinate(state, event)
+          expect(plain(state)).toEqual(before)
+          expect(second).toEqual(first)
+          expect(plain(afterSecond)).toEqual(plain(afterFirst))
+          ;[, state] = interpret(state, event)
+        }
+      }
+    ),
+    seeded(0x9a1e, 300)
+  )
+})

@@ -1,0 +1,495 @@
+/**
+ * `coordinate`, event by event, against instructions written out by hand:
+ * formation and the first plan, progress told to the journal and its rate,
+ * an epoch's end and its line, the weighted split and what a newcomer does to
+ * it, beats and silence (before and after formation, joiners, exiting ranks),
+ * the death chain (redistribution, idempotence, leaving with work), checkpoint
+ * consensus and the stop (saved, unsaved, a failed write), and growth (a held
+ * attach, the welcome that waits for a consensus, a rescue, a late joiner).
+ * Nothing here computes an expected value with the code it checks; each
+ * number says where it comes from.
+ *
+ * Instructions are shown as short lines: `0,1 ← EpochStart 1 [0,5)` is an
+ * order sent, `info: …` a log line, `journal …` an event for the run's
+ * journal. A `WriteCheckpoint` is answered at once, as the actor does, and
+ * what that answer brings is shown right after it.
+ */
+import { describe, expect, test } from "bun:test"
+import {
+  coordinate,
+  CoordinatorEvent,
+  type CoordinatorSettings,
+  type CoordinatorState,
+  initialState,
+  type Instruction
+} from "../src/actors/launcher/coordinate.ts"
+import type { SampleRange } from "../src/actors/launcher/EpochLedger.ts"
+import {
+  Attach,
+  CheckpointSave,
+  type CoordinatorOrder,
+  Exiting,
+  Heartbeat,
+  Progress,
+  type RankReport
+} from "../src/wire/CoordinatorMessages.ts"
+
+const PATH = "/ckpt/run.json"
+
+const settingsOf = (ranks: ReadonlyArray<number>, datasetSize: number, epochs: number, extra: Partial<CoordinatorSettings> = {}): CoordinatorSettings => ({
+  job: { backend: "cpu_sync", datasetSize, epochs },
+  ranks,
+  // A beat every 1 s (a sixth of the timeout, at least 1 s): a rescue is forced after 2 s.
+  heartbeatTimeoutMs: 6_000,
+  checkpointPath: PATH,
+  resume: undefined,
+  ...extra
+})
+
+const ranges = (list: ReadonlyArray<SampleRange>) => list.length === 0 ? "-" : list.map(({ end, start }) => `[${start},${end})`).join(" ")
+
+const showOrder = (order: CoordinatorOrder): string => {
+  switch (order._tag) {
+    case "Welcome":
+      return `Welcome first=${order.firstEpoch}${order.checkpoint === undefined ? "" : ` from=${order.checkpoint}`}`
+    case "EpochStart":
+    case "EpochExtend":
+      return `${order._tag} ${order.epoch} ${ranges(order.ranges)}`
+    case "EpochEnd":
+    case "CheckpointSaved":
+      return `${order._tag} ${order.epoch}`
+    case "Stop":
+      return `Stop "${order.reason}" ${order.saved ? "saved" : "unsaved"}`
+    case "CoordinatorBeat":
+      return "Beat"
+    case "TrainingDone":
+      return "TrainingDone"
+  }
+}
+
+const show = (instruction: Instruction): string => {
+  switch (instruction._tag) {
+    case "Send":
+      return `${instruction.ranks.length === 0 ? "(nobody)" : instruction.ranks.join(",")} ← ${showOrder(instruction.order)}`
+    case "Log":
+      return `${instruction.level}: ${instruction.message}`
+    case "Journal": {
+      const { event } = instruction
+      if (event.event === "progress") {
+        return `journal progress ${event.epoch}/${event.epochs}: ${event.samplesDone}/${event.datasetSize}, ${event.samplesPerSec === null ? "no rate" : `${event.samplesPerSec}/s`} ${JSON.stringify(event.metrics)}`
+      }
+      if (event.event === "epoch_done") {
+        return `journal epoch_done ${event.epoch}/${event.epochs}: ${event.samples} in ${event.seconds} s ${JSON.stringify(event.metrics)}`
+      }
+      return `journal ${event.event}`
+    }
+    case "Latencies":
+      return `latencies sum ${instruction.counts.sum}`
+    case "Redistributed":
+      return `redistributed ${instruction.dead} → ${instruction.extensions.size === 0 ? "nobody" : [...instruction.extensions].map(([rank, list]) => `${rank} ${ranges(list)}`).join(", ")}`
+    case "Enter":
+      return `enter ${instruction.ranks.join(",")} at ${instruction.epoch}`
+    case "LoseRanks":
+      return `lose ${instruction.ranks.join(",")}: ${instruction.reason}`
+    case "Drained":
+      return "drained"
+    case "WriteCheckpoint":
+      return `write epoch ${instruction.epoch} "${instruction.state}" (${instruction.reason}) world ${instruction.world} dead [${instruction.dead.join(",")}]`
+  }
+}
+
+/** A coordinator under test: feed it events, read what each step asks for. Checkpoint writes succeed unless `failWrites` says why not. */
+const coordinator = (settings: CoordinatorSettings) => {
+  let state: CoordinatorState = initialState(settings)
+  let failure: string | undefined
+  const step = (event: CoordinatorEvent): Array<string> => {
+    const [instructions, next] = coordinate(state, event)
+    state = next
+    return instructions.flatMap((instruction) =>
+      instruction._tag === "WriteCheckpoint"
+        ? [show(instruction), ...step(CoordinatorEvent.CheckpointWritten({ epoch: instruction.epoch, failure, at: instruction.at }))]
+        : [show(instruction)]
+    )
+  }
+  return {
+    step,
+    say: (rank: number, report: RankReport, at = 0) => step(CoordinatorEvent.Reported({ rank, report, at })),
+    tick: (at: number) => step(CoordinatorEvent.Tick({ at })),
+    failWrites: (why: string | undefined) => {
+      failure = why
+    },
+    get state() {
+      return state
+    }
+  }
+}
+
+const progress = (epoch: number, done: number, extra: { metrics?: Record<string, number> } = {}) => new Progress({ epoch, done, ...extra })
+const dead = (ranks: ReadonlyArray<number>, at: number, cause = "killed") => CoordinatorEvent.RanksDead({ ranks, cause, at })
+
+/** A world whose ranks have all attached at time 0 (their welcomes and first plan are not kept). */
+const attachedAll = (settings: CoordinatorSettings) => {
+  const run = coordinator(settings)
+  for (const rank of settings.ranks) run.say(rank, new Attach())
+  return run
+}
+
+describe("formation and the first plan", () => {
+  test("the first epoch starts once every rank has attached, split equally in rank order", () => {
+    const run = coordinator(settingsOf([0, 1], 10, 2))
+    expect(run.say(0, new Attach())).toEqual(["0 ← Welcome first=1"])
+    // 10 over 2: [0, 5) and [5, 10).
+    expect(run.say(1, new Attach())).toEqual(["1 ← Welcome first=1", "0 ← EpochStart 1 [0,5)", "1 ← EpochStart 1 [5,10)"])
+  })
+
+  test("a resumed run starts after the checkpoint's epoch, from its state", () => {
+    const run = coordinator(settingsOf([0], 4, 5, { resume: { epoch: 2, state: "r2" } }))
+    expect(run.say(0, new Attach())).toEqual(["0 ← Welcome first=3 from=r2", "0 ← EpochStart 3 [0,4)"])
+    expect(run.state.consensus.written).toBe(2)
+  })
+
+  test("a job without epochs (dataset 0) welcomes its ranks and plans nothing", () => {
+    const run = coordinator(settingsOf([0], 0, 3))
+    expect(run.say(0, new Attach())).toEqual(["0 ← Welcome first=1"])
+  })
+})
+
+describe("progress, the journal and an epoch's end", () => {
+  test("progress is told at most every 500 ms, with the rate between two tellings; the epoch's end is its own event", () => {
+    const run = attachedAll(settingsOf([0, 1], 10, 2)) // epoch 1 starts at 0: [0, 5), [5, 10)
+    // The first telling has no rate.
+    expect(run.say(0, progress(1, 2), 100)).toEqual(["journal progress 1/2: 2/10, no rate {}"])
+    expect(run.say(1, progress(1, 3), 300)).toEqual([]) // 200 ms after the last telling
+    // 7 done; (7 - 2) samples in (600 - 100) ms = 10/s.
+    expect(run.say(0, progress(1, 4), 600)).toEqual(["journal progress 1/2: 7/10, 10/s {}"])
+    expect(run.say(1, progress(1, 5), 700)).toEqual([])
+    // Every sample done at 1000: the epoch took 1 s.
+    expect(run.say(0, progress(1, 5), 1000)).toEqual([
+      "journal epoch_done 1/2: 10 in 1 s {}",
+      "info: epoch 1/2 done in 1.0 s: 10 samples (r0 5, r1 5)",
+      "0,1 ← EpochEnd 1",
+      "0 ← EpochStart 2 [0,5)",
+      "1 ← EpochStart 2 [5,10)"
+    ])
+    // Samples count across epochs: 10 + 1 = 11 at 1400, against 7 at 600: 4 in 0.8 s = 5/s.
+    expect(run.say(1, progress(2, 1), 1400)).toEqual(["journal progress 2/2: 1/10, 5/s {}"])
+    // 10 + 6 = 16 at 1900, against 11 at 1400: 10/s.
+    expect(run.say(0, progress(2, 5), 1900)).toEqual(["journal progress 2/2: 6/10, 10/s {}"])
+    expect(run.say(1, progress(2, 5), 2000)).toEqual([
+      "journal epoch_done 2/2: 10 in 1 s {}",
+      "info: epoch 2/2 done in 1.0 s: 10 samples (r0 5, r1 5)",
+      "0,1 ← EpochEnd 2",
+      "info: training done: 2 epoch(s)",
+      "0,1 ← TrainingDone",
+      "drained"
+    ])
+  })
+
+  test("metrics are the mean of each rank's latest; a report beyond the plan is clipped; latencies are passed on", () => {
+    const run = attachedAll(settingsOf([0, 1], 10, 1))
+    expect(run.say(0, progress(1, 1, { metrics: { loss: 4 } }), 100)).toEqual(["journal progress 1/1: 1/10, no rate {\"loss\":4}"])
+    // Rank 0's latest loss is 1 now, rank 1's 2: a mean of 1.5; only rank 1 reports acc.
+    run.say(0, progress(1, 2, { metrics: { loss: 1 } }), 200)
+    run.say(1, progress(1, 5, { metrics: { loss: 2, acc: 0.5 } }), 300)
+    expect(run.say(0, progress(1, 7), 400)).toEqual([
+      "warning: rank 0 reported 7 samples done in epoch 1, more than the 5 it was given",
+      "journal epoch_done 1/1: 10 in 0.4 s {\"loss\":1.5,\"acc\":0.5}",
+      "info: epoch 1/1 done in 0.4 s: 10 samples (r0 5, r1 5); loss 1.500, acc 0.5000 (mean of the ranks' latest)",
+      "0,1 ← EpochEnd 1",
+      "info: training done: 1 epoch(s)",
+      "0,1 ← TrainingDone",
+      "drained"
+    ])
+    const allreduce = { counts: [1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], sum: 0.25 }
+    expect(run.say(0, new Progress({ epoch: 1, done: 5, allreduce }), 500)).toEqual(["latencies sum 0.25"])
+  })
+
+  test("cpu_cadence weighs the next epoch by measured throughput; an epoch a newcomer enters is split equally", () => {
+    const run = attachedAll(settingsOf([0, 1], 10, 3, { job: { backend: "cpu_cadence", datasetSize: 10, epochs: 3 } }))
+    run.say(1, progress(1, 5), 500) // rank 1: 5 samples in 0.5 s = 10/s
+    // Rank 0: 5 in 1 s = 5/s. Epoch 2 is 10 at 5:10: quotas 3.33 and 6.67, floors 3 + 6, the last sample to the larger remainder.
+    expect(run.say(0, progress(1, 5), 1000).filter((line) => line.includes("EpochStart"))).toEqual(["0 ← EpochStart 2 [0,3)", "1 ← EpochStart 2 [3,10)"])
+    run.step(CoordinatorEvent.Joined({ ranks: [2], at: 1100 }))
+    expect(run.say(2, new Attach(), 1100)).toEqual([]) // held until the boundary
+    run.say(0, progress(2, 3), 1500)
+    // Rank 2 has no throughput: epoch 3 is 10 over 3 equally, 4 + 3 + 3. Its welcome waits for epoch 2's consensus.
+    expect(run.say(1, progress(2, 7), 2000).filter((line) => !line.startsWith("journal"))).toEqual([
+      "info: epoch 2/3 done in 1.0 s: 10 samples (r0 3, r1 7)",
+      "0,1 ← EpochEnd 2",
+      "info: rank(s) 2 enter the cohort at epoch 3: 3 rank(s) train it",
+      "enter 2 at 3",
+      "0 ← EpochStart 3 [0,4)",
+      "1 ← EpochStart 3 [4,7)"
+    ])
+  })
+})
+
+describe("liveness", () => {
+  test("before formation only attached ranks are watched; after it, every live rank not exiting", () => {
+    const run = coordinator(settingsOf([0, 1, 2], 0, 1))
+    run.say(0, new Attach(), 0)
+    run.say(1, new Attach(), 0)
+    // Rank 2 never attached: not beaten, and not yet watched.
+    expect(run.tick(1000)).toEqual(["0,1 ← Beat"])
+    run.step(CoordinatorEvent.Beats({ ranks: [0, 9], at: 3000 })) // 9 is no rank of the run: ignored
+    // Rank 1 was last heard at 0: 6500 ms > 6000. Rank 0 at 3000: 3500 ms.
+    expect(run.tick(6500)).toEqual(["0,1 ← Beat", "lose 1: no heartbeat for 6.0 s"])
+    expect(run.step(CoordinatorEvent.CohortFormed({ at: 7000 }))).toEqual([])
+    // Rank 2's silence counts from formation (7000): 1000 ms.
+    expect(run.tick(8000)).toEqual(["0 ← Beat"])
+    // Rank 0: 9500 - 3000 = 6500 ms; rank 2: 2500 ms.
+    expect(run.tick(9500)).toEqual(["0 ← Beat", "lose 0: no heartbeat for 6.0 s"])
+    // Rank 2: 13001 - 7000 = 6001 ms, and it was the last: the run stops, with no consensus to save.
+    expect(run.tick(13_001)).toEqual([
+      "lose 2: no heartbeat for 6.0 s",
+      "error: every rank was lost: no consensus checkpoint to write (no rank had saved one)",
+      "(nobody) ← Stop \"every rank was lost\" unsaved"
+    ])
+  })
+
+  test("a heartbeat report counts as a beat; a rank that said it is leaving is neither beaten nor watched", () => {
+    const run = coordinator(settingsOf([0, 1], 0, 1))
+    run.say(0, new Attach(), 0)
+    run.say(1, new Attach(), 0)
+    run.step(CoordinatorEvent.CohortFormed({ at: 0 }))
+    run.say(0, new Heartbeat(), 5000)
+    expect(run.say(1, new Exiting(), 5000)).toEqual([]) // no epoch under way: nothing left undone
+    expect(run.tick(10_000)).toEqual(["0 ← Beat"])
+    // Rank 0 last beat at 5000: 6001 ms at 11001. Rank 1 is leaving: never lost.
+    expect(run.tick(11_001)).toEqual(["0 ← Beat", "lose 0: no heartbeat for 6.0 s"])
+  })
+
+  test("a joiner's silence counts from its joining", () => {
+    const run = attachedAll(settingsOf([0], 4, 1))
+    run.step(CoordinatorEvent.Joined({ ranks: [1], at: 100 }))
+    run.step(CoordinatorEvent.Beats({ ranks: [0], at: 6000 }))
+    expect(run.tick(6100)).toEqual(["0 ← Beat"]) // 6000 ms since joining: not yet
+    // 6001 ms: lost; it held no work, so nothing is handed on.
+    expect(run.tick(6101)).toEqual(["0 ← Beat", "lose 1: no heartbeat for 6.0 s", "redistributed 1 → nobody"])
+  })
+})
+
+describe("the death chain", () => {
+  test("a dead rank's remainder goes to the survivors; a second report of the death, or of a stranger's, changes nothing", () => {
+    const run = attachedAll(settingsOf([0, 1, 2], 9, 1)) // [0, 3), [3, 6), [6, 9)
+    run.say(0, progress(1, 2), 100)
+    // Rank 0 leaves [2, 3): 1 sample over ranks 1 and 2 is 1 + 0.
+    expect(run.step(dead([0], 200))).toEqual([
+      "1 ← EpochExtend 1 [2,3)",
+      "redistributed 0 → 1 [2,3)",
+      "warning: rank 0 lost (killed): 1 unprocessed sample(s) of epoch 1 handed to rank(s) 1"
+    ])
+    expect(run.step(dead([0], 300, "again"))).toEqual([])
+    expect(run.step(dead([7], 300))).toEqual([])
+    run.say(2, progress(1, 3), 400) // rank 2 is done: it has nothing to hand on
+    expect(run.step(dead([2], 500))).toEqual(["redistributed 2 → nobody"])
+    // Rank 1 did [3, 6) and [2, 3): 2 + 4 + 3 = 9, every sample.
+    expect(run.say(1, progress(1, 4), 700)).toEqual([
+      "journal epoch_done 1/1: 9 in 0.7 s {}",
+      "info: epoch 1/1 done in 0.7 s: 9 samples (r0 2, r1 4, r2 3)",
+      "1 ← EpochEnd 1",
+      "info: training done: 1 epoch(s)",
+      "1 ← TrainingDone",
+      "drained"
+    ])
+  })
+
+  test("a rank that returns with work left is lost; one cohort is stopping, or that exited having said so, is not", () => {
+    const run = attachedAll(settingsOf([0, 1, 2], 15, 1)) // [0, 5), [5, 10), [10, 15)
+    run.say(0, progress(1, 2), 100)
+    // [2, 5) left: 3 samples over ranks 1 and 2, 2 + 1.
+    expect(run.say(0, new Exiting(), 200)).toEqual([
+      "lose 0: returned with 3 sample(s) of epoch 1 left",
+      "1 ← EpochExtend 1 [2,4)",
+      "2 ← EpochExtend 1 [4,5)",
+      "redistributed 0 → 1 [2,4), 2 [4,5)",
+      "warning: rank 0 lost (returned with 3 sample(s) of epoch 1 left): 3 unprocessed sample(s) of epoch 1 handed to rank(s) 1, 2"
+    ])
+    run.step(CoordinatorEvent.StopOrdered({ ranks: [1], at: 300 }))
+    expect(run.say(1, new Exiting(), 300)).toEqual([])
+    expect(run.step(CoordinatorEvent.ExitedCleanly({ rank: 1, at: 1300 }))).toEqual([])
+  })
+
+  test("a clean exit without a word of leaving, with work left, is a loss", () => {
+    const run = attachedAll(settingsOf([0, 1], 10, 1))
+    expect(run.step(CoordinatorEvent.ExitedCleanly({ rank: 1, at: 1000 }))).toEqual([
+      "lose 1: exited with status 0 with 5 sample(s) of epoch 1 left",
+      "0 ← EpochExtend 1 [5,10)",
+      "redistributed 1 → 0 [5,10)",
+      "warning: rank 1 lost (exited with status 0 with 5 sample(s) of epoch 1 left): 5 unprocessed sample(s) of epoch 1 handed to rank(s) 0"
+    ])
+  })
+
+  test("a dead rank that attaches again is a member again: the rest of its plan now, a share of the next epoch", () => {
+    const run = attachedAll(settingsOf([0, 1], 10, 2))
+    run.say(0, progress(1, 2), 100)
+    run.step(dead([0], 200)) // [2, 5) to rank 1
+    // It keeps only what it did: nothing is left of its plan this epoch.
+    expect(run.say(0, new Attach(), 300)).toEqual(["0 ← Welcome first=1", "0 ← EpochStart 1 -"])
+    // Rank 1: [5, 10) and [2, 5) = 8; with rank 0's 2, all 10.
+    expect(run.say(1, progress(1, 8), 400).filter((line) => line.includes("←"))).toEqual([
+      "0,1 ← EpochEnd 1",
+      "0 ← EpochStart 2 [0,5)",
+      "1 ← EpochStart 2 [5,10)"
+    ])
+  })
+})
+
+describe("checkpoint consensus and the stop", () => {
+  test("the first state offered for an epoch is written; the stop saves it and tells every survivor", () => {
+    const run = attachedAll(settingsOf([0, 1, 2], 6, 3)) // [0, 2), [2, 4), [4, 6)
+    expect(run.say(0, new CheckpointSave({ epoch: 1, state: "w1" }), 50)).toEqual([
+      "write epoch 1 \"w1\" (checkpoint) world 3 dead []",
+      "0 ← CheckpointSaved 1"
+    ])
+    expect(run.state.consensus.written).toBe(1)
+    // Not newer: acknowledged, not written.
+    expect(run.say(1, new CheckpointSave({ epoch: 1, state: "w1 again" }), 60)).toEqual(["1 ← CheckpointSaved 1"])
+    run.step(dead([2], 100)) // [4, 6) to ranks 0 and 1
+    expect(run.step(CoordinatorEvent.StopRun({ why: "max_failure exceeded: 1/3 ranks dead, threshold 1", at: 200 }))).toEqual([
+      "write epoch 1 \"w1\" (max_failure_exceeded) world 3 dead [2]",
+      `error: max_failure exceeded: 1/3 ranks dead, threshold 1: consensus checkpoint of epoch 1 written to ${PATH}; resume with --resume`,
+      "0,1 ← Stop \"max_failure exceeded: 1/3 ranks dead, threshold 1\" saved"
+    ])
+    expect(run.step(CoordinatorEvent.StopRun({ why: "again", at: 300 }))).toEqual([])
+    // Stopping: nothing is replanned, and a dead rank is not taken back.
+    expect(run.step(dead([1], 400))).toEqual([])
+    expect(run.say(1, new Attach(), 500)).toEqual([])
+    // A rank joining now is told the run is stopping (the welcome stops waiting: epoch 4's would need epoch 3's consensus).
+    run.step(CoordinatorEvent.Joined({ ranks: [5], at: 600 }))
+    expect(run.say(5, new Attach(), 600)).toEqual([
+      "warning: rank 5 starts epoch 4 from the consensus of epoch 1: none newer came within 0 ms",
+      "5 ← Welcome first=1 from=w1",
+      "5 ← Stop \"the run is stopping\" unsaved"
+    ])
+  })
+
+  test("a failed write is logged and leaves the checkpoint on disk as it was; the stop then says nothing was saved", () => {
+    const run = attachedAll(settingsOf([0, 1], 4, 1))
+    run.failWrites("checkpoint /ckpt/run.json: cannot write it: EACCES")
+    expect(run.say(0, new CheckpointSave({ epoch: 1, state: "w" }), 10)).toEqual([
+      "write epoch 1 \"w\" (checkpoint) world 2 dead []",
+      "error: checkpoint /ckpt/run.json: cannot write it: EACCES",
+      "0 ← CheckpointSaved 1"
+    ])
+    expect(run.state.consensus.written).toBeUndefined()
+    expect(run.step(CoordinatorEvent.StopRun({ why: "limit", at: 20 }))).toEqual([
+      "write epoch 1 \"w\" (max_failure_exceeded) world 2 dead []",
+      "error: checkpoint /ckpt/run.json: cannot write it: EACCES",
+      "error: limit: no consensus checkpoint to write (no rank had saved one)",
+      "0,1 ← Stop \"limit\" unsaved"
+    ])
+  })
+
+  test("every rank lost with a consensus: it is saved as all_ranks_lost", () => {
+    const run = attachedAll(settingsOf([0], 4, 2))
+    run.say(0, new CheckpointSave({ epoch: 1, state: "w1" }), 10)
+    expect(run.step(dead([0], 20))).toEqual([
+      "redistributed 0 → nobody",
+      "write epoch 1 \"w1\" (all_ranks_lost) world 1 dead [0]",
+      `error: every rank was lost: consensus checkpoint of epoch 1 written to ${PATH}; resume with --resume`,
+      "(nobody) ← Stop \"every rank was lost\" saved"
+    ])
+  })
+
+  test("once training is done, a stop changes nothing", () => {
+    const run = attachedAll(settingsOf([0], 2, 1))
+    run.say(0, progress(1, 2), 10)
+    expect(run.step(CoordinatorEvent.StopRun({ why: "limit", at: 20 }))).toEqual([])
+  })
+})
+
+describe("growth", () => {
+  test("a joiner's attach is held to the boundary; its welcome waits for the consensus of the epoch before", () => {
+    const run = attachedAll(settingsOf([0], 4, 2)) // epoch 1: [0, 4)
+    expect(run.step(CoordinatorEvent.Joined({ ranks: [1], at: 100 }))).toEqual([])
+    expect(run.say(1, new Attach(), 200)).toEqual([])
+    expect(run.tick(1000)).toEqual(["0 ← Beat"]) // a joiner is watched, not beaten
+    // Epoch 2 is 4 over 2: [0, 2) and [2, 4); rank 1 waits for epoch 1's consensus.
+    expect(run.say(0, progress(1, 4), 1500)).toEqual([
+      "journal epoch_done 1/2: 4 in 1.5 s {}",
+      "info: epoch 1/2 done in 1.5 s: 4 samples (r0 4)",
+      "0 ← EpochEnd 1",
+      "info: rank(s) 1 enter the cohort at epoch 2: 2 rank(s) train it",
+      "enter 1 at 2",
+      "0 ← EpochStart 2 [0,2)"
+    ])
+    expect(run.say(0, new CheckpointSave({ epoch: 1, state: "w1" }), 1600)).toEqual([
+      "write epoch 1 \"w1\" (checkpoint) world 2 dead []",
+      "1 ← Welcome first=2 from=w1",
+      "1 ← EpochStart 2 [2,4)",
+      "0 ← CheckpointSaved 1"
+    ])
+  })
+
+  test("with no consensus offered, a newcomer's welcome stops waiting after a heartbeat timeout", () => {
+    const run = attachedAll(settingsOf([0], 4, 2))
+    run.step(CoordinatorEvent.Joined({ ranks: [1], at: 0 }))
+    run.say(1, new Attach(), 0)
+    run.say(0, progress(1, 4), 1500) // rank 1 enters epoch 2 at 1500
+    run.step(CoordinatorEvent.Beats({ ranks: [0, 1], at: 7000 }))
+    expect(run.tick(7500)).toEqual(["0,1 ← Beat"]) // 6000 ms: still waiting
+    expect(run.tick(7501)).toEqual([
+      "warning: rank 1 starts epoch 2 from its own initial state: the job has offered no checkpoint (ctx.checkpoint.save) to start it from",
+      "1 ← Welcome first=2",
+      "1 ← EpochStart 2 [2,4)",
+      "0,1 ← Beat"
+    ])
+  })
+
+  test("every member dies mid-epoch: the joiners that attached take over a few beats later, if not all have", () => {
+    const run = attachedAll(settingsOf([0], 6, 1)) // [0, 6)
+    run.step(CoordinatorEvent.Joined({ ranks: [1, 2], at: 10 }))
+    run.say(1, new Attach(), 20)
+    run.say(0, progress(1, 3), 30)
+    // [3, 6) is stranded; rank 2 has not attached, so nobody takes it yet.
+    expect(run.step(dead([0], 40))).toEqual([
+      "redistributed 0 → nobody",
+      "warning: every member was lost (killed); rank(s) 1, 2 that joined carry on once they attach"
+    ])
+    expect(run.tick(2040)).toEqual([]) // 2000 ms stranded: two beats are not yet past
+    expect(run.tick(2041)).toEqual([
+      "info: rank(s) 1 enter the cohort at epoch 1: 1 rank(s) train it",
+      "enter 1 at 1",
+      "warning: every member was lost (no member was left): rank(s) 1 enter at once and take epoch 1's remaining 3 sample(s)",
+      "1 ← Welcome first=1",
+      "1 ← EpochStart 1 [3,6)",
+      "1 ← Beat"
+    ])
+  })
+
+  test("a joiner that attaches after the last epoch holds the final consensus and is told training is done", () => {
+    const run = attachedAll(settingsOf([0], 2, 1))
+    run.step(CoordinatorEvent.Joined({ ranks: [1], at: 10 }))
+    run.say(0, progress(1, 2), 20)
+    expect(run.say(1, new Attach(), 30)).toEqual([]) // its welcome waits for epoch 1's consensus
+    expect(run.say(0, new CheckpointSave({ epoch: 1, state: "final" }), 40)).toEqual([
+      "write epoch 1 \"final\" (checkpoint) world 2 dead []",
+      "1 ← Welcome first=2 from=final",
+      "1 ← TrainingDone",
+      "0 ← CheckpointSaved 1"
+    ])
+  })
+
+  test("before the first epoch, the first epoch is the boundary: a joiner attaching once every live rank has starts it", () => {
+    const run = coordinator(settingsOf([0, 1], 4, 1))
+    run.say(0, new Attach(), 0)
+    run.step(dead([1], 10)) // lost before it attached
+    run.step(CoordinatorEvent.Joined({ ranks: [2], at: 20 }))
+    // Epoch 1 is 4 over ranks 0 and 2: [0, 2) and [2, 4). Rank 2 enters at the first epoch: nothing to wait for.
+    expect(run.say(2, new Attach(), 30)).toEqual([
+      "info: rank(s) 2 enter the cohort at epoch 1: 2 rank(s) train it",
+      "enter 2 at 1",
+      "0 ← EpochStart 1 [0,2)",
+      "2 ← Welcome first=1",
+      "2 ← EpochStart 1 [2,4)"
+    ])
+  })
+
+  test("a rank the run has had cannot join again", () => {
+    const run = attachedAll(settingsOf([0, 1], 4, 1))
+    run.step(dead([1], 10))
+    run.step(CoordinatorEvent.Joined({ ranks: [1], at: 20 }))
+    expect(run.state.growth.joining.size).toBe(0)
+  })
+})
