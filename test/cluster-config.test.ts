@@ -110,6 +110,36 @@ describe("cluster.yml", () => {
     expect((await problems(text)).join("\n")).toContain(expected)
   })
 
+  test("job: every mistake at once, the checks between keys too", async () => {
+    const text = minimal(w, "job: { entry: t.ts, dataset_size: -5, checkpoint: 5, async_alpha: 2, backend: cpu_sync, outer_optimizer: { lr: 11 } }")
+    expect(await problems(text)).toEqual([
+      "cluster.yml: job.dataset_size (line 3, col 35): expected a number of samples from 0 to 2147483647, got -5",
+      "cluster.yml: job.checkpoint (line 3, col 51): expected the path of the checkpoint file, got 5",
+      "cluster.yml: job.async_alpha (line 3, col 67): expected a fraction from 0 to 1, like 0.5, got 2",
+      `cluster.yml: job.outer_optimizer.kind (line 3, col 106): expected one of "diloco", "slowmo", got nothing`,
+      "cluster.yml: job.outer_optimizer.lr (line 3, col 112): expected an outer learning rate from 0 to 10, like 0.7, got 11"
+    ])
+    expect(await problems(minimal(w, "job: { entry: t.ts, epochs: 0, backend: cpu_sync, outer_optimizer: { kind: diloco } }"))).toEqual([
+      "cluster.yml: job.epochs (line 3, col 29): expected a number of epochs from 1 to 1000000, got 0",
+      "cluster.yml: job.outer_optimizer (line 3, col 68): an outer optimizer applies to backend cpu_cadence or cpu_async, not cpu_sync: remove it or change the backend"
+    ])
+  })
+
+  test("controller.join: a check between knobs is made although another knob is wrong", async () => {
+    expect(await problems(`controller: { join: { min_ranks: x, timeout: 2m, max_timeout: 1m, open_admission: 1 } }\n${minimal(w)}`)).toEqual([
+      `cluster.yml: controller.join.min_ranks (line 1, col 34): expected a number of ranks ≥ 1, got "x"`,
+      `cluster.yml: controller.join.max_timeout (line 1, col 63): expected a duration ≥ timeout, got "1m"`,
+      "cluster.yml: controller.join.open_admission (line 1, col 83): expected true or false, got 1"
+    ])
+  })
+
+  test("growth of a command job is refused although the job has another mistake", async () => {
+    expect(await problems(`controller: { join: { after_formation: accept } }\n${minimal(w, "job: { command: [python3, train.py], epochs: 0 }")}`)).toEqual([
+      "cluster.yml: controller.join.after_formation (line 1, col 40): a command job (torchrun-style) has a fixed world: growth needs an entry job, or after_formation: reject",
+      "cluster.yml: job.epochs (line 4, col 46): expected a number of epochs from 1 to 1000000, got 0"
+    ])
+  })
+
   test("all mistakes at once, in document order", async () => {
     const text = [
       "controller: { port: -1 }",

@@ -87,9 +87,33 @@ failure_policy:
     ["failure_policy: { grase: 5s }", `failure_policy (line 1, col 19): unknown key "grase" (did you mean "grace"?); known keys: before_formation, after_formation, grace`],
     ["failure_policy: { after_formation: { elastic: { limit: 2 } } }", `unknown key "limit"; known keys: max_failure, max_failure_base`],
     ["failure_policy: [kill_all]", `failure_policy (line 1, col 17): expected a mapping with keys before_formation, after_formation, grace, heartbeat_timeout, max_failure_base, got a list`],
-    ["failure_policy: {", `(top level) (line 1, col 18): not valid YAML`]
+    ["failure_policy: {", `(top level) (line 1, col 18): not valid YAML`],
+    ["failure_policy: { heartbeat_timeout: 1999ms }", `failure_policy.heartbeat_timeout (line 1, col 38): expected a duration like "250ms", "5s", "10m" or "1h" of at least 2s, got "1999ms"`],
+    ["failure_policy: { after_formation: 5 }", `failure_policy.after_formation (line 1, col 36): expected one of kill_all, elastic, { elastic: { max_failure: … } } or { restart: { … } }, got 5`],
+    ["failure_policy: { after_formation: { kill_all: 5 } }", `failure_policy.after_formation.kill_all (line 1, col 48): expected a mapping with keys grace, got 5`]
   ])("rejects %p", async (text, expected) => {
     expect(await problem(text)).toContain(expected)
+  })
+
+  test("a check between keys is made although another key beside them is wrong", async () => {
+    expect((await problem("failure_policy: { after_formation: { restart: { backoff: { initial: 2m, max: 1m, factor: 0 } } } }")).split("\n")).toEqual([
+      `cluster.yml: failure_policy.after_formation.restart.backoff.max (line 1, col 78): expected a duration ≥ backoff.initial (2m), got "1m"`,
+      "cluster.yml: failure_policy.after_formation.restart.backoff.factor (line 1, col 90): expected a growth factor from 1 to 100, got 0"
+    ])
+    expect((await problem("failure_policy: { after_formation: { elastic: {}, kill_all: {}, resart: 1 } }")).split("\n")).toEqual([
+      "cluster.yml: failure_policy.after_formation (line 1, col 36): expected exactly one of kill_all, elastic, restart, got 2",
+      `cluster.yml: failure_policy.after_formation (line 1, col 65): unknown key "resart" (did you mean "restart"?); known keys: kill_all, elastic, restart`
+    ])
+    expect((await problem("failure_policy: { after_formation: kill_all, max_failure_base: current, grace: soon }")).split("\n")).toEqual([
+      "cluster.yml: failure_policy.max_failure_base (line 1, col 64): only an elastic after_formation policy with a max_failure has a base: add one, or remove max_failure_base",
+      `cluster.yml: failure_policy.grace (line 1, col 80): expected a duration like "250ms", "5s", "10m" or "1h", got "soon"`
+    ])
+  })
+
+  test("a check between keys waits for the keys it relates: a base is not judged against an after_formation that cannot be read", async () => {
+    expect(await problem("failure_policy: { after_formation: shrug, max_failure_base: current }")).toBe(
+      `cluster.yml: failure_policy.after_formation (line 1, col 36): expected one of kill_all, elastic, { elastic: { max_failure: … } } or { restart: { … } }, got "shrug"`
+    )
   })
 
   test("every mistake in the file is reported at once, in document order", async () => {

@@ -30,13 +30,19 @@
  * Ranks are never written by the user: they are numbered in admission order.
  * The join knobs default from the declared capacity (min = target = every
  * declared rank), so the window closes the instant everyone is in. Every
- * mistake is reported at once with its place (see `Yaml`).
+ * mistake is reported at once with its place (see `Yaml`). `controller.join`,
+ * `job` and `failure_policy` are decoded by Schemas (see `SchemaField`); the
+ * workers, `env` and the checks across sections are read here.
  */
 import type * as Effect from "effect/Effect"
 import { decodeEnv } from "./Env.ts"
 import { decodeFailurePolicy, defaultFailurePolicy, type FailurePolicy } from "./FailurePolicy.ts"
-import type { OuterOptimizer } from "../actors/launcher/ModelRoot.ts"
+import { decodeJoin, type JoinWindow } from "./JoinWindow.ts"
+import { decodeJob, type Job } from "./Job.ts"
 import { type ConfigErrors, type Field, parse } from "./Yaml.ts"
+
+export type { Backend, Job, JobProgram } from "./Job.ts"
+export type { JoinWindow, StartMode } from "./JoinWindow.ts"
 
 /** `devices: 4` (CPU slots), `[0, 1]` (GPU indices) or `"all"` (probed on the host). */
 export type Devices =
@@ -66,46 +72,6 @@ export interface Worker {
    * agent runs inside the launcher, or `ssh` elsewhere.
    */
   readonly agent: "ssh" | "self" | undefined
-}
-
-export type StartMode = "auto" | "manual" | "hybrid"
-
-export interface JoinWindow {
-  /** Quorum; undefined until capacity is known (a worker with `devices: all`). */
-  readonly minRanks: number | undefined
-  /** Close as soon as this many joined; undefined: every declared rank. */
-  readonly targetRanks: number | undefined
-  readonly timeoutMs: number
-  readonly maxTimeoutMs: number
-  readonly openAdmission: boolean
-  readonly start: StartMode
-  /** Agents that dial in once the cohort has formed: refused (the default), or admitted and grown into the run. */
-  readonly afterFormation: "reject" | "accept"
-  /** With `accept`: the most ranks the run may have had in all (undefined: no cap). */
-  readonly maxRanks: number | undefined
-}
-
-export type Backend = "cpu_sync" | "cpu_cadence" | "cpu_async" | "nccl"
-
-export type JobProgram =
-  | { readonly _tag: "Entry"; readonly entry: string }
-  | { readonly _tag: "Command"; readonly command: ReadonlyArray<string> }
-
-export interface Job {
-  readonly program: JobProgram
-  readonly args: ReadonlyArray<string>
-  readonly backend: Backend
-  /** Samples one epoch covers; 0 when the job does not use `ctx.epochs()`. */
-  readonly datasetSize: number
-  readonly epochs: number
-  /** `cpu_cadence`: steps between averages. */
-  readonly cadence: number
-  /** Where the consensus checkpoint is written; undefined: `.cohort/checkpoints/<name>.json`. */
-  readonly checkpoint: string | undefined
-  /** `cpu_cadence`/`cpu_async`: the model sync's outer optimizer (DiLoCo, SlowMo); undefined: plain averaging. */
-  readonly outerOptimizer: OuterOptimizer | undefined
-  /** `cpu_async`: how far a rank and the centre move toward each other per exchange (EASGD's α). */
-  readonly asyncAlpha: number
 }
 
 export interface ClusterConfig {
@@ -173,42 +139,6 @@ const boolean = (field: Field): boolean => {
   return value as boolean
 }
 
-const decodeJoin = (field: Field, capacity: number | undefined): JoinWindow => {
-  const keys = field.map(["min_ranks", "target_ranks", "timeout", "max_timeout", "open_admission", "start", "after_formation", "max_ranks"])
-  const ranks = (f: Field) => f.int(1, 1_000_000, "a number of ranks ≥ 1")
-  const minRanks = keys.min_ranks.readOr(ranks, capacity)
-  const start = keys.start.readOr((f) => f.literal(["auto", "manual", "hybrid"]), "auto")
-  const targetRanks = keys.target_ranks.readOr(ranks, start === "manual" ? undefined : capacity)
-  const timeoutMs = keys.timeout.readOr((f) => f.duration(1), 60_000)
-  const maxTimeoutMs = keys.max_timeout.readOr((f) => f.duration(1), Math.max(120_000, 2 * timeoutMs))
-  if (minRanks !== undefined && targetRanks !== undefined && targetRanks < minRanks) {
-    keys.target_ranks.present
-      ? keys.target_ranks.report(`expected at least min_ranks (${minRanks}), got ${targetRanks}`)
-      : keys.min_ranks.report(`expected at most the ${targetRanks} ranks the workers declare, got ${minRanks}`)
-  }
-  if (maxTimeoutMs < timeoutMs) keys.max_timeout.report(`expected a duration ≥ timeout, got ${keys.max_timeout.found}`)
-  if (start === "manual" && keys.target_ranks.present) {
-    keys.target_ranks.report("a manual start closes the window on the operator's word: remove target_ranks, or use start: hybrid")
-  }
-  const afterFormation = keys.after_formation.readOr((f) => f.literal(["reject", "accept"] as const), "reject")
-  const maxRanks = keys.max_ranks.readOr(ranks, undefined)
-  if (maxRanks !== undefined && afterFormation !== "accept") {
-    keys.max_ranks.report("max_ranks caps growth after formation: add after_formation: accept, or remove max_ranks")
-  } else if (maxRanks !== undefined && minRanks !== undefined && maxRanks < minRanks) {
-    keys.max_ranks.report(`expected at least min_ranks (${minRanks}), got ${maxRanks}`)
-  }
-  return {
-    minRanks,
-    targetRanks,
-    timeoutMs,
-    maxTimeoutMs,
-    openAdmission: keys.open_admission.readOr(boolean, false),
-    start,
-    afterFormation,
-    maxRanks
-  }
-}
-
 /** Stands in for a join section that could not be read; the run is refused anyway. */
 const unreadableJoin: JoinWindow = {
   minRanks: undefined,
@@ -219,45 +149,6 @@ const unreadableJoin: JoinWindow = {
   start: "auto",
   afterFormation: "reject",
   maxRanks: undefined
-}
-
-const decodeJob = (field: Field): Job => {
-  const keys = field.map(["entry", "command", "args", "backend", "dataset_size", "epochs", "cadence", "checkpoint", "outer_optimizer", "async_alpha"])
-  const strings = (f: Field, what: string) => f.list(what).map((item) => item.string(what))
-  // Read first, so a missing program does not hide their mistakes.
-  const args = keys.args.readOr((f) => strings(f, "a list of arguments"), [])
-  const backend = keys.backend.readOr((f) => f.literal(["cpu_sync", "cpu_cadence", "cpu_async", "nccl"] as const), "cpu_sync")
-  let program: JobProgram
-  if (keys.entry.present && keys.command.present) {
-    program = field.fail("give either entry (a TypeScript module) or command (any program), not both")
-  } else if (keys.entry.present) {
-    program = { _tag: "Entry", entry: keys.entry.string("the path of a TypeScript module") }
-  } else if (keys.command.present) {
-    const command = strings(keys.command, "a command as a list of words, like [python3, train.py]")
-    if (command.length === 0) keys.command.fail("expected a command as a list of words, got an empty list")
-    program = { _tag: "Command", command }
-  } else {
-    program = field.fail("expected entry (a TypeScript module run in every rank) or command (any program)")
-  }
-  const datasetSize = keys.dataset_size.readOr((f) => f.int(0, 2 ** 31 - 1, "a number of samples from 0 to 2147483647"), 0)
-  const epochs = keys.epochs.readOr((f) => f.int(1, 1_000_000, "a number of epochs from 1 to 1000000"), 1)
-  const cadence = keys.cadence.readOr((f) => f.int(1, 1_000_000, "a number of steps between averages from 1 to 1000000"), 8)
-  const checkpoint = keys.checkpoint.present ? keys.checkpoint.string("the path of the checkpoint file") : undefined
-  const outerOptimizer = keys.outer_optimizer.present ? decodeOuterOptimizer(keys.outer_optimizer) : undefined
-  if (outerOptimizer !== undefined && backend !== "cpu_cadence" && backend !== "cpu_async") {
-    keys.outer_optimizer.report(`an outer optimizer applies to backend cpu_cadence or cpu_async, not ${backend}: remove it or change the backend`)
-  }
-  const asyncAlpha = keys.async_alpha.readOr((f) => f.number(0, 1, "a fraction from 0 to 1, like 0.5"), 0.5)
-  return { program, args, backend, datasetSize, epochs, cadence, checkpoint, outerOptimizer, asyncAlpha }
-}
-
-const decodeOuterOptimizer = (field: Field): OuterOptimizer => {
-  const keys = field.map(["kind", "lr", "momentum"])
-  return {
-    kind: keys.kind.present ? keys.kind.literal(["diloco", "slowmo"] as const) : field.fail("expected kind: diloco or kind: slowmo"),
-    lr: keys.lr.readOr((f) => f.number(0, 10, "an outer learning rate from 0 to 10, like 0.7"), 0.7),
-    momentum: keys.momentum.readOr((f) => f.number(0, 1, "a momentum from 0 to 1, like 0.9"), 0.9)
-  }
 }
 
 /** Decode a whole cluster file; `fallbackName` names the run when the file does not. */
@@ -282,8 +173,9 @@ export const decodeCluster = (root: Field, fallbackName: string): ClusterConfig 
   const job = top.job.attempt(() =>
     top.job.present ? decodeJob(top.job) : top.job.fail("expected a job section with entry or command")
   )
+  // Read from the file, not the decoded sections: a mistake elsewhere in either must not hide this one.
   const growth = controller?.join.present === true ? controller.join.get("after_formation") : undefined
-  if (growth?.scalar === "accept" && job?.program._tag === "Command") {
+  if (growth?.scalar === "accept" && top.job.get("command").present) {
     growth.report("a command job (torchrun-style) has a fixed world: growth needs an entry job, or after_formation: reject")
   }
   return {

@@ -16,25 +16,25 @@
  *
  * A single strategy is written `kill_all`, `elastic` (no limit),
  * `{ elastic: { max_failure: … } }` or `{ restart: { … } }`; a phased one as a
- * mapping with `before_formation` and `after_formation`. `encodeStrategy`
- * writes exactly what `decodeStrategy` reads, so every strategy survives the
- * round trip through YAML.
+ * mapping with `before_formation` and `after_formation`.
+ *
+ * Each form is a Schema transformed into the classes of `actors/Strategy`.
+ * A written value is checked by the field schema of the class it goes into
+ * (`Restart.fields.maxRestarts`, `Strategy.Millis`, …), so every bound is
+ * defined once, there, and the messages read theirs from it (`rangeOf`).
+ * `encodeStrategy` is `Schema.encode` of the same schemas: what it writes,
+ * `decodeStrategy` reads back to the same value.
  */
 import type * as Effect from "effect/Effect"
+import * as ParseResult from "effect/ParseResult"
+import * as Schema from "effect/Schema"
 import { stringify } from "yaml"
-import {
-  Backoff,
-  Count,
-  Elastic,
-  KillAll,
-  type MaxFailure,
-  Percent,
-  Phased,
-  Restart,
-  type Simple,
-  type Strategy
-} from "../actors/Strategy.ts"
+import { Backoff, Count, Elastic, FailureBase, KillAll, Millis, Percent, Phased, Restart, Simple, type Strategy } from "../actors/Strategy.ts"
 import { formatDuration } from "./Duration.ts"
+import { durationText } from "./DurationSchema.ts"
+import { expectedAt, expecting, rangeOf } from "./Expected.ts"
+import { keyGroups, keyOr, optionalKey } from "./Mapping.ts"
+import { decodeField } from "./SchemaField.ts"
 import { type ConfigErrors, type Field, parse } from "./Yaml.ts"
 
 export interface FailurePolicy {
@@ -59,166 +59,246 @@ export const defaultFailurePolicy: FailurePolicy = {
   heartbeatTimeout: 30_000
 }
 
-const policyKeys = ["before_formation", "after_formation", "grace", "heartbeat_timeout", "max_failure_base"] as const
-const simpleKeys = ["kill_all", "elastic", "restart"] as const
-const restartDefaults = {
+const defaultRestart = new Restart({
   maxRestarts: 3,
   within: 600_000,
   backoff: new Backoff({ initial: 1_000, max: 30_000, factor: 2, jitter: 0.2 }),
-  scope: "one" as const
-}
+  scope: "one"
+})
+
+/** At least 2 s: beats go out every second at the fastest (`beatEveryMs`), and one late beat must not be a death. */
+const HeartbeatTimeout = Millis.pipe(Schema.greaterThanOrEqualTo(2_000))
+
+/**
+ * A YAML form read into `target`, whose own schema checks what the form gives
+ * it: the bounds stay the target's, and a value its constructor would throw
+ * on is a refusal instead. Encoding writes the target back in the YAML form.
+ */
+const readInto = <F extends Schema.Schema.AnyNoContext, T extends Schema.Schema.AnyNoContext>(
+  form: F,
+  target: T,
+  read: (written: Schema.Schema.Type<F>) => Schema.Schema.Encoded<T>,
+  write: (value: Schema.Schema.Type<T>) => Schema.Schema.Type<F>
+) =>
+  Schema.transformOrFail(form, Schema.typeSchema(target), {
+    strict: true,
+    decode: (written, options) => ParseResult.decodeUnknownEither(target)(read(written), options),
+    encode: (value) => ParseResult.succeed(write(value))
+  })
+
+/** `max_failure: 2`. */
+const FailureCount = readInto(Count.fields.n, Count, (n) => ({ _tag: "Count" as const, n }), ({ n }) => n)
+
+/** `max_failure: 25%`; exponents are accepted because that is how tiny fractions print (`1e-7%`). */
+const FailurePercent = readInto(
+  Schema.transformOrFail(Schema.String, Percent.fields.p, {
+    strict: true,
+    decode: (text, _, ast) => {
+      const match = /^(\d+(?:\.\d+)?(?:e[-+]?\d+)?)\s*%$/i.exec(text.trim())
+      return match === null ? ParseResult.fail(new ParseResult.Type(ast, text)) : ParseResult.succeed(Number(match[1]))
+    },
+    encode: (p) => ParseResult.succeed(`${p}%`)
+  }),
+  Percent,
+  (p) => ({ _tag: "Percent" as const, p }),
+  ({ p }) => p
+)
+
+const MaxFailure = Schema.Union(FailureCount, FailurePercent).pipe(
+  expecting(`a count ≥ ${rangeOf(Count.fields.n).min} or a percentage like "25%"`)
+)
+
+/** `kill_all: { grace: 0s }`: siblings are killed at once instead of getting SIGTERM and a grace. */
+const KillAllOptions = readInto(
+  Schema.Struct({ grace: optionalKey(durationText(Millis)) }),
+  KillAll,
+  ({ grace }) => ({ _tag: "KillAll" as const, ...(grace === undefined ? {} : { grace }) }),
+  ({ grace }) => (grace === undefined ? {} : { grace })
+)
+
+const ElasticOptions = readInto(
+  Schema.Struct({ max_failure: optionalKey(MaxFailure), max_failure_base: optionalKey(FailureBase) }),
+  Elastic,
+  ({ max_failure, max_failure_base }) => ({
+    _tag: "Elastic" as const,
+    ...(max_failure === undefined ? {} : { maxFailure: max_failure }),
+    ...(max_failure_base === undefined ? {} : { base: max_failure_base })
+  }),
+  ({ base, maxFailure }) => ({
+    ...(maxFailure === undefined ? {} : { max_failure: maxFailure }),
+    ...(base === undefined ? {} : { max_failure_base: base })
+  })
+)
+
+const { max: maxRestarts, min: minRestarts } = rangeOf(Restart.fields.maxRestarts)
+const factorRange = rangeOf(Backoff.fields.factor)
+const jitterRange = rangeOf(Backoff.fields.jitter)
+
+/** `initial` and `max`, read together: an absent max depends on initial, and may not be below it. */
+const BackoffDelays = Schema.transformOrFail(
+  Schema.Struct({ initial: optionalKey(durationText(Backoff.fields.initial)), max: optionalKey(durationText(Backoff.fields.max)) }),
+  Schema.Struct({ initial: Backoff.fields.initial, max: Backoff.fields.max }),
+  {
+    strict: true,
+    decode: (written) => {
+      const defaults = defaultRestart.backoff
+      const initial = written.initial ?? defaults.initial
+      // No max: the default, or initial where that is larger.
+      const max = written.max ?? Math.max(defaults.max, initial)
+      // Backoff refuses it too, but cannot point at the key or name the initial delay.
+      return max < initial
+        ? ParseResult.fail(expectedAt(`a duration ≥ backoff.initial (${formatDuration(initial)})`, ["max"]))
+        : ParseResult.succeed({ initial, max })
+    },
+    encode: ParseResult.succeed
+  }
+)
+
+const BackoffGrowth = Schema.Struct({
+  factor: keyOr(Backoff.fields.factor.pipe(expecting(`a growth factor from ${factorRange.min} to ${factorRange.max}`)), defaultRestart.backoff.factor),
+  jitter: keyOr(Backoff.fields.jitter.pipe(expecting(`a jitter fraction from ${jitterRange.min} to ${jitterRange.max}`)), defaultRestart.backoff.jitter)
+})
+
+const BackoffOptions = readInto(
+  keyGroups({ delays: BackoffDelays, growth: BackoffGrowth }),
+  Backoff,
+  ({ delays, growth }) => ({ ...delays, ...growth }),
+  ({ factor, initial, jitter, max }) => ({ delays: { initial, max }, growth: { factor, jitter } })
+)
+
+const RestartOptions = readInto(
+  Schema.Struct({
+    max_restarts: keyOr(
+      Restart.fields.maxRestarts.pipe(expecting(`a whole number of restarts from ${minRestarts} to ${maxRestarts}`)),
+      defaultRestart.maxRestarts
+    ),
+    within: keyOr(durationText(Restart.fields.within), defaultRestart.within),
+    backoff: keyOr(BackoffOptions, defaultRestart.backoff),
+    scope: keyOr(Restart.fields.scope, defaultRestart.scope)
+  }),
+  Restart,
+  (written) => ({ _tag: "Restart" as const, maxRestarts: written.max_restarts, within: written.within, backoff: written.backoff, scope: written.scope }),
+  (restart) => ({ max_restarts: restart.maxRestarts, within: restart.within, backoff: restart.backoff, scope: restart.scope })
+)
+
+/**
+ * A strategy as one word, with its defaults. Only a strategy that has them is
+ * written so; a restart is always written out, so a plan shows its limits.
+ */
+const word = <const W extends string>(text: W, strategy: Simple, writtenAsWord: (value: Simple) => boolean) =>
+  Schema.transformOrFail(Schema.Literal(text), Schema.typeSchema(Simple), {
+    strict: true,
+    decode: () => ParseResult.succeed(strategy),
+    encode: (value, _, ast) => (writtenAsWord(value) ? ParseResult.succeed(text) : ParseResult.fail(new ParseResult.Type(ast, value)))
+  })
+
+const strategyKeys = ["kill_all", "elastic", "restart"] as const
+
+/** `{ elastic: { … } }`: exactly one strategy's key, its options below it (or nothing, for its defaults). */
+const StrategyMapping = Schema.transform(
+  // A group of its own, so that an unknown key beside them does not hide a second strategy.
+  keyGroups({
+    given: Schema.Struct({
+      // Here a key with nothing after it (`kill_all:`) is given: it names the strategy, with its defaults.
+      kill_all: Schema.optionalWith(Schema.NullOr(KillAllOptions), { exact: true }),
+      elastic: Schema.optionalWith(Schema.NullOr(ElasticOptions), { exact: true }),
+      restart: Schema.optionalWith(Schema.NullOr(RestartOptions), { exact: true })
+    }).pipe(
+      Schema.filter((given) => {
+        const count = Object.keys(given).length
+        return count === 1 || `expected exactly one of ${strategyKeys.join(", ")}, got ${count}`
+      })
+    )
+  }),
+  Schema.typeSchema(Simple),
+  {
+    strict: true,
+    decode: ({ given }) =>
+      given.kill_all !== undefined
+        ? given.kill_all ?? new KillAll()
+        : given.elastic !== undefined
+        ? given.elastic ?? new Elastic({})
+        : given.restart ?? defaultRestart,
+    encode: (strategy) => ({
+      given: strategy._tag === "KillAll" ? { kill_all: strategy } : strategy._tag === "Elastic" ? { elastic: strategy } : { restart: strategy }
+    })
+  }
+)
+
+/** A strategy that applies without regard to formation, in any of its YAML forms. */
+const SimpleStrategy = Schema.Union(
+  word("kill_all", new KillAll(), (value) => value._tag === "KillAll" && value.grace === undefined),
+  word("elastic", new Elastic({}), (value) => value._tag === "Elastic" && value.maxFailure === undefined && value.base === undefined),
+  word("restart", defaultRestart, () => false),
+  StrategyMapping
+).pipe(expecting("one of kill_all, elastic, { elastic: { max_failure: … } } or { restart: { … } }"))
+
+/** `{ before_formation, after_formation }`, both given. */
+const PhasedStrategy = readInto(
+  Schema.Struct({ before_formation: SimpleStrategy, after_formation: SimpleStrategy }),
+  Phased,
+  (written) => ({ _tag: "Phased" as const, beforeFormation: written.before_formation, afterFormation: written.after_formation }),
+  (phased) => ({ before_formation: phased.beforeFormation, after_formation: phased.afterFormation })
+)
+
+const onlyElasticHasBase = "only an elastic after_formation policy with a max_failure has a base: add one, or remove max_failure_base"
+
+/** The phases, and the base that only an elastic after_formation policy with a max_failure has. */
+const PolicyPhases = Schema.Struct({
+  before_formation: keyOr(SimpleStrategy, defaultFailurePolicy.strategy.beforeFormation),
+  after_formation: keyOr(SimpleStrategy, defaultFailurePolicy.strategy.afterFormation),
+  max_failure_base: optionalKey(FailureBase)
+}).pipe(
+  Schema.filter(({ after_formation, max_failure_base }) =>
+    max_failure_base === undefined || (after_formation._tag === "Elastic" && after_formation.maxFailure !== undefined) ||
+    { path: ["max_failure_base"], message: onlyElasticHasBase }
+  )
+)
+
+const PolicyTimeouts = Schema.Struct({
+  grace: keyOr(durationText(Millis), defaultFailurePolicy.grace),
+  heartbeat_timeout: keyOr(durationText(HeartbeatTimeout), defaultFailurePolicy.heartbeatTimeout)
+})
+
+/**
+ * The whole section: both phases (each with its default), the grace, the
+ * heartbeat timeout, and a `max_failure_base` that belongs to the elastic
+ * after_formation policy (written inside it when encoded).
+ */
+const FailurePolicyFromYaml = readInto(
+  keyGroups({ phases: PolicyPhases, timeouts: PolicyTimeouts }, ["before_formation", "after_formation", "grace", "heartbeat_timeout", "max_failure_base"]),
+  Schema.Struct({ strategy: Phased, grace: Millis, heartbeatTimeout: HeartbeatTimeout }),
+  ({ phases, timeouts }) => ({
+    strategy: {
+      _tag: "Phased" as const,
+      beforeFormation: phases.before_formation,
+      afterFormation: phases.max_failure_base === undefined ? phases.after_formation : { ...phases.after_formation, base: phases.max_failure_base }
+    },
+    grace: timeouts.grace,
+    heartbeatTimeout: timeouts.heartbeat_timeout
+  }),
+  ({ grace, heartbeatTimeout, strategy }) => ({
+    phases: { before_formation: strategy.beforeFormation, after_formation: strategy.afterFormation },
+    timeouts: { grace, heartbeat_timeout: heartbeatTimeout }
+  })
+)
 
 /** Read a `failure_policy` section; an absent one gives the defaults. */
-export const decodeFailurePolicy = (field: Field): FailurePolicy => {
-  if (!field.present) return defaultFailurePolicy
-  const keys = field.map(policyKeys)
-  const defaults = defaultFailurePolicy.strategy
-  // Each part is read on its own, so every mistake in the section is reported together.
-  const afterFormation = keys.after_formation.readOr(decodeSimple, defaults.afterFormation)
-  const base = keys.max_failure_base.readOr((f) => f.literal(["formation", "current"] as const), undefined)
-  if (base !== undefined && (afterFormation._tag !== "Elastic" || afterFormation.maxFailure === undefined)) {
-    keys.max_failure_base.report("only an elastic after_formation policy with a max_failure has a base: add one, or remove max_failure_base")
-  }
-  return {
-    strategy: new Phased({
-      beforeFormation: keys.before_formation.readOr(decodeSimple, defaults.beforeFormation),
-      afterFormation: base !== undefined && afterFormation._tag === "Elastic" ? new Elastic({ ...afterFormation, base }) : afterFormation
-    }),
-    grace: keys.grace.readOr((grace) => grace.duration(), defaultFailurePolicy.grace),
-    heartbeatTimeout: keys.heartbeat_timeout.readOr((timeout) => timeout.duration(2_000), defaultFailurePolicy.heartbeatTimeout)
-  }
-}
+export const decodeFailurePolicy = (field: Field): FailurePolicy =>
+  field.present ? decodeField(field, FailurePolicyFromYaml) : defaultFailurePolicy
 
-/** Any strategy: a single one, or `{ before_formation, after_formation }`. */
-export const decodeStrategy = (field: Field): Strategy => {
-  const isPhased = field.has("before_formation") || field.has("after_formation")
-  if (!isPhased) return decodeSimple(field)
-  const keys = field.map(["before_formation", "after_formation"])
-  return new Phased({
-    beforeFormation: decodeSimple(keys.before_formation),
-    afterFormation: decodeSimple(keys.after_formation)
-  })
-}
+/** Any strategy: a single one, or `{ before_formation, after_formation }` when either phase is named. */
+export const decodeStrategy = (field: Field): Strategy =>
+  field.has("before_formation") || field.has("after_formation") ? decodeField(field, PhasedStrategy) : decodeField(field, SimpleStrategy)
 
-const decodeSimple = (field: Field): Simple => {
-  const expected = `one of kill_all, elastic, { elastic: { max_failure: … } } or { restart: { … } }`
-  const word = field.scalar
-  if (typeof word === "string") {
-    if (word === "kill_all") return new KillAll()
-    if (word === "elastic") return new Elastic({})
-    if (word === "restart") return new Restart(restartDefaults)
-    return field.expected(expected)
-  }
-  if (!field.present) return field.expected(expected)
-  const keys = field.map(simpleKeys)
-  const given = simpleKeys.filter((key) => keys[key].node !== undefined)
-  if (given.length !== 1) field.fail(`expected exactly one of ${simpleKeys.join(", ")}, got ${given.length}`)
-  switch (given[0]!) {
-    case "kill_all": {
-      const options = keys.kill_all
-      if (!options.present) return new KillAll()
-      // `{ kill_all: { grace: 0s } }`: siblings are killed at once instead of getting SIGTERM and a grace.
-      const grace = options.map(["grace"]).grace.readOr((f) => f.duration(), undefined)
-      return new KillAll(grace === undefined ? {} : { grace })
-    }
-    case "elastic": {
-      const options = keys.elastic
-      if (!options.present) return new Elastic({})
-      const elastic = options.map(["max_failure", "max_failure_base"])
-      const maxFailure = elastic.max_failure.readOr(decodeMaxFailure, undefined)
-      const base = elastic.max_failure_base.readOr((f) => f.literal(["formation", "current"] as const), undefined)
-      return new Elastic({ ...(maxFailure === undefined ? {} : { maxFailure }), ...(base === undefined ? {} : { base }) })
-    }
-    case "restart":
-      return decodeRestart(keys.restart)
-  }
-}
-
-const maxFailureExpected = `a count ≥ 0 or a percentage like "25%"`
-
-const decodeMaxFailure = (field: Field): MaxFailure => {
-  const value = field.scalar
-  if (typeof value === "number") {
-    return new Count({ n: field.int(0, 1_000_000, maxFailureExpected) })
-  }
-  if (typeof value === "string") {
-    // Exponents are accepted because that is how tiny fractions print ("1e-7%").
-    const match = /^(\d+(?:\.\d+)?(?:e[-+]?\d+)?)\s*%$/i.exec(value.trim())
-    const p = match === null ? NaN : Number(match[1])
-    if (Number.isFinite(p) && p >= 0 && p <= 100) return new Percent({ p })
-  }
-  return field.expected(maxFailureExpected)
-}
-
-const decodeRestart = (field: Field): Restart => {
-  if (!field.present) return new Restart(restartDefaults)
-  const keys = field.map(["max_restarts", "within", "backoff", "scope"])
-  return new Restart({
-    maxRestarts: keys.max_restarts.readOr((f) => f.int(0, 1_000, "a whole number of restarts from 0 to 1000"), restartDefaults.maxRestarts),
-    within: keys.within.readOr((f) => f.duration(1), restartDefaults.within),
-    backoff: keys.backoff.readOr(decodeBackoff, restartDefaults.backoff),
-    scope: keys.scope.readOr((f) => f.literal(["one", "all"]), restartDefaults.scope)
-  })
-}
-
-const decodeBackoff = (field: Field): Backoff => {
-  const keys = field.map(["initial", "max", "factor", "jitter"])
-  const base = restartDefaults.backoff
-  const initial = keys.initial.readOr((f) => f.duration(), base.initial)
-  const factor = keys.factor.readOr((f) => f.number(1, 100, "a growth factor from 1 to 100"), base.factor)
-  const jitter = keys.jitter.readOr((f) => f.number(0, 1, "a jitter fraction from 0 to 1"), base.jitter)
-  const max = keys.max.present ? keys.max.duration() : Math.max(base.max, initial)
-  if (max < initial) {
-    keys.max.fail(`expected a duration ≥ backoff.initial (${formatDuration(initial)}), got ${keys.max.found}`)
-  }
-  return new Backoff({ initial, max, factor, jitter })
-}
+/** Writing picks the form by the strategy's tag, as reading picks it by the phase keys. */
+const AnyStrategy = Schema.Union(PhasedStrategy, SimpleStrategy)
 
 /** The YAML form of a strategy: what `decodeStrategy` reads back to the same value. */
-export const encodeStrategy = (strategy: Strategy): unknown => {
-  switch (strategy._tag) {
-    case "Phased":
-      return {
-        before_formation: encodeStrategy(strategy.beforeFormation),
-        after_formation: encodeStrategy(strategy.afterFormation)
-      }
-    case "KillAll":
-      return strategy.grace === undefined ? "kill_all" : { kill_all: { grace: formatDuration(strategy.grace) } }
-    case "Elastic":
-      return strategy.maxFailure === undefined && strategy.base === undefined
-        ? "elastic"
-        : {
-          elastic: {
-            ...(strategy.maxFailure === undefined ? {} : { max_failure: encodeMaxFailure(strategy.maxFailure) }),
-            ...(strategy.base === undefined ? {} : { max_failure_base: strategy.base })
-          }
-        }
-    case "Restart":
-      return {
-        restart: {
-          max_restarts: strategy.maxRestarts,
-          within: formatDuration(strategy.within),
-          backoff: {
-            initial: formatDuration(strategy.backoff.initial),
-            max: formatDuration(strategy.backoff.max),
-            factor: strategy.backoff.factor,
-            jitter: strategy.backoff.jitter
-          },
-          scope: strategy.scope
-        }
-      }
-  }
-}
-
-const encodeMaxFailure = (maxFailure: MaxFailure): number | string =>
-  maxFailure._tag === "Count" ? maxFailure.n : `${maxFailure.p}%`
+export const encodeStrategy: (strategy: Strategy) => unknown = Schema.encodeSync(AnyStrategy)
 
 /** The YAML form of a whole `failure_policy` section. */
-export const encodeFailurePolicy = (policy: FailurePolicy): unknown => ({
-  ...(encodeStrategy(policy.strategy) as object),
-  grace: formatDuration(policy.grace),
-  heartbeat_timeout: formatDuration(policy.heartbeatTimeout)
-})
+export const encodeFailurePolicy: (policy: FailurePolicy) => unknown = Schema.encodeSync(FailurePolicyFromYaml)
 
 /** Read a cluster file's `failure_policy` section from YAML text; other top-level keys are not this module's business. */
 export const parseFailurePolicy = (text: string, file?: string): Effect.Effect<FailurePolicy, ConfigErrors> =>

@@ -7,7 +7,9 @@
  * place, what was expected and what was found, and abandon the value being
  * read. Decoders wrap independent parts in `attempt`, so one bad value does
  * not hide the next: `parse` reports every error at once (or the YAML syntax
- * error), in document order.
+ * error), in document order. A part may instead be decoded by an
+ * `effect/Schema` (`SchemaField.decodeField`), whose refusals are reported
+ * here the same way.
  */
 import * as Data from "effect/Data"
 import * as Effect from "effect/Effect"
@@ -88,16 +90,20 @@ export class Field {
     return "something else"
   }
 
+  /** Give up on the value being read, its errors already reported: the nearest `attempt` or `readOr` carries on. */
+  abandon(): never {
+    throw new Abandoned()
+  }
+
   get scalar(): unknown {
     return isScalar(this.node) ? this.node.value : undefined
   }
 
   /**
-   * A mapping whose keys must all be known. Unknown keys are errors that list
-   * the known ones (and the closest, when one is close). Fields of absent keys
-   * are returned too, not present.
+   * A mapping whose keys must all be known: its known keys, each a Field (an
+   * absent one too: it reads as its default). An unknown key is reported (see
+   * `reportUnknownKey`) and reading goes on.
    */
-  /** The mapping's known keys, each a Field (an absent one too: it reads as its default); an unknown key is reported. */
   map<const K extends string>(known: ReadonlyArray<K>): Record<K, Field> {
     // An absent section reads as an empty one: every key takes its default.
     if (!this.present) return Object.fromEntries(known.map((key) => [key, new Field(this.child(key), undefined, this.source, this.anchor)])) as Record<K, Field>
@@ -109,9 +115,7 @@ export class Field {
       if (key === undefined) this.fail("keys must be plain words", keyNode)
       if (!(known as ReadonlyArray<string>).includes(key)) {
         // Reported, not fatal: the known keys beside it are still read.
-        const near = closest(key, known)
-        const hint = near === undefined ? "" : ` (did you mean "${near}"?)`
-        this.report(`unknown key "${key}"${hint}; known keys: ${known.join(", ")}`, keyNode)
+        this.reportUnknownKey(key, known)
         continue
       }
       fields[key as K] = new Field(this.child(key), pair.value as Node | null, this.source, keyNode)
@@ -120,6 +124,13 @@ export class Field {
       fields[key] ??= new Field(this.child(key), undefined, this.source, this.node)
     }
     return fields as Record<K, Field>
+  }
+
+  /** Report `key` of this mapping as unknown, at the key, listing the known ones and the closest when it is near enough to be a typo. */
+  reportUnknownKey(key: string, known: ReadonlyArray<string>): void {
+    const near = closest(key, known)
+    const hint = near === undefined ? "" : ` (did you mean "${near}"?)`
+    this.report(`unknown key "${key}"${hint}; known keys: ${known.join(", ")}`, this.get(key).anchor)
   }
 
   /** Every key of a mapping whose keys are free-form (environment variables); the caller checks the names. */
@@ -134,14 +145,25 @@ export class Field {
 
   /** One key of a mapping, leaving the others alone (for sections owned by different modules). */
   get(key: string): Field {
-    const pair = isMap(this.node) ? this.node.items.find((item) => isScalar(item.key) && item.key.value === key) : undefined
+    const pair = isMap(this.node) ? this.node.items.find((item) => isScalar(item.key) && String(item.key.value) === key) : undefined
     return pair === undefined
-      ? new Field(this.child(key), undefined, this.source, this.node)
+      ? new Field(this.child(key), undefined, this.source, this.node ?? this.anchor)
       : new Field(this.child(key), pair.value as Node | null, this.source, pair.key as Node | null)
   }
 
+  /** One item of a list (absent past its end, or when this is not a list). */
+  item(index: number): Field {
+    const node = isSeq(this.node) ? (this.node.items[index] as Node | null | undefined) : undefined
+    return new Field(`${this.path}[${index}]`, node, this.source, this.node ?? this.anchor)
+  }
+
+  /** The field `path` below this one: keys of mappings and indices of lists, as a Schema issue names them. */
+  at(path: ReadonlyArray<PropertyKey>): Field {
+    return path.reduce<Field>((field, step) => (typeof step === "number" ? field.item(step) : field.get(String(step))), this)
+  }
+
   has(key: string): boolean {
-    return isMap(this.node) && this.node.items.some((item) => isScalar(item.key) && item.key.value === key)
+    return isMap(this.node) && this.node.items.some((item) => isScalar(item.key) && String(item.key.value) === key)
   }
 
   child(key: string): string {

@@ -1,0 +1,142 @@
+/**
+ * `job` of a cluster file: the program every rank runs, and how the ranks'
+ * models are kept in step.
+ *
+ * ```yaml
+ * job:
+ *   entry: examples/train.ts   # or command: [python3, train.py] (any program)
+ *   args: []
+ *   backend: cpu_sync          # cpu_sync | cpu_cadence | cpu_async | nccl
+ *   dataset_size: 50000        # samples per epoch, split by the coordinator
+ *   epochs: 10
+ *   cadence: 8                 # cpu_cadence: steps between averages
+ *   outer_optimizer: { kind: diloco, lr: 0.7, momentum: 0.9 }   # cpu_cadence / cpu_async, optional
+ *   async_alpha: 0.5           # cpu_async: the elastic averaging's moving rate
+ *   checkpoint: .cohort/checkpoints/demo.json   # consensus checkpoint (default: under .cohort/checkpoints)
+ * ```
+ *
+ * Keys checked against each other (entry and command; backend and
+ * outer_optimizer) are read as groups of their own (see `Mapping`), so a
+ * mistake in another key does not hide theirs.
+ */
+import * as ParseResult from "effect/ParseResult"
+import * as Schema from "effect/Schema"
+import type { OuterOptimizer } from "../actors/launcher/ModelRoot.ts"
+import { expecting, rangeOf } from "./Expected.ts"
+import { keyGroups, keyOr, optionalKey } from "./Mapping.ts"
+import { decodeField } from "./SchemaField.ts"
+import type { Field } from "./Yaml.ts"
+
+export const Backend = Schema.Literal("cpu_sync", "cpu_cadence", "cpu_async", "nccl")
+export type Backend = typeof Backend.Type
+
+/** A TypeScript module run in every rank, or any program (torchrun-style: its world is fixed). */
+export const JobProgram = Schema.Union(
+  Schema.TaggedStruct("Entry", { entry: Schema.String }),
+  Schema.TaggedStruct("Command", { command: Schema.Array(Schema.String) })
+)
+export type JobProgram = typeof JobProgram.Type
+
+export interface Job {
+  readonly program: JobProgram
+  readonly args: ReadonlyArray<string>
+  readonly backend: Backend
+  /** Samples one epoch covers; 0 when the job does not use `ctx.epochs()`. */
+  readonly datasetSize: number
+  readonly epochs: number
+  /** `cpu_cadence`: steps between averages. */
+  readonly cadence: number
+  /** Where the consensus checkpoint is written; undefined: `.cohort/checkpoints/<name>.json`. */
+  readonly checkpoint: string | undefined
+  /** `cpu_cadence`/`cpu_async`: the model sync's outer optimizer (DiLoCo, SlowMo); undefined: plain averaging. */
+  readonly outerOptimizer: OuterOptimizer | undefined
+  /** `cpu_async`: how far a rank and the centre move toward each other per exchange (EASGD's α). */
+  readonly asyncAlpha: number
+}
+
+const text = (what: string) => Schema.NonEmptyString.pipe(expecting(what))
+
+/** A list of words, each said as the list is: a person reads the list, not its items. */
+const words = (what: string) => Schema.Array(text(what)).pipe(expecting(what))
+
+/** A number in the range its schema checks, said as `<what> from <min> to <max><example>`. */
+const inRange = <S extends Schema.Schema<number>>(schema: S, what: string, example = "") => {
+  const { max, min } = rangeOf(schema)
+  return schema.pipe(expecting(`${what} from ${min} to ${max}${example}`))
+}
+
+const commandWhat = "a command as a list of words, like [python3, train.py]"
+
+const ProgramKeys = Schema.transformOrFail(
+  Schema.Struct({
+    entry: optionalKey(text("the path of a TypeScript module")),
+    command: optionalKey(
+      words(commandWhat).pipe(Schema.filter((command) => command.length > 0 || "expected a command as a list of words, got an empty list"))
+    )
+  }),
+  Schema.typeSchema(JobProgram),
+  {
+    strict: true,
+    decode: ({ command, entry }, _, ast, written) => {
+      if (entry !== undefined && command !== undefined) {
+        return ParseResult.fail(new ParseResult.Type(ast, written, "give either entry (a TypeScript module) or command (any program), not both"))
+      }
+      if (entry !== undefined) return ParseResult.succeed({ _tag: "Entry" as const, entry })
+      if (command !== undefined) return ParseResult.succeed({ _tag: "Command" as const, command })
+      return ParseResult.fail(new ParseResult.Type(ast, written, "expected entry (a TypeScript module run in every rank) or command (any program)"))
+    },
+    encode: (program) => ParseResult.succeed(program._tag === "Entry" ? { entry: program.entry } : { command: program.command })
+  }
+)
+
+const OuterOptimizerKeys = Schema.Struct({
+  kind: Schema.Literal("diloco", "slowmo"),
+  lr: keyOr(inRange(Schema.Number.pipe(Schema.between(0, 10)), "an outer learning rate", ", like 0.7"), 0.7),
+  momentum: keyOr(inRange(Schema.Number.pipe(Schema.between(0, 1)), "a momentum", ", like 0.9"), 0.9)
+})
+
+const outerOptimizerBackends: ReadonlyArray<Backend> = ["cpu_cadence", "cpu_async"]
+
+const ModelSyncKeys = Schema.Struct({
+  backend: keyOr(Backend, "cpu_sync"),
+  outer_optimizer: optionalKey(OuterOptimizerKeys)
+}).pipe(
+  Schema.filter(({ backend, outer_optimizer }) =>
+    outer_optimizer === undefined || outerOptimizerBackends.includes(backend) || {
+      path: ["outer_optimizer"],
+      message: `an outer optimizer applies to backend ${outerOptimizerBackends.join(" or ")}, not ${backend}: remove it or change the backend`
+    }
+  )
+)
+
+const PositiveCount = Schema.Int.pipe(Schema.between(1, 1_000_000))
+
+const RunKeys = Schema.Struct({
+  args: keyOr(words("a list of arguments"), []),
+  dataset_size: keyOr(inRange(Schema.Int.pipe(Schema.between(0, 2 ** 31 - 1)), "a number of samples"), 0),
+  epochs: keyOr(inRange(PositiveCount, "a number of epochs"), 1),
+  cadence: keyOr(inRange(PositiveCount, "a number of steps between averages"), 8),
+  checkpoint: optionalKey(text("the path of the checkpoint file")),
+  async_alpha: keyOr(inRange(Schema.Number.pipe(Schema.between(0, 1)), "a fraction", ", like 0.5"), 0.5)
+})
+
+const JobKeys = keyGroups(
+  { program: ProgramKeys, modelSync: ModelSyncKeys, run: RunKeys },
+  ["entry", "command", "args", "backend", "dataset_size", "epochs", "cadence", "checkpoint", "outer_optimizer", "async_alpha"]
+)
+
+/** Read a present `job` section. */
+export const decodeJob = (field: Field): Job => {
+  const { modelSync, program, run } = decodeField(field, JobKeys)
+  return {
+    program,
+    args: run.args,
+    backend: modelSync.backend,
+    datasetSize: run.dataset_size,
+    epochs: run.epochs,
+    cadence: run.cadence,
+    checkpoint: run.checkpoint,
+    outerOptimizer: modelSync.outer_optimizer,
+    asyncAlpha: run.async_alpha
+  }
+}
