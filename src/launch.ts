@@ -7,15 +7,18 @@
  * if (result.outcome !== "completed") console.log(result.rootCause, result.ranks)
  * ```
  * `launchEffect` is the same run as an Effect, for callers that compose
- * their own. A run's mistakes of input (config, environment, a busy port)
- * fail the call; what happens to the ranks is the result. One run at a time
- * per process.
+ * their own. `overrides` change the file's document before it is decoded
+ * (the command line's `--set`, `--`, quick form and `--from-slurm`), so
+ * they are checked as the file is. A run's mistakes of input (config,
+ * environment, a busy port) fail the call; what happens to the ranks is the
+ * result. One run at a time per process.
  */
 import { existsSync, statSync } from "node:fs"
+import { resolve } from "node:path"
 import * as Data from "effect/Data"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
-import { stringify } from "yaml"
+import { type Document, isScalar, parseDocument, stringify, visit } from "yaml"
 import type * as Launcher from "./actors/launcher/Launcher.ts"
 import { describePlan, LaunchInputError, makePlan, type Plan, sshWorkers } from "./actors/launcher/Plan.ts"
 import { preflight } from "./actors/launcher/Preflight.ts"
@@ -28,6 +31,7 @@ import { netTimeoutScale } from "./config/NetTimeouts.ts"
 import { ConfigErrors } from "./config/Yaml.ts"
 import * as Log from "./cli/logger.ts"
 import { fairScheduler } from "./actors/FairScheduler.ts"
+import { applyOverrides, type Override, whoSaid } from "./cli/Overrides.ts"
 
 export class RunInProgress extends Data.TaggedError("RunInProgress")<{}> {
   override get message(): string {
@@ -61,28 +65,79 @@ export const checkEnvironment = Effect.suspend((): Effect.Effect<void, RoleError
 /** A cluster file's path, or the same content as an object. */
 export type ClusterInput = string | Readonly<Record<string, unknown>>
 
-/** Read and check a cluster file (or object) without starting anything. */
-export const loadCluster = (input: ClusterInput): Effect.Effect<ClusterConfig, ConfigErrors> => {
-  if (typeof input !== "string") return parseCluster(stringify(input), "<cluster object>")
+/** What the command line adds to a cluster file: its overrides, and its own checks against the plan. */
+export interface InputOptions {
+  /** Applied to the parsed document before it is decoded, in order (see `cli/Overrides`). */
+  readonly overrides?: ReadonlyArray<Override> | undefined
+  /** Problems of the caller's own with the plan (a flag naming ranks the world does not have): input errors, like the file's. */
+  readonly checkPlan?: ((plan: Plan) => ReadonlyArray<string>) | undefined
+}
+
+/** The document an input stands for, as text, and the name it is known by in errors. */
+const sourceOf = (input: ClusterInput): Effect.Effect<{ readonly text: string; readonly file: string }, ConfigErrors> => {
+  if (typeof input !== "string") return Effect.succeed({ text: stringify(input), file: "<cluster object>" })
   const unreadable = (problem: string) => new ConfigErrors({ errors: [new ConfigError({ file: input, path: "", problem })] })
-  if (!existsSync(input)) return Effect.fail(unreadable("no such file: give the path of a cluster file (like examples/local.yml)"))
+  if (!existsSync(input)) return Effect.fail(unreadable(`no such file (looked for ${resolve(input)}): give the path of a cluster file (like examples/local.yml)`))
   if (statSync(input).isDirectory()) return Effect.fail(unreadable("this is a directory: give the path of a cluster file inside it"))
-  return Effect.flatMap(
+  return Effect.map(
     Effect.tryPromise({
       try: () => Bun.file(input).text(),
       catch: (error) => unreadable(`cannot read the file: ${error instanceof Error ? error.message : String(error)}`)
     }),
-    (text) => parseCluster(text, input)
+    (text) => ({ text, file: input })
   )
 }
 
+/** A mistake the decoder found where an override put the value (it has no line in the file) is the flag's. */
+const attributed = (errors: ConfigErrors, overrides: ReadonlyArray<Override>): ConfigErrors =>
+  new ConfigErrors({
+    errors: errors.errors.map((error) => {
+      if (typeof error.line === "number") return error
+      const who = whoSaid(error.path, error.problem, overrides)
+      return who === undefined ? error : new ConfigError({ file: who.said, path: who.below, line: undefined, col: undefined, problem: error.problem })
+    })
+  })
+
+const refusalsOf = (doc: Document.Parsed, overrides: ReadonlyArray<Override>): ReadonlyArray<ConfigError> =>
+  applyOverrides(doc, overrides).map((refusal) => new ConfigError({ file: refusal.said, path: "", line: undefined, col: undefined, problem: refusal.problem }))
+
+/** Read and check a cluster file (or object), with the command line's overrides, without starting anything. */
+export const loadCluster = (input: ClusterInput, options: InputOptions = {}): Effect.Effect<ClusterConfig, ConfigErrors> => {
+  const overrides = options.overrides ?? []
+  return Effect.flatMap(sourceOf(input), ({ file, text }) =>
+    overrides.length === 0
+      ? parseCluster(text, file)
+      : Effect.mapError(parseCluster(text, file, (doc) => refusalsOf(doc, overrides)), (errors) => attributed(errors, overrides)))
+}
+
+/**
+ * The cluster file an input and its overrides stand for, as YAML a user can save and grow from
+ * (`--dry-run` of the quick form prints it). Lists of plain values are written on one line.
+ */
+export const clusterDocument = async (input: ClusterInput, options: InputOptions = {}): Promise<string> => {
+  const source = await Effect.runPromise(Effect.either(sourceOf(input)))
+  if (Either.isLeft(source)) throw source.left
+  const doc = parseDocument(source.right.text)
+  const refused = refusalsOf(doc, options.overrides ?? [])
+  if (refused.length > 0) throw new ConfigErrors({ errors: refused })
+  visit(doc, {
+    Seq: (_, node) => {
+      if (node.items.every((item) => isScalar(item))) node.flow = true
+    }
+  })
+  return doc.toString({ flowCollectionPadding: false, lineWidth: 0 })
+}
+
 /** The checked plan of a run: `--dry-run` prints it. */
-export const planCluster = (input: ClusterInput): Effect.Effect<Plan, ConfigErrors | LaunchInputError> =>
-  Effect.flatMap(loadCluster(input), (config) =>
+export const planCluster = (input: ClusterInput, options: InputOptions = {}): Effect.Effect<Plan, ConfigErrors | LaunchInputError> =>
+  Effect.flatMap(loadCluster(input, options), (config) =>
     Either.match(makePlan(config), {
       // Name the file, as the decoder's errors do.
       onLeft: (error) => Effect.fail(typeof input === "string" ? new LaunchInputError({ problems: error.problems.map((problem) => `${input}: ${problem}`) }) : error),
-      onRight: Effect.succeed
+      onRight: (plan) => {
+        const problems = options.checkPlan?.(plan) ?? []
+        return problems.length === 0 ? Effect.succeed(plan) : Effect.fail(new LaunchInputError({ problems }))
+      }
     }))
 
 let busy = false
@@ -97,12 +152,12 @@ const oneRunAtATime = Effect.acquireRelease(
 
 export const launchEffect = (
   input: ClusterInput,
-  options: Launcher.LaunchOptions = {}
+  options: Launcher.LaunchOptions & InputOptions = {}
 ): Effect.Effect<Launcher.RunResult, LaunchError> =>
   Effect.scoped(Effect.gen(function*() {
     yield* oneRunAtATime
     yield* checkEnvironment
-    const plan = yield* planCluster(input)
+    const plan = yield* planCluster(input, options)
     if (options.sync === true) yield* syncHosts(plan)
     // The hosts' preflight runs in their agents' sessions (SshSession), one ssh handshake each.
     // Loaded on demand: reading and checking a file should not pay for the whole launcher.
@@ -122,7 +177,7 @@ const checkHosts = (plan: Plan): Effect.Effect<void, LaunchInputError> =>
   )
 
 /** Run a cluster; resolves with the result, rejects on a mistake of input. Logs `cohort: …` lines on stderr. */
-export const launch = async (input: ClusterInput, options: Launcher.LaunchOptions = {}): Promise<Launcher.RunResult> => {
+export const launch = async (input: ClusterInput, options: Launcher.LaunchOptions & InputOptions = {}): Promise<Launcher.RunResult> => {
   const outcome = await Effect.runPromise(
     Effect.either(launchEffect(input, options)).pipe(Effect.withScheduler(fairScheduler), Effect.provide(Log.layer(undefined, undefined, options.logLine)))
   )
@@ -132,9 +187,9 @@ export const launch = async (input: ClusterInput, options: Launcher.LaunchOption
 }
 
 /** `--dry-run`: the plan as text, after the same checks a launch makes; rejects on a mistake of input. */
-export const dryRun = async (input: ClusterInput): Promise<string> => {
+export const dryRun = async (input: ClusterInput, options: InputOptions = {}): Promise<string> => {
   const outcome = await Effect.runPromise(
-    Effect.either(Effect.zipRight(checkEnvironment, Effect.tap(planCluster(input), checkHosts))).pipe(Effect.provide(Log.layer()))
+    Effect.either(Effect.zipRight(checkEnvironment, Effect.tap(planCluster(input, options), checkHosts))).pipe(Effect.provide(Log.layer()))
   )
   if (Either.isLeft(outcome)) throw outcome.left
   return describePlan(outcome.right)

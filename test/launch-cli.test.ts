@@ -2,10 +2,12 @@
  * `bun run launch` as an operator uses it: a real launcher process, signals
  * from outside, /proc looked at directly. SIGINT stops everything in order
  * (exit 130), SIGKILL leaves nothing behind either, the salt never shows in
- * any process's argv, and a `command:` job gets torchrun's variables.
+ * any process's argv, and a `command:` job gets torchrun's variables. With
+ * `--log-dir`, launcher.log ends with the table and the verdict, as stderr
+ * does; the words after `--` reach every rank's argv as they were given.
  */
 import { afterEach, describe, expect, test } from "bun:test"
-import { writeFileSync } from "node:fs"
+import { readFileSync, rmSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
 import { clusterFile, repoRoot, spawnLaunch } from "./support/launch-scenario.ts"
 import { allPids, childrenOf, commandLine as cmdline, environment as environ, isRunning, pidFiles, waitFor } from "./support/processes.ts"
@@ -113,5 +115,57 @@ job:
       expect(env.MASTER_PORT).toBe(seen[0]!.env.MASTER_PORT)
       expect(Number(env.MASTER_PORT)).toBeGreaterThan(0)
     }
+  }, 20_000)
+})
+
+describe("the launch CLI's files and arguments", () => {
+  const dirs: Array<string> = []
+  afterEach(() => dirs.splice(0).forEach((dir) => rmSync(dir, { recursive: true, force: true })))
+  const tempDir = () => {
+    const dir = mkdtempSync(join(tmpdir(), "cohort-cli-"))
+    dirs.push(dir)
+    return dir
+  }
+  const commandCluster = (dir: string, devices: number, args: ReadonlyArray<string>) => {
+    const file = join(dir, "cluster.yml")
+    writeFileSync(file, `
+name: cli-args
+workers:
+  - host: localhost
+    devices: ${devices}
+    path: ${repoRoot}
+job:
+  command: ["${process.execPath}", "test/fixtures/torchrun-env-fixture.ts"]
+  args: ${JSON.stringify(args)}
+`)
+    return file
+  }
+
+  test("--log-dir: launcher.log ends with the end-of-run table and the verdict, as stderr does", async () => {
+    const dir = tempDir()
+    const logs = join(dir, "logs")
+    const run = spawnLaunch(commandCluster(dir, 2, []), {}, ["--log-dir", logs])
+    launched.push(run.proc)
+    expect(await run.proc.exited).toBe(0)
+    await run.stderr.done
+    const stderr = run.stderr.lines
+    // The table's header, one row per rank, then the verdict: the last four lines, on both.
+    const ending = stderr.slice(-4)
+    expect(ending[0]).toMatch(/^host\s+rank\s+device\s+exit\s+restarts\s+run time$/)
+    expect(ending.slice(1, 3).map((line) => line.split(/\s+/).slice(0, 4))).toEqual([["localhost", "0", "cpu", "0"], ["localhost", "1", "cpu", "0"]])
+    expect(ending[3]).toBe("cohort: run completed")
+    const log = readFileSync(join(logs, "launcher.log"), "utf8").trimEnd().split("\n")
+    expect(log.slice(-4)).toEqual(ending)
+  }, 20_000)
+
+  test("the words after -- are appended to a command job's args, each reaching every rank's argv unchanged", async () => {
+    const dir = tempDir()
+    const extra = ["a b", "it's", "\"double\"", "$HOME", "back\\slash", "--x=1 2", "*"]
+    const run = spawnLaunch(commandCluster(dir, 2, ["--epochs", "2"]), {}, ["--", ...extra])
+    launched.push(run.proc)
+    expect(await run.proc.exited).toBe(0)
+    await run.stdout.done
+    const argvs = run.stdout.lines.map((line) => JSON.parse(/^\[localhost:cpu:r\d\] (\{.*\})$/.exec(line)![1]!).args)
+    expect(argvs).toEqual([["--epochs", "2", ...extra], ["--epochs", "2", ...extra]])
   }, 20_000)
 })

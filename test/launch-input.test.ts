@@ -83,6 +83,8 @@ interface BadInput {
   readonly env?: Readonly<Record<string, string>>
   /** Fragments stderr must contain: the place, the problem, the advice. */
   readonly says: Lazy<ReadonlyArray<string>>
+  /** The whole refusal is this one line: no usage, nothing else. */
+  readonly oneLine?: boolean
 }
 
 const lines = (...parts: ReadonlyArray<string>) => `${parts.join("\n")}\n`
@@ -329,7 +331,125 @@ const rows: ReadonlyArray<BadInput> = [
   {
     name: "a file that does not exist",
     args: ({ dir }) => [join(dir, "missing.yml")],
-    says: ({ dir }) => [`${join(dir, "missing.yml")}: no such file: give the path of a cluster file`]
+    says: ({ dir }) => [`cohort: ${join(dir, "missing.yml")}: no such file (looked for ${join(dir, "missing.yml")})\n`],
+    oneLine: true
+  },
+  {
+    name: "a relative file that is not where it is looked for, but is in examples/: the path tried, and the one meant",
+    args: ["local.yml"],
+    says: [`cohort: local.yml: no such file (looked for ${join(root, "local.yml")}); did you mean examples/local.yml?\n`],
+    oneLine: true
+  },
+  // Where the run writes: one line, exit 2, before anything starts; a dry run checks the same.
+  {
+    name: "--log-dir where no directory can be made (/proc/nope)",
+    yaml: lines(workers, entry),
+    args: ({ file }) => [file, "--log-dir", "/proc/nope"],
+    says: ["cohort: --log-dir /proc/nope: cannot be made in /proc (", "); give a directory you can write (it is made if missing)\n"],
+    oneLine: true
+  },
+  {
+    name: "--log-dir /proc/nope under --dry-run",
+    yaml: lines(workers, entry),
+    args: ({ file }) => [file, "--dry-run", "--log-dir", "/proc/nope"],
+    says: ["cohort: --log-dir /proc/nope: cannot be made in /proc ("],
+    oneLine: true
+  },
+  {
+    name: "--log-dir naming a regular file",
+    yaml: lines(workers, entry),
+    args: ({ file }) => [file, "--log-dir", file],
+    says: ({ file }) => [`cohort: --log-dir ${file}: is a file, not a directory; give a directory you can write (it is made if missing)\n`],
+    oneLine: true
+  },
+  {
+    name: "--log-dir below a regular file, under --dry-run",
+    yaml: lines(workers, entry),
+    args: ({ file }) => [file, "--dry-run", "--log-dir", join(file, "logs")],
+    says: ({ file }) => [`cohort: --log-dir ${join(file, "logs")}: cannot be made: ${file} is a file, not a directory`],
+    oneLine: true
+  },
+  {
+    name: "--events naming a directory",
+    yaml: lines(workers, entry),
+    args: ({ dir, file }) => [file, "--events", dir],
+    says: ({ dir }) => [`cohort: --events ${dir}: is a directory; give the path of a file you can write`],
+    oneLine: true
+  },
+  {
+    name: "--events naming a directory, under --dry-run",
+    yaml: lines(workers, entry),
+    args: ({ dir, file }) => [file, "--dry-run", "--events", dir],
+    says: ({ dir }) => [`cohort: --events ${dir}: is a directory`],
+    oneLine: true
+  },
+  {
+    name: "--events in a directory that cannot be made, under --dry-run",
+    yaml: lines(workers, entry),
+    args: ({ file }) => [file, "--dry-run", "--events", "/proc/nope/events.jsonl"],
+    says: ["cohort: --events /proc/nope/events.jsonl: its directory /proc/nope cannot be made in /proc ("],
+    oneLine: true
+  },
+  // Flags checked against the plan.
+  {
+    name: "--ranks naming a rank the world does not have",
+    yaml: lines(workers, entry),
+    args: ({ file }) => [file, "--ranks", "0,9"],
+    says: ["cohort: --ranks 0,9: the world has ranks 0 to 1 (2 rank(s) on 1 host(s)), so rank 9 never runs: give numbers from 0 to 1\n"],
+    oneLine: true
+  },
+  {
+    name: "--ranks naming a rank the world does not have, under --dry-run",
+    yaml: lines(workers, entry),
+    args: ({ file }) => [file, "--dry-run", "--ranks", "5,9"],
+    says: ["cohort: --ranks 5,9: the world has ranks 0 to 1 (2 rank(s) on 1 host(s)), so ranks 5, 9 never run"],
+    oneLine: true
+  },
+  // Overrides: checked like the file, said as the flag's.
+  {
+    name: "--set with a value the file's decoder refuses",
+    yaml: lines(workers, entry),
+    args: ({ file }) => [file, "--set", "failure_policy.grace=10x"],
+    says: [`cohort: --set failure_policy.grace=10x: expected a duration like "250ms", "5s", "10m" or "1h", got "10x"\n`],
+    oneLine: true
+  },
+  {
+    name: "--set with a path the schema does not know, under --dry-run",
+    yaml: lines(workers, entry),
+    args: ({ file }) => [file, "--dry-run", "--set", "job.epoch=20"],
+    says: [`cohort: --set job.epoch=20: unknown key "epoch" (did you mean "epochs"?); known keys: entry, command, args`],
+    oneLine: true
+  },
+  {
+    name: "--set without a value",
+    yaml: lines(workers, entry),
+    args: ({ file }) => [file, "--set", "job.epochs"],
+    says: ["cohort: --set job.epochs: expected PATH=VALUE, like --set job.epochs=20"],
+    oneLine: true
+  },
+  {
+    name: "--policy with an unknown strategy",
+    yaml: lines(workers, entry),
+    args: ({ file }) => [file, "--policy", "retry"],
+    says: ["cohort: --policy retry: expected one of kill_all, kill_all:0s, elastic, elastic:25%, elastic:2, restart or restart:3\n"],
+    oneLine: true
+  },
+  {
+    name: "the quick form with too many ranks",
+    args: ["--nproc-per-node", "300", "--", "true"],
+    says: [`cohort: --nproc-per-node 300: workers[0].devices: expected a number of CPU ranks (1 to 256), a list of GPU indices like [0, 1], or "all", got 300\n`],
+    oneLine: true
+  },
+  {
+    name: "the quick form without a program after --",
+    args: ["-n", "4"],
+    says: ["cohort: without a cluster file, give the program every rank runs after --, like  bun run launch --nproc-per-node 4 -- python3 train.py", usage]
+  },
+  {
+    name: "--from-slurm outside an allocation",
+    args: ["--from-slurm", "--", "true"],
+    says: ["cohort: --from-slurm: SLURM_JOB_NODELIST is not set: run inside a Slurm allocation (sbatch, salloc or srun)\n"],
+    oneLine: true
   },
   {
     name: "a directory instead of a file",
@@ -345,8 +465,9 @@ const rows: ReadonlyArray<BadInput> = [
 ]
 
 /** Refused as bad input: status 2, the fragments on stderr, no trace of a crash, nothing on stdout. */
-const expectRefused = (outcome: Outcome, says: ReadonlyArray<string>) => {
+const expectRefused = (outcome: Outcome, says: ReadonlyArray<string>, oneLine = false) => {
   const shown = `stderr was:\n${outcome.stderr}`
+  if (oneLine) expect(outcome.stderr.trimEnd().split("\n"), shown).toHaveLength(1)
   expect(outcome.stderr, shown).toStartWith("cohort: ")
   for (const fragment of says) expect(outcome.stderr, shown).toContain(fragment)
   expect(outcome.stderr, `a stack trace; ${shown}`).not.toMatch(/^\s+at /m)
@@ -359,7 +480,7 @@ const expectRefused = (outcome: Outcome, says: ReadonlyArray<string>) => {
 describe("bun run launch refuses bad input with status 2", () => {
   let dir = ""
   let holder: TCPSocketListener | undefined
-  const outcomes = new Map<string, { readonly says: ReadonlyArray<string>; readonly outcome: Promise<Outcome> }>()
+  const outcomes = new Map<string, { readonly says: ReadonlyArray<string>; readonly oneLine: boolean; readonly outcome: Promise<Outcome> }>()
 
   beforeAll(() => {
     dir = mkdtempSync(join(tmpdir(), "cohort-launch-input-"))
@@ -369,7 +490,7 @@ describe("bun run launch refuses bad input with status 2", () => {
       const context: Context = { dir, port: holder!.port, file: join(dir, `row-${index}.yml`) }
       if (row.yaml !== undefined) writeFileSync(context.file, force(row.yaml, context))
       const args = row.args === undefined ? [context.file] : force(row.args, context)
-      outcomes.set(row.name, { says: force(row.says, context), outcome: slot(() => launch(args, row.env)) })
+      outcomes.set(row.name, { says: force(row.says, context), oneLine: row.oneLine === true, outcome: slot(() => launch(args, row.env)) })
     })
   })
 
@@ -386,13 +507,56 @@ describe("bun run launch refuses bad input with status 2", () => {
 
   for (const row of rows) {
     test(row.name, async () => {
-      const { outcome, says } = outcomes.get(row.name)!
-      expectRefused(await outcome, says)
+      const { oneLine, outcome, says } = outcomes.get(row.name)!
+      expectRefused(await outcome, says, oneLine)
     }, 30_000)
   }
 })
 
+test("`bun run launch local.yml` typed in examples/: the path tried, the one meant, and why (bun run starts in the package's folder)", async () => {
+  const child = Bun.spawn([process.execPath, "run", "launch", "local.yml"], {
+    cwd: join(root, "examples"),
+    env: baseEnv,
+    stdin: "ignore",
+    stdout: "pipe",
+    stderr: "pipe",
+    timeout: 30_000,
+    killSignal: "SIGKILL"
+  })
+  const [stdout, stderr, code] = await Promise.all([new Response(child.stdout).text(), new Response(child.stderr).text(), child.exited])
+  // `bun run` echoes the script's command line on stderr first: the refusal is the line after it.
+  expect(stderr.trimEnd().split("\n").at(-1), stderr).toBe(
+    `cohort: local.yml: no such file (looked for ${join(root, "local.yml")}); did you mean examples/local.yml? ` +
+      `(bun run starts its scripts in the package's folder, ${root}, not in ${join(root, "examples")})`
+  )
+  expect(stdout).toBe("")
+  expect(code).toBe(2)
+}, 30_000)
+
 describe("bun run launch, the good paths", () => {
+  test("--ranks past the world under a restart policy is a note, not a refusal: a restarted rank may get that number", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "cohort-launch-input-"))
+    try {
+      const file = join(dir, "restart.yml")
+      writeFileSync(file, lines(workers, entry, "failure_policy: { after_formation: restart }"))
+      const { code, stderr, stdout } = await launch([file, "--dry-run", "--ranks", "3"])
+      expect(stderr).toBe("cohort: --ranks 3: the world has ranks 0 to 1 (2 rank(s) on 1 host(s)); rank 3 will show only if a restarted rank or a newcomer gets that number\n")
+      expect(stdout).toContain("run restart: 2 rank(s) on 1 host(s)")
+      expect(code).toBe(0)
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
+  }, 15_000)
+
+  test("--dry-run shows --set and the arguments after -- in the plan", async () => {
+    const { code, stderr, stdout } = await launch(["examples/local.yml", "--dry-run", "--set", "job.epochs=3", "--set", "failure_policy.grace=2s", "--", "lr=0.2", "batch=64"])
+    expect(stderr).toBe("")
+    expect(code).toBe(0)
+    expect(stdout).toContain("50000 samples × 3 epoch(s)")
+    expect(stdout).toContain("# runs examples/train.ts with args lr=0.2 batch=64")
+    expect(stdout).toContain("failure policy (grace 2s):")
+  }, 15_000)
+
   test("--help prints the usage on stdout and exits 0", async () => {
     const { code, stderr, stdout } = await launch(["--help"])
     expect(stdout).toContain(usage)

@@ -1,5 +1,6 @@
 /**
- * `bun run launch <cluster.yml> [options]`: run a cluster (see the usage below).
+ * `bun run launch <cluster.yml> [options] [-- args]`, or without a file,
+ * `bun run launch -n 4 -- program args`: run a cluster (see `LaunchArgs`).
  *
  * Exit status: 0 completed (degraded included), 1 failed by the policy,
  * 2 bad input (file, arguments, environment), and when stopped by a signal
@@ -10,71 +11,143 @@
  * die with it. When the process that started it dies, it stops as for
  * SIGTERM.
  *
- * The arguments are read before the launcher is loaded (effect and its
- * Schema take a few hundred milliseconds to load): `--help` and a bad
- * argument answer at once. The launcher itself comes from its bundle
- * (`bundle.ts`).
+ * The arguments, the output paths, the overrides (`--set`, `--policy`, the
+ * quick form, `--from-slurm`, the words after `--`) and the file's presence
+ * are checked before the launcher is loaded (effect and its Schema take a few
+ * hundred milliseconds to load): `--help` and a bad argument answer at once.
+ * The overrides are decoded with the file, by the launcher (`launch.ts`'s
+ * `loadCluster`), which itself comes from its bundle (`bundle.ts`).
  */
+import { existsSync, readlinkSync } from "node:fs"
+import { hostname } from "node:os"
+import { join, relative, resolve } from "node:path"
+import type { Plan } from "../actors/launcher/Plan.ts"
+import type { Strategy } from "../actors/Strategy.ts"
 import { loadLibrary } from "./bundle.ts"
+import { parseLaunchArgs, usage } from "./LaunchArgs.ts"
+import { checkEventsFile, checkLogDir, makeLogDir } from "./OutputPaths.ts"
+import { argsOverride, type Override, parseSet } from "./Overrides.ts"
+import { parseRanksPerHost, policyOverride, quickForm, slurmOverrides } from "./QuickForm.ts"
 import { make as makeConsole, summaryTable } from "./RunConsole.ts"
+import { slurmAllocation } from "./Slurm.ts"
 import { listenForStops } from "../actors/signals.ts"
 import { exitStatusFor, type StopRequest } from "../actors/StopRequests.ts"
 
-const usage = `usage: bun run launch <cluster.yml> [--dry-run] [--resume] [--sync]
-                  [--quiet] [--ranks 0,3] [--log-dir DIR] [--events FILE]
+const repoRoot = resolve(import.meta.dir, "../..")
 
-Runs the job of a cluster file: one port, an agent per host, a rank per device,
-supervised under the file's failure_policy.
-
-  --dry-run        print the plan (hosts, ranks, devices, commands, env, policy) and start nothing
-  --resume         continue from the consensus checkpoint (job.checkpoint, by default
-                   .cohort/checkpoints/<name>.json): epochs start after the saved one
-  --sync           copy this checkout to every ssh host's path first (rsync, else tar over ssh)
-  --quiet          show only cohort's own lines, and a dead rank's last lines
-  --ranks 0,3      show only these ranks' lines
-  --log-dir DIR    also write each rank's, relay's and agent's lines to a file of its own in DIR
-  --events FILE    write every join, death, restart, decision and the verdict as JSON lines
-  -h, --help       show this help
-
-While it runs: a live page at http://<its address>/ , metrics at /metrics, and
-\`bun run status\` in this directory.
-
-Exit status: 0 completed (also DEGRADED), 1 failed, 2 bad input; stopped by a signal:
-129 SIGHUP, 130 SIGINT, 143 SIGTERM.
-Example: bun run launch examples/local.yml`
+/** Where cohort's own lines go: stderr, and once the run's console exists, through it (so `launcher.log` has them too). */
+let say = (line: string): void => void process.stderr.write(`${line}\n`)
 
 const fail = (message: string): never => {
   // Every line is cohort's: several problems at once come one per line, each prefixed.
-  process.stderr.write(message.split("\n").map((line) => `cohort: ${line}\n`).join(""))
+  for (const line of message.split("\n")) say(`cohort: ${line}`)
   process.exit(2)
 }
 
-const args = process.argv.slice(2)
-if (args.includes("--help") || args.includes("-h")) {
+const argv = process.argv.slice(2)
+const parsed = parseLaunchArgs(argv)
+if (parsed._tag === "Help") {
   console.log(usage)
   process.exit(0)
 }
-const switches = ["--dry-run", "--resume", "--sync", "--quiet"]
-const valued = ["--ranks", "--log-dir", "--events"]
-const flags = new Set<string>()
-const values = new Map<string, string>()
-const files: Array<string> = []
-for (let i = 0; i < args.length; i++) {
-  const arg = args[i]!
-  if (switches.includes(arg)) flags.add(arg)
-  else if (valued.includes(arg)) {
-    const value = args[++i]
-    if (value === undefined || value.startsWith("--")) fail(`${arg} needs a value\n\n${usage}`)
-    values.set(arg, value!)
-  } else if (arg.startsWith("-")) fail(`unknown option ${arg}\n\n${usage}`)
-  else files.push(arg)
+if (parsed._tag === "Refused") fail(parsed.problem)
+const args = (parsed as Extract<typeof parsed, { _tag: "Run" }>).args
+
+// Every mistake on the command line at once: where the run writes (probed, nothing made yet), the file, the overrides.
+const problems: Array<string> = [
+  args.logDir === undefined ? undefined : checkLogDir(args.logDir),
+  args.events === undefined ? undefined : checkEventsFile(args.events)
+].filter((problem): problem is string => problem !== undefined)
+
+/** The folder `bun run` was typed in, when it is not ours: `bun run` starts its scripts in the package's folder. */
+const typedIn = (): string | undefined => {
+  try {
+    const parent = readlinkSync(`/proc/${process.ppid}/cwd`)
+    return parent === process.cwd() ? undefined : parent
+  } catch {
+    return undefined
+  }
 }
-if (files.length !== 1) fail(`${files.length === 0 ? "no cluster file given" : `one cluster file at a time, got ${files.join(", ")}`}\n\n${usage}`)
-const file = files[0]!
-const rankList = values.get("--ranks")
-const ranks = rankList === undefined ? undefined : rankList.split(",").map((part) => part.trim())
-if (ranks !== undefined && (ranks.length === 0 || ranks.some((rank) => !/^\d+$/.test(rank)))) {
-  fail(`--ranks takes rank numbers separated by commas (like 0,3), got ${rankList}`)
+
+/** A cluster file that is not there: the absolute path tried, and where a file of that name is. */
+const missingFile = (file: string): string => {
+  const tried = resolve(file)
+  const started = typedIn()
+  const fromThere = started === undefined ? undefined : resolve(started, file)
+  const besides = [fromThere, join(repoRoot, "examples", file), join(repoRoot, file)]
+    .filter((candidate): candidate is string => candidate !== undefined && candidate !== tried && existsSync(candidate))
+  const found = besides[0]
+  const why = found !== undefined && found === fromThere
+    ? ` (bun run starts its scripts in the package's folder, ${process.cwd()}, not in ${started})`
+    : ""
+  const hint = found === undefined ? "" : `; did you mean ${relative(process.cwd(), found) || found}?${why}`
+  return `${file}: no such file (looked for ${tried})${hint}`
+}
+if (args.file !== undefined && !existsSync(args.file)) problems.push(missingFile(args.file))
+
+const shortName = hostname().split(".")[0]!
+const isThisMachine = (name: string) => name === "localhost" || name === hostname() || name === shortName
+
+/** What the command line changes in the file (or, without one, the whole file it stands for). */
+const overrides: Array<Override> = []
+let input: string | Readonly<Record<string, unknown>> = args.file ?? {}
+const perHost = args.ranksPerHost === undefined ? undefined : parseRanksPerHost(args.ranksPerHost, "--nproc-per-node")
+const allocation = !args.fromSlurm ? undefined : slurmAllocation(process.env, {
+  isThisMachine,
+  hostName: shortName,
+  ranksPerNode: perHost !== undefined && "ranks" in perHost && typeof perHost.ranks === "number" ? perHost.ranks : undefined
+})
+if (typeof allocation === "string") problems.push(allocation)
+const slurm = typeof allocation === "string" ? undefined : allocation
+if (args.file === undefined) {
+  const quick = quickForm({ ranksPerHost: args.ranksPerHost, hosts: args.hosts, slurm, command: args.rest ?? [], checkout: process.cwd(), hostName: shortName })
+  if (typeof quick === "string") problems.push(quick)
+  else {
+    input = quick.base
+    overrides.push(...quick.overrides)
+  }
+} else if (slurm !== undefined) overrides.push(...slurmOverrides(slurm, process.cwd(), "default"))
+if (args.policy !== undefined) {
+  const policy = policyOverride(args.policy)
+  if (typeof policy === "string") problems.push(policy)
+  else overrides.push(policy)
+}
+for (const text of args.sets) {
+  const set = parseSet(text)
+  if (typeof set === "string") problems.push(set)
+  else overrides.push(set)
+}
+if (args.file !== undefined && args.rest !== undefined && args.rest.length > 0) overrides.push(argsOverride(args.rest))
+if (problems.length > 0) fail(problems.join("\n"))
+// A run makes its log directory now (0700), before anything starts; a dry run made nothing.
+if (args.logDir !== undefined && !args.dryRun) {
+  const problem = makeLogDir(args.logDir)
+  if (problem !== undefined) fail(problem)
+}
+
+const restarts = (strategy: Strategy): boolean =>
+  strategy._tag === "Restart" || (strategy._tag === "Phased" && (restarts(strategy.beforeFormation) || restarts(strategy.afterFormation)))
+
+/** `--ranks` against the plan: a rank the world can never have is a mistake; one a restart or a newcomer may get, a note. */
+const checkPlan = (plan: Plan): ReadonlyArray<string> => {
+  const absent = (args.ranks ?? []).filter((rank) => rank >= plan.world)
+  if (absent.length === 0) return []
+  const ranks = `rank${absent.length === 1 ? "" : "s"} ${absent.join(", ")}`
+  const world = `the world has ranks 0 to ${plan.world - 1} (${plan.world} rank(s) on ${plan.hosts.length} host(s))`
+  if (plan.config.controller.join.afterFormation === "accept" || restarts(plan.config.failurePolicy.strategy)) {
+    say(`cohort: --ranks ${args.ranks!.join(",")}: ${world}; ${ranks} will show only if a restarted rank or a newcomer gets that number`)
+    return []
+  }
+  return [`--ranks ${args.ranks!.join(",")}: ${world}, so ${ranks} never run${absent.length === 1 ? "s" : ""}: give numbers from 0 to ${plan.world - 1}`]
+}
+
+const shellWord = (word: string) => (/^[\w@%+=:,./-]+$/.test(word) ? word : `'${word.replaceAll("'", "'\\''")}'`)
+
+/** This command line with `--resume` added: how to go on from a run's checkpoint. */
+const resumeCommand = (): string => {
+  const dashes = argv.indexOf("--")
+  const words = dashes === -1 ? [...argv, "--resume"] : [...argv.slice(0, dashes), "--resume", ...argv.slice(dashes)]
+  return `bun run launch ${words.filter((word, index) => word !== "--resume" || index === words.lastIndexOf("--resume")).map(shellWord).join(" ")}`
 }
 
 // Stops are listened for before the launcher loads: a Ctrl-C during start-up is not lost.
@@ -85,8 +158,8 @@ listenForStops({
   stop: (request) => requestStop(request),
   // The operator insists: children die with us (PR_SET_PDEATHSIG).
   insist: (signal) => {
+    say("cohort: run failed: interrupted again: exiting now without waiting for the ranks")
     closeConsole()
-    process.stderr.write("cohort: run failed: interrupted again: exiting now without waiting for the ranks\n")
     process.exit(exitStatusFor(signal))
   },
   watchParent: true
@@ -101,39 +174,68 @@ const refuse = (error: unknown): never => {
   process.exit(1)
 }
 
-if (flags.has("--dry-run")) {
-  console.log(await cohort.dryRun(file).catch(refuse))
+if (args.dryRun && args.file !== undefined) {
+  console.log(await cohort.dryRun(input, { overrides, checkPlan }).catch(refuse))
+  process.exit(0)
+}
+if (args.dryRun) {
+  // The quick form: the cluster file it stands for, to save and grow from, with its plan as comments. A file
+  // that decodes is printed even when its plan cannot run here (a host unreachable, a program not on PATH).
+  const planned = await cohort.dryRun(input, { overrides, checkPlan }).then(
+    (plan) => ({ plan, error: undefined }),
+    (error: unknown) => ({ plan: undefined, error })
+  )
+  const error = planned.error as { readonly _tag?: unknown } | undefined
+  if (error !== undefined && error._tag !== "LaunchInputError") refuse(error)
+  const file = await cohort.clusterDocument(input, { overrides }).catch(refuse)
+  const typed = argv.filter((word, index) => word !== "--dry-run" || index > argv.indexOf("--"))
+  console.log([
+    `# The cluster file of: bun run launch ${typed.map(shellWord).join(" ")}`,
+    "# Save it (this output, > cluster.yml) and run it with: bun run launch cluster.yml",
+    file.trimEnd(),
+    ...(planned.plan === undefined ? [] : ["# The plan:", ...planned.plan.split("\n").map((line) => `#   ${line}`)])
+  ].join("\n"))
+  if (error !== undefined) refuse(error)
   process.exit(0)
 }
 
 const runConsole = makeConsole({
-  quiet: flags.has("--quiet"),
-  ranks: ranks === undefined ? undefined : new Set(ranks.map(Number)),
-  logDir: values.get("--log-dir")
+  quiet: args.quiet,
+  ranks: args.ranks === undefined ? undefined : new Set(args.ranks),
+  logDir: args.logDir
 })
-
+say = (line) => runConsole.cohortLine(line)
 closeConsole = () => runConsole.close()
 
-const result = await cohort.launch(file, {
+const result = await cohort.launch(input, {
   interrupt: stopRequested,
   stopHint: "press Ctrl-C again to exit at once",
-  resume: flags.has("--resume"),
-  sync: flags.has("--sync"),
-  eventsFile: values.get("--events"),
+  resume: args.resume,
+  sync: args.sync,
+  eventsFile: args.events,
   output: runConsole.output,
   logLine: runConsole.cohortLine,
-  onEvent: runConsole.onEvent
+  onEvent: runConsole.onEvent,
+  overrides,
+  checkPlan
 }).catch((error) => {
+  // An input error found once the launcher runs (a busy port): in launcher.log too, then the console is done.
+  if (typeof error === "object" && error !== null && "_tag" in error && error instanceof Error) {
+    for (const line of error.message.split("\n")) say(`cohort: ${line}`)
+    runConsole.close()
+    process.exit(2)
+  }
   runConsole.close()
   return refuse(error)
 })
 const last = runConsole.lastState()
 const table = last === undefined ? "" : summaryTable(last)
-runConsole.close()
-if (table !== "") process.stderr.write(`${table}\n`)
+// The table and the verdict go through the console before it closes: launcher.log gets them as the terminal does.
+if (table !== "") say(table)
 // A run that did not complete says where its work is and how to go on from it, just before the verdict.
 if (result.checkpoint !== undefined && result.outcome !== "completed" && result.outcome !== "degraded") {
-  process.stderr.write(`cohort: checkpoint: ${result.checkpoint.path} (epoch ${result.checkpoint.epoch}); continue with: bun run launch ${file} --resume\n`)
+  say(`cohort: checkpoint: ${result.checkpoint.path} (epoch ${result.checkpoint.epoch}); continue with: ${resumeCommand()}`)
 }
-process.stderr.write(`cohort: ${result.summary}\n`)
+say(`cohort: ${result.summary}`)
+runConsole.close()
 process.exit(result.exitCode)

@@ -13,7 +13,7 @@
  */
 import * as Data from "effect/Data"
 import * as Effect from "effect/Effect"
-import { isMap, isScalar, isSeq, LineCounter, type Node, parseDocument } from "yaml"
+import { type Document, isMap, isScalar, isSeq, LineCounter, type Node, parseDocument } from "yaml"
 import { ConfigError } from "./ConfigError.ts"
 import { formatDuration, MAX_DURATION_MS, parseDuration } from "./Duration.ts"
 
@@ -216,11 +216,15 @@ export class Field {
   }
 }
 
-/** Parse `text` and hand its root to `decode`; every error recorded inside makes the result a failure. */
+/**
+ * Parse `text` and hand its root to `decode`; every error recorded inside makes the result a failure.
+ * `edit` changes the parsed document first (the command line's overrides); its refusals are errors too.
+ */
 export const parse = <A>(
   text: string,
   file: string | undefined,
-  decode: (root: Field) => A
+  decode: (root: Field) => A,
+  edit?: (doc: Document.Parsed) => ReadonlyArray<ConfigError>
 ): Effect.Effect<A, ConfigErrors> =>
   Effect.suspend(() => {
     const lines = new LineCounter()
@@ -234,7 +238,8 @@ export const parse = <A>(
         })
       )
     }
-    const source: Source = { file, lines, errors: [] }
+    // What an edit refuses is reported with what the decoder finds in the rest: every mistake at once.
+    const source: Source = { file, lines, errors: [...(edit?.(doc) ?? [])] }
     const root = new Field("", doc.contents as Node | null, source)
     const value = root.attempt(() => decode(root))
     if (source.errors.length > 0 || value === undefined) {

@@ -1,0 +1,160 @@
+/**
+ * `bun run launch`'s arguments, read before the launcher is loaded (it takes
+ * a few hundred milliseconds): `--help` and a mistake answer at once.
+ *
+ * Two forms: a cluster file (`bun run launch cluster.yml [options] [-- args]`,
+ * the words after `--` appended to `job.args`), or the quick form without one
+ * (`bun run launch -n 4 [options] -- program args`, see `QuickForm`). Valued
+ * flags take their value as the next word or after `=` (`--nproc-per-node=4`),
+ * and torchrun's underscore spelling `--nproc_per_node` is understood.
+ */
+
+export const usage = `usage: bun run launch <cluster.yml> [--dry-run] [--resume] [--sync]
+                  [--quiet] [--ranks 0,3] [--log-dir DIR] [--events FILE]
+                  [--set PATH=VALUE]... [--policy POLICY] [--from-slurm] [-- ARGS...]
+       bun run launch --nproc-per-node N [--hosts A:N,B:N] [options] -- PROGRAM [ARGS...]
+
+Runs the job of a cluster file: one port, an agent per host, a rank per device,
+supervised under the file's failure_policy.
+
+  --dry-run        print the plan (hosts, ranks, devices, commands, env, policy) and start nothing
+  --resume         continue from the consensus checkpoint (job.checkpoint, by default
+                   .cohort/checkpoints/<name>.json): epochs start after the saved one
+  --sync           copy this checkout to every ssh host's path first (rsync, else tar over ssh)
+  --quiet          show only cohort's own lines, and a dead rank's last lines
+  --ranks 0,3      show only these ranks' lines
+  --log-dir DIR    also write each rank's, relay's and agent's lines to a file of its own in DIR
+  --events FILE    write every join, death, restart, decision and the verdict as JSON lines
+  --set PATH=VALUE change the file before it is read, checked like the file: --set job.epochs=20,
+                   --set failure_policy.grace=10s, --set 'job.args=[lr=0.1]' (repeatable)
+  --policy POLICY  failure_policy.after_formation: kill_all, elastic, elastic:25%, elastic:2,
+                   restart or restart:3 (at most 3 restarts)
+  --from-slurm     inside a Slurm allocation: the workers are its nodes (SLURM_JOB_NODELIST),
+                   with SLURM_NTASKS_PER_NODE ranks each (one per GPU with SLURM_GPUS_ON_NODE)
+  -- ARGS...       appended to job.args (a command: job's argv, an entry: job's ctx.args)
+  -h, --help       show this help
+
+Without a file (torchrun's and mpirun's spelling), a command: job under the default policy:
+  -n, --nproc-per-node N   ranks on this machine (gpu: one per GPU)
+  --hosts A:N,B:N          ranks on those hosts instead, reached over ssh in this checkout's path
+  -- PROGRAM [ARGS...]     what every rank runs; --dry-run prints the cluster file it stands for
+
+While it runs: a live page at http://<its address>/ , metrics at /metrics, and
+\`bun run status\` in this directory.
+
+Exit status: 0 completed (also DEGRADED), 1 failed, 2 bad input; stopped by a signal:
+129 SIGHUP, 130 SIGINT, 143 SIGTERM.
+Examples: bun run launch examples/local.yml
+          bun run launch --nproc-per-node 4 -- python3 train.py --lr 0.1`
+
+export interface LaunchArgs {
+  /** The cluster file; undefined for the quick form. */
+  readonly file: string | undefined
+  readonly dryRun: boolean
+  readonly resume: boolean
+  readonly sync: boolean
+  readonly quiet: boolean
+  readonly ranks: ReadonlyArray<number> | undefined
+  readonly logDir: string | undefined
+  readonly events: string | undefined
+  /** Each `--set`, as written after it. */
+  readonly sets: ReadonlyArray<string>
+  readonly policy: string | undefined
+  readonly fromSlurm: boolean
+  /** `--nproc-per-node` / `-n`, as written. */
+  readonly ranksPerHost: string | undefined
+  readonly hosts: string | undefined
+  /** The words after `--`: the file's extra `job.args`, or the quick form's program; undefined without `--`. */
+  readonly rest: ReadonlyArray<string> | undefined
+}
+
+export type Parsed = { readonly _tag: "Help" } | { readonly _tag: "Run"; readonly args: LaunchArgs } | { readonly _tag: "Refused"; readonly problem: string }
+
+const switches: Record<string, "dryRun" | "resume" | "sync" | "quiet" | "fromSlurm"> = {
+  "--dry-run": "dryRun",
+  "--resume": "resume",
+  "--sync": "sync",
+  "--quiet": "quiet",
+  "--from-slurm": "fromSlurm"
+}
+
+/** Each valued flag, by every spelling, under its one name. */
+const valued: Record<string, string> = {
+  "--ranks": "--ranks",
+  "--log-dir": "--log-dir",
+  "--events": "--events",
+  "--set": "--set",
+  "--policy": "--policy",
+  "--nproc-per-node": "--nproc-per-node",
+  "--nproc_per_node": "--nproc-per-node",
+  "-n": "--nproc-per-node",
+  "--hosts": "--hosts"
+}
+
+/** Read `bun run launch`'s arguments (the process's, after the script's name). */
+export const parseLaunchArgs = (argv: ReadonlyArray<string>): Parsed => {
+  const refuse = (problem: string): Parsed => ({ _tag: "Refused", problem })
+  const dashes = argv.indexOf("--")
+  const own = dashes === -1 ? argv : argv.slice(0, dashes)
+  const rest = dashes === -1 ? undefined : argv.slice(dashes + 1)
+  if (own.includes("--help") || own.includes("-h")) return { _tag: "Help" }
+  const flags = { dryRun: false, resume: false, sync: false, quiet: false, fromSlurm: false }
+  const values = new Map<string, string>()
+  const sets: Array<string> = []
+  const files: Array<string> = []
+  for (let i = 0; i < own.length; i++) {
+    const arg = own[i]!
+    const equals = arg.startsWith("--") ? arg.indexOf("=") : -1
+    const name = equals === -1 ? arg : arg.slice(0, equals)
+    if (switches[arg] !== undefined) flags[switches[arg]] = true
+    else if (valued[name] !== undefined) {
+      const flag = valued[name]!
+      const value = equals === -1 ? own[++i] : arg.slice(equals + 1)
+      if (value === undefined || (equals === -1 && value.startsWith("--"))) return refuse(`${name} needs a value\n\n${usage}`)
+      if (flag === "--set") sets.push(value)
+      else if (values.has(flag)) return refuse(`${flag} is given twice (${values.get(flag)} and ${value}): give it once`)
+      else values.set(flag, value)
+    } else if (arg.startsWith("-")) return refuse(`unknown option ${arg}\n\n${usage}`)
+    else files.push(arg)
+  }
+
+  const quick = values.has("--nproc-per-node") || values.has("--hosts")
+  if (quick && files.length > 0) {
+    return refuse(
+      rest === undefined
+        ? `${values.has("--hosts") ? "--hosts" : "--nproc-per-node"} runs a program without a cluster file: put the program after --, like  bun run launch -n 4 -- ${files.join(" ")}`
+        : `${values.has("--hosts") ? "--hosts" : "--nproc-per-node"} is for a run without a cluster file; with ${files[0]}, say the ranks in its workers (or --set workers[0].devices=4)`
+    )
+  }
+  if (values.has("--nproc-per-node") && values.has("--hosts") && values.get("--hosts")!.split(",").every((part) => part.includes(":"))) {
+    return refuse(`--hosts ${values.get("--hosts")} gives every host its ranks already: leave out --nproc-per-node ${values.get("--nproc-per-node")}`)
+  }
+  if (values.has("--hosts") && flags.fromSlurm) return refuse("--hosts and --from-slurm both say the workers: give one of them")
+  const withoutFile = quick || flags.fromSlurm
+  if (files.length === 0 && withoutFile && (rest === undefined || rest.length === 0)) {
+    return refuse(`without a cluster file, give the program every rank runs after --, like  bun run launch --nproc-per-node 4 -- python3 train.py\n\n${usage}`)
+  }
+  if (files.length === 0 && !withoutFile) return refuse(`no cluster file given\n\n${usage}`)
+  if (files.length > 1) return refuse(`one cluster file at a time, got ${files.join(", ")}\n\n${usage}`)
+
+  const rankList = values.get("--ranks")
+  const ranks = rankList === undefined ? undefined : rankList.split(",").map((part) => part.trim())
+  if (ranks !== undefined && (ranks.length === 0 || ranks.some((rank) => !/^\d+$/.test(rank)))) {
+    return refuse(`--ranks takes rank numbers separated by commas (like 0,3), got ${rankList}`)
+  }
+  return {
+    _tag: "Run",
+    args: {
+      file: files[0],
+      ...flags,
+      ranks: ranks?.map(Number),
+      logDir: values.get("--log-dir"),
+      events: values.get("--events"),
+      sets,
+      policy: values.get("--policy"),
+      ranksPerHost: values.get("--nproc-per-node"),
+      hosts: values.get("--hosts"),
+      rest
+    }
+  }
+}
