@@ -1,9 +1,10 @@
 /**
  * A loopback launcher is not open admission: every local user can reach
  * 127.0.0.1. An agent without the run's salt that dials a running loopback
- * run (one that even accepts growth) gets no reply and no seat: the run's
- * hosts, ranks and world are as they were, and nothing of its spec (env,
- * args, salt) reaches the stranger. Real launcher and agent processes.
+ * run (one that even accepts growth) gets no seat, only a refusal saying
+ * that the run needs its salt (exit 2: dialling again cannot help): the
+ * run's hosts, ranks and world are as they were, and nothing of its spec
+ * (env, args, salt) reaches the stranger. Real launcher and agent processes.
  */
 import { afterEach, expect, test } from "bun:test"
 import { mkdtempSync, writeFileSync } from "node:fs"
@@ -17,7 +18,7 @@ afterEach(() => {
   for (const proc of started.splice(0)) proc.kill("SIGKILL")
 })
 
-test("an agent without the salt dialling a loopback run that accepts growth is dropped unanswered; the run is unchanged", async () => {
+test("an agent without the salt dialling a loopback run that accepts growth is refused for want of the salt; the run is unchanged", async () => {
   const dir = mkdtempSync(join(tmpdir(), "cohort-admission-"))
   const file = join(dir, "cluster.yml")
   writeFileSync(file, clusterFile({
@@ -43,8 +44,9 @@ test("an agent without the salt dialling a loopback run that accepts growth is d
   const status = await stranger.exited
   await output.done
   await strangerOut.done
-  expect(status, output.lines.join("\n")).not.toBe(0)
+  expect(status, output.lines.join("\n")).toBe(2)
   const everything = [...output.lines, ...strangerOut.lines].join("\n")
+  expect(everything).toContain("admits only agents that hold the run's salt, and this one has none")
   expect(everything).not.toContain("secret-token-1234")
   expect(everything).not.toContain("joined")
 

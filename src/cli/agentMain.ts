@@ -7,7 +7,12 @@
  * descriptor 3, read once and closed, so that it is in no environment.
  *
  * The salt is never an argument: `--salt-file FILE`, `--salt-stdin`, or
- * `COHORT_SALT`; with none the agent asks for open admission.
+ * `COHORT_SALT`; with none the agent asks for open admission, and a launcher
+ * that needs the salt says so (exit 2: dialling again cannot help).
+ *
+ * A self-deployed agent's ranks' and relay's lines go to the launcher over
+ * the join link, so its terminal and `--log-dir` show every host; here only
+ * the agent's own lines appear, unless `--local-output`.
  *
  * Exit status: 0 the run ended, 1 transient (the launcher was not there, or
  * went away; `--persist` dials again after 5 s, doubling to 60 s), 2
@@ -30,7 +35,7 @@ import { saltFromHex } from "../wire/Keys.ts"
 import * as Log from "./logger.ts"
 
 const usage = `usage: bun run agent --controller HOST:PORT [--host NAME] [--devices N|I,J|all] [--path DIR]
-                     [--salt-file FILE | --salt-stdin] [--persist]
+                     [--salt-file FILE | --salt-stdin] [--persist] [--local-output]
 
 Joins the run of the launcher at HOST:PORT with this machine's devices and runs the ranks it is given.
 
@@ -39,8 +44,11 @@ Joins the run of the launcher at HOST:PORT with this machine's devices and runs 
   --devices N|I,J|all     N CPU ranks, GPU indices, or every GPU (default: all)
   --path DIR              where ranks run: the project checkout (default: here)
   --salt-file FILE        the run's salt (32 hex digits) from a file; or --salt-stdin, or COHORT_SALT.
-                          Without one, the agent asks for open admission.
+                          Without one, the agent asks for open admission (a launcher that needs
+                          the salt refuses it: exit 2).
   --persist               dial again after a transient failure (5 s, doubling to 60 s)
+  --local-output          print the ranks' and the relay's lines here too; they always go to the
+                          launcher, whose terminal and --log-dir show them with every other host's
 
 Exit status: 0 the run ended, 1 transient failure, 2 refused or bad input.`
 
@@ -49,14 +57,21 @@ const fail = (message: string): never => {
   process.exit(2)
 }
 
-const fromArguments = (args: ReadonlyArray<string>): AgentLaunch => {
+/** An agent started by hand: its launch, whether --devices was given (else it is `all`), and --local-output. */
+interface ByHand {
+  readonly launch: AgentLaunch
+  readonly devicesGiven: boolean
+  readonly localOutput: boolean
+}
+
+const fromArguments = (args: ReadonlyArray<string>): ByHand => {
   const values = new Map<string, string>()
   const flags = new Set<string>()
   // --tag: a label in the process list, by which the launcher finds its own agents' leftovers.
   const valued = ["--controller", "--host", "--devices", "--path", "--salt-file", "--tag"]
   for (let i = 0; i < args.length; i++) {
     const arg = args[i]!
-    if (arg === "--persist" || arg === "--salt-stdin") flags.add(arg)
+    if (arg === "--persist" || arg === "--salt-stdin" || arg === "--local-output") flags.add(arg)
     else if (valued.includes(arg)) {
       const value = args[++i]
       if (value === undefined || value.startsWith("--")) fail(`${arg} needs a value\n\n${usage}`)
@@ -78,7 +93,7 @@ const fromArguments = (args: ReadonlyArray<string>): AgentLaunch => {
   if (saltHex !== undefined && saltHex !== "" && !isSaltHex(saltHex)) {
     fail(`the salt (${saltFile ?? (flags.has("--salt-stdin") ? "stdin" : "COHORT_SALT")}) must be 32 hex digits, as the launcher prints it`)
   }
-  return {
+  const launch: AgentLaunch = {
     host: values.get("--host") ?? hostname(),
     controller: controller as { host: string; port: number },
     saltHex: saltHex === "" ? undefined : saltHex,
@@ -86,6 +101,7 @@ const fromArguments = (args: ReadonlyArray<string>): AgentLaunch => {
     path: resolve(values.get("--path") ?? "."),
     persist: flags.has("--persist")
   }
+  return { launch, devicesGiven: values.has("--devices"), localOutput: flags.has("--local-output") }
 }
 
 const args = process.argv.slice(2)
@@ -106,7 +122,9 @@ const readSpecVariable = (value: string | undefined): string | undefined => {
   }
 }
 const specText = readSpecVariable(process.env[roleVariables.agent])
-const launch = specText !== undefined && specText !== "" ? readAgentSpec(specText) : fromArguments(args)
+// Started by hand (a self-deployed agent), or by cohort's ssh fan-out with a spec.
+const byHand = specText !== undefined && specText !== "" ? undefined : fromArguments(args)
+const launch = byHand?.launch ?? readAgentSpec(specText!)
 if (typeof launch === "string") fail(launch)
 const { controller, host, path, persist, saltHex } = launch as AgentLaunch
 // Started by the launcher's ssh session: it ends with that session's shell.
@@ -118,7 +136,8 @@ try {
 } catch (error) {
   fail((error as Error).message)
 }
-const devices = resolveDevices(host, (launch as AgentLaunch).devices)
+// Started with a spec (ssh), its devices are the cluster file's; by hand, the --devices flag's.
+const devices = resolveDevices(host, (launch as AgentLaunch).devices, byHand === undefined ? "file" : byHand.devicesGiven ? "flag" : "flag-default")
 if (typeof devices === "string") fail(devices)
 // The agent's own role variable must not reach the relay and ranks it starts.
 const inheritedEnv = { ...process.env, [roleVariables.agent]: undefined, COHORT_SALT: undefined }
@@ -133,7 +152,10 @@ const once = Effect.gen(function*() {
     path,
     inheritedEnv,
     handshakeMs: scaled(deadlines.handshakeMs, scale),
-    output: (line, stream) => (stream === "stdout" ? process.stdout : process.stderr).write(`${line}\n`)
+    // Over ssh the session carries this process's output to the launcher. A self-deployed agent sends its
+    // ranks' lines up its join link instead, and (as mpirun's daemons do) shows only its own here, unless asked.
+    forwardOutput: byHand !== undefined,
+    output: byHand !== undefined && !byHand.localOutput ? () => {} : (line, stream) => (stream === "stdout" ? process.stdout : process.stderr).write(`${line}\n`)
   })
 }).pipe(
   Effect.scoped,

@@ -2,8 +2,9 @@
  * The join channel's messages. The join connection stays open after
  * admission as the host's control link. Down it go `WorldFormed`, the orders
  * for each rank (`StartRank`, `StopRank`), `RunEnded` and `Abort`; up it come
- * what became of each rank (`RankStarted`, `RankRunning`, `RankExited`). Its
- * EOF means the host is gone.
+ * what became of each rank (`RankStarted`, `RankRunning`, `RankExited`), its
+ * ranks' resource use (`RankResources`) and, from a self-deployed agent, its
+ * ranks' output (`RankOutput`). Its EOF means the host is gone.
  *
  * The launcher holds the failure policy; an agent only carries out orders and
  * reports. Every rank message names the incarnation it is about, so a late
@@ -57,7 +58,13 @@ export class Accept extends Schema.TaggedClass<Accept>()("Accept", {
 }) {}
 
 export class Reject extends Schema.TaggedClass<Reject>()("Reject", {
-  reason: Schema.String
+  reason: Schema.String,
+  /**
+   * `salt`: this run admits only agents that hold its salt, and this one dialled without (`Trust.OPEN_KEY_ID`).
+   * Sent under the public open key, so anyone could forge it: an agent acts on it only when it has no salt
+   * (see `Trust`), and then it only stops an agent that could not have joined.
+   */
+  needs: Schema.optional(Schema.Literal("salt"))
 }) {}
 
 const Rank = Schema.Int.pipe(Schema.nonNegative())
@@ -134,6 +141,20 @@ export class RankResources extends Schema.TaggedClass<RankResources>()("RankReso
   }))
 }) {}
 
+/**
+ * Lines its ranks and relay printed, from an agent no ssh session carries (a self-deployed one), for the
+ * launcher's terminal, `--quiet`, `--ranks` and `--log-dir` like every other host's. Each line has its
+ * prefix (`[host:dev:rN] `, `[host:relay] `). Batched: a chatty rank is not one frame per line.
+ * `dropped`: lines the agent could not hold since its last batch (the link fell behind), counted.
+ */
+export class RankOutput extends Schema.TaggedClass<RankOutput>()("RankOutput", {
+  lines: Schema.Array(Schema.Struct({
+    stream: Schema.Literal("stdout", "stderr"),
+    line: Schema.String
+  })),
+  dropped: Count
+}) {}
+
 /** In kind order: a message's kind byte is its index here, so never reorder, only append. */
 export const JoinMessage = Schema.Union(
   Hello,
@@ -147,7 +168,8 @@ export const JoinMessage = Schema.Union(
   RankStarted,
   RankRunning,
   RunEnded,
-  RankResources
+  RankResources,
+  RankOutput
 )
 export type JoinMessage = typeof JoinMessage.Type
 

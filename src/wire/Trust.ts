@@ -10,6 +10,15 @@
  *   and even then only declared hosts are admitted. A loopback bind is no
  *   reason: every local user can reach 127.0.0.1, and the in-process agent
  *   has the salt in memory anyway.
+ *
+ * An agent without a salt names the open key in its handshake
+ * (`OPEN_KEY_ID`), so a launcher under pre-shared admission can tell it from
+ * a dialer with the wrong salt, and answer it with `Reject{needs: "salt"}`
+ * under the open key, rather than drop it unanswered (which the agent could
+ * only take for a transient failure, and dial again for ever). The answer
+ * holds nothing secret, and anyone can forge it: an agent with a salt never
+ * dials with the open key, so only one that cannot join anyway can be told
+ * to give up.
  */
 import { OPEN_SALT } from "./Keys.ts"
 
@@ -33,3 +42,13 @@ export const admission = (options: { readonly bindAddress: string; readonly open
 
 /** The salt that keys `Hello` and `Accept` under an admission mode. */
 export const joinSalt = (mode: Admission, salt: Uint8Array): Uint8Array => (mode.mode === "open" ? OPEN_SALT : salt)
+
+/** The key id of the open key on the join channel: an agent that holds no salt asks for open admission. */
+export const OPEN_KEY_ID = "open"
+
+/**
+ * The join channel's keys by key id: the unnamed one is the run's join key (`joinSalt`); the open key is
+ * known under both modes, so that a salt-less agent is answered (under pre-shared admission, refused).
+ */
+export const joinKeyFor = (mode: Admission, salt: Uint8Array) => (keyId: string): Uint8Array | undefined =>
+  keyId === "" ? joinSalt(mode, salt) : keyId === OPEN_KEY_ID ? OPEN_SALT : undefined

@@ -37,10 +37,13 @@ import * as Supervisor from "../Supervisor.ts"
 import type { RankDevice } from "../rank/RankContext.ts"
 import { type Accept, Hello, joinCodec, type JoinMessage, RankExited, RankResources, RankRunning, type StartRank, type StopRank, type WorldFormed } from "../../wire/JoinMessages.ts"
 import * as Native from "../../native/Native.ts"
+import * as OutputForwarder from "./OutputForwarder.ts"
 import { makeResourceSampler } from "./ResourceSampler.ts"
 import { runDirPrefix, sweepStaleRunDirs } from "./StaleRunDirs.ts"
 import { hostKey, OPEN_SALT, rankKey, saltFromHex } from "../../wire/Keys.ts"
 import * as Link from "../../wire/Link.ts"
+import { printable } from "../../wire/Printable.ts"
+import { OPEN_KEY_ID } from "../../wire/Trust.ts"
 import { rankEntry, relayEntry } from "../../cli/entryPoints.ts"
 import { deviceIndex, deviceTag, type HostDevices } from "./Devices.ts"
 import { type HostEnvelope, toEnvironment } from "./Envelope.ts"
@@ -83,6 +86,11 @@ export interface AgentOptions {
   readonly handshakeMs: number
   /** Where the children's prefixed lines go. */
   readonly output: OutputSink
+  /**
+   * Send the children's lines up the join link too (`RankOutput`), for the launcher's terminal and log files:
+   * a self-deployed agent's, which no ssh session carries. `output` still gets every line.
+   */
+  readonly forwardOutput?: boolean | undefined
 }
 
 /** Join, then serve the host until the run ends. */
@@ -95,6 +103,8 @@ export const run = (options: AgentOptions): Effect.Effect<void, AgentError, Scop
       host: options.controller.host,
       port: options.controller.port,
       salt: options.salt ?? OPEN_SALT,
+      // Without a salt, say so: a launcher that needs one can then answer instead of dropping the dial.
+      keyId: options.salt === undefined ? OPEN_KEY_ID : undefined,
       inbound: joinCodec,
       outbound: joinCodec,
       handshakeMs: options.handshakeMs,
@@ -115,7 +125,16 @@ export const run = (options: AgentOptions): Effect.Effect<void, AgentError, Scop
     })).pipe(Effect.mapError((error) => failWith(error.message)))
     const answer = yield* next(options.handshakeMs, "answer to the Hello")
     const refuse = (reason: string) => new AgentError({ host, reason, permanent: true })
-    if (answer._tag === "Reject") return yield* refuse(`the launcher refused this host: ${answer.reason}`)
+    // Under the open key anyone could have written this refusal; it is heeded only by an agent that has no salt,
+    // which this launcher would never admit (see `Trust`).
+    if (answer._tag === "Reject" && answer.needs === "salt" && options.salt === undefined) {
+      return yield* refuse(
+        `the launcher at ${options.controller.host}:${options.controller.port} admits only agents that hold the run's salt, and this one has none: ` +
+          `copy the salt file named in the launcher's line "waiting for ${host} to join" (under .cohort/salts/ where the launcher runs) ` +
+          "to this machine and start the agent again with --salt-file FILE (or --salt-stdin, or COHORT_SALT)"
+      )
+    }
+    if (answer._tag === "Reject") return yield* refuse(`the launcher refused this host: ${printable(answer.reason, 4_096)}`)
     if (answer._tag !== "Accept") return yield* refuse(`expected Accept or Reject, got ${answer._tag}`)
     const salt = options.salt ?? (answer.saltHex === undefined ? undefined : saltFromHex(answer.saltHex))
     if (salt === undefined) return yield* failWith("open admission, but the Accept carried no salt")
@@ -184,9 +203,20 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
     let ending = false
     /** Why the host's ranks are being stopped, for the agent's line when the policy stops them. */
     let stopCause: string | undefined
-    const report = (message: JoinMessage) => Effect.ignore(link.send(message))
+    const forwarder = options.forwardOutput === true ? yield* OutputForwarder.make((batch) => Effect.ignore(link.send(batch))) : undefined
+    /** A child's line: here, and to the launcher when forwarding. */
+    const childLine = (line: string, stream: "stdout" | "stderr") => {
+      options.output(line, stream)
+      forwarder?.push(line, stream)
+    }
+    // Lines forwarded so far go first: a rank's last lines reach the launcher before its RankExited.
+    const report = (message: JoinMessage) => Effect.zipRight(forwarder?.flush ?? Effect.void, Effect.ignore(link.send(message)))
     const refuse = ({ incarnation, rank }: StartRank, detail: string) =>
       report(new RankExited({ rank, incarnation, code: null, signal: null, detail }))
+
+    // The relay reduces with the TypeScript kernels where the native library cannot be loaded: said here, once
+    // for the host (and once for the launcher's machine, whose controller says the same).
+    if (entry !== undefined && spec.backend !== "nccl") yield* Native.cpuKernelsSayingFallback()
 
     // The ranks' resource use, for the status page and /metrics. GPUs are read through NVML (no CUDA context here).
     const gpuHost = options.devices.devices.some((device) => device.kind === "gpu")
@@ -246,7 +276,7 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
         }) },
         inheritEnv: false,
         ipc: () => undefined,
-        onLine: (line, stream) => options.output(`[${host}:relay] ${line}`, stream),
+        onLine: (line, stream) => childLine(`[${host}:relay] ${line}`, stream),
         grace
       },
       key: { _tag: "HostKey", keyHex: Buffer.from(hostKey(salt, host)).toString("hex") },
@@ -329,7 +359,7 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
             if ((message as { _tag?: unknown })?._tag === "Running") callbacks.fork(markRunning(rank, incarnation))
           }
           : undefined,
-        onLine: (line, stream) => options.output(prefix + line, stream),
+        onLine: (line, stream) => childLine(prefix + line, stream),
         grace
       }
     }
@@ -388,6 +418,8 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
         stopCause = why
         yield* supervisor.send(SupervisionEvent.AbortRequested({ reason: why }))
         yield* supervisor.verdict
+        // The relay's last lines, which no report follows.
+        if (forwarder !== undefined) yield* forwarder.flush
       })
 
     while (true) {

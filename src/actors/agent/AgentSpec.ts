@@ -72,12 +72,16 @@ export const readAgentSpec = (text: string): AgentLaunch | string => {
   }
 }
 
+/** Devices as `parseDevices` reads them (and `--devices` takes them): `4`, `0,1` or `all`. */
+export const formatDevices = (devices: Devices): string =>
+  devices._tag === "All" ? "all" : devices._tag === "Count" ? String(devices.count) : devices.indices.join(",")
+
 /** The spec for one host, as the launcher writes it. */
 export const writeAgentSpec = (launch: Omit<AgentLaunch, "persist">): string =>
   JSON.stringify({
     host: launch.host,
     controller: `${launch.controller.host}:${launch.controller.port}`,
     saltHex: launch.saltHex,
-    devices: launch.devices._tag === "All" ? "all" : launch.devices._tag === "Count" ? String(launch.devices.count) : launch.devices.indices.join(","),
+    devices: formatDevices(launch.devices),
     path: launch.path
   })

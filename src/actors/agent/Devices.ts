@@ -49,8 +49,22 @@ const probeSmi = (): Gpus => {
 
 const probeGpus = (): Gpus => probeNative() ?? probeSmi()
 
+/**
+ * How a mistake about devices is told to fix them: in the cluster file's words (`devices: 4`), or in
+ * `bun run agent`'s (`--devices 4`), whichever the user wrote; `flag-default`: the user wrote none, and
+ * `--devices all` is the agent's default.
+ */
+export type DevicesSpelling = "file" | "flag" | "flag-default"
+
+const spelled = {
+  file: { all: "devices: all", count: "devices: 4", indices: "devices: [0, 1]" },
+  flag: { all: "--devices all", count: "--devices 4", indices: "--devices 0,1" },
+  "flag-default": { all: "--devices all (the default)", count: "--devices 4", indices: "--devices 0,1" }
+} as const
+
 /** Resolve a host's devices, or say why they cannot be. */
-export const resolveDevices = (host: string, devices: Devices): HostDevices | string => {
+export const resolveDevices = (host: string, devices: Devices, spelling: DevicesSpelling = "file"): HostDevices | string => {
+  const words = spelled[spelling]
   switch (devices._tag) {
     case "Count":
       return {
@@ -62,7 +76,7 @@ export const resolveDevices = (host: string, devices: Devices): HostDevices | st
       const gpus = probeGpus()
       if (typeof gpus === "string") {
         return `host ${host} lists GPU indices [${devices.indices.join(", ")}], but its GPUs cannot be listed (${gpus}); ` +
-          "give a number of CPU ranks (devices: 4) on a machine without GPUs"
+          `give a number of CPU ranks (${words.count}) on a machine without GPUs`
       }
       const missing = devices.indices.filter((index) => !gpus.some((gpu) => gpu.index === index))
       if (missing.length > 0) {
@@ -76,8 +90,8 @@ export const resolveDevices = (host: string, devices: Devices): HostDevices | st
     case "All": {
       const gpus = probeGpus()
       if (typeof gpus === "string" || gpus.length === 0) {
-        return `host ${host} has devices: all, but no GPU was found there (${typeof gpus === "string" ? gpus : "nvidia-smi lists none"}); ` +
-          "give a number of CPU ranks (devices: 4) or the GPU indices (devices: [0, 1])"
+        return `host ${host} has ${words.all}, but no GPU was found there (${typeof gpus === "string" ? gpus : "nvidia-smi lists none"}); ` +
+          `give a number of CPU ranks (${words.count}) or the GPU indices (${words.indices})`
       }
       return { devices: gpus.map(({ index }) => ({ kind: "gpu" as const, index })), labels: gpus.map(({ name }) => name) }
     }

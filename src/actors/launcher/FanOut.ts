@@ -14,8 +14,9 @@ import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import type * as Fiber from "effect/Fiber"
 import type * as Scope from "effect/Scope"
+import type { Worker } from "../../config/ClusterConfig.ts"
 import * as Agent from "../agent/Agent.ts"
-import { writeAgentSpec } from "../agent/AgentSpec.ts"
+import { formatDevices, writeAgentSpec } from "../agent/AgentSpec.ts"
 import { VERSION } from "../../version.ts"
 import { saltToHex } from "../../wire/Keys.ts"
 import { LaunchInputError, type Plan, sshWorkers } from "./Plan.ts"
@@ -99,7 +100,7 @@ export const fanOut = (
           )
         }
         case "self":
-          return Effect.zipRight(selfDeployHint(worker.host, saltHex, `${plan.remoteDialAddress}:${port}`), Effect.never)
+          return Effect.zipRight(selfDeployHint(worker, saltHex, `${plan.remoteDialAddress}:${port}`), Effect.never)
       }
     }
     const agents = yield* Effect.forEach(plan.hosts, (host) =>
@@ -112,9 +113,17 @@ export const fanOut = (
     return { agents, hostsChecked, agentFailed }
   })
 
-/** How to start a `agent: self` host's agent; under pre-shared admission the salt goes to a file only this user can read. */
-const selfDeployHint = (host: string, saltHex: string | undefined, controller: string) =>
+/** A word as a POSIX shell reads it back: a pasted command must not split or expand a path. */
+const shellWord = (word: string) => (/^[\w@%+=:,./-]+$/.test(word) ? word : `'${word.replaceAll("'", "'\\''")}'`)
+
+/**
+ * How to start an `agent: self` host's agent, as a command that works pasted on that host: its devices
+ * (the agent's default, every GPU, fails on a CPU host) and its checkout as the file declares them. Under
+ * pre-shared admission the salt goes to a file only this user can read.
+ */
+const selfDeployHint = (worker: Worker, saltHex: string | undefined, controller: string) =>
   Effect.gen(function*() {
+    const { host } = worker
     let saltArgument = ""
     if (saltHex !== undefined) {
       const file = `.cohort/salts/${process.pid}-${host.replace(/[^A-Za-z0-9_.-]/g, "_")}.salt`
@@ -129,5 +138,11 @@ const selfDeployHint = (host: string, saltHex: string | undefined, controller: s
       yield* Effect.addFinalizer(() => Effect.sync(() => rmSync(file, { force: true })))
       saltArgument = ` --salt-file <a copy of ${file}>`
     }
-    yield* Effect.logInfo(`waiting for ${host} to join: on it, run  bun run agent --controller ${controller} --host ${host}${saltArgument}`)
+    // The agent's default path is where it is started: a declared one is said, so the ranks run in the checkout.
+    const pathArgument = worker.path === "." ? "" : ` --path ${shellWord(worker.path)}`
+    // The salt's placeholder comes before the rest: tests and scripts that read this line (chaos, bench) look for it right after --host.
+    yield* Effect.logInfo(
+      `waiting for ${host} to join: on it, run  bun run agent --controller ${controller} --host ${host}${saltArgument} ` +
+        `--devices ${formatDevices(worker.devices)}${pathArgument}`
+    )
   })

@@ -115,7 +115,9 @@ export const supervise = (env: RunEnv, wiring: SupervisionWiring): Effect.Effect
           // A clean exit is judged by the coordinator: with work left and no word of leaving, it is a loss.
           isClean(exit) && coordinator !== undefined ? coordinator.exitedCleanly(rank) : Effect.void
         ], { discard: true }),
-      resources: (host, samples) => env.journal.recordSoon({ event: "resources", at: Date.now(), host, samples })
+      resources: (host, samples) => env.journal.recordSoon({ event: "resources", at: Date.now(), host, samples }),
+      // A self-deployed agent's ranks' lines: to the run's output, as an ssh host's session and this machine's agent bring theirs.
+      output: (lines) => Effect.sync(() => lines.forEach(({ line, stream }) => env.output(line, stream)))
     }, graceMs, { renumber, seatOf: (rank) => seatOf(membership.snapshot(), rank) })
 
     const giveUp = (ranks: ReadonlyArray<number>, reason: string) =>

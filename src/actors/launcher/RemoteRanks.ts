@@ -11,11 +11,15 @@
  * ends, every rank it still had is reported ended (the agent is gone, and its
  * ranks with it: they die with their agent).
  *
+ * A self-deployed agent also forwards its ranks' lines over the link (no ssh
+ * session carries them): they go to the run's output like every other host's.
+ *
  * A child is a seat: a device of a host, named by the rank it first ran as.
  * With `renumber`, every incarnation after the first runs under a new rank
  * number the launcher hands out (a restarted rank rejoins like a newcomer),
  * on the same device; reports name the number, and are traced to the seat.
  */
+import * as Clock from "effect/Clock"
 import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
@@ -24,7 +28,8 @@ import type { ChildHandle, StopMode } from "../ChildHandle.ts"
 import { ChildExit } from "../ChildExit.ts"
 import type { SupervisedChild } from "../Supervisor.ts"
 import { rankChild } from "../Supervisor.ts"
-import { type RankResources, StartRank, StopRank } from "../../wire/JoinMessages.ts"
+import type { RankOutput, RankResources } from "../../wire/JoinMessages.ts"
+import { StartRank, StopRank } from "../../wire/JoinMessages.ts"
 import type { Member } from "./JoinGate.ts"
 
 export interface RankObserver {
@@ -34,6 +39,8 @@ export interface RankObserver {
   readonly exited: (rank: number, exit: ChildExit) => Effect.Effect<void>
   /** The host's agent sampled its ranks' resource use. */
   readonly resources: (host: string, samples: RankResources["samples"]) => Effect.Effect<void>
+  /** Lines of the host's ranks and relay, from an agent that forwards them (a self-deployed one), prefixes included. */
+  readonly output: (lines: RankOutput["lines"]) => Effect.Effect<void>
 }
 
 interface Incarnation {
@@ -68,6 +75,12 @@ export interface Numbering {
   readonly seatOf: (rank: number) => number
 }
 
+/** A host's dropped output lines are said at most this often (with the count since). */
+const DROPS_SAID_EVERY_MS = 10_000
+
+/** What follows `[host:` in a rank's line as agents prefix it: `device:rN] `. */
+const RANK_SUFFIX = /^[^\]:]*:r(\d+)\] /
+
 /** Every number is its own seat. */
 const ownSeats: Numbering = { renumber: () => Effect.succeed(undefined), seatOf: (rank) => rank }
 
@@ -100,8 +113,34 @@ export const make = (
         )
       })
 
-    const listen = (member: Member) =>
-      Effect.gen(function*() {
+    /**
+     * A forwarded line as the host's own: one whose prefix names another host, or a rank the host does not
+     * hold, is the agent's line (its `agent-HOST.log`), never another rank's. An agent speaks for no one else.
+     */
+    const ownLine = (member: Member, line: string): string => {
+      const own = `[${member.host}:`
+      if (line.startsWith(own)) {
+        const rest = line.slice(own.length)
+        if (rest.startsWith("relay] ")) return line
+        const rank = RANK_SUFFIX.exec(rest)
+        if (rank !== null && member.ranks.includes(seatOf(Number(rank[1])))) return line
+      }
+      return `cohort agent ${member.host}: ${line}`
+    }
+
+    const listen = (member: Member) => {
+      // Lines the host's agent had to drop, said at most every DROPS_SAID_EVERY_MS: an overloaded link must not
+      // add a warning per batch to the flood it already is.
+      let unsaid = 0
+      let saidAt = Number.NEGATIVE_INFINITY
+      const sayDropped = Effect.suspend(() => {
+        const count = unsaid
+        unsaid = 0
+        return count === 0 ? Effect.void : Effect.logWarning(
+          `${count} line(s) of ${member.host}'s output were dropped: its ranks printed faster than its agent could send them here`
+        )
+      })
+      return Effect.gen(function*() {
         while (true) {
           const message = yield* member.link.receive
           switch (message._tag) {
@@ -126,6 +165,16 @@ export const make = (
               // Only the host's own ranks: an agent speaks for no one else.
               yield* observer.resources(member.host, message.samples.filter((sample) => member.ranks.includes(seatOf(sample.rank))))
               break
+            case "RankOutput": {
+              unsaid += message.dropped
+              const now = yield* Clock.currentTimeMillis
+              if (unsaid > 0 && now - saidAt >= DROPS_SAID_EVERY_MS) {
+                saidAt = now
+                yield* sayDropped
+              }
+              yield* observer.output(message.lines.map(({ line, stream }) => ({ line: ownLine(member, line), stream })))
+              break
+            }
             default:
               yield* Effect.logWarning(`ignored an unexpected ${message._tag} from the agent of ${member.host}`)
           }
@@ -133,6 +182,7 @@ export const make = (
       }).pipe(
         Effect.catchAll((ended) =>
           Effect.gen(function*() {
+            yield* sayDropped
             const why = `lost the agent of ${member.host} (${ended.detail})`
             lost.set(member.host, why)
             for (const seat of member.ranks) {
@@ -142,6 +192,7 @@ export const make = (
           })
         )
       )
+    }
 
     yield* Effect.forEach(members, (member) => Effect.forkScoped(listen(member)), { discard: true })
 

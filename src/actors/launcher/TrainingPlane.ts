@@ -44,15 +44,18 @@ export const make = (env: RunEnv, wiring: TrainingWiring): Effect.Effect<Trainin
     const { config } = env.plan
     if (config.job.program._tag !== "Entry") return undefined
     const { control, membership, rendezvous, supervision } = wiring
-    const kernels = yield* Effect.option(Native.load())
-    if (kernels._tag === "None") yield* Effect.logWarning("the native library is missing: CPU reductions across hosts will fail (run `bun run build:native`)")
+    // Without the native library the controller reduces with the TypeScript kernels (and so do the relays):
+    // the run works, slower, and says so once. NCCL jobs reduce on their GPUs: the controller's CPU rounds are
+    // only their model syncs, not worth a warning.
+    const cpu = config.job.backend !== "nccl"
+    const kernels = cpu ? yield* Native.cpuKernelsSayingFallback() : (yield* Native.cpuKernels()).kernels
     const root = new ModelRoot(config.job.outerOptimizer, config.job.asyncAlpha)
     const saved = env.resumed?.root === undefined ? undefined : parseState(env.resumed.root) as RootState
     if (saved !== undefined && saved.anchor instanceof Float32Array && saved.momentum instanceof Float32Array) root.restore(saved)
     const formed = membership.snapshot()
     const controller = Controller.make({
       hosts: liveHosts(formed),
-      kernels: kernels._tag === "Some" ? kernels.value.kernels : undefined,
+      kernels,
       send: (host, message) => control.send(host, message),
       root
     })

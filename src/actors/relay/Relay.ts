@@ -9,7 +9,8 @@
  *   stop) come down to the ranks they name;
  * - reductions: each rank leaves its tensor in its shared-memory segment and
  *   says so; once every active rank has (`FoldBarrier`), the relay sums them
- *   with the native kernel. A host alone in the world finishes the round
+ *   with the native kernel (the TypeScript one where the library cannot be
+ *   loaded: `Native.cpuKernels`). A host alone in the world finishes the round
  *   itself; otherwise it sends one `HostFold` upstream and waits for the
  *   controller's `Reduced`. The result is written back into every
  *   contributor's own segment (the first one's in place, the others by the
@@ -69,7 +70,10 @@ const BEAT_FRESH_MS = 2_000
 /** Register with the launcher (with the host's key, `Keys.hostKey`), then serve the host's ranks until the link ends. */
 export const run = (spec: RelaySpec, hostKey: Uint8Array, handshakeMs: number): Effect.Effect<void, RelayError | Link.LinkError, Scope.Scope> =>
   Effect.gen(function*() {
-    const native = yield* Native.load().pipe(Effect.mapError((error) => new RelayError({ reason: error.message })))
+    // Without the native library the TypeScript kernels reduce: same results, slower. The host's agent has said
+    // so once for the host (a relay's warning would be a second line of the same news on the launcher's terminal).
+    const { fallback, kernels } = yield* Native.cpuKernels()
+    if (fallback !== undefined) yield* Effect.logDebug(`reducing with the TypeScript kernels: ${fallback}`)
     const link = yield* Link.dial({
       channel: "control",
       host: spec.controller.host,
@@ -102,7 +106,7 @@ export const run = (spec: RelaySpec, hostKey: Uint8Array, handshakeMs: number): 
     const alone = (round: Round) => roundEpoch(round) < aloneBefore
     const sockets = new Map<number, Socket<RankSocket>>()
     const barrier = new FoldBarrier<Source>(spec.ranks)
-    const reduction = new HostReduction(native.kernels, spec.dir)
+    const reduction = new HostReduction(kernels, spec.dir)
     const segments = new SegmentMaps()
     let awaitingController: Deferred.Deferred<Reduced> | undefined
     let toldIdle = false
