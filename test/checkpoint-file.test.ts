@@ -6,12 +6,12 @@
  * CheckpointError naming the path.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs"
+import { chmodSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
-import { CheckpointError, type CheckpointRecord, read, write } from "../src/actors/launcher/CheckpointFile.ts"
+import { CheckpointError, type CheckpointRecord, peek, read, write } from "../src/actors/launcher/CheckpointFile.ts"
 import { stringifyState } from "../src/wire/StateJson.ts"
 
 let root = ""
@@ -174,5 +174,23 @@ describe("CheckpointFile", () => {
     const exit = Effect.runSyncExit(read(path))
     expect(exit._tag).toBe("Failure")
     expect(failureOf(read(path)).message).toContain("not a cohort checkpoint")
+  })
+
+  test("peek, for a run that does not resume: nothing there, a checkpoint and its epoch, or why the file there is none", () => {
+    const dir = freshDir()
+    const path = join(dir, "checkpoint.json")
+    expect(Effect.runSync(peek(path))).toEqual({ _tag: "Absent" })
+    const saved = record({ epoch: 153 })
+    Effect.runSync(write(path, saved))
+    expect(Effect.runSync(peek(path))).toEqual({ _tag: "Checkpoint", record: saved })
+    writeFileSync(path, "not json", { mode: 0o600 })
+    expect(Effect.runSync(peek(path))).toEqual({ _tag: "Unreadable", reason: "it is not JSON: not a cohort checkpoint" })
+    writeFileSync(path, JSON.stringify({ version: 2 }), { mode: 0o600 })
+    expect(Effect.runSync(peek(path))).toEqual({ _tag: "Unreadable", reason: "it is not a cohort checkpoint (version 1 with epoch and state)" })
+    // Writable by others: said as such, without --resume's advice (this run does not resume from it).
+    writeFileSync(path, JSON.stringify(saved), { mode: 0o600 })
+    chmodSync(path, 0o666)
+    const shared = Effect.runSync(peek(path))
+    expect(shared).toEqual({ _tag: "Unreadable", reason: `is writable by every user (mode 666): \`chmod go-w ${path}\`, or remove it` })
   })
 })

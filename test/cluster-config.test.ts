@@ -66,6 +66,20 @@ describe("cluster.yml", () => {
   })
 
   const w = "  - { host: a, devices: 2 }"
+  test("a run name is a plain name (it names files under .cohort/): one that could lead out of them is refused at its place", async () => {
+    const plain = "a plain run name: 1 to 128 letters, digits, '-', '_' or '.', not starting with '.'"
+    for (const name of ['"my run/../x"', "../x", "a/b", '".hidden"', '"two words"', `"${"n".repeat(129)}"`, '"tab\\there"']) {
+      const shown = JSON.stringify(JSON.parse(name.startsWith('"') ? name : `"${name}"`))
+      expect(await problems(`name: ${name}\n${minimal(w)}`)).toEqual([`cluster.yml: name (line 1, col 7): expected ${plain}, got ${shown}`])
+    }
+    for (const name of ["local", "run-2.v1", "_x", "r9", "a.b_c-d", "n".repeat(128)]) expect((await decode(`name: ${name}\n${minimal(w)}`)).name).toBe(name)
+    // Without a name the file's names the run, made plain.
+    const fromFile = (file: string) => Effect.runPromise(parseCluster(minimal(w), file)).then((config) => config.name)
+    expect(await fromFile("/tmp/my cluster.yml")).toBe("my_cluster")
+    expect(await fromFile("/tmp/.hidden.yaml")).toBe("_hidden")
+    expect(await fromFile("/tmp/local.yml")).toBe("local")
+  })
+
   test.each([
     ["no workers", "job: { entry: t.ts }", "workers (line 1, col 1): expected a list of workers, each with host and devices"],
     ["negative dataset_size", minimal(w, "job: { entry: t.ts, dataset_size: -5 }"), "job.dataset_size (line 3, col 35): expected a number of samples from 0 to 2147483647, got -5"],

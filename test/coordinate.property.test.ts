@@ -76,7 +76,7 @@ const interpret = (
     out.push(instruction)
     if (instruction._tag !== "WriteCheckpoint") continue
     const failure = fails() ? "disk full" : undefined
-    const [more, after] = interpret(current, CoordinatorEvent.CheckpointWritten({ epoch: instruction.epoch, failure, at: instruction.at }), fails)
+    const [more, after] = interpret(current, CoordinatorEvent.CheckpointWritten({ epoch: instruction.epoch, reason: instruction.reason, failure, at: instruction.at }), fails)
     out.push(...more)
     current = after
   }
@@ -451,7 +451,7 @@ const consensusAction: fc.Arbitrary<ConsensusAction> = fc.oneof(
   { arbitrary: fc.record({ kind: fc.constant("stop" as const), fails: fc.boolean() }), weight: 1 }
 )
 
-test("consensus: the first state offered for a newer epoch is written; the stop saves the latest and tells exactly the survivors", () => {
+test("consensus: the first state offered for a newer epoch is written (and journalled); the stop saves the latest and tells exactly the survivors", () => {
   fc.assert(
     fc.property(
       fc.integer({ min: 1, max: 4 }),
@@ -469,7 +469,8 @@ test("consensus: the first state offered for a newer epoch is written; the stop 
         let stopping = false
         const writes = (epoch: number, saved: string, reason: string, fails: boolean): Array<string> => {
           if (!fails) onDisk = epoch
-          return [`write ${epoch} ${saved} ${reason} world ${world} dead ${ascending(dead).join(",")}`, ...(fails ? ["error disk full"] : [])]
+          // A written checkpoint is journalled (--events); a failed write is said, and is not.
+          return [`write ${epoch} ${saved} ${reason} world ${world} dead ${ascending(dead).join(",")}`, fails ? "error disk full" : `journal checkpoint ${epoch} /ckpt.json ${reason}`]
         }
         const stop = (why: string, reason: string, fails: boolean): Array<string> => {
           if (stopping) return []
@@ -485,6 +486,10 @@ test("consensus: the first state offered for a newer epoch is written; the stop 
                 return [`write ${instruction.epoch} ${instruction.state} ${instruction.reason} world ${instruction.world} dead ${instruction.dead.join(",")}`]
               case "Log":
                 return instruction.message === "disk full" ? ["error disk full"] : []
+              case "Journal": {
+                const { event } = instruction
+                return event.event === "checkpoint" ? [`journal checkpoint ${event.epoch} ${event.path} ${event.reason}`] : []
+              }
               case "Send": {
                 const { order, ranks } = instruction
                 if (order._tag === "Stop") return [`stop ${ranks.join(",")}: ${order.reason} saved=${order.saved}`]

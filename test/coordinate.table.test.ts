@@ -81,6 +81,7 @@ const show = (instruction: Instruction): string => {
       if (event.event === "epoch_done") {
         return `journal epoch_done ${event.epoch}/${event.epochs}: ${event.samples} in ${event.seconds} s ${JSON.stringify(event.metrics)}`
       }
+      if (event.event === "checkpoint") return `journal checkpoint epoch ${event.epoch} at ${event.at} ${event.path} (${event.reason})`
       return `journal ${event.event}`
     }
     case "Latencies":
@@ -107,7 +108,7 @@ const coordinator = (settings: CoordinatorSettings) => {
     state = next
     return instructions.flatMap((instruction) =>
       instruction._tag === "WriteCheckpoint"
-        ? [show(instruction), ...step(CoordinatorEvent.CheckpointWritten({ epoch: instruction.epoch, failure, at: instruction.at }))]
+        ? [show(instruction), ...step(CoordinatorEvent.CheckpointWritten({ epoch: instruction.epoch, reason: instruction.reason, failure, at: instruction.at }))]
         : [show(instruction)]
     )
   }
@@ -185,16 +186,18 @@ describe("progress, the journal and an epoch's end", () => {
     ])
   })
 
-  test("metrics are the mean of each rank's latest; a report beyond the plan is clipped; latencies are passed on", () => {
+  test("progress shows the mean of each rank's latest metrics, an epoch's end the mean of all its reports; a report beyond the plan is clipped; latencies are passed on", () => {
     const run = attachedAll(settingsOf([0, 1], 10, 1))
     expect(run.say(0, progress(1, 1, { metrics: { loss: 4 } }), 100)).toEqual(["journal progress 1/1: 1/10, no rate {\"loss\":4}"])
-    // Rank 0's latest loss is 1 now, rank 1's 2: a mean of 1.5; only rank 1 reports acc.
+    // Rank 0's latest loss is 1 now, rank 1's 2; only rank 1 reports acc.
     run.say(0, progress(1, 2, { metrics: { loss: 1 } }), 200)
     run.say(1, progress(1, 5, { metrics: { loss: 2, acc: 0.5 } }), 300)
+    // The epoch's loss is over its three reports, (4 + 1 + 2) / 3 = 2.333 (the latest alone, (1 + 2) / 2, would be
+    // 1.5); acc over its one. A report without metrics adds nothing.
     expect(run.say(0, progress(1, 7), 400)).toEqual([
       "warning: rank 0 reported 7 samples done in epoch 1, more than the 5 it was given",
-      "journal epoch_done 1/1: 10 in 0.4 s {\"loss\":1.5,\"acc\":0.5}",
-      "info: epoch 1/1 done in 0.4 s: 10 samples (r0 5, r1 5); loss 1.500, acc 0.5000 (mean of the ranks' latest)",
+      `journal epoch_done 1/1: 10 in 0.4 s {"loss":${7 / 3},"acc":0.5}`,
+      "info: epoch 1/1 done in 0.4 s: 10 samples (r0 5, r1 5); loss 2.333, acc 0.5000 (mean of the epoch's reports)",
       "0,1 ← EpochEnd 1",
       "info: training done: 1 epoch(s)",
       "0,1 ← TrainingDone",
@@ -202,6 +205,21 @@ describe("progress, the journal and an epoch's end", () => {
     ])
     const allreduce = { counts: [1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], sum: 0.25 }
     expect(run.say(0, new Progress({ epoch: 1, done: 5, allreduce }), 500)).toEqual(["latencies sum 0.25"])
+  })
+
+  test("an epoch's figures are its own reports': the last epoch's are not carried over, and a late report of it does not count", () => {
+    const run = attachedAll(settingsOf([0, 1], 4, 2)) // [0, 2) and [2, 4) each epoch
+    run.say(0, progress(1, 2, { metrics: { loss: 10 } }), 100)
+    const first = run.say(1, progress(1, 2, { metrics: { loss: 6 } }), 200)
+    expect(first.filter((line) => line.startsWith("info: epoch"))).toEqual(["info: epoch 1/2 done in 0.2 s: 4 samples (r0 2, r1 2); loss 8.000 (mean of the epoch's reports)"])
+    // Epoch 2: rank 0's last report of epoch 1 arrives late (loss 100); it moves the live view, not epoch 2's mean.
+    run.say(0, progress(1, 2, { metrics: { loss: 100 } }), 250)
+    run.say(0, progress(2, 2, { metrics: { loss: 3 } }), 300)
+    const second = run.say(1, progress(2, 2, { metrics: { loss: 1 } }), 400)
+    expect(second.filter((line) => line.startsWith("info: epoch") || line.startsWith("journal epoch_done"))).toEqual([
+      "journal epoch_done 2/2: 4 in 0.2 s {\"loss\":2}",
+      "info: epoch 2/2 done in 0.2 s: 4 samples (r0 2, r1 2); loss 2.000 (mean of the epoch's reports)"
+    ])
   })
 
   test("cpu_cadence weighs the next epoch by measured throughput; an epoch a newcomer enters is split equally", () => {
@@ -336,10 +354,11 @@ describe("the death chain", () => {
 })
 
 describe("checkpoint consensus and the stop", () => {
-  test("the first state offered for an epoch is written; the stop saves it and tells every survivor", () => {
+  test("the first state offered for an epoch is written (and journalled once written); the stop saves it and tells every survivor", () => {
     const run = attachedAll(settingsOf([0, 1, 2], 6, 3)) // [0, 2), [2, 4), [4, 6)
     expect(run.say(0, new CheckpointSave({ epoch: 1, state: "w1" }), 50)).toEqual([
       "write epoch 1 \"w1\" (checkpoint) world 3 dead []",
+      `journal checkpoint epoch 1 at 50 ${PATH} (checkpoint)`,
       "0 ← CheckpointSaved 1"
     ])
     expect(run.state.consensus.written).toBe(1)
@@ -348,6 +367,7 @@ describe("checkpoint consensus and the stop", () => {
     run.step(dead([2], 100)) // [4, 6) to ranks 0 and 1
     expect(run.step(CoordinatorEvent.StopRun({ why: "max_failure exceeded: 1/3 ranks dead, threshold 1", at: 200 }))).toEqual([
       "write epoch 1 \"w1\" (max_failure_exceeded) world 3 dead [2]",
+      `journal checkpoint epoch 1 at 200 ${PATH} (max_failure_exceeded)`,
       `error: max_failure exceeded: 1/3 ranks dead, threshold 1: consensus checkpoint of epoch 1 written to ${PATH}; resume with --resume`,
       "0,1 ← Stop \"max_failure exceeded: 1/3 ranks dead, threshold 1\" saved"
     ])
@@ -364,7 +384,7 @@ describe("checkpoint consensus and the stop", () => {
     ])
   })
 
-  test("a failed write is logged and leaves the checkpoint on disk as it was; the stop then says nothing was saved", () => {
+  test("a failed write is logged (not journalled) and leaves the checkpoint on disk as it was; the stop then says nothing was saved", () => {
     const run = attachedAll(settingsOf([0, 1], 4, 1))
     run.failWrites("checkpoint /ckpt/run.json: cannot write it: EACCES")
     expect(run.say(0, new CheckpointSave({ epoch: 1, state: "w" }), 10)).toEqual([
@@ -387,6 +407,7 @@ describe("checkpoint consensus and the stop", () => {
     expect(run.step(dead([0], 20))).toEqual([
       "redistributed 0 → nobody",
       "write epoch 1 \"w1\" (all_ranks_lost) world 1 dead [0]",
+      `journal checkpoint epoch 1 at 20 ${PATH} (all_ranks_lost)`,
       `error: every rank was lost: consensus checkpoint of epoch 1 written to ${PATH}; resume with --resume`,
       "(nobody) ← Stop \"every rank was lost\" saved"
     ])
@@ -416,6 +437,7 @@ describe("growth", () => {
     ])
     expect(run.say(0, new CheckpointSave({ epoch: 1, state: "w1" }), 1600)).toEqual([
       "write epoch 1 \"w1\" (checkpoint) world 2 dead []",
+      `journal checkpoint epoch 1 at 1600 ${PATH} (checkpoint)`,
       "1 ← Welcome first=2 from=w1",
       "1 ← EpochStart 2 [2,4)",
       "0 ← CheckpointSaved 1"
@@ -465,6 +487,7 @@ describe("growth", () => {
     expect(run.say(1, new Attach(), 30)).toEqual([]) // its welcome waits for epoch 1's consensus
     expect(run.say(0, new CheckpointSave({ epoch: 1, state: "final" }), 40)).toEqual([
       "write epoch 1 \"final\" (checkpoint) world 2 dead []",
+      `journal checkpoint epoch 1 at 40 ${PATH} (checkpoint)`,
       "1 ← Welcome first=2 from=final",
       "1 ← TrainingDone",
       "0 ← CheckpointSaved 1"

@@ -114,17 +114,33 @@ describe("restart", () => {
     expect(run.act(crash("r0"), 1_000)).toEqual([{ _tag: "Restart", id: "r0", after: 0 }])
     run.step(due("r0"), 1_000)
     // 999 ms after the second: a second restart within 1,000 ms would exceed max_restarts 1.
-    const cause = "rank 0 exited with signal SIGKILL; restart intensity exceeded: rank 0 would be restart 2 within 1000 ms (max_restarts 1)"
+    // `within` as a file writes it: 1000 ms is "1s".
+    const cause = "rank 0 exited with signal SIGKILL; restart intensity exceeded: rank 0 would be restart 2 within 1s (max_restarts 1)"
     expect(run.act(crash("r0"), 1_999)).toEqual([{ _tag: "Escalate", cause }, { _tag: "Verdict", verdict: Verdict.Failed({ kind: "restart-intensity", message: cause }) }])
   })
 
-  test("max_restarts 0: the first crash escalates", () => {
-    const run = supervise(restart(0, 1_000, noJitter(0, 0, 1), "one"), [rank(0), rank(1)])
-    const cause = "rank 1 exited with status 2; restart intensity exceeded: rank 1 would be restart 1 within 1000 ms (max_restarts 0)"
-    expect(run.act(exits("r1", 2), 5)).toEqual([
+  test("max_restarts 0: the first crash escalates; the stop says what it does, not the cause again (the escalation and the verdict carry it)", () => {
+    const run = supervise(restart(0, 600_000, noJitter(0, 0, 1), "one"), [rank(0), rank(1)])
+    // `within: 10m` is said as written, not as 600000 ms.
+    const cause = "rank 1 exited with status 2; restart intensity exceeded: rank 1 would be restart 1 within 10m (max_restarts 0)"
+    expect(run.step(exits("r1", 2), 5)).toEqual([
       { _tag: "Escalate", cause },
-      { _tag: "Terminate", ids: ["r0"], mode: "graceful", reason: cause }
+      { _tag: "Note", message: "restart intensity exceeded: stopping every child" },
+      { _tag: "Terminate", ids: ["r0"], mode: "graceful", reason: "restart intensity exceeded: stopping every child" }
     ])
+    expect(run.notes(exits("r0", 143), 10)).toEqual([])
+    expect(run.state.verdict).toEqual(Verdict.Failed({ kind: "restart-intensity", message: cause }))
+  })
+
+  test("a `within` that is no whole unit is said in milliseconds; whole ones in the largest unit", () => {
+    const cases: ReadonlyArray<readonly [number, string]> = [[1_500, "1500ms"], [90_000, "90s"], [7_200_000, "2h"], [5_400_000, "90m"]]
+    for (const [within, said] of cases) {
+      const run = supervise(restart(0, within, noJitter(0, 0, 1), "one"), [rank(0)])
+      expect(run.act(crash("r0"), 5)).toEqual([
+        { _tag: "Escalate", cause: `rank 0 exited with signal SIGKILL; restart intensity exceeded: rank 0 would be restart 1 within ${said} (max_restarts 0)` },
+        { _tag: "Verdict", verdict: Verdict.Failed({ kind: "restart-intensity", message: `rank 0 exited with signal SIGKILL; restart intensity exceeded: rank 0 would be restart 1 within ${said} (max_restarts 0)` }) }
+      ])
+    }
   })
 
   test("scope one counts each child's own restarts: two children crashing in turn each start at the initial delay", () => {

@@ -296,7 +296,7 @@ describe("JoinGate", () => {
       if (formation._tag === "Failed") expect(formation.reason).toStartWith("a left before the cohort formed:")
     }))
 
-  effect.live("the quorum forms at the window's end; without it the window fails at the hard cap", () =>
+  effect.live("the quorum forms at the window's end; without it the window fails at the hard cap, naming the hosts that never joined", () =>
     Effect.gen(function*() {
       const quorum = yield* setup({ rules: rules({ minRanks: 2, timeoutMs: 150, maxTimeoutMs: 300 }) })
       yield* join(quorum.mux.port, quorum.salt, hello("a", 2))
@@ -304,7 +304,8 @@ describe("JoinGate", () => {
       expect(formed._tag === "Formed" && formed.worldSize).toBe(2)
       const short = yield* setup({ rules: rules({ minRanks: 3, timeoutMs: 100, maxTimeoutMs: 200 }) })
       yield* join(short.mux.port, short.salt, hello("a", 2))
-      expect(yield* short.gate.formation).toEqual({ _tag: "Failed", reason: "quorum not met: 2/3 ranks" })
+      // a joined, b (declared with 3) never did.
+      expect(yield* short.gate.formation).toEqual({ _tag: "Failed", reason: "quorum not met: 2/3 ranks (never joined: b)" })
     }))
 
   effect.live("open admission: the Accept carries the salt, and the link is keyed by it from then on", () =>

@@ -13,7 +13,8 @@
  *    quorum, never open past the cap, ...).
  *
  * The flood limit is written here as the number 1024, not read from the
- * module: a changed constant must fail these tests, not move with them.
+ * module, and so are the eight hosts a failed quorum names: a changed
+ * constant must fail these tests, not move with them.
  */
 import { describe, expect, test } from "bun:test"
 import * as fc from "fast-check"
@@ -27,7 +28,11 @@ const seeded = (seed: number, numRuns: number) => ({ seed, numRuns, includeError
 
 const open: JoinVerdict = { _tag: "Open" }
 const formed = (ranks: number): JoinVerdict => ({ _tag: "Formed", ranks })
-const quorumNotMet = (joined: number, min: number): JoinVerdict => ({ _tag: "Failed", reason: `quorum not met: ${joined}/${min} ranks` })
+/** The quorum's failure, naming at most eight of the hosts that never joined (written out here, not read from the module). */
+const quorumNotMet = (joined: number, min: number, missing: ReadonlyArray<string> = []): JoinVerdict => {
+  const named = missing.length === 0 ? "" : ` (never joined: ${missing.slice(0, 8).join(", ")}${missing.length > 8 ? ` and ${missing.length - 8} more` : ""})`
+  return { _tag: "Failed", reason: `quorum not met: ${joined}/${min} ranks${named}` }
+}
 const noOperator = (capMs: number): JoinVerdict => ({
   _tag: "Failed",
   reason: `operator start not received (POST /start) within ${capMs} ms`
@@ -121,6 +126,27 @@ describe("joinVerdict: the table", () => {
     expect(at(7)).toEqual(noOperator(123))
   })
 
+  test("a failed quorum names the hosts that never joined: all of up to eight, then eight and a count", () => {
+    const rules: JoinRules = { minRanks: 4, targetRanks: undefined, timeoutMs: 1_000, maxTimeoutMs: 5_000, start: "auto" }
+    const at = (missing: ReadonlyArray<string> | undefined, elapsedMs = 5_000) => joinVerdict(rules, { joinedRanks: 2, elapsedMs, rejected: 0, startArmed: false, missing })
+    expect(at(["gpu-b"])).toEqual({ _tag: "Failed", reason: "quorum not met: 2/4 ranks (never joined: gpu-b)" })
+    expect(at(["gpu-b", "gpu-c"])).toEqual({ _tag: "Failed", reason: "quorum not met: 2/4 ranks (never joined: gpu-b, gpu-c)" })
+    const nine = ["h1", "h2", "h3", "h4", "h5", "h6", "h7", "h8", "h9"]
+    expect(at(nine.slice(0, 8))).toEqual({ _tag: "Failed", reason: "quorum not met: 2/4 ranks (never joined: h1, h2, h3, h4, h5, h6, h7, h8)" })
+    expect(at(nine)).toEqual({ _tag: "Failed", reason: "quorum not met: 2/4 ranks (never joined: h1, h2, h3, h4, h5, h6, h7, h8 and 1 more)" })
+    expect(at([...nine, "h10", "h11"])).toEqual({ _tag: "Failed", reason: "quorum not met: 2/4 ranks (never joined: h1, h2, h3, h4, h5, h6, h7, h8 and 3 more)" })
+    // Nobody missing (every host joined, short of devices), or not said: the count alone.
+    expect(at([])).toEqual({ _tag: "Failed", reason: "quorum not met: 2/4 ranks" })
+    expect(at(undefined)).toEqual({ _tag: "Failed", reason: "quorum not met: 2/4 ranks" })
+    // Missing hosts change nothing before the cap, nor for a window that forms, nor for a flood or a manual start.
+    expect(at(["gpu-b"], 4_999)).toEqual({ _tag: "Open" })
+    expect(joinVerdict(rules, { joinedRanks: 4, elapsedMs: 1_000, rejected: 0, startArmed: false, missing: ["gpu-b"] })).toEqual({ _tag: "Formed", ranks: 4 })
+    expect(joinVerdict(rules, { joinedRanks: 2, elapsedMs: 10, rejected: 1_024, startArmed: false, missing: ["gpu-b"] }))
+      .toEqual({ _tag: "Failed", reason: "1024 joins were rejected: refusing to go on (flood guard)" })
+    expect(joinVerdict({ ...rules, start: "manual" }, { joinedRanks: 4, elapsedMs: 5_000, rejected: 0, startArmed: false, missing: ["gpu-b"] }))
+      .toEqual({ _tag: "Failed", reason: "operator start not received (POST /start) within 5000 ms" })
+  })
+
   test("a flood limit of the rules' own (the gate's) replaces 1024: at it the window fails, one below it stays open", () => {
     const rules: JoinRules = { floodLimit: 3, minRanks: 2, targetRanks: undefined, timeoutMs: 1_000, maxTimeoutMs: 2_000, start: "auto" }
     const rejected = (count: number) => joinVerdict(rules, { joinedRanks: 0, elapsedMs: 10, rejected: count, startArmed: false })
@@ -153,13 +179,13 @@ const referenceVerdict = (rules: JoinRules, progress: JoinProgress): JoinVerdict
     case "manual":
       if (operatorSaidGo) return formed(joined)
       if (phase !== "closed") return open
-      return hasQuorum ? noOperator(rules.maxTimeoutMs) : quorumNotMet(joined, rules.minRanks)
+      return hasQuorum ? noOperator(rules.maxTimeoutMs) : quorumNotMet(joined, rules.minRanks, progress.missing)
     case "hybrid":
     case "auto":
       if ((rules.start === "hybrid" && operatorSaidGo) || hitTarget) return formed(joined)
       if (phase === "window") return open
       if (hasQuorum) return formed(joined)
-      return phase === "grace" ? open : quorumNotMet(joined, rules.minRanks)
+      return phase === "grace" ? open : quorumNotMet(joined, rules.minRanks, progress.missing)
   }
 }
 
@@ -192,7 +218,9 @@ const progressArb = (rules: JoinRules): fc.Arbitrary<JoinProgress> => {
     joinedRanks: fc.oneof(fc.integer({ min: 0, max: 40 }), near(rules.minRanks), near(rules.targetRanks ?? rules.minRanks)),
     rejected: fc.oneof(fc.integer({ min: 0, max: 10 }), near(FLOOD), fc.integer({ min: 0, max: 2 * FLOOD })),
     startArmed: fc.boolean(),
-    elapsedMs: fc.oneof(fc.integer({ min: 0, max: 25_000 }), near(rules.timeoutMs), near(rules.maxTimeoutMs))
+    elapsedMs: fc.oneof(fc.integer({ min: 0, max: 25_000 }), near(rules.timeoutMs), near(rules.maxTimeoutMs)),
+    // Around the eight a reason names.
+    missing: fc.option(fc.array(fc.constantFrom("a", "b", "gpu-c", "gpu-d", "h5", "h6", "h7", "h8", "h9", "node-10", "n11"), { maxLength: 11 }), { nil: undefined })
   })
 }
 

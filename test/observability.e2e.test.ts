@@ -9,6 +9,9 @@
  *   view-only (ephemeral) event.
  * - `GET /events` (SSE): a state at once, more as the run moves, and the
  *   run's end before the stream closes.
+ * - The run's own id (`<name>-<pid>`) and a page address one can open, in
+ *   its first line and its registry entry; what the manual window waits for;
+ *   each checkpoint written, in --events; the dead rank's use cleared.
  * - The end-of-run table and the verdict on stderr; `--log-dir`, `--quiet`.
  * A second, small launch checks `--ranks 0` (with `--log-dir`).
  */
@@ -17,7 +20,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "no
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import type { RunState } from "../src/actors/launcher/RunView.ts"
-import { fetchState, postStart, repoRoot, spawnLaunch } from "./support/launch-scenario.ts"
+import { fetchState, repoRoot, spawnLaunch } from "./support/launch-scenario.ts"
 import { waitFor } from "./support/processes.ts"
 
 // ---- a strict reader of the Prometheus text exposition format, version 0.0.4 ----
@@ -204,13 +207,24 @@ controller:
   port: 0
 ${extra.manualStart ? "  join: { start: manual, timeout: 60s }\n" : ""}workers:
   - { host: localhost, devices: ${extra.ranks}, path: ${repoRoot}, env: { OMP_NUM_THREADS: "1" } }
-job: { entry: examples/train.ts, dataset_size: ${extra.datasetSize}, epochs: ${extra.epochs} }
+job: { entry: examples/train.ts, dataset_size: ${extra.datasetSize}, epochs: ${extra.epochs}, checkpoint: ${join(dir, "checkpoint.json")} }
 failure_policy:
   after_formation:
     elastic: { max_failure: 50% }
   grace: 2s
 `)
   return file
+}
+
+/**
+ * `POST /start` as the launch's user makes it: with the run's start token, from its registry entry
+ * (`.cohort/runs/<name>-<pid>.json` under the launch's working directory, the repository root here).
+ */
+const postStart = async (port: number, run: string, pid: number): Promise<Response> => {
+  const file = join(repoRoot, ".cohort", "runs", `${run}-${pid}.json`)
+  await waitFor(() => existsSync(file), `the registry entry of run ${run}`, 10_000)
+  const { startToken } = JSON.parse(readFileSync(file, "utf8")) as { startToken: string }
+  return fetch(`http://127.0.0.1:${port}/start`, { method: "POST", headers: { Authorization: `Bearer ${startToken}` } })
 }
 
 const portOf = async (lines: ReadonlyArray<string>): Promise<number> => {
@@ -288,6 +302,13 @@ const run = {} as {
   sse: Stream
   sseEnd: StreamEnd
   victimPid: number
+  launcherPid: number
+  port: number
+  checkpoint: string
+  /** The run's registry entry as the launcher wrote it, once it listened. */
+  entry: Record<string, unknown>
+  /** The state once the death is in. */
+  deadState: RunState
 }
 
 describe("a live run seen from outside: /metrics, --events, /events, the terminal", () => {
@@ -299,15 +320,21 @@ describe("a live run seen from outside: /metrics, --events, /events, the termina
     run.logDir = join(dir, "logs")
     const file = clusterFile(dir, "observe", { ranks: RANKS, datasetSize: 60_000, epochs: EPOCHS, manualStart: true })
     const launch = spawnLaunch(file, {}, ["--events", run.events, "--log-dir", run.logDir, "--quiet"])
+    run.launcherPid = launch.proc.pid
+    run.checkpoint = join(dir, "checkpoint.json")
     try {
       const port = await portOf(launch.stderr.lines)
+      run.port = port
       run.sse = readEvents(port)
 
       // The window waits for the operator: its countdown runs.
       const waiting = await metrics(port)
       run.waiting = { status: waiting.status, contentType: waiting.contentType, families: parseExposition(waiting.text) }
       await waitFor(() => run.sse.received.length > 0, "the first state on /events", 5_000)
-      const start = await postStart(port, "observe")
+      run.entry = JSON.parse(readFileSync(join(repoRoot, ".cohort", "runs", `observe-${launch.proc.pid}.json`), "utf8")) as Record<string, unknown>
+      // Every host in, the window waits for the operator alone, and says so.
+      await waitFor(() => launch.stderr.lines.some((line) => line.includes("waiting for the operator's start (bun run status --start)")), "the window to say it waits for the operator", 15_000)
+      const start = await postStart(port, "observe", launch.proc.pid)
       expect(start.status).toBe(200)
 
       // Training, mid-epoch 2, with the ranks' resource samples (every 2 s) and all-reduce latencies in.
@@ -324,7 +351,10 @@ describe("a live run seen from outside: /metrics, --events, /events, the termina
       if (typeof victim !== "number") throw new Error(`the status endpoint shows no pid for rank ${VICTIM}`)
       run.victimPid = victim
       process.kill(victim, "SIGKILL")
-      await until(async () => ((await fetchState(port))?.deaths.length ?? 0) > 0 || undefined, "the death in the state", 15_000)
+      run.deadState = await until(async () => {
+        const state = await fetchState(port)
+        return (state?.deaths.length ?? 0) > 0 ? state : undefined
+      }, "the death in the state", 15_000)
       run.afterDeath = parseExposition((await metrics(port)).text)
 
       run.code = await launch.proc.exited
@@ -340,6 +370,36 @@ describe("a live run seen from outside: /metrics, --events, /events, the termina
   test("the run ends DEGRADED, exit 0", () => {
     expect(run.stderr.at(-1)).toBe(`cohort: run completed DEGRADED (1 of ${RANKS} ranks lost: rank ${VICTIM} of localhost exited with signal SIGKILL)`)
     expect(run.code).toBe(0)
+  })
+
+  test("the first line names the run's id and a page one can open; its registry entry says the same, and goes with the run", () => {
+    const id = `observe-${run.launcherPid}`
+    expect(run.stderr).toContainEqual(
+      `cohort: observe: listening on 127.0.0.1:${run.port} (run ${id}; live page: http://127.0.0.1:${run.port}/ ; bun run status); waiting for ${RANKS} rank(s) on 1 host(s)`
+    )
+    expect(run.entry).toMatchObject({ id, run: "observe", address: "127.0.0.1", port: run.port, page: `http://127.0.0.1:${run.port}/`, pid: run.launcherPid, checkpoint: run.checkpoint })
+    expect(existsSync(join(repoRoot, ".cohort", "runs", `${id}.json`))).toBe(false)
+  })
+
+  test("the manual window says what it waits for (the quorum, then the operator's start), not a countdown stuck at 0", () => {
+    const joinLines = run.stderr.filter((line) => /^cohort: joined \d+\/3 ranks/.test(line))
+    expect(joinLines.length).toBeGreaterThan(0)
+    expect(joinLines.at(-1)).toMatch(/^cohort: joined 3\/3 ranks on 1\/1 hosts; waiting for the operator's start \(bun run status --start\) until the hard cap at \d\d:\d\d:\d\d \(\d+ s\)$/)
+    expect(joinLines.filter((line) => line.includes("window 0 s left"))).toEqual([])
+  })
+
+  test("a dead rank shows no CPU or memory of its own; its last sample is kept with it", () => {
+    const victim = run.deadState.ranks.find((rank) => rank.rank === VICTIM)!
+    expect(victim.state).toBe("dead")
+    expect(victim.resources).toBeNull()
+    expect(victim.lastResources?.rssBytes).toBeGreaterThan(1024 * 1024)
+    for (const rank of run.deadState.ranks.filter((each) => each.rank !== VICTIM)) expect(rank.state).toBe("running")
+  })
+
+  test("each epoch's line gives the mean of the epoch's reports", () => {
+    const epochLines = run.stderr.filter((line) => /^cohort: epoch \d+\/8 done/.test(line))
+    expect(epochLines).toHaveLength(8)
+    for (const line of epochLines) expect(line).toMatch(/; loss [\d.]+ \(mean of the epoch's reports\)$/)
   })
 
   test("/metrics: Prometheus text 0.0.4 with the key families, while waiting, training and after the death", () => {
@@ -461,6 +521,10 @@ describe("a live run seen from outside: /metrics, --events, /events, the termina
     expect(events.slice(lost).some((event) => event.event === "epoch_done")).toBe(true)
     // The others end cleanly.
     for (const rank of [0, 2]) expect(events[first("rank_exited", (event) => event.rank === rank)]).toMatchObject({ exit: "status 0", clean: true })
+    // Each consensus checkpoint written is an event: the ranks save one per epoch.
+    const checkpoints = events.filter((event) => event.event === "checkpoint")
+    expect(checkpoints.map((event) => [event.epoch, event.path, event.reason])).toEqual(Array.from({ length: EPOCHS }, (_, i) => [i + 1, run.checkpoint, "checkpoint"]))
+    expect(events[0]).toMatchObject({ id: `observe-${run.launcherPid}`, join: { quorum: RANKS, start: "manual" } })
     expect(events.at(-1)).toMatchObject({
       event: "verdict",
       outcome: "degraded",

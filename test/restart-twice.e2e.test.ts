@@ -271,7 +271,7 @@ describe("restart, a rank that dies more than once", () => {
     // The supervisor names the child by its seat: the rank it first ran as.
     expect(stderr.at(-1)).toBe(
       `cohort: run failed: rank ${VICTIM} of localhost exited with status 4; restart intensity exceeded: ` +
-        `rank ${VICTIM} of localhost would be restart 3 within 300000 ms (max_restarts 2)`
+        `rank ${VICTIM} of localhost would be restart 3 within 5m (max_restarts 2)`
     )
     // Two restarts were granted, the third refused: no fourth incarnation.
     expect(stderr.filter((line) => /restarting it in/.test(line))).toHaveLength(2)

@@ -33,6 +33,12 @@ const formed = [
 
 const replay = (events: ReadonlyArray<RunView.RunEvent>) => events.reduce(RunView.apply, RunView.initial("t", 0))
 
+/** HH:MM:SS of this machine's clock, from the date's own fields. */
+const hms = (ms: number) => {
+  const date = new Date(ms)
+  return [date.getHours(), date.getMinutes(), date.getSeconds()].map((part) => String(part).padStart(2, "0")).join(":")
+}
+
 /** A console writing into arrays, with a clock the test moves. */
 const capture = (options: Parameters<typeof make>[0] = {}) => {
   const written: Array<{ text: string; stream: "stdout" | "stderr" }> = []
@@ -72,17 +78,65 @@ describe("the live line", () => {
     expect(written.at(-1)!.text).toBe("\r\x1b[2K")
   })
 
-  test("elsewhere: no live line; a long join window is reported every 5 s as a plain line", () => {
+  test("elsewhere: no live line; a long join window is reported every 10 s as a plain line, at once when what it waits for changes", () => {
     const { console, text, tick } = capture()
+    const rule = { event: "run_started", at: 0, run: "t", hosts: [{ host: "a", ranks: 2 }, { host: "b", ranks: 1 }], join: { quorum: 3, start: "auto" } } satisfies RunView.RunEvent
     let state = RunView.initial("t", 0)
-    for (const event of base) console.onEvent(event, state = RunView.apply(state, event))
+    const tell = (event: RunView.RunEvent) => console.onEvent(event, state = RunView.apply(state, event))
+    for (const event of [rule, ...base.slice(1)]) tell(event)
     expect(text("stderr")).toBe("")
-    tick(5_000)
-    console.onEvent(base[2], state)
-    // The countdown moves on between the window's events: 24.4 s left at 20 ms, so 20 s at 5 s.
-    expect(text("stderr")).toBe("cohort: joined 2/3 ranks on 1/2 hosts, window 20 s left\n")
-    console.onEvent(base[2], state)
-    expect(text("stderr").split("\n")).toHaveLength(2)
+    // The launcher's countdown comes every half second: the same news is not repeated before 10 s.
+    const countdown = (at: number) => ({ event: "join_window", at, windowRemainingMs: Math.max(0, 24_420 - at), capRemainingMs: 50_020 - at }) satisfies RunView.RunEvent
+    for (let at = 500; at < 10_000; at += 500) {
+      tick(500)
+      tell(countdown(at))
+    }
+    expect(text("stderr")).toBe("")
+    tick(500)
+    tell(countdown(10_000))
+    // The countdown moves on between the window's events: 24.42 s from 0, so 15 s left at 10 s.
+    expect(text("stderr")).toBe("cohort: joined 2/3 ranks on 1/2 hosts, window 15 s left\n")
+    // The window closes without the quorum: said at once, with what it waits for and until when.
+    for (let at = 10_500; at <= 24_500; at += 500) {
+      tick(500)
+      tell(countdown(at))
+    }
+    const lines = text("stderr").trimEnd().split("\n")
+    expect(lines).toEqual([
+      "cohort: joined 2/3 ranks on 1/2 hosts, window 15 s left",
+      "cohort: joined 2/3 ranks on 1/2 hosts, window 5 s left",
+      `cohort: joined 2/3 ranks on 1/2 hosts; window closed: waiting for the quorum (2/3 ranks) until the hard cap at ${hms(50_020)} (26 s)`
+    ])
+    // Then every 10 s while it waits, the time left going down; 85 s of waiting is not 17 lines.
+    for (let at = 25_000; at <= 50_000; at += 500) {
+      tick(500)
+      tell(countdown(at))
+    }
+    expect(text("stderr").trimEnd().split("\n").slice(3)).toEqual([
+      `cohort: joined 2/3 ranks on 1/2 hosts; window closed: waiting for the quorum (2/3 ranks) until the hard cap at ${hms(50_020)} (16 s)`,
+      `cohort: joined 2/3 ranks on 1/2 hosts; window closed: waiting for the quorum (2/3 ranks) until the hard cap at ${hms(50_020)} (6 s)`
+    ])
+  })
+
+  test("the join line says what the window waits for: its end, the quorum, the operator's start (manual), or, from an older launcher, more ranks", () => {
+    const at = 1_000
+    const waiting = (start: "auto" | "manual" | "hybrid" | undefined, joined: number, windowRemainingMs: number) =>
+      [
+        { event: "run_started", at: 0, run: "t", hosts: [{ host: "a", ranks: 2 }, { host: "b", ranks: 2 }], ...(start === undefined ? {} : { join: { quorum: 4, start } }) },
+        ...(joined > 0 ? [{ event: "host_joined", at: 10, host: "a", ranks: [0, 1] } as const] : []),
+        ...(joined > 2 ? [{ event: "host_joined", at: 20, host: "b", ranks: [2, 3] } as const] : []),
+        { event: "join_window", at, windowRemainingMs, capRemainingMs: 85_000 }
+      ] satisfies ReadonlyArray<RunView.RunEvent>
+    const cap = hms(at + 85_000)
+    expect(liveLine(replay(waiting("auto", 2, 12_000)), at)).toBe("joined 2/4 ranks on 1/2 hosts, window 12 s left")
+    expect(liveLine(replay(waiting("auto", 2, 0)), at)).toBe(`joined 2/4 ranks on 1/2 hosts; window closed: waiting for the quorum (2/4 ranks) until the hard cap at ${cap} (85 s)`)
+    expect(liveLine(replay(waiting("hybrid", 2, 0)), at + 5_000)).toBe(`joined 2/4 ranks on 1/2 hosts; window closed: waiting for the quorum (2/4 ranks) until the hard cap at ${cap} (80 s)`)
+    // Manual: the window's end means nothing; the quorum first, then the operator.
+    expect(liveLine(replay(waiting("manual", 2, 12_000)), at)).toBe(`joined 2/4 ranks on 1/2 hosts; waiting for the quorum (2/4 ranks) until the hard cap at ${cap} (85 s)`)
+    expect(liveLine(replay(waiting("manual", 4, 0)), at)).toBe(`joined 4/4 ranks on 2/2 hosts; waiting for the operator's start (bun run status --start) until the hard cap at ${cap} (85 s)`)
+    expect(liveLine(replay(waiting(undefined, 2, 0)), at)).toBe(`joined 2/4 ranks on 1/2 hosts; window closed: waiting for more ranks until the hard cap at ${cap} (85 s)`)
+    // Past the cap (the verdict is on its way): 0 s, not a negative count.
+    expect(liveLine(replay(waiting("auto", 2, 0)), at + 90_000)).toBe(`joined 2/4 ranks on 1/2 hosts; window closed: waiting for the quorum (2/4 ranks) until the hard cap at ${cap} (0 s)`)
   })
 })
 

@@ -135,6 +135,38 @@ describe("RunView", () => {
     expect(story.filter(RunView.isEphemeral).map((event) => event.event)).toEqual(["join_window", "join_window", "progress", "progress", "resources", "resources"])
   })
 
+  test("the join rule comes with the start; each countdown fixes when the window closes and when the hard cap falls", () => {
+    const started = replay([{ event: "run_started", at: 1_000, run: "demo", id: "demo-42", hosts: [{ host: "a", ranks: 2 }], join: { quorum: 2, start: "manual" } }])
+    expect([started.joinRule, started.windowClosesAt, started.hardCapAt]).toEqual([{ quorum: 2, start: "manual" }, null, null])
+    const counted = RunView.apply(started, { event: "join_window", at: 1_500, windowRemainingMs: 29_000, capRemainingMs: 89_000 })
+    expect([counted.windowClosesAt, counted.hardCapAt]).toEqual([30_500, 90_500])
+    // A launcher that does not say (an older one): no rule.
+    expect(replay(story.slice(0, 1)).joinRule).toBeNull()
+  })
+
+  test("an ended rank shows no use: its live sample is cleared (kept as its last), and a sample that arrives after its end is not taken", () => {
+    const sampled = replay(story.slice(0, 17))
+    const sample = { cpu: 0.9, rssBytes: 1 << 20, gpuMemoryBytes: null, gpuUtilization: null, at: 2_600 }
+    expect(sampled.ranks[2]!.resources).toEqual(sample)
+    // Rank 2 is lost (its host's link ended, say): no exit came first.
+    const lost = RunView.apply(sampled, { event: "rank_lost", at: 2_700, ranks: [2], cause: "host b is gone" })
+    expect(lost.ranks[2]).toMatchObject({ state: "dead", resources: null, lastResources: sample })
+    // Its agent's last sample, taken before the end, comes after it.
+    const late = RunView.apply(lost, { event: "resources", at: 2_800, host: "b", samples: [{ rank: 2, cpu: 0.5, rssBytes: 2, gpuMemoryBytes: null, gpuUtilization: null }] })
+    expect(late.ranks[2]).toMatchObject({ resources: null, lastResources: sample })
+    // An exit, clean or not, clears it too; a rank that never had a sample has no last one.
+    const exited = RunView.apply(sampled, { event: "rank_exited", at: 2_700, rank: 2, exit: "status 0", clean: true })
+    expect(exited.ranks[2]).toMatchObject({ state: "exited", resources: null, lastResources: sample })
+    const never = RunView.apply(sampled, { event: "rank_exited", at: 2_700, rank: 0, exit: "signal SIGKILL", clean: false })
+    expect(never.ranks[0]!.resources).toBeNull()
+    expect(never.ranks[0]!.lastResources ?? null).toBeNull()
+    // A restart of the same number starts afresh.
+    const again = RunView.apply(exited, { event: "rank_started", at: 3_000, rank: 2, pid: 201 })
+    expect(again.ranks[2]).toMatchObject({ state: "running", resources: null, lastResources: null })
+    const resampled = RunView.apply(again, { event: "resources", at: 3_100, host: "b", samples: [{ rank: 2, cpu: 0.3, rssBytes: 3, gpuMemoryBytes: null, gpuUtilization: null }] })
+    expect(resampled.ranks[2]!.resources).toEqual({ cpu: 0.3, rssBytes: 3, gpuMemoryBytes: null, gpuUtilization: null, at: 3_100 })
+  })
+
   test("the throughput series keeps the newest points only", () => {
     let state = replay(story.slice(0, 14))
     for (let i = 0; i < RunView.THROUGHPUT_POINTS + 10; i++) {

@@ -62,6 +62,8 @@ const event = (ranks: ReadonlyArray<number>, hosts: number): fc.Arbitrary<RunVie
 const byScan = (state: RunView.RunState, next: RunView.RunEvent): RunView.RunState => {
   const withRank = (rank: number, change: (status: RunView.RankStatus) => RunView.RankStatus) =>
     state.ranks.map((status) => (status.rank === rank ? change(status) : status))
+  // A rank that ends keeps its last sample aside (the deaths table's LAST RSS) and shows none.
+  const ended = (rank: RunView.RankStatus): RunView.RankStatus => rank.resources === null ? rank : { ...rank, resources: null, lastResources: rank.resources }
   const stepped = ((): RunView.RunState => {
     switch (next.event) {
       case "rank_started":
@@ -69,6 +71,7 @@ const byScan = (state: RunView.RunState, next: RunView.RunEvent): RunView.RunSta
           ...state,
           ranks: withRank(next.rank, (rank) => ({
             ...rank,
+            ...(rank.lastResources == null ? {} : { lastResources: null }),
             pid: next.pid,
             state: "running",
             restarts: rank.startedAt === null ? rank.restarts : rank.restarts + 1,
@@ -78,11 +81,11 @@ const byScan = (state: RunView.RunState, next: RunView.RunEvent): RunView.RunSta
           }))
         }
       case "rank_exited":
-        return { ...state, ranks: withRank(next.rank, (rank) => ({ ...rank, state: next.clean ? "exited" : "dead", exit: next.exit, endedAt: next.at })) }
+        return { ...state, ranks: withRank(next.rank, (rank) => ({ ...ended(rank), state: next.clean ? "exited" : "dead", exit: next.exit, endedAt: next.at })) }
       case "rank_lost":
         return {
           ...state,
-          ranks: state.ranks.map((rank) => (next.ranks.includes(rank.rank) && rank.state !== "exited" ? { ...rank, state: "dead" } : rank)),
+          ranks: state.ranks.map((rank) => (next.ranks.includes(rank.rank) && rank.state !== "exited" ? { ...ended(rank), state: "dead" } : rank)),
           deaths: [
             ...state.deaths,
             ...next.ranks.map((rank) => ({ rank, host: state.ranks.find((status) => status.rank === rank)?.host ?? "?", cause: next.cause, at: next.at }))
@@ -96,7 +99,7 @@ const byScan = (state: RunView.RunState, next: RunView.RunEvent): RunView.RunSta
           ...state,
           ranks: state.ranks.map((rank) => {
             const sample = byRank.get(rank.rank)
-            if (sample === undefined || rank.host !== next.host) return rank
+            if (sample === undefined || rank.host !== next.host || rank.state === "exited" || rank.state === "dead") return rank
             const { rank: _, ...resources } = sample
             return { ...rank, resources: { ...resources, at: next.at } }
           })

@@ -50,7 +50,7 @@ describe.skipIf(typeof who === "string")("a second local user", () => {
       const logs = readdirSync(join(dir, "logs")).map((name) => join(dir, "logs", name))
       const targets = {
         port,
-        files: [join(cohort, "runs", `${run}.json`), join(dir, "events.jsonl"), ...logs],
+        files: [join(cohort, "runs", `${run}-${launch.proc.pid}.json`), join(dir, "events.jsonl"), ...logs],
         folders: [cohort, join(cohort, "runs"), envelope.dir],
         rankPid,
         relaySocket: envelope.socket

@@ -3,9 +3,11 @@
  */
 import { describe, expect, test } from "bun:test"
 import * as Effect from "effect/Effect"
+import { pageAddress } from "../src/actors/launcher/Listen.ts"
 import * as PortMux from "../src/actors/launcher/PortMux.ts"
 import * as RunView from "../src/actors/launcher/RunView.ts"
 import * as StatusBoard from "../src/actors/launcher/StatusBoard.ts"
+import { Connection, forwardingHandlers, type SocketData } from "../src/wire/Connection.ts"
 import { newSalt, startToken } from "../src/wire/Keys.ts"
 import { effect, eventually } from "./support/effect.ts"
 import { waitFor } from "./support/processes.ts"
@@ -287,4 +289,84 @@ describe("StatusBoard", () => {
       expect(freed?.response.status).toBe(200)
       for (const { abort } of [...streams.slice(1), freed!]) abort.abort()
     }))
+
+  /**
+   * HEAD straight to the board, on a listener of the test's own: the mux routes a connection to HTTP by its first
+   * four bytes (`GET `, `POST`), and which of them it takes is the mux's business, not the board's.
+   */
+  const boardAlone = (extra: Partial<StatusBoard.StatusBoardOptions> = {}) =>
+    Effect.gen(function*() {
+      const board = yield* StatusBoard.make({ startToken: startToken(newSalt()), requestDeadlineMs: 300, ...extra })
+      const server = yield* Effect.acquireRelease(
+        Effect.sync(() =>
+          Bun.listen<SocketData>({
+            hostname: "127.0.0.1",
+            port: 0,
+            socket: { ...forwardingHandlers, open: (socket) => board.serve(new Connection(socket)) }
+          })
+        ),
+        (server) => Effect.sync(() => server.stop(true))
+      )
+      return { board, port: server.port }
+    })
+
+  /** The whole answer to a raw request: the head's lines and whatever came after it. */
+  const ask = (port: number, request: string) =>
+    Effect.map(raw(port, request), (answer) => {
+      const end = answer.indexOf("\r\n\r\n")
+      return { lines: answer.slice(0, end).split("\r\n"), body: answer.slice(end + 4) }
+    })
+
+  effect.live("HEAD answers as GET would, the same status and headers (Content-Length too), without the body", () =>
+    Effect.gen(function*() {
+      const { board, port } = yield* boardAlone({ page: "<!doctype html><p>page</p>", metrics: () => Effect.succeed("cohort_up 1\n") })
+      // Before the first state: the 503 GET gets, head only.
+      const early = yield* ask(port, "HEAD /state.json HTTP/1.1\r\nHost: x\r\n\r\n")
+      expect(early.lines[0]).toBe("HTTP/1.1 503 Service Unavailable")
+      expect(early.body).toBe("")
+      yield* board.publish(state)
+      for (const path of ["/state.json", "/", "/metrics"]) {
+        const get = yield* ask(port, `GET ${path} HTTP/1.1\r\nHost: x\r\n\r\n`)
+        const head = yield* ask(port, `HEAD ${path} HTTP/1.1\r\nHost: x\r\n\r\n`)
+        expect({ path, lines: head.lines }).toEqual({ path, lines: get.lines })
+        expect(head.lines).toContain(`Content-Length: ${Buffer.byteLength(get.body)}`)
+        expect(get.body.length).toBeGreaterThan(0)
+        expect(head.body).toBe("")
+      }
+      const page = yield* ask(port, "HEAD / HTTP/1.1\r\n\r\n")
+      expect(page.lines).toContain("Content-Type: text/html; charset=utf-8")
+      expect(page.lines).toContain(`Content-Length: ${"<!doctype html><p>page</p>".length}`)
+      // What a client reads: the status and the length, no body.
+      const response = yield* Effect.promise(() => fetch(`http://127.0.0.1:${port}/state.json`, { method: "HEAD", keepalive: false }))
+      expect(response.status).toBe(200)
+      expect(Number(response.headers.get("content-length"))).toBe(JSON.stringify(state).length)
+      expect(yield* Effect.promise(() => response.text())).toBe("")
+    }))
+
+  effect.live("HEAD of /events says what a GET would open and closes; HEAD of an unknown path is a 404, of /start a 405", () =>
+    Effect.gen(function*() {
+      const { board, port } = yield* boardAlone()
+      yield* board.publish(state)
+      const events = yield* ask(port, "HEAD /events HTTP/1.1\r\n\r\n")
+      expect(events.lines[0]).toBe("HTTP/1.1 200 OK")
+      expect(events.lines).toContain("Content-Type: text/event-stream")
+      expect(events.body).toBe("")
+      const missing = yield* ask(port, "HEAD /nope HTTP/1.1\r\n\r\n")
+      expect(missing.lines[0]).toBe("HTTP/1.1 404 Not Found")
+      expect(missing.body).toBe("")
+      const start = yield* ask(port, "HEAD /start HTTP/1.1\r\n\r\n")
+      expect(start.lines[0]).toBe("HTTP/1.1 405 Method Not Allowed")
+      expect(start.body).toBe("")
+    }))
+
+  test("the page's address in the start line is one a browser can open, never 0.0.0.0", () => {
+    const plan = (bindAddress: string, remoteDialAddress: string) => ({ bindAddress, dialAddress: "127.0.0.1", remoteDialAddress })
+    // Bound to loopback: loopback.
+    expect(pageAddress(plan("127.0.0.1", "127.0.0.1"), "gpu-a")).toBe("127.0.0.1")
+    // Bound to every interface: the address the other hosts dial...
+    expect(pageAddress(plan("0.0.0.0", "10.0.0.1"), "gpu-a")).toBe("10.0.0.1")
+    expect(pageAddress(plan("0.0.0.0", "launcher.example"), "gpu-a")).toBe("launcher.example")
+    // ...unless that is a loopback one (self-deployed agents on this machine): this host's name.
+    for (const loopback of ["127.0.0.1", "127.0.1.1", "localhost", "::1"]) expect(pageAddress(plan("0.0.0.0", loopback), "gpu-a")).toBe("gpu-a")
+  })
 })

@@ -6,7 +6,7 @@
  */
 import { afterAll, afterEach, describe, expect, test } from "bun:test"
 import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs"
-import { tmpdir } from "node:os"
+import { hostname, tmpdir } from "node:os"
 import { join } from "node:path"
 import type { RankStatus, RunState } from "../src/actors/launcher/RunView.ts"
 import { readState, render } from "../src/cli/statusTable.ts"
@@ -135,9 +135,10 @@ describe("against a status endpoint", () => {
     expect(rows[0]).toMatch(/4000\s+—\s+0\s+97\s+812\s+30000\s+87$/)
     expect(rows[1]).toMatch(/1\s+2\.0\s+1024\s+—\s+—$/)
     expect(rows[2]).toMatch(/4002\s+status 0\s+0\s+—\s+—\s+—\s+—$/)
-    // A dead rank keeps its last sample: what it used when it died (an OOM shows).
-    expect(rows[3]).toMatch(/—\s+signal SIGKILL\s+0\s+97\s+812\s+30000\s+87$/)
-    expect(stdout).toMatch(/deaths: 1\nRANK\s+HOST\s+AFTER\s+CAUSE\n\s*3\s+gpu-b\s+1m05s\s+heartbeat silent for 5 s\n/)
+    // A dead rank uses nothing: no CPU or memory in its row (an older launcher still serves its last sample there)...
+    expect(rows[3]).toMatch(/—\s+signal SIGKILL\s+0\s+—\s+—\s+—\s+—$/)
+    // ...but what it used when it died is with its death (an OOM shows).
+    expect(stdout).toMatch(/deaths: 1\nRANK\s+HOST\s+AFTER\s+LAST RSS MiB\s+CAUSE\n\s*3\s+gpu-b\s+1m05s\s+812\s+heartbeat silent for 5 s\n/)
     expect(stdout).toMatch(/hosts gone: 1\nHOST\s+REASON\ngpu-b\s+its agent's link ended\n/)
     expect(stdout).not.toContain("verdict")
   })
@@ -183,6 +184,70 @@ describe("against a status endpoint", () => {
     expect(snapshots[1]).toStartWith("run fake-run · training")
     expect(snapshots[2]).toStartWith("run fake-run · done · up 2m00s")
     expect(snapshots[2]).toEndWith("verdict: completed DEGRADED (1 of 4 ranks lost: rank 3 on gpu-b)\n")
+  }, 10_000)
+
+  test("--watch follows the run's stream: the verdict's state is shown and how the run ended is said, though /state.json never showed it", async () => {
+    const encoder = new TextEncoder()
+    const sse = (state: RunState) => encoder.encode(`event: state\ndata: ${JSON.stringify(state)}\n\n`)
+    let polled = 0
+    const server = Bun.serve({
+      hostname: "127.0.0.1",
+      port: 0,
+      fetch: (request) => {
+        const path = new URL(request.url).pathname
+        if (path === "/state.json") {
+          polled += 1
+          return Response.json(fakeState("training"))
+        }
+        if (path !== "/events") return new Response("no", { status: 404 })
+        // As the board does: the state now, a keep-alive, the verdict's state, then the end of the stream.
+        return new Response(new ReadableStream({
+          start: (controller) => {
+            controller.enqueue(sse(fakeState("training")))
+            controller.enqueue(encoder.encode(": keep-alive\n\n"))
+            controller.enqueue(sse(fakeState("done")))
+            controller.close()
+          }
+        }), { headers: { "Content-Type": "text/event-stream" } })
+      }
+    })
+    servers.push(server)
+    const { code, stdout, stderr } = await status([`127.0.0.1:${server.port}`, "--watch"])
+    expect(code).toBe(0)
+    const snapshots = stdout.split(/\n\n(?=run )/)
+    expect(snapshots).toHaveLength(2)
+    expect(snapshots[0]).toStartWith("run fake-run · training")
+    expect(snapshots[1]).toStartWith("run fake-run · done")
+    expect(snapshots[1]).toEndWith("verdict: completed DEGRADED (1 of 4 ranks lost: rank 3 on gpu-b)\n")
+    expect(stderr).toBe("cohort status: run fake-run is over: completed DEGRADED (1 of 4 ranks lost: rank 3 on gpu-b)\n")
+    expect(polled).toBe(0)
+  }, 10_000)
+
+  test("--watch: a stream that ends without a verdict (the launcher killed) falls back to asking, and says the launcher is gone", async () => {
+    const encoder = new TextEncoder()
+    let server: ReturnType<typeof Bun.serve> | undefined
+    server = Bun.serve({
+      hostname: "127.0.0.1",
+      port: 0,
+      fetch: (request) => {
+        if (new URL(request.url).pathname !== "/events") return new Response("no", { status: 404 })
+        return new Response(new ReadableStream({
+          start: (controller) => {
+            controller.enqueue(encoder.encode(`event: state\ndata: ${JSON.stringify(fakeState("training"))}\n\n`))
+            // The launcher dies: its port closes under the stream.
+            setTimeout(() => {
+              controller.close()
+              server?.stop(true)
+            }, 50)
+          }
+        }), { headers: { "Content-Type": "text/event-stream" } })
+      }
+    })
+    servers.push(server)
+    const { code, stdout, stderr } = await status([`127.0.0.1:${server.port}`, "--watch"])
+    expect(code).toBe(0)
+    expect(stdout).toStartWith("run fake-run · training")
+    expect(stderr).toBe("cohort status: the launcher is gone; last state above\n")
   }, 10_000)
 
   test("--watch: the launcher going away after answering ends it with exit 0 and says so", async () => {
@@ -299,32 +364,98 @@ describe("finding the run from .cohort/runs/", () => {
     expect(stdout).toStartWith("run fake-run · training")
   })
 
-  test("several runs: the newest, with a note; --run NAME chooses; an unknown or ended run is exit 1", async () => {
+  /** An entry as the launcher writes it now (RunRegistry): an id of its own, this host, the page. */
+  const entry = (cwd: string, fields: { id: string; run: string; address: string; pid: number; startedAt: number; pidStart?: string }) => {
+    mkdirSync(join(cwd, ".cohort", "runs"), { recursive: true })
+    const [host, port] = [fields.address.slice(0, fields.address.lastIndexOf(":")), Number(fields.address.slice(fields.address.lastIndexOf(":") + 1))]
+    writeFileSync(
+      join(cwd, ".cohort", "runs", `${fields.id}.json`),
+      JSON.stringify({ ...fields, address: host, port, page: port === 0 ? "" : `http://${host}:${port}/`, host: hostname(), checkpoint: "/x.json", startToken: "" })
+    )
+  }
+
+  test("several runs: listed (id, name, pid, start, page), exit 0; --run ID or a name chooses; --json and --watch without a choice are exit 2", async () => {
     const cwd = tempDir()
     const older = serveState({ ...fakeState(), run: "older" })
     const newer = serveState({ ...fakeState(), run: "newer" })
-    runFile(cwd, "older", older.address, process.pid, Date.now() - 60_000)
-    runFile(cwd, "newer", newer.address, process.pid, Date.now())
+    const olderAt = Date.now() - 60_000
+    const newerAt = Date.now()
+    entry(cwd, { id: `older-${process.pid}`, run: "older", address: older.address, pid: process.pid, startedAt: olderAt })
+    entry(cwd, { id: `newer-${process.pid}`, run: "newer", address: newer.address, pid: process.pid, startedAt: newerAt })
     runFile(cwd, "ended", `127.0.0.1:${closedPort()}`, await deadPid(), Date.now())
 
-    const newest = await status([], cwd)
-    expect(newest.code).toBe(0)
-    expect(newest.stdout).toStartWith("run newer ·")
-    expect(newest.stderr).toBe("cohort status: 2 runs are running here (newer, older): showing newer, the newest; choose with --run NAME\n")
+    const clock = (at: number) => new Date(at).toTimeString().slice(0, 8)
+    const pid = String(process.pid)
+    const listed = [
+      ["ID", "NAME", "PID", "STARTED", "PAGE"],
+      [`newer-${pid}`, "newer", pid, clock(newerAt), `http://${newer.address}/`],
+      [`older-${pid}`, "older", pid, clock(olderAt), `http://${older.address}/`]
+    ]
+    const several = await status([], cwd)
+    expect(several.code).toBe(0)
+    expect(several.stdout.trimEnd().split("\n").map((line) => line.split(/\s{2,}/))).toEqual(listed)
+    expect(several.stderr).toBe("cohort status: 2 runs are running here: bun run status --run ID shows one\n")
 
-    const chosen = await status(["--run", "older", "--json"], cwd)
-    expect(chosen.code).toBe(0)
-    expect(JSON.parse(chosen.stdout).run).toBe("older")
+    for (const flags of [["--json"], ["--watch"], ["--start"]]) {
+      const ambiguous = await status(flags, cwd)
+      expect(ambiguous.code).toBe(2)
+      expect(ambiguous.stdout).toBe("")
+      expect(ambiguous.stderr.split("\n")[0]).toBe("cohort status: 2 runs are running here: choose one with --run ID")
+      expect(ambiguous.stderr).toContain(`newer-${pid}`)
+    }
+
+    const byId = await status(["--run", `older-${pid}`, "--json"], cwd)
+    expect(byId.code).toBe(0)
+    expect(JSON.parse(byId.stdout).run).toBe("older")
+    const byName = await status(["--run", "newer"], cwd)
+    expect(byName.code).toBe(0)
+    expect(byName.stdout).toStartWith("run newer ·")
 
     const unknown = await status(["--run", "nope"], cwd)
     expect(unknown.code).toBe(1)
     expect(unknown.stderr).toContain("no run nope is running from")
-    expect(unknown.stderr).toContain("(running: newer, older)")
+    expect(unknown.stderr).toContain(`(running: newer-${pid}, older-${pid})`)
 
     const ended = await status(["--run", "ended"], cwd)
     expect(ended.code).toBe(1)
     expect(ended.stderr).toMatch(/^cohort status: run ended is not running here: its launcher \(pid \d+\) is gone\n$/)
   })
+
+  test("two runs of one name: the name alone is not enough, the id is; an entry whose pid now belongs to another process is skipped", async () => {
+    const cwd = tempDir()
+    const first = serveState({ ...fakeState(), run: "twin" })
+    const second = serveState({ ...fakeState(), run: "twin", phase: "waiting" })
+    entry(cwd, { id: `twin-${process.pid}`, run: "twin", address: first.address, pid: process.pid, startedAt: Date.now() - 1_000 })
+    // The pid is alive, but its process started at another time: a later process got the pid of a launcher gone.
+    entry(cwd, { id: "twin-1", run: "twin", address: second.address, pid: process.pid, startedAt: Date.now(), pidStart: "1" })
+    const byName = await status(["--run", "twin"], cwd)
+    expect(byName.code).toBe(0)
+    expect(byName.stdout).toStartWith("run twin · training")
+    // With both alive, the name is ambiguous.
+    const alsoAlive = serveState({ ...fakeState(), run: "twin" })
+    entry(cwd, { id: "twin-2", run: "twin", address: alsoAlive.address, pid: process.pid, startedAt: Date.now() })
+    const ambiguous = await status(["--run", "twin"], cwd)
+    expect(ambiguous.code).toBe(2)
+    expect(ambiguous.stderr.split("\n")[0]).toBe("cohort status: 2 runs named twin are running here: choose one with --run ID")
+    expect((await status(["--run", "twin-2", "--json"], cwd)).code).toBe(0)
+  })
+
+  test("a run that has registered but does not listen yet: said so, exit 1 (--watch waits for it)", async () => {
+    const cwd = tempDir()
+    entry(cwd, { id: `early-${process.pid}`, run: "early", address: "127.0.0.1:0", pid: process.pid, startedAt: Date.now() })
+    const { code, stderr } = await status([], cwd)
+    expect(code).toBe(1)
+    expect(stderr).toBe(`cohort status: run early-${process.pid} is still starting (it does not listen yet); try again in a moment, or use --watch\n`)
+    // --watch: it says it waits; once the entry names a port, it follows the run.
+    const live = serveState({ ...fakeState("done"), run: "early" })
+    const proc = Bun.spawn([process.execPath, cli, "--watch"], { cwd, stdout: "pipe", stderr: "pipe" })
+    launched.push(proc)
+    const said = collectLines(proc.stderr)
+    await waitFor(() => said.lines.includes(`cohort status: run early-${process.pid} is still starting (it does not listen yet); waiting`), "the watch to wait", 5_000)
+    entry(cwd, { id: `early-${process.pid}`, run: "early", address: live.address, pid: process.pid, startedAt: Date.now() })
+    expect(await proc.exited).toBe(0)
+    expect(await new Response(proc.stdout).text()).toContain("verdict: completed DEGRADED")
+  }, 10_000)
 
   test("a run file whose launcher does not answer: the message names the address and the run", async () => {
     const cwd = tempDir()
@@ -349,8 +480,8 @@ describe("arguments", () => {
     [["localhost"], "localhost is not HOST:PORT"],
     [["127.0.0.1:99999"], "127.0.0.1:99999 is not HOST:PORT"],
     [["127.0.0.1:1", "127.0.0.1:2"], "one launcher at a time"],
-    [["--run"], "--run needs a run name"],
-    [["127.0.0.1:1", "--run", "x"], "give HOST:PORT or --run NAME, not both"]
+    [["--run"], "--run needs a run id (name-pid) or name"],
+    [["127.0.0.1:1", "--run", "x"], "give HOST:PORT or --run ID, not both"]
   ])("%p: exit 2 with the usage", async (args, message) => {
     const { code, stdout, stderr } = await status(args)
     expect(code).toBe(2)
@@ -375,6 +506,19 @@ describe("the table alone", () => {
     expect(text).toMatch(/\n\s*0\s+localhost\s+cpu\s+starting\s+—\s+—\s+0\s+—\s+—\s+—\s+—\n/)
     expect(readState({ hello: "world" })).toBeUndefined()
     expect(readState([])).toBeUndefined()
+  })
+
+  test("the join window in the header: when it closes; once closed, what it waits for; under a manual start, the quorum then the operator", () => {
+    const waiting = (joinedRanks: number, windowRemainingMs: number, joinRule: unknown) =>
+      render(readState({ phase: "waiting", world: 4, joinedRanks, joinedHosts: 1, hosts: [], windowRemainingMs, capRemainingMs: 85_000, joinRule, ranks: [] })!, { now: 0 }).split("\n")[0]!
+    const auto = { quorum: 4, start: "auto" }
+    expect(waiting(2, 12_000, auto)).toEndWith(" · join window closes in 12s (hard cap in 1m25s)")
+    expect(waiting(2, 0, auto)).toEndWith(" · join window closed: waiting for the quorum (2/4 ranks), hard cap in 1m25s")
+    expect(waiting(2, 12_000, { quorum: 4, start: "manual" })).toEndWith(" · join window waits for the quorum (2/4 ranks), hard cap in 1m25s")
+    expect(waiting(4, 0, { quorum: 4, start: "manual" })).toEndWith(" · join window waits for the operator's start (bun run status --start), hard cap in 1m25s")
+    // An older launcher says nothing of its rule.
+    expect(waiting(2, 0, undefined)).toEndWith(" · join window closed: waiting for more ranks, hard cap in 1m25s")
+    expect(waiting(2, 0, { quorum: "four", start: "auto" })).toEndWith(" · join window closed: waiting for more ranks, hard cap in 1m25s")
   })
 
   test("fitted to a screen: the ranks that are not running first, the rest counted", () => {
@@ -443,19 +587,49 @@ job:
   const run = spawnLaunch(file)
   launched.push(run.proc)
   const port = await listeningPort(run.stderr.lines)
-  await waitFor(() => existsSync(join(repoRoot, ".cohort", "runs", "status-start.json")), "the run's registry file", 10_000)
+  // The entry is the run's own: `<name>-<pid>` (the launcher's pid).
+  await waitFor(() => existsSync(join(repoRoot, ".cohort", "runs", `status-start-${run.proc.pid}.json`)), "the run's registry file", 10_000)
   // The window waits for the operator while the host has joined.
   let joined = false
   while (!joined) joined = (await fetchState(port))?.joinedRanks === 2
   expect((await fetchState(port))?.phase).toBe("waiting")
   const { code, stderr } = await status(["--start", "--run", "status-start"])
   expect(code, stderr).toBe(0)
-  expect(stderr).toBe("cohort status: armed the start of the join window (run status-start, from .cohort/runs/)\n")
+  expect(stderr).toBe(`cohort status: armed the start of the join window (run status-start-${run.proc.pid}, from .cohort/runs/)\n`)
   expect(await run.proc.exited).toBe(0)
+}, 40_000)
+
+test("--watch on a real run: it follows the run to its end, shows the final state and says how it ended", async () => {
+  const dir = tempDir()
+  const file = join(dir, "cluster.yml")
+  writeFileSync(file, `
+name: status-watch
+workers:
+  - { host: localhost, devices: 2, path: ${repoRoot} }
+job:
+  entry: examples/train.ts
+  dataset_size: 4000
+  epochs: 2
+  checkpoint: ${join(dir, "checkpoint.json")}
+failure_policy:
+  grace: 2s
+`)
+  const run = spawnLaunch(file)
+  launched.push(run.proc)
+  // Watched from its registry entry, as soon as there is one (it may not listen yet).
+  await waitFor(() => existsSync(join(repoRoot, ".cohort", "runs", `status-watch-${run.proc.pid}.json`)), "the run's registry file", 15_000)
+  const watching = await status(["--watch", "--run", `status-watch-${run.proc.pid}`])
+  expect(await run.proc.exited, run.stderr.lines.join("\n")).toBe(0)
+  expect(watching.code, watching.stderr).toBe(0)
+  expect(watching.stdout).toMatch(/(^|\n)run status-watch · done · /)
+  expect(watching.stdout).toEndWith("verdict: run completed\n")
+  expect(watching.stderr.trimEnd().split("\n").at(-1)).toBe("cohort status: run status-watch is over: run completed")
+  // The run's entry went with it.
+  expect(existsSync(join(repoRoot, ".cohort", "runs", `status-watch-${run.proc.pid}.json`))).toBe(false)
 }, 40_000)
 
 test("--start with HOST:PORT is refused: the token is found through the run, never given on the command line", async () => {
   const { code, stderr } = await status(["127.0.0.1:1", "--start"])
   expect(code).toBe(2)
-  expect(stderr).toStartWith("cohort status: --start finds the run in .cohort/runs/ (its token is there): give --run NAME, not HOST:PORT")
+  expect(stderr).toStartWith("cohort status: --start finds the run in .cohort/runs/ (its token is there): give --run ID, not HOST:PORT")
 })

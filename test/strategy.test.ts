@@ -3,7 +3,8 @@
  * the death threshold (ceil of p × world, with the float-noise rule), the
  * elastic limit's floor of 1 and its base, how kill_all stops the siblings,
  * which strategy is in force before and after formation, and every bound the
- * schemas put on a cluster file's numbers.
+ * schemas put on a cluster file's numbers; and the start's warning for a
+ * max_failure count that can never trip.
  */
 import { describe, expect, test } from "bun:test"
 import * as Either from "effect/Either"
@@ -25,6 +26,7 @@ import {
   Restart,
   RestartType
 } from "../src/actors/Strategy.ts"
+import { unreachableLimits } from "../src/actors/launcher/RunEnv.ts"
 
 describe("failureLimit: how many dead ranks trip max_failure", () => {
   // [max_failure, world, limit, why]
@@ -149,5 +151,48 @@ describe("the schemas' bounds", () => {
   test("the base of a percentage and a child's restart type are closed lists", () => {
     expect(["formation", "current", "now"].map((base) => accepts(FailureBase, base))).toEqual([true, true, false])
     expect(["permanent", "transient", "temporary", "never"].map((type) => accepts(RestartType, type))).toEqual([true, true, true, false])
+  })
+})
+
+describe("max_failure counts that can never trip (the launcher's warning at start, RunEnv.unreachableLimits)", () => {
+  const plan = (world: number, policy: { before?: Elastic | KillAll; after: Elastic | KillAll | Restart }, growth?: { maxRanks?: number }) => ({
+    world,
+    config: {
+      controller: { join: { afterFormation: growth === undefined ? ("reject" as const) : ("accept" as const), maxRanks: growth?.maxRanks } },
+      failurePolicy: { strategy: new Phased({ beforeFormation: policy.before ?? new KillAll(), afterFormation: policy.after }) }
+    }
+  }) as unknown as Parameters<typeof unreachableLimits>[0]
+  const count = (n: number) => new Elastic({ maxFailure: new Count({ n }) })
+  const advice = "the run fails only when every rank is lost; lower it (a count of dead ranks, or a percentage like 25%), or leave it out to tolerate any partial loss"
+
+  test("a count above the world, or of the whole world, is said, naming the world; one below it is not", () => {
+    expect(unreachableLimits(plan(4, { after: count(9) }))).toEqual([
+      `failure_policy.after_formation.elastic.max_failure: 9 can never trip in a world of 4 rank(s): ${advice}`
+    ])
+    // 4 of 4: the fourth death is every rank lost, which the verdict says instead.
+    expect(unreachableLimits(plan(4, { after: count(4) }))).toEqual([
+      `failure_policy.after_formation.elastic.max_failure: 4 can never trip in a world of 4 rank(s): ${advice}`
+    ])
+    expect(unreachableLimits(plan(4, { after: count(3) }))).toEqual([])
+    expect(unreachableLimits(plan(4, { after: count(0) }))).toEqual([])
+  })
+
+  test("a percentage never asks for more than the world; no limit, kill_all and restart have no count", () => {
+    expect(unreachableLimits(plan(4, { after: new Elastic({ maxFailure: new Percent({ p: 100 }) }) }))).toEqual([])
+    expect(unreachableLimits(plan(4, { after: new Elastic({}) }))).toEqual([])
+    expect(unreachableLimits(plan(1, { after: new KillAll() }))).toEqual([])
+    expect(unreachableLimits(plan(1, { after: new Restart({ maxRestarts: 3, within: 60_000, backoff: new Backoff({ initial: 0, max: 0, factor: 1, jitter: 0 }), scope: "one" }) }))).toEqual([])
+  })
+
+  test("before formation too; a world that may grow has room up to max_ranks, and without max_ranks no bound", () => {
+    expect(unreachableLimits(plan(2, { before: count(2), after: count(5) }))).toEqual([
+      `failure_policy.before_formation.elastic.max_failure: 2 can never trip in a world of 2 rank(s): ${advice}`,
+      `failure_policy.after_formation.elastic.max_failure: 5 can never trip in a world of 2 rank(s): ${advice}`
+    ])
+    expect(unreachableLimits(plan(4, { after: count(9) }, { maxRanks: 16 }))).toEqual([])
+    expect(unreachableLimits(plan(4, { after: count(9) }, {}))).toEqual([])
+    expect(unreachableLimits(plan(4, { after: count(9) }, { maxRanks: 8 }))).toEqual([
+      `failure_policy.after_formation.elastic.max_failure: 9 can never trip in a run of at most 8 rank(s) (controller.join.max_ranks): ${advice}`
+    ])
   })
 })

@@ -145,7 +145,8 @@ export const start = (options: SupervisorOptions): Effect.Effect<Supervisor, nev
           background(Effect.zipRight(Effect.sleep(Duration.millis(after)), enqueue(SupervisionEvent.RestartDue({ id })))),
         ReportDead: ({ cause, ranks }) => Effect.logDebug(`rank(s) ${ranks.join(", ")} dead: ${cause}`),
         LimitCrossed: ({ message }) => Effect.logDebug(message),
-        Escalate: ({ cause }) => Effect.logError(`escalating: ${cause}`),
+        // The verdict carries the cause to the operator; said here too, it would be read twice.
+        Escalate: ({ cause }) => Effect.logDebug(`escalating: ${cause}`),
         Note: ({ message }) => Effect.logInfo(message),
         Verdict: ({ verdict: value }) => Deferred.succeed(verdict, value)
       })

@@ -12,6 +12,7 @@ import * as Data from "effect/Data"
 import * as ChildExitModule from "./ChildExit.ts"
 import type { ChildExit } from "./ChildExit.ts"
 import { type ChildSpec, worldOf } from "./ChildSpec.ts"
+import { formatDuration } from "../config/Duration.ts"
 import { type Backoff, elasticLimit, inForce, killAllStop, type Strategy } from "./Strategy.ts"
 import type { StopSignal } from "./StopRequests.ts"
 import { Verdict } from "./Verdict.ts"
@@ -404,10 +405,12 @@ class Step {
     this.update({ restarts: recent })
     if (recent.length >= policy.maxRestarts) {
       this.setChild(id, { status: "exited" })
+      // `within` as the file wrote it (10m, not 600000 ms).
       const cause = `${what}; restart intensity exceeded: ${child.spec.label} would be restart ` +
-        `${recent.length + 1} within ${policy.within} ms (max_restarts ${policy.maxRestarts})`
+        `${recent.length + 1} within ${formatDuration(policy.within)} (max_restarts ${policy.maxRestarts})`
       this.directives.push(Directive.Escalate({ cause }))
-      this.fail({ kind: "restart-intensity", message: cause }, "graceful", cause)
+      // The cause is the escalation's and the verdict's: the stop's own line only says what it does.
+      this.fail({ kind: "restart-intensity", message: cause }, "graceful", "restart intensity exceeded: stopping every child")
       return
     }
     const attempt = policy.scope === "one" ? recent.filter((entry) => entry.id === id).length : recent.length

@@ -6,8 +6,9 @@
  *   the epoch, samples/s and the ranks' metrics. Other lines are printed
  *   above it (it is cleared, the line written, then it is drawn again).
  *   Elsewhere (a pipe, a file, CI) there is no live line; the join window is
- *   reported every JOIN_LINE_EVERY_MS instead, and training by the
- *   coordinator's own epoch lines.
+ *   reported when what it waits for changes (its end, then the quorum until
+ *   the hard cap, or the operator's start) and every JOIN_LINE_EVERY_MS
+ *   otherwise, and training by the coordinator's own epoch lines.
  * - Rank, relay and agent lines: prefixes coloured per host on a terminal;
  *   `ranks` shows only those ranks' lines; `quiet` shows none of them, but
  *   keeps each source's last lines and prints them when that rank dies.
@@ -48,7 +49,8 @@ export interface RunConsole {
   readonly close: () => void
 }
 
-const JOIN_LINE_EVERY_MS = 5_000
+/** Without a live line, the join window's state is printed when what it waits for changes, and at least this often. */
+const JOIN_LINE_EVERY_MS = 10_000
 const REDRAW_EVERY_MS = 100
 /** Lines kept per rank under `quiet`, shown when it dies. */
 const KEPT_LINES = 20
@@ -91,13 +93,55 @@ const thousands = (value: number): string => Math.round(value).toLocaleString("e
 const metricText = (metrics: Readonly<Record<string, number>>): string =>
   Object.entries(metrics).map(([name, value]) => `${name} ${Math.abs(value) >= 100 ? value.toFixed(1) : value.toPrecision(3)}`).join(" · ")
 
+/** What the join window waits for: its end, the quorum, or the operator's start (`start: manual`). */
+type JoinStage = "window" | "quorum" | "start"
+
+/** HH:MM:SS of this machine's clock. */
+const clockTime = (ms: number): string => new Date(ms).toTimeString().slice(0, 8)
+
+/** The window's state at `now`, from the last countdown; undefined before the first. */
+const joinWait = (state: RunState, now: number): { stage: JoinStage; windowLeftMs: number; capLeftMs: number; capAt: number } | undefined => {
+  if (state.windowRemainingMs === null) return undefined
+  // An older launcher's state has only the remainders as of its last update.
+  const since = now - state.updatedAt
+  const windowLeftMs = Math.max(0, state.windowClosesAt != null ? state.windowClosesAt - now : state.windowRemainingMs - since)
+  const capAt = state.hardCapAt ?? state.updatedAt + (state.capRemainingMs ?? 0)
+  const capLeftMs = Math.max(0, capAt - now)
+  const rule = state.joinRule ?? null
+  const quorumIn = rule !== null && state.joinedRanks >= rule.quorum
+  // Manual: only the operator closes it, once the quorum is in. Otherwise its end closes it, with a quorum;
+  // a window still open past its end has none.
+  const stage: JoinStage = rule?.start === "manual" ? (quorumIn ? "start" : "quorum") : windowLeftMs > 0 ? "window" : "quorum"
+  return { stage, windowLeftMs, capLeftMs, capAt }
+}
+
+const seconds = (ms: number) => Math.ceil(ms / 1000)
+
+/** The join window's line: who has joined, and what it waits for until when. */
+const waitingLine = (state: RunState, now: number): string => {
+  const joined = `joined ${state.joinedRanks}/${state.world} ranks on ${state.joinedHosts}/${state.hosts.length} hosts`
+  const wait = joinWait(state, now)
+  if (wait === undefined) return joined
+  const until = `until the hard cap at ${clockTime(wait.capAt)} (${seconds(wait.capLeftMs)} s)`
+  switch (wait.stage) {
+    case "window":
+      return `${joined}, window ${seconds(wait.windowLeftMs)} s left`
+    case "quorum": {
+      const rule = state.joinRule ?? null
+      const closed = rule?.start === "manual" ? "" : "window closed: "
+      const quorum = rule === null ? "more ranks" : `the quorum (${state.joinedRanks}/${rule.quorum} ranks)`
+      return `${joined}; ${closed}waiting for ${quorum} ${until}`
+    }
+    case "start":
+      return `${joined}; waiting for the operator's start (bun run status --start) ${until}`
+  }
+}
+
 /** The live line for a state; undefined when there is nothing to show. */
 export const liveLine = (state: RunState, now: number): string | undefined => {
   switch (state.phase) {
-    case "waiting": {
-      const left = state.windowRemainingMs === null ? "" : `, window ${Math.ceil(Math.max(0, state.windowRemainingMs - (now - state.updatedAt)) / 1000)} s left`
-      return `joined ${state.joinedRanks}/${state.world} ranks on ${state.joinedHosts}/${state.hosts.length} hosts${left}`
-    }
+    case "waiting":
+      return waitingLine(state, now)
     case "forming": {
       const running = state.ranks.filter((rank) => rank.state === "running").length
       return `starting ranks: ${running}/${state.ranks.length} running`
@@ -152,6 +196,8 @@ export const make = (options: RunConsoleOptions = {}): RunConsole => {
   let lastDraw = Number.NEGATIVE_INFINITY
   let redraw: ReturnType<typeof setTimeout> | undefined
   let lastJoinLine = now()
+  /** What the last printed join line said the window waits for: a change is news at once. */
+  let lastJoinStage: JoinStage = "window"
   let closed = false
   if (options.logDir !== undefined) mkdirSync(options.logDir, { recursive: true, mode: 0o700 })
   /** Log files made this run: 0600, never through a link (they hold the ranks' output). */
@@ -238,8 +284,11 @@ export const make = (options: RunConsoleOptions = {}): RunConsole => {
       }
       if (!live) {
         // No live line: the join window's count now and then, so a long wait is not silent.
-        if (event.event === "join_window" && now() - lastJoinLine >= JOIN_LINE_EVERY_MS) {
+        if (event.event === "join_window" && next.phase === "waiting") {
+          const stage = joinWait(next, now())?.stage ?? "window"
+          if (stage === lastJoinStage && now() - lastJoinLine < JOIN_LINE_EVERY_MS) return
           lastJoinLine = now()
+          lastJoinStage = stage
           const text = liveLine(next, now())
           if (text !== undefined) print(`cohort: ${text}`, "stderr")
         }

@@ -1,32 +1,42 @@
 /**
- * `bun run status [HOST:PORT] [--run NAME] [--json] [--watch] [--start]`: a
+ * `bun run status [HOST:PORT] [--run ID] [--json] [--watch] [--start]`: a
  * running launcher's state, read from its status endpoint (`GET /state.json`
  * on its one port), as a table (statusTable.ts) or as the JSON served.
  * `--start` closes a `start: manual` join window instead (`POST /start`, with
  * the start token the launcher keeps in its 0600 registry file).
  *
- * Without HOST:PORT it finds the run this checkout is running: the launcher
- * keeps `.cohort/runs/<run>.json` (address, port, pid) while it runs.
+ * Without HOST:PORT it finds the runs this checkout is running: each
+ * launcher keeps `.cohort/runs/<id>.json` (id `<name>-<pid>`, address, port,
+ * pid, page) while it runs (RunRegistry.ts). One running: it is shown.
+ * Several: they are listed, and `--run ID` (or a name only one of them has)
+ * chooses. Entries of launchers that are gone are skipped.
+ *
+ * `--watch` follows the run's own stream (`GET /events`), which ends with
+ * the verdict: the final state is shown, then how the run ended, and it
+ * exits. A launcher without the stream is asked every second instead.
  *
  * Exit status: 0 shown (with --watch: the run ended, or its launcher went
  * away after answering), 1 nothing answered or no run found, 2 bad
- * arguments, 130 interrupted. Nothing heavy is loaded: it answers at once.
+ * arguments (several runs and none chosen, for --json, --watch and
+ * --start), 130 interrupted. Nothing heavy is loaded: it answers at once.
  */
 import { readdirSync, readFileSync } from "node:fs"
+import { hostname } from "node:os"
 import { join } from "node:path"
 import { hasEnded, readState, render } from "./statusTable.ts"
 import type { RunState } from "../actors/launcher/RunView.ts"
 
-const usage = `usage: bun run status [HOST:PORT] [--run NAME] [--json] [--watch] [--start]
+const usage = `usage: bun run status [HOST:PORT] [--run ID] [--json] [--watch] [--start]
 
 Shows a running launcher's state: phase, training, every rank, the deaths, the verdict.
 
   HOST:PORT   the launcher's port, as its "listening on HOST:PORT" line prints it
               (its status URL works too). Without it: the run started from this
-              checkout, found in .cohort/runs/
-  --run NAME  which run, when several run from this checkout
+              checkout, found in .cohort/runs/ (several: they are listed)
+  --run ID    which run, when several run from this checkout: its id, as the
+              launcher's first line prints it (name-pid), or its name
   --json      the state as the launcher serves it (GET /state.json)
-  --watch     refresh every second until the run ends
+  --watch     follow the run until it ends, then say how it ended
   --start     close a start: manual join window (POST /start with the run's start
               token, read from .cohort/runs/: only the launch's user can)
   -h, --help  show this help
@@ -36,6 +46,8 @@ Example: bun run status 127.0.0.1:41235 --watch`
 
 const FETCH_TIMEOUT_MS = 2_000
 const WATCH_INTERVAL_MS = 1_000
+/** A live `/events` stream sends a keep-alive every 15 s: this long without a byte, it is stuck. */
+const STREAM_SILENCE_MS = 20_000
 /** Failures in a row, other than a refused connection, before a watched launcher counts as gone. */
 const GONE_AFTER_FAILURES = 3
 const CLEAR_SCREEN = "\x1b[H\x1b[2J"
@@ -98,28 +110,48 @@ for (let i = 0; i < args.length; i++) {
   else if (arg === "--start") start = true
   else if (arg === "--run") {
     const value = args[++i]
-    if (value === undefined || value.startsWith("-")) badArguments("--run needs a run name")
+    if (value === undefined || value.startsWith("-")) badArguments("--run needs a run id (name-pid) or name")
     runName = value
   } else if (arg.startsWith("-")) badArguments(`unknown option ${arg}`)
   else positional.push(arg)
 }
 if (positional.length > 1) badArguments(`one launcher at a time, got ${positional.join(", ")}`)
-if (positional.length === 1 && runName !== undefined) badArguments("give HOST:PORT or --run NAME, not both")
+if (positional.length === 1 && runName !== undefined) badArguments("give HOST:PORT or --run ID, not both")
 const given = positional[0] === undefined ? undefined : parseEndpoint(positional[0])
 if (positional[0] !== undefined && given === undefined) badArguments(`${positional[0]} is not HOST:PORT (e.g. 127.0.0.1:41235)`)
 
 // ---- finding the run when no address is given
 
+/**
+ * A registry entry as RunRegistry.ts writes it (read here without loading the launcher's modules: status
+ * answers at once). An older launcher's `<run>.json` has no id, host, page or pidStart.
+ */
 interface RunFile {
+  readonly id: string
   readonly run: string
   readonly address: string
+  /** 0 while the launcher starts (it registers before it listens). */
   readonly port: number
+  readonly page: string
   readonly pid: number
+  readonly pidStart: string | undefined
+  readonly host: string
   readonly startedAt: number
   readonly startToken?: string
 }
 
-const isAlive = (pid: number): boolean => {
+/** Field 22 of /proc/<pid>/stat: "gone" when there is no such process, undefined when /proc cannot tell. */
+const startTimeOf = (pid: number): string | "gone" | undefined => {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8")
+    return stat.slice(stat.lastIndexOf(")") + 2).split(" ")[22 - 3]
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code
+    return code === "ENOENT" || code === "ESRCH" ? "gone" : undefined
+  }
+}
+
+const pidExists = (pid: number): boolean => {
   try {
     process.kill(pid, 0)
     return true
@@ -129,20 +161,42 @@ const isAlive = (pid: number): boolean => {
   }
 }
 
+const thisHost = hostname()
+
+/** Whether its launcher still runs: its pid, and the same process (not a later one that got the pid); another host's cannot be told. */
+const isAlive = (file: RunFile): boolean => {
+  if (file.host !== thisHost) return true
+  if (!pidExists(file.pid)) return false
+  if (file.pidStart === undefined) return true
+  const now = startTimeOf(file.pid)
+  return now === undefined || now === file.pidStart
+}
+
 const readRunFiles = (dir: string): Array<RunFile> => {
   let names: Array<string>
   try {
-    names = readdirSync(dir).filter((name) => name.endsWith(".json"))
+    names = readdirSync(dir).filter((name) => name.endsWith(".json") && !name.startsWith("."))
   } catch {
     return []
   }
   return names.flatMap((name) => {
     try {
-      const file = JSON.parse(readFileSync(join(dir, name), "utf8")) as Partial<RunFile>
+      const file = JSON.parse(readFileSync(join(dir, name), "utf8")) as Record<string, unknown>
+      const { pid, run, startedAt } = file
       // A pid of 0 or below would signal a whole process group: such a file is not one of ours.
-      const valid = typeof file.run === "string" && typeof file.address === "string" && typeof file.port === "number" &&
-        Number.isInteger(file.pid) && file.pid! > 0 && typeof file.startedAt === "number"
-      return valid ? [file as RunFile] : []
+      if (typeof run !== "string" || typeof pid !== "number" || !Number.isInteger(pid) || pid <= 0 || typeof startedAt !== "number") return []
+      return [{
+        id: typeof file.id === "string" ? file.id : name.slice(0, -".json".length),
+        run,
+        address: typeof file.address === "string" ? file.address : "",
+        port: typeof file.port === "number" ? file.port : 0,
+        page: typeof file.page === "string" ? file.page : "",
+        pid,
+        pidStart: typeof file.pidStart === "string" ? file.pidStart : undefined,
+        host: typeof file.host === "string" ? file.host : thisHost,
+        startedAt,
+        ...(typeof file.startToken === "string" ? { startToken: file.startToken } : {})
+      }]
     } catch {
       // Half-written, or not ours: another file may still name the run.
       return []
@@ -150,32 +204,90 @@ const readRunFiles = (dir: string): Array<RunFile> => {
   })
 }
 
-const findRun = (): { readonly endpoint: Endpoint; readonly origin: string; readonly startToken: string | undefined } => {
+const clockTime = (ms: number) => new Date(ms).toTimeString().slice(0, 8)
+
+/** The running runs as a table: id, name, pid, start, page. */
+const runList = (runs: ReadonlyArray<RunFile>): string => {
+  const rows = runs.map((file) => [file.id, file.run, String(file.pid), clockTime(file.startedAt), file.port === 0 ? "(starting)" : file.page || `http://${file.address}:${file.port}/`])
+  const header = ["ID", "NAME", "PID", "STARTED", "PAGE"]
+  const widths = header.map((title, column) => Math.max(title.length, ...rows.map((row) => row[column]!.length)))
+  const line = (cells: ReadonlyArray<string>) => cells.map((cell, column) => (column === cells.length - 1 ? cell : cell.padEnd(widths[column]!))).join("  ")
+  return [line(header), ...rows.map(line)].join("\n")
+}
+
+interface Found {
+  readonly endpoint: Endpoint
+  readonly origin: string
+  readonly startToken: string | undefined
+  /** The run's id, when it was found in .cohort/runs/. */
+  readonly id?: string
+}
+
+const findRun = (): Found => {
   const dir = join(process.cwd(), ".cohort", "runs")
   const files = readRunFiles(dir)
-  const running = files.filter((file) => isAlive(file.pid)).sort((a, b) => b.startedAt - a.startedAt)
+  const running = files.filter(isAlive).sort((a, b) => b.startedAt - a.startedAt)
   const hint = `give the launcher's HOST:PORT (its "listening on HOST:PORT" line prints it)`
   let chosen: RunFile | undefined
   if (runName !== undefined) {
-    chosen = running.find((file) => file.run === runName)
+    // An id is one run; a name may be several runs' (the same file with another job.checkpoint).
+    const byId = running.find((file) => file.id === runName)
+    const byName = running.filter((file) => file.run === runName)
+    if (byId === undefined && byName.length > 1) {
+      badChoice(`${byName.length} runs named ${runName} are running here: choose one with --run ID`, byName)
+    }
+    chosen = byId ?? byName[0]
     if (chosen === undefined) {
-      const stale = files.find((file) => file.run === runName)
+      const stale = files.find((file) => file.id === runName || file.run === runName)
       if (stale !== undefined) fail(1, `run ${runName} is not running here: its launcher (pid ${stale.pid}) is gone`)
-      const others = running.length > 0 ? ` (running: ${running.map((file) => file.run).join(", ")})` : ""
+      const others = running.length > 0 ? ` (running: ${running.map((file) => file.id).join(", ")})` : ""
       fail(1, `no run ${runName} is running from ${process.cwd()}${others}; ${hint}`)
     }
   } else {
     chosen = running[0]
     if (chosen === undefined) fail(1, `no running launcher found in ${dir}; ${hint}`)
     if (running.length > 1) {
-      say(`${running.length} runs are running here (${running.map((file) => file.run).join(", ")}): showing ${chosen!.run}, the newest; choose with --run NAME`)
+      // Which one is meant is the user's to say: a table or a stream of the wrong run would mislead.
+      if (!json && !watch && !start) {
+        process.stdout.write(`${runList(running)}\n`)
+        say(`${running.length} runs are running here: bun run status --run ID shows one`)
+        process.exit(0)
+      }
+      badChoice(`${running.length} runs are running here: choose one with --run ID`, running)
     }
   }
-  return { endpoint: { host: chosen!.address, port: chosen!.port }, origin: ` (run ${chosen!.run}, from .cohort/runs/)`, startToken: chosen!.startToken }
+  if (chosen!.port === 0 && !watch) {
+    fail(1, `run ${chosen!.id} is still starting (it does not listen yet); try again in a moment, or use --watch`)
+  }
+  return {
+    endpoint: { host: chosen!.address, port: chosen!.port },
+    origin: ` (run ${chosen!.id}, from .cohort/runs/)`,
+    startToken: chosen!.startToken,
+    id: chosen!.id
+  }
 }
 
-if (start && given !== undefined) badArguments("--start finds the run in .cohort/runs/ (its token is there): give --run NAME, not HOST:PORT")
-const { endpoint, origin, startToken } = given !== undefined ? { endpoint: given, origin: "", startToken: undefined } : findRun()
+/** A run found before it listens (it registers first): its entry gains the port a moment later. */
+const untilListening = async (found: Found): Promise<Found> => {
+  const dir = join(process.cwd(), ".cohort", "runs")
+  say(`run ${found.id} is still starting (it does not listen yet); waiting`)
+  for (;;) {
+    const file = readRunFiles(dir).find((each) => each.id === found.id)
+    if (file === undefined || !isAlive(file)) return fail(1, `run ${found.id} ended before it listened`)
+    if (file.port !== 0) return { ...found, endpoint: { host: file.address, port: file.port }, startToken: file.startToken }
+    await Bun.sleep(100)
+  }
+}
+
+/** Several runs could be meant: they are listed, and the user chooses (exit 2). */
+const badChoice = (message: string, runs: ReadonlyArray<RunFile>): never => {
+  say(`${message}\n${runList(runs)}`)
+  process.exit(2)
+}
+
+if (start && given !== undefined) badArguments("--start finds the run in .cohort/runs/ (its token is there): give --run ID, not HOST:PORT")
+const found: Found = given !== undefined ? { endpoint: given, origin: "", startToken: undefined } : findRun()
+const { endpoint, origin, startToken } = found.endpoint.port === 0 ? await untilListening(found) : found
 const target = reachable(endpoint)
 const address = addressOf(target)
 const url = `http://${address}/state.json`
@@ -251,6 +363,71 @@ const once = async (): Promise<number> => {
   return 0
 }
 
+/** How the run ended, once it has: the verdict (the table above has it too, but not always on screen). */
+const sayEnded = (state: RunState) => say(`${state.run === "" ? "the run" : `run ${state.run}`} is over: ${state.verdict ?? state.phase}`)
+
+/**
+ * Follow `GET /events`: `onState` is told each state as the launcher publishes it (at most four a second), and
+ * returns true to stop. The launcher ends the stream after its verdict's state. "unavailable": no stream there
+ * (an older launcher, or the stream limit reached).
+ */
+const follow = async (onState: (answer: Extract<Answer, { kind: "state" }>) => Promise<boolean>): Promise<"unavailable" | "ended"> => {
+  const controller = new AbortController()
+  const headTimer = setTimeout(() => controller.abort(), FETCH_TIMEOUT_MS)
+  let response: Response
+  try {
+    response = await fetch(`http://${address}/events`, { signal: controller.signal, redirect: "manual" })
+  } catch {
+    return "unavailable"
+  } finally {
+    clearTimeout(headTimer)
+  }
+  if (response.status !== 200 || !(response.headers.get("content-type") ?? "").startsWith("text/event-stream") || response.body === null) {
+    await response.body?.cancel()
+    return "unavailable"
+  }
+  const reader = response.body.getReader()
+  const decoder = new TextDecoder()
+  // A live stream says something at least every 15 s (a keep-alive comment): longer silence is a stuck one.
+  let silence: ReturnType<typeof setTimeout> | undefined
+  const heard = () => {
+    clearTimeout(silence)
+    silence = setTimeout(() => controller.abort(), STREAM_SILENCE_MS)
+  }
+  heard()
+  let buffer = ""
+  try {
+    for (;;) {
+      const { done, value } = await reader.read()
+      if (done) return "ended"
+      heard()
+      buffer += decoder.decode(value, { stream: true })
+      let end: number
+      while ((end = buffer.indexOf("\n\n")) >= 0) {
+        const data = /^event: state\ndata: (.*)$/s.exec(buffer.slice(0, end))
+        buffer = buffer.slice(end + 2)
+        if (data === null) continue
+        let body: unknown
+        try {
+          body = JSON.parse(data[1]!)
+        } catch {
+          continue
+        }
+        const state = readState(body)
+        if (state !== undefined && await onState({ kind: "state", state, body })) {
+          await reader.cancel().catch(() => {})
+          return "ended"
+        }
+      }
+    }
+  } catch {
+    // Reset, or stuck and aborted: the launcher is asked again below.
+    return "ended"
+  } finally {
+    clearTimeout(silence)
+  }
+}
+
 const watchLoop = async (): Promise<number> => {
   const tty = process.stdout.isTTY === true
   let answered = false
@@ -262,6 +439,41 @@ const watchLoop = async (): Promise<number> => {
     else await out(`${frames > 0 ? "\n" : ""}${body}`)
     frames += 1
   }
+
+  // The stream first: every change as it happens, and the verdict before the port closes (a once-a-second
+  // poll often came after it had).
+  let latest: Extract<Answer, { kind: "state" }> | undefined
+  let latestShown = true
+  let lastFrameAt = Number.NEGATIVE_INFINITY
+  let pending: ReturnType<typeof setTimeout> | undefined
+  let drawing = Promise.resolve()
+  const draw = () => {
+    clearTimeout(pending)
+    pending = undefined
+    if (latest === undefined || latestShown) return drawing
+    const answer = latest
+    latestShown = true
+    shownState = true
+    lastFrameAt = performance.now()
+    drawing = drawing.then(() => frame(show(answer, tty)))
+    return drawing
+  }
+  await follow(async (answer) => {
+    answered = true
+    latest = answer
+    latestShown = false
+    const ended = hasEnded(answer.state)
+    // At most a frame a second; the last one of a burst is drawn when its second is up.
+    if (ended || performance.now() - lastFrameAt >= WATCH_INTERVAL_MS) await draw()
+    else pending ??= setTimeout(() => void draw(), lastFrameAt + WATCH_INTERVAL_MS - performance.now())
+    return ended
+  })
+  await draw()
+  if (latest !== undefined && hasEnded(latest.state)) {
+    sayEnded(latest.state)
+    return 0
+  }
+  // No stream, or it ended without a verdict: ask every second, as an older launcher is asked.
   let lastStarting = false
   while (true) {
     const began = performance.now()
@@ -272,7 +484,10 @@ const watchLoop = async (): Promise<number> => {
       failures = 0
       lastStarting = false
       await frame(show(answer, tty))
-      if (hasEnded(answer.state)) return 0
+      if (hasEnded(answer.state)) {
+        sayEnded(answer.state)
+        return 0
+      }
     } else if (answer.kind === "starting") {
       answered = true
       failures = 0

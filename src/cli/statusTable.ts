@@ -42,7 +42,8 @@ const readRank = (value: unknown): ReadonlyArray<RankStatus> => {
     restarts: num(value.restarts) ?? 0,
     startedAt: num(value.startedAt),
     endedAt: num(value.endedAt),
-    resources: readResources(value.resources)
+    resources: readResources(value.resources),
+    lastResources: readResources(value.lastResources)
   }]
 }
 
@@ -79,6 +80,12 @@ export const readState = (json: unknown): RunState | undefined => {
     joinedHosts: num(json.joinedHosts) ?? 0,
     windowRemainingMs: num(json.windowRemainingMs),
     capRemainingMs: num(json.capRemainingMs),
+    windowClosesAt: num(json.windowClosesAt),
+    hardCapAt: num(json.hardCapAt),
+    joinRule: isObject(json.joinRule) && num(json.joinRule.quorum) !== null &&
+        (json.joinRule.start === "auto" || json.joinRule.start === "manual" || json.joinRule.start === "hybrid")
+      ? { quorum: num(json.joinRule.quorum)!, start: json.joinRule.start }
+      : null,
     hosts: list(json.hosts).flatMap((host): ReadonlyArray<HostStatus> =>
       isObject(host) && typeof host.host === "string"
         ? [{
@@ -147,6 +154,12 @@ const table = (header: ReadonlyArray<string>, align: ReadonlyArray<Align>, rows:
 const RANK_HEADER = ["RANK", "HOST", "DEVICE", "STATE", "PID", "EXIT", "RESTARTS", "CPU %", "RSS MiB", "GPU MiB", "GPU %"]
 const RANK_ALIGN: ReadonlyArray<Align> = ["right", "left", "left", "left", "right", "left", "right", "right", "right", "right", "right"]
 
+const rankEnded = (rank: RankStatus) => rank.state === "exited" || rank.state === "dead"
+/** An ended rank uses nothing: whatever an older launcher still serves for it is not shown as its use. */
+const resourcesOf = (rank: RankStatus) => (rankEnded(rank) ? null : rank.resources)
+/** What an ended rank last used (an older launcher kept it as its use). */
+const lastResourcesOf = (rank: RankStatus | undefined) => (rank === undefined || !rankEnded(rank) ? null : rank.lastResources ?? rank.resources)
+
 const rankRow = (rank: RankStatus): Array<string> => [
   String(rank.rank),
   rank.host,
@@ -155,10 +168,10 @@ const rankRow = (rank: RankStatus): Array<string> => [
   rank.pid === null ? NONE : String(rank.pid),
   rank.exit ?? NONE,
   String(rank.restarts),
-  percent(rank.resources?.cpu),
-  mib(rank.resources?.rssBytes),
-  mib(rank.resources?.gpuMemoryBytes),
-  percent(rank.resources?.gpuUtilization)
+  percent(resourcesOf(rank)?.cpu),
+  mib(resourcesOf(rank)?.rssBytes),
+  mib(resourcesOf(rank)?.gpuMemoryBytes),
+  percent(resourcesOf(rank)?.gpuUtilization)
 ]
 
 /** The order ranks are counted in: the healthy first, then what needs a look. */
@@ -196,11 +209,28 @@ const headerLine = (state: RunState, now: number): string => {
   parts.push(state.joinedAfterFormation > 0 ? `world ${world} (${state.joinedAfterFormation} joined after formation)` : `world ${world}`)
   const hosts = state.hosts.length > 0 ? `${state.joinedHosts}/${state.hosts.length}` : String(state.joinedHosts)
   parts.push(`joined ${state.joinedRanks}/${world} ranks on ${hosts} hosts`)
-  if (state.phase === "waiting" && state.windowRemainingMs !== null) {
-    const cap = state.capRemainingMs === null ? "" : ` (hard cap in ${duration(state.capRemainingMs)})`
-    parts.push(`join window closes in ${duration(state.windowRemainingMs)}${cap}`)
-  }
+  if (state.phase === "waiting" && state.windowRemainingMs !== null) parts.push(joinWindowText(state))
   return parts.join(" · ")
+}
+
+/**
+ * The join window as of the state: while it is open, when it closes; once it has closed without a quorum
+ * (or, `start: manual`, without the operator's start), what it waits for and how long it still may.
+ */
+const joinWindowText = (state: RunState): string => {
+  const cap = state.capRemainingMs === null ? "" : `hard cap in ${duration(state.capRemainingMs)}`
+  const rule = state.joinRule ?? null
+  if (rule?.start === "manual") {
+    const waitingFor = state.joinedRanks >= rule.quorum
+      ? "the operator's start (bun run status --start)"
+      : `the quorum (${state.joinedRanks}/${rule.quorum} ranks)`
+    return `join window waits for ${waitingFor}${cap === "" ? "" : `, ${cap}`}`
+  }
+  if (state.windowRemainingMs! > 0 || rule === null && state.capRemainingMs === null) {
+    return `join window closes in ${duration(state.windowRemainingMs!)}${cap === "" ? "" : ` (${cap})`}`
+  }
+  const quorum = rule === null ? "more ranks" : `the quorum (${state.joinedRanks}/${rule.quorum} ranks)`
+  return `join window closed: waiting for ${quorum}${cap === "" ? "" : `, ${cap}`}`
 }
 
 const trainingLine = (training: Training): string => {
@@ -241,13 +271,18 @@ export const render = (state: RunState, options: RenderOptions): string => {
     const deaths = fitting ? state.deaths.slice(-SCREEN_DEATHS) : state.deaths
     const earlier = state.deaths.length - deaths.length
     bottom.push("", `deaths: ${state.deaths.length}${earlier > 0 ? ` (the latest ${deaths.length} shown)` : ""}`)
+    // The memory a rank had when it died says whether it was killed for it: shown when any is known.
+    const byNumber = new Map(state.ranks.map((rank) => [rank.rank, rank]))
+    const lastRss = deaths.map((death) => lastResourcesOf(byNumber.get(death.rank))?.rssBytes)
+    const withRss = lastRss.some((rss) => rss != null)
     bottom.push(...table(
-      ["RANK", "HOST", "AFTER", "CAUSE"],
-      ["right", "left", "right", "left"],
-      deaths.map((death) => [
+      ["RANK", "HOST", "AFTER", ...(withRss ? ["LAST RSS MiB"] : []), "CAUSE"],
+      ["right", "left", "right", ...(withRss ? ["right" as const] : []), "left"],
+      deaths.map((death, index) => [
         String(death.rank),
         death.host,
         state.startedAt > 0 && death.at > 0 ? duration(death.at - state.startedAt) : NONE,
+        ...(withRss ? [mib(lastRss[index])] : []),
         death.cause
       ])
     ))

@@ -35,6 +35,8 @@
  * workers, `env` and the checks across sections are read here.
  */
 import type * as Effect from "effect/Effect"
+import type { Document } from "yaml"
+import type { ConfigError } from "./ConfigError.ts"
 import { decodeEnv } from "./Env.ts"
 import { decodeFailurePolicy, defaultFailurePolicy, type FailurePolicy } from "./FailurePolicy.ts"
 import { decodeJoin, type JoinWindow } from "./JoinWindow.ts"
@@ -151,6 +153,23 @@ const unreadableJoin: JoinWindow = {
   maxRanks: undefined
 }
 
+/**
+ * A run name names files (`.cohort/checkpoints/<name>.json`, `.cohort/runs/<name>-<pid>.json`): a plain name,
+ * so that it can never lead out of those folders (`my run/../x` would have).
+ */
+const RUN_NAME = /^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}$/
+const runName = (field: Field): string => {
+  const name = field.string("a run name")
+  if (!RUN_NAME.test(name)) field.expected("a plain run name: 1 to 128 letters, digits, '-', '_' or '.', not starting with '.'")
+  return name
+}
+
+/** A file's name as a run name: whatever would not do in one becomes `_`. */
+const plainName = (name: string): string => {
+  const plain = name.replace(/[^A-Za-z0-9_.-]/g, "_").replace(/^\./, "_").slice(0, 128)
+  return plain === "" ? "run" : plain
+}
+
 /** Decode a whole cluster file; `fallbackName` names the run when the file does not. */
 export const decodeCluster = (root: Field, fallbackName: string): ClusterConfig => {
   const top = root.map(topKeys)
@@ -179,7 +198,7 @@ export const decodeCluster = (root: Field, fallbackName: string): ClusterConfig 
     growth.report("a command job (torchrun-style) has a fixed world: growth needs an entry job, or after_formation: reject")
   }
   return {
-    name: top.name.readOr((f) => f.string("a run name"), fallbackName),
+    name: top.name.readOr(runName, plainName(fallbackName)),
     controller: {
       host: controller?.host.readOr((f) => f.string("the address workers dial, like 127.0.0.1"), "127.0.0.1") ?? "127.0.0.1",
       port: controller?.port.readOr((f) => f.int(0, 65_535, "a port from 0 to 65535 (0 picks a free one)"), 0) ?? 0,
@@ -193,6 +212,10 @@ export const decodeCluster = (root: Field, fallbackName: string): ClusterConfig 
   }
 }
 
-/** Parse a cluster file's text. */
-export const parseCluster = (text: string, file: string): Effect.Effect<ClusterConfig, ConfigErrors> =>
-  parse(text, file, (root) => decodeCluster(root, file.replace(/^.*\//, "").replace(/\.ya?ml$/, "")))
+/** Parse a cluster file's text; `edit` changes the parsed document before it is decoded (see `Yaml.parse`). */
+export const parseCluster = (
+  text: string,
+  file: string,
+  edit?: (doc: Document.Parsed) => ReadonlyArray<ConfigError>
+): Effect.Effect<ClusterConfig, ConfigErrors> =>
+  parse(text, file, (root) => decodeCluster(root, file.replace(/^.*\//, "").replace(/\.ya?ml$/, "")), edit)

@@ -20,7 +20,7 @@ export const MAGIC_BYTES = 4
 
 export type Route = { readonly _tag: "Channel"; readonly channel: ChannelName } | { readonly _tag: "Http" } | { readonly _tag: "Unknown" }
 
-const http = [ascii("GET "), ascii("POST")]
+const http = [ascii("GET "), ascii("POST"), ascii("HEAD")]
 
 const same = (a: Uint8Array, b: Uint8Array) => a.length === b.length && a.every((byte, index) => byte === b[index])
 

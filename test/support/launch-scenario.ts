@@ -3,7 +3,7 @@
  * file of the rank fixture in a temp dir, every line the ranks print, the
  * port (for the status endpoint), and the run's result.
  */
-import { existsSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs"
+import { existsSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join, resolve } from "node:path"
 import * as Effect from "effect/Effect"
@@ -115,9 +115,18 @@ export const listeningPort = async (lines: ReadonlyArray<string>, timeoutMs = 15
  * file (`.cohort/runs/<run>.json` under the launch's working directory: the repository root here).
  */
 export const postStart = async (port: number, run: string): Promise<Response> => {
-  const file = join(repoRoot, ".cohort", "runs", `${run}.json`)
-  await waitFor(() => existsSync(file), `the registry file of run ${run}`, 10_000)
-  const { startToken } = JSON.parse(readFileSync(file, "utf8")) as { startToken: string }
-  return fetch(`http://127.0.0.1:${port}/start`, { method: "POST", headers: { Authorization: `Bearer ${startToken}` } })
+  // Each run has its own entry, `<name>-<pid>.json`: the one of this run listening on this port.
+  const dir = join(repoRoot, ".cohort", "runs")
+  const token = () =>
+    (existsSync(dir) ? readdirSync(dir) : []).filter((name) => name.startsWith(`${run}-`) && name.endsWith(".json")).flatMap((name) => {
+      try {
+        const read = JSON.parse(readFileSync(join(dir, name), "utf8")) as { run?: string; port?: number; startToken?: string }
+        return read.run === run && read.port === port && typeof read.startToken === "string" ? [read.startToken] : []
+      } catch {
+        return []
+      }
+    })[0]
+  await waitFor(() => token() !== undefined, `the registry entry of run ${run}`, 10_000)
+  return fetch(`http://127.0.0.1:${port}/start`, { method: "POST", headers: { Authorization: `Bearer ${token()!}` } })
 }
 

@@ -5,7 +5,7 @@
  * weights: 0600 in a 0700 folder, and `--resume` trusts only a file of this
  * user's that nobody else can write (see PrivateFiles).
  */
-import { readFileSync } from "node:fs"
+import { existsSync, readFileSync } from "node:fs"
 import { dirname } from "node:path"
 import * as Data from "effect/Data"
 import * as Effect from "effect/Effect"
@@ -67,3 +67,20 @@ export const read = (path: string): Effect.Effect<CheckpointRecord, CheckpointEr
     }
     return record as CheckpointRecord
   })
+
+/** What is at a checkpoint's path, for a run that does not resume from it. */
+export type Found =
+  | { readonly _tag: "Absent" }
+  | { readonly _tag: "Checkpoint"; readonly record: CheckpointRecord }
+  | { readonly _tag: "Unreadable"; readonly reason: string }
+
+/** Look at what a run's first save would replace; a file that is not a checkpoint of this user's says why. */
+export const peek = (path: string): Effect.Effect<Found> =>
+  Effect.suspend(() =>
+    existsSync(path)
+      ? read(path).pipe(Effect.match({
+        onFailure: (error): Found => ({ _tag: "Unreadable", reason: error.reason.replace(/; a checkpoint to resume from must be yours alone$/, "") }),
+        onSuccess: (record): Found => ({ _tag: "Checkpoint", record })
+      }))
+      : Effect.succeed<Found>({ _tag: "Absent" })
+  )

@@ -10,7 +10,7 @@
  * back are executed here, in order: orders sent, lines logged, the journal
  * told, the consensus checkpoint written. A write's outcome goes back into
  * `coordinate` before the next instruction, so a stop's `Stop` can say
- * whether the checkpoint was saved.
+ * whether the checkpoint was saved (and a written one is journalled).
  */
 import * as Clock from "effect/Clock"
 import * as Duration from "effect/Duration"
@@ -117,7 +117,7 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
       ).pipe(
         Effect.match({ onFailure: (error) => error.message, onSuccess: () => undefined }),
         Effect.flatMap((failure) =>
-          step(CoordinatorEvent.CheckpointWritten({ epoch: request.epoch, failure, at: request.at }))
+          step(CoordinatorEvent.CheckpointWritten({ epoch: request.epoch, reason: request.reason, failure, at: request.at }))
         )
       )
 

@@ -7,7 +7,9 @@
  * with. It is then admitted with the next contiguous ranks, or told why not
  * (`Reject{reason}`). A connection whose frames fail authentication gets no
  * reply at all and is reset; only refusals of authenticated joins count
- * towards the flood guard.
+ * towards the flood guard. Under pre-shared admission an agent that dials
+ * without a salt (it names the open key, `Trust.OPEN_KEY_ID`) is told that
+ * the run needs one (`Reject{needs: "salt"}`), as noise: never counted.
  *
  * The window's verdict (`joinVerdict`) is taken on every admission and at
  * each deadline, with time from `Clock`. Once it forms, the members and their
@@ -36,7 +38,7 @@ import { Accept, Hello, type HostRunSpec, joinCodec, type JoinMessage, Reject } 
 import { saltToHex } from "../../wire/Keys.ts"
 import * as Link from "../../wire/Link.ts"
 import { hostNameRule, isHostName, printable } from "../../wire/Printable.ts"
-import { type Admission, joinSalt } from "../../wire/Trust.ts"
+import { type Admission, joinKeyFor, OPEN_KEY_ID } from "../../wire/Trust.ts"
 import { FLOOD_LIMIT, type JoinRules, joinVerdict } from "./joinVerdict.ts"
 
 
@@ -120,7 +122,6 @@ export const make = (options: JoinGateOptions): Effect.Effect<JoinGate, never, S
     const openedAt = yield* Clock.currentTimeMillis
     const window = yield* Ref.make<Window>({ members: [], joinedRanks: 0, nextRank: 0, rejected: 0, armed: false, outcome: undefined })
     const outcome = yield* Deferred.make<Formation>()
-    const keyed = joinSalt(options.admission, options.salt)
 
     /** Take the verdict now; a final one is recorded once and announced. */
     const settle = Effect.gen(function*() {
@@ -128,7 +129,10 @@ export const make = (options: JoinGateOptions): Effect.Effect<JoinGate, never, S
       const state = yield* Ref.get(window)
       if (state.outcome !== undefined) return
       const { joinedRanks } = state
-      const verdict = joinVerdict({ ...rules, floodLimit }, { joinedRanks, rejected: state.rejected, startArmed: state.armed, elapsedMs: now - openedAt })
+      // The declared hosts not in yet: a failed quorum names them.
+      const joinedHosts = new Set(state.members.map((member) => member.host))
+      const missing = [...options.declared.keys()].filter((host) => !joinedHosts.has(host))
+      const verdict = joinVerdict({ ...rules, floodLimit }, { joinedRanks, rejected: state.rejected, startArmed: state.armed, elapsedMs: now - openedAt, missing })
       if (verdict._tag === "Open") return
       yield* conclude(verdict._tag === "Formed"
         ? { _tag: "Formed", members: state.members, worldSize: joinedRanks }
@@ -272,9 +276,32 @@ export const make = (options: JoinGateOptions): Effect.Effect<JoinGate, never, S
         return admitted
       })
 
+    /**
+     * Pre-shared admission, and an agent without the salt (it named the open key): told so under the open key,
+     * never admitted, never counted towards the flood guard (anyone can do it), logged as noise. Its link is
+     * no stranger's to the mux once its Hello has authenticated under that public key, so it is reset within
+     * the handshake budget whatever the peer does.
+     */
+    const refuseSaltless = (link: JoinLink) =>
+      Effect.gen(function*() {
+        const hello = yield* link.receiveWithin(options.handshakeMs, "Hello")
+        const who = hello._tag === "Hello" ? `an agent for host "${printable(hello.host, 64)}"` : "an agent"
+        yield* link.send(new Reject({
+          reason: "this run admits only agents that hold its salt",
+          needs: "salt"
+        }))
+        yield* noise.drop(link.peer, `${who} without the run's salt (it asked for open admission); it was told to start with --salt-file`)
+        // The agent closes once it has read the refusal; a peer that does not is reset all the same.
+        yield* Effect.ignore(Effect.timeout(Effect.flip(Effect.forever(link.receive)), Duration.millis(options.handshakeMs)))
+      })
+
     const serve = (connection: Accepted["connection"]) =>
       Effect.gen(function*() {
-        const link = yield* Link.accept(connection, { channel: "join", keyFor: Link.unnamedKey(keyed), inbound: joinCodec, outbound: joinCodec })
+        const link = yield* Link.accept(connection, { channel: "join", keyFor: joinKeyFor(options.admission, options.salt), inbound: joinCodec, outbound: joinCodec })
+        if (options.admission.mode === "pre-shared" && link.keyId === OPEN_KEY_ID) {
+          yield* refuseSaltless(link)
+          return yield* Effect.sync(() => connection.reset())
+        }
         const first = yield* link.receiveWithin(options.handshakeMs, "Hello")
         if (first._tag !== "Hello") return yield* refuse(link, `expected Hello first, got ${first._tag}`)
         yield* admit(link, first)

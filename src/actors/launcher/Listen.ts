@@ -8,6 +8,7 @@
  * by the channel's magic. While the window is open its countdown is recorded
  * every half second, by the gate's own clock.
  */
+import { hostname } from "node:os"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as HashSet from "effect/HashSet"
@@ -23,11 +24,10 @@ import type { Handoff } from "./Handoff.ts"
 import * as JoinGate from "./JoinGate.ts"
 import { ranksByHost } from "./Membership.ts"
 import type { MembershipOwner } from "./MembershipOwner.ts"
-import { hostRunSpec } from "./Plan.ts"
+import { hostRunSpec, type Plan } from "./Plan.ts"
 import * as PortMux from "./PortMux.ts"
 import type { RankSupervision } from "./RankSupervision.ts"
 import * as RendezvousGate from "./RendezvousGate.ts"
-import * as RunRegistry from "./RunRegistry.ts"
 import type { RunEnv } from "./RunEnv.ts"
 import type { TrainingPlane } from "./TrainingPlane.ts"
 
@@ -47,6 +47,21 @@ export interface Later {
   readonly training: Handoff<TrainingPlane | undefined>
   readonly supervision: Handoff<RankSupervision>
 }
+
+/**
+ * Where a person reaches the live page: the loopback a loopback-bound run listens on; for a run bound to every
+ * interface, the address the other hosts dial (`controller.host`) unless that is a loopback one, and then this
+ * host's name (0.0.0.0 is no address to browse to).
+ */
+export const pageAddress = (plan: Pick<Plan, "bindAddress" | "dialAddress" | "remoteDialAddress">, host: string = hostname()): string => {
+  if (plan.bindAddress !== "0.0.0.0" && plan.bindAddress !== "::") return plan.bindAddress
+  return isLoopback(plan.remoteDialAddress) ? host : plan.remoteDialAddress
+}
+
+const isLoopback = (address: string): boolean => /^127\./.test(address) || address === "::1" || address === "localhost"
+
+/** An IPv6 address goes in brackets in a URL. */
+const urlHost = (address: string): string => (address.includes(":") ? `[${address}]` : address)
 
 export const listen = (env: RunEnv, later: Later): Effect.Effect<Listening, PortMux.BindError, Scope.Scope> =>
   Effect.gen(function*() {
@@ -122,12 +137,13 @@ export const listen = (env: RunEnv, later: Later): Effect.Effect<Listening, Port
     })
     env.options.onListening?.(mux.port)
     env.options.onPhase?.("waiting")
+    const page = `http://${urlHost(pageAddress(plan))}:${mux.port}/`
     yield* Effect.logInfo(
-      `${config.name}: listening on ${plan.bindAddress}:${mux.port} (live page: http://${plan.bindAddress}:${mux.port}/ ; bun run status); ` +
+      `${config.name}: listening on ${plan.bindAddress}:${mux.port} (run ${env.runId}; live page: ${page} ; bun run status); ` +
         `waiting for ${plan.world} rank(s) on ${plan.hosts.length} host(s)`
     )
     yield* record({ event: "listening", at: Date.now(), address: plan.bindAddress, port: mux.port })
-    yield* RunRegistry.register({ run: config.name, address: plan.dialAddress, port: mux.port, pid: process.pid, startedAt: env.openedAt, startToken: env.startToken })
+    yield* env.registration.listening({ address: plan.dialAddress, port: mux.port, page })
     // The window's countdowns move while it is open; its time is the gate's (one clock, the one its deadlines use).
     const countDown = Effect.flatMap(gate.remaining, ({ capMs, windowMs }) =>
       record({ event: "join_window", at: Date.now(), windowRemainingMs: windowMs, capRemainingMs: capMs }))

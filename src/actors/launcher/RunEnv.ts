@@ -6,6 +6,12 @@
  * journal, where everything that happens is recorded, and the status board
  * that serves it (the page, /metrics; `--events` and the terminal read the
  * journal too).
+ *
+ * It also claims the run's place among this checkout's runs (RunRegistry):
+ * a run whose checkpoint another live run writes is refused here, before
+ * any agent starts. And it says what a user would otherwise learn too late:
+ * that a checkpoint on disk will be replaced by this run's first save (no
+ * `--resume`), and that a `max_failure` count above the world can never trip.
  */
 import * as Effect from "effect/Effect"
 import * as Ref from "effect/Ref"
@@ -19,6 +25,7 @@ import { type Admission, admission as admissionFor } from "../../wire/Trust.ts"
 import * as CheckpointFile from "./CheckpointFile.ts"
 import { checkpointPath, LaunchInputError, type Plan } from "./Plan.ts"
 import * as Metrics from "./Metrics.ts"
+import * as RunRegistry from "./RunRegistry.ts"
 import * as RunJournal from "./RunJournal.ts"
 import type { RunEvent } from "./RunView.ts"
 import * as StatusBoard from "./StatusBoard.ts"
@@ -28,6 +35,9 @@ import * as WireCounters from "../../wire/WireCounters.ts"
 
 export interface RunEnv {
   readonly plan: Plan
+  /** This run's id among the checkout's runs (`<name>-<pid>`), and its entry there. */
+  readonly runId: string
+  readonly registration: RunRegistry.Registration
   readonly options: LaunchOptions
   readonly output: Agent.OutputSink
   readonly salt: Uint8Array
@@ -74,13 +84,28 @@ export const prepare = (
     })
     const admission = admissionFor({ bindAddress: plan.bindAddress, openAdmission: config.controller.join.openAdmission })
     if (admission.mode === "open" && admission.warning !== undefined) yield* Effect.logWarning(admission.warning)
-    const resumed = options.resume === true
-      ? yield* CheckpointFile.read(checkpointPath(config)).pipe(Effect.mapError((error) => new LaunchInputError({ problems: [error.message] })))
-      : undefined
-    if (resumed !== undefined) yield* Effect.logInfo(`resuming from ${checkpointPath(config)}: epoch ${resumed.epoch} of run ${resumed.run} (saved: ${resumed.reason})`)
-
     const salt = newSalt()
     const token = startToken(salt)
+    const openedAt = Date.now()
+    const checkpoint = checkpointPath(config)
+    // Only an entry job's coordinator writes checkpoints: a command job (torchrun-style) claims none.
+    const writesCheckpoints = config.job.program._tag === "Entry"
+    // Before the checkpoint is read or any agent starts: a second run of the file must not take it over.
+    const registration = yield* RunRegistry.claim({
+      run: config.name,
+      checkpoint: writesCheckpoints ? checkpoint : undefined,
+      startedAt: openedAt,
+      startToken: token
+    }).pipe(
+      Effect.mapError((taken) => new LaunchInputError({ problems: [taken.message] }))
+    )
+    const resumed = options.resume === true
+      ? yield* CheckpointFile.read(checkpoint).pipe(Effect.mapError((error) => new LaunchInputError({ problems: [error.message] })))
+      : undefined
+    if (resumed !== undefined) yield* Effect.logInfo(`resuming from ${checkpoint}: epoch ${resumed.epoch} of run ${resumed.run} (saved: ${resumed.reason})`)
+    else if (writesCheckpoints) yield* warnOfCheckpoint(checkpoint)
+    for (const warning of unreachableLimits(plan)) yield* Effect.logWarning(warning)
+
     const latency = Metrics.latencyHistogram()
     const board: StatusBoard.StatusBoard = yield* StatusBoard.make({
       startToken: token,
@@ -96,15 +121,18 @@ export const prepare = (
     })
     const record = (event: RunEvent) => journal.record(event)
     const phase = yield* Ref.make<StatusBoard.Phase>("waiting")
-    const openedAt = Date.now()
     yield* record({
       event: "run_started",
       at: openedAt,
       run: config.name,
-      hosts: plan.hosts.map(({ devices, worker }) => ({ host: worker.host, ranks: devices.devices.length }))
+      id: registration.id,
+      hosts: plan.hosts.map(({ devices, worker }) => ({ host: worker.host, ranks: devices.devices.length })),
+      join: { quorum: config.controller.join.minRanks ?? plan.world, start: config.controller.join.start }
     })
     return {
       plan,
+      runId: registration.id,
+      registration,
       options,
       output: options.output ?? defaultOutput,
       salt,
@@ -135,4 +163,47 @@ const deviceLabels = (plan: Plan): (host: string, slot: number) => string => {
     const device = byHost.get(host)?.[slot]
     return device === undefined ? "?" : deviceTag(device)
   }
+}
+
+/**
+ * A run without `--resume` starts from scratch, and its first save replaces the checkpoint on disk, whatever
+ * epoch that one had reached: said at the start, while the user can still stop and resume instead. (Keeping
+ * the old file aside was the other choice: it would copy the weights on every run and still keep only one
+ * generation, so a second run without --resume would lose them all the same; a line at the start loses nothing
+ * silently.)
+ */
+const warnOfCheckpoint = (path: string): Effect.Effect<void> =>
+  Effect.flatMap(CheckpointFile.peek(path), (found) => {
+    if (found._tag === "Absent") return Effect.void
+    if (found._tag === "Unreadable") return Effect.logWarning(`${path} exists but ${found.reason}: this run will replace it when it saves`)
+    const { record } = found
+    return Effect.logWarning(
+      `a checkpoint of epoch ${record.epoch} exists at ${path} (run ${record.run}, saved ${record.savedAt}): ` +
+        `--resume to continue from it; this run will replace it when it saves`
+    )
+  })
+
+/**
+ * Warnings for elastic `max_failure` counts that can never trip: a count is of dead ranks, and a count of the
+ * whole world or more is only reached when every rank is lost, which fails the run as such. A world that may
+ * grow (`after_formation: accept`) has room up to `max_ranks`, if the file sets one.
+ */
+export const unreachableLimits = (plan: Pick<Plan, "world" | "config">): ReadonlyArray<string> => {
+  const { join } = plan.config.controller
+  const strategy = plan.config.failurePolicy.strategy
+  const most = join.afterFormation === "accept" ? join.maxRanks : plan.world
+  if (most === undefined) return []
+  const phases = [["before_formation", strategy.beforeFormation], ["after_formation", strategy.afterFormation]] as const
+  return phases.flatMap(([phase, policy]) => {
+    // A percentage is of the world, so it never asks for more than the world holds.
+    if (policy._tag !== "Elastic" || policy.maxFailure?._tag !== "Count") return []
+    const limit = policy.maxFailure.n
+    // The death that would reach it is the last rank's: "every rank was lost" is said instead.
+    if (limit < most) return []
+    const world = join.afterFormation === "accept" ? `a run of at most ${most} rank(s) (controller.join.max_ranks)` : `a world of ${most} rank(s)`
+    return [
+      `failure_policy.${phase}.elastic.max_failure: ${limit} can never trip in ${world}: the run fails only when every rank is lost; ` +
+      `lower it (a count of dead ranks, or a percentage like 25%), or leave it out to tolerate any partial loss`
+    ]
+  })
 }

@@ -40,7 +40,10 @@ export interface RankStatus {
   /** When its current (or last) incarnation started and ended, ms since the epoch. */
   readonly startedAt: number | null
   readonly endedAt: number | null
+  /** Its use now, while it runs: null once it has ended (an ended rank uses nothing). */
   readonly resources: ResourceSample | null
+  /** Its last sample before it ended (what a rank killed for its memory was using), once it has ended. */
+  readonly lastResources?: ResourceSample | null
 }
 
 export interface HostStatus {
@@ -71,6 +74,12 @@ export interface Training {
   readonly metrics: Readonly<Record<string, number>>
 }
 
+/** What forms the join window: the quorum (`controller.join.min_ranks`) and how it starts. */
+export interface JoinRule {
+  readonly quorum: number
+  readonly start: "auto" | "manual" | "hybrid"
+}
+
 export interface RunState {
   readonly run: string
   readonly phase: Phase
@@ -83,6 +92,14 @@ export interface RunState {
   /** Join-window countdowns in ms; frozen at formation, null once irrelevant. */
   readonly windowRemainingMs: number | null
   readonly capRemainingMs: number | null
+  /**
+   * When the window closes and when its hard cap falls, ms since the epoch, as of the last countdown; null
+   * before it. (Optional, like `joinRule`: a state built by hand or served by an older launcher has none.)
+   */
+  readonly windowClosesAt?: number | null
+  readonly hardCapAt?: number | null
+  /** The join window's rule, as the run started with it; null from a launcher that did not say. */
+  readonly joinRule?: JoinRule | null
   readonly hosts: ReadonlyArray<HostStatus>
   readonly ranks: ReadonlyArray<RankStatus>
   readonly deaths: ReadonlyArray<Death>
@@ -107,7 +124,15 @@ export const THROUGHPUT_POINTS = 240
 
 /** One thing that happened; `at` is ms since the epoch. */
 export type RunEvent =
-  | { readonly event: "run_started"; readonly at: number; readonly run: string; readonly hosts: ReadonlyArray<{ readonly host: string; readonly ranks: number }> }
+  | {
+    readonly event: "run_started"
+    readonly at: number
+    readonly run: string
+    readonly hosts: ReadonlyArray<{ readonly host: string; readonly ranks: number }>
+    /** This run's id among the checkout's runs (`bun run status --run`). */
+    readonly id?: string
+    readonly join?: JoinRule
+  }
   | { readonly event: "listening"; readonly at: number; readonly address: string; readonly port: number }
   | { readonly event: "join_window"; readonly at: number; readonly windowRemainingMs: number; readonly capRemainingMs: number }
   | { readonly event: "host_joined"; readonly at: number; readonly host: string; readonly ranks: ReadonlyArray<number> }
@@ -151,6 +176,9 @@ export const initial = (run: string, at: number): RunState => ({
   joinedHosts: 0,
   windowRemainingMs: null,
   capRemainingMs: null,
+  windowClosesAt: null,
+  hardCapAt: null,
+  joinRule: null,
   hosts: [],
   ranks: [],
   deaths: [],
@@ -209,6 +237,10 @@ const withRank = (state: RunState, rank: number, change: (status: RankStatus) =>
   return ranks
 }
 
+/** A rank that has just ended: its live figures become its last ones. */
+const ended = (rank: RankStatus): RankStatus =>
+  rank.resources === null ? rank : { ...rank, resources: null, lastResources: rank.resources }
+
 const withHost = (state: RunState, host: string, change: (status: HostStatus) => HostStatus): ReadonlyArray<HostStatus> =>
   state.hosts.map((status) => (status.host === host ? change(status) : status))
 
@@ -237,6 +269,7 @@ const step = (state: RunState, event: RunEvent): RunState => {
       return {
         ...initial(event.run, event.at),
         world: event.hosts.reduce((sum, host) => sum + host.ranks, 0),
+        joinRule: event.join ?? null,
         hosts: event.hosts.map((host) => ({ host: host.host, declaredRanks: host.ranks, state: "waiting", reason: null }))
       }
     case "listening":
@@ -244,7 +277,15 @@ const step = (state: RunState, event: RunEvent): RunState => {
     case "checkpoint":
       return state
     case "join_window":
-      return state.phase === "waiting" ? { ...state, windowRemainingMs: event.windowRemainingMs, capRemainingMs: event.capRemainingMs } : state
+      return state.phase === "waiting"
+        ? {
+          ...state,
+          windowRemainingMs: event.windowRemainingMs,
+          capRemainingMs: event.capRemainingMs,
+          windowClosesAt: event.at + event.windowRemainingMs,
+          hardCapAt: event.at + event.capRemainingMs
+        }
+        : state
     case "host_joined": {
       // One pass per join, not three: a thousand hosts join within seconds.
       const at = state.hosts.findIndex((host) => host.host === event.host)
@@ -296,13 +337,19 @@ const step = (state: RunState, event: RunEvent): RunState => {
           restarts: rank.startedAt === null ? rank.restarts : rank.restarts + 1,
           startedAt: event.at,
           endedAt: null,
+          // A new incarnation: the last one's end is history (the key is left out where it never had one).
+          ...(rank.lastResources == null ? {} : { lastResources: null }),
           exit: rank.startedAt === null ? null : rank.exit
         }))
       }
     case "cohort_formed":
       return { ...state, phase: "training" }
     case "rank_exited":
-      return { ...state, ranks: withRank(state, event.rank, (rank) => ({ ...rank, state: event.clean ? "exited" : "dead", exit: event.exit, endedAt: event.at })) }
+      // An ended rank uses nothing: its last sample would read as a process still at work.
+      return {
+        ...state,
+        ranks: withRank(state, event.rank, (rank) => ({ ...ended(rank), state: event.clean ? "exited" : "dead", exit: event.exit, endedAt: event.at }))
+      }
     case "rank_lost": {
       const deaths = event.ranks.map((rank): Death => {
         const slot = slotOf(state.ranks, rank)
@@ -317,7 +364,7 @@ const step = (state: RunState, event: RunEvent): RunState => {
       const alive = Math.max(0, (state.worldSizes.at(-1)?.alive ?? state.world) - lost.size)
       return {
         ...state,
-        ranks: state.ranks.map((rank) => (lost.has(rank.rank) && rank.state !== "exited" ? { ...rank, state: "dead" } : rank)),
+        ranks: state.ranks.map((rank) => (lost.has(rank.rank) && rank.state !== "exited" ? { ...ended(rank), state: "dead" } : rank)),
         deaths: [...state.deaths, ...deaths],
         worldSizes: withWorldSize(state, event.at, state.world, alive)
       }
@@ -357,7 +404,8 @@ const step = (state: RunState, event: RunEvent): RunState => {
       const byRank = new Map(event.samples.map((sample) => [sample.rank, sample]))
       const sampled = (rank: RankStatus): RankStatus => {
         const sample = byRank.get(rank.rank)
-        if (sample === undefined || rank.host !== event.host) return rank
+        // A sample taken just before a rank ended may arrive after its end: an ended rank shows none.
+        if (sample === undefined || rank.host !== event.host || rank.state === "exited" || rank.state === "dead") return rank
         const { rank: _, ...resources } = sample
         return { ...rank, resources: { ...resources, at: event.at } }
       }

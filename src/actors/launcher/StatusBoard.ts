@@ -18,6 +18,8 @@
  *   run's 0600 registry file. 401 without it, 403 for a wrong one, 409 when
  *   there is nothing to arm (the decision belongs to the join gate, through
  *   `onStart`). No CORS header: a web page must not be able to start a run.
+ * - `HEAD` of any GET path: the same status and headers (Content-Length
+ *   included), no body, as HTTP says (monitors and `curl -I` ask this way).
  * - Anything else: 404 listing the valid paths.
  *
  * One request per connection (`Connection: close`, CORS open: the page is
@@ -102,11 +104,30 @@ interface Body {
 
 const acceptsGzip = (head: string): boolean => /\r\naccept-encoding:[^\r]*\bgzip\b/i.test(head)
 
-const respond = (connection: Connection, status: number, body: unknown, contentType = "application/json", cors = true): Promise<void> =>
-  respondBytes(connection, status, encoder.encode(typeof body === "string" && contentType !== "application/json" ? body : JSON.stringify(body)), contentType, [], cors)
+/** How a request is answered: with its body, or (HEAD) with only the head a GET would have. */
+type Answer = "full" | "head"
+
+const respondWith = (connection: Connection, status: number, body: unknown, contentType = "application/json", cors = true, answer: Answer = "full"): Promise<void> =>
+  respondBytes(
+    connection,
+    status,
+    encoder.encode(typeof body === "string" && contentType !== "application/json" ? body : JSON.stringify(body)),
+    contentType,
+    [],
+    cors,
+    answer
+  )
 
 /** `cors`: readable from any page (the read-only state); off for `/start`, which no page may call. */
-const respondBytes = (connection: Connection, status: number, body: Uint8Array, contentType: string, headers: ReadonlyArray<string> = [], cors = true): Promise<void> => {
+const respondBytes = (
+  connection: Connection,
+  status: number,
+  body: Uint8Array,
+  contentType: string,
+  headers: ReadonlyArray<string> = [],
+  cors = true,
+  answer: Answer = "full"
+): Promise<void> => {
   const head = [
     `HTTP/1.1 ${status} ${reasons[status] ?? ""}`,
     `Content-Type: ${contentType}`,
@@ -118,7 +139,8 @@ const respondBytes = (connection: Connection, status: number, body: Uint8Array, 
     "",
     ""
   ].join("\r\n")
-  const done = connection.write(encoder.encode(head), body)
+  // A HEAD answer says how long the body would be (Content-Length above) and sends none.
+  const done = answer === "head" ? connection.write(encoder.encode(head)) : connection.write(encoder.encode(head), body)
   connection.end()
   return done
 }
@@ -179,12 +201,12 @@ export const make = (options: StatusBoardOptions): Effect.Effect<StatusBoard, ne
       body = { state, bytes: encoder.encode(stateJson(state)), builtAt: performance.now() }
       return body
     }
-    const sendState = (connection: Connection, state: RunState, gzip: boolean): Promise<void> => {
+    const sendState = (connection: Connection, state: RunState, gzip: boolean, answer: Answer): Promise<void> => {
       const current = bodyOf(state)
-      if (!gzip || current.bytes.length < BIG_BODY_BYTES) return respondBytes(connection, 200, current.bytes, "application/json")
+      if (!gzip || current.bytes.length < BIG_BODY_BYTES) return respondBytes(connection, 200, current.bytes, "application/json", [], true, answer)
       // Level 1: about 2 ms and a tenth of the size at 8,000 ranks; levels above it cost twice as much for little more.
       current.gzipped ??= Bun.gzipSync(current.bytes, { level: 1 })
-      return respondBytes(connection, 200, current.gzipped, "application/json", ["Content-Encoding: gzip", "Vary: Accept-Encoding"])
+      return respondBytes(connection, 200, current.gzipped, "application/json", ["Content-Encoding: gzip", "Vary: Accept-Encoding"], true, answer)
     }
     // HTTP handlers run their effects through fibers owned by the board's scope.
     const callbacks = yield* CallbackFibers.make("status board")
@@ -193,18 +215,30 @@ export const make = (options: StatusBoardOptions): Effect.Effect<StatusBoard, ne
     yield* Effect.addFinalizer(() => Effect.sync(() => streams.forEach((stream) => stream.close())))
 
     const answer = (connection: Connection, requestLine: string, head: string): Promise<void> => {
-      const [method, target] = requestLine.split(" ")
+      const [asked, target] = requestLine.split(" ")
+      // HEAD is routed as GET, and answered without the body.
+      const headOnly = asked === "HEAD"
+      const method = headOnly ? "GET" : asked
+      const as: Answer = headOnly ? "head" : "full"
+      const respond = (status: number, body: unknown, contentType = "application/json", cors = true) =>
+        respondWith(connection, status, body, contentType, cors, as)
       // A target URL cannot parse (`//[`) is the client's mistake: a 400, not an exception in the socket callback.
       const url = URL.parse(target ?? "/", "http://status")
-      if (url === null) return respond(connection, 400, { error: `malformed request target: ${JSON.stringify(target?.slice(0, 64))}` })
+      if (url === null) return respond(400, { error: `malformed request target: ${JSON.stringify(target?.slice(0, 64))}` })
       if (method === "GET" && url.pathname === "/" && options.page !== undefined) {
-        return respond(connection, 200, options.page, "text/html; charset=utf-8")
+        return respond(200, options.page, "text/html; charset=utf-8")
+      }
+      if (method === "GET" && url.pathname === "/events" && headOnly) {
+        // What a GET would open, without opening it: an event stream has no length to give.
+        void connection.write(encoder.encode(["HTTP/1.1 200 OK", "Content-Type: text/event-stream", "Cache-Control: no-store", "Access-Control-Allow-Origin: *", "Connection: close", "", ""].join("\r\n")))
+        connection.end()
+        return Promise.resolve()
       }
       if (method === "GET" && url.pathname === "/events") {
         const fromSource = streamsFrom.get(connection.address) ?? 0
         if (fromSource >= MAX_EVENT_STREAMS_PER_SOURCE || streams.size >= MAX_EVENT_STREAMS) {
           const limit = fromSource >= MAX_EVENT_STREAMS_PER_SOURCE ? `${MAX_EVENT_STREAMS_PER_SOURCE} from one address` : `${MAX_EVENT_STREAMS} in all`
-          return respond(connection, 503, { error: `too many /events streams open (at most ${limit}): close one, or poll /state.json` }, "application/json", false)
+          return respond(503, { error: `too many /events streams open (at most ${limit}): close one, or poll /state.json` }, "application/json", false)
         }
         streamsFrom.set(connection.address, fromSource + 1)
         const stream = openEventStream(connection, () => {
@@ -218,15 +252,15 @@ export const make = (options: StatusBoardOptions): Effect.Effect<StatusBoard, ne
         return Promise.resolve()
       }
       if (method === "GET" && url.pathname === "/metrics" && options.metrics !== undefined) {
-        return callbacks.promise(options.metrics()).then((text) => respond(connection, 200, text, "text/plain; version=0.0.4; charset=utf-8"))
+        return callbacks.promise(options.metrics()).then((text) => respond(200, text, "text/plain; version=0.0.4; charset=utf-8"))
       }
       if (method === "GET" && (url.pathname === "/state.json" || url.pathname === "/")) {
         return published === undefined
-          ? respond(connection, 503, { error: "no state published yet: the run is still starting" })
-          : sendState(connection, published, acceptsGzip(head))
+          ? respond(503, { error: "no state published yet: the run is still starting" })
+          : sendState(connection, published, acceptsGzip(head), as)
       }
       if (url.pathname === "/start") {
-        const refuse = (status: number, error: string) => respond(connection, status, { error }, "application/json", false)
+        const refuse = (status: number, error: string) => respond(status, { error }, "application/json", false)
         if (method !== "POST") return refuse(405, "use POST /start")
         if (url.searchParams.has("token")) return refuse(400, "the start token goes in an Authorization: Bearer header, never the URL")
         const token = bearerOf(head)
@@ -236,10 +270,10 @@ export const make = (options: StatusBoardOptions): Effect.Effect<StatusBoard, ne
         if (!tokenMatches(token, options.startToken)) return refuse(403, "wrong start token for this run")
         const start = options.onStart ?? (() => Effect.succeed<StartOutcome>({ armed: false, reason: "this run has no manual start" }))
         return callbacks.promise(start()).then((outcome) =>
-          outcome.armed ? respond(connection, 200, { armed: true }, "application/json", false) : refuse(409, outcome.reason)
+          outcome.armed ? respond(200, { armed: true }, "application/json", false) : refuse(409, outcome.reason)
         )
       }
-      return respond(connection, 404, { error: `no such path: ${method} ${url.pathname}`, paths })
+      return respond(404, { error: `no such path: ${asked} ${url.pathname}`, paths })
     }
 
     /**
@@ -259,7 +293,7 @@ export const make = (options: StatusBoardOptions): Effect.Effect<StatusBoard, ne
         void new Promise<void>((resolve) => resolve(work())).catch(() => connection.reset())
       }
       const timer = setTimeout(
-        () => finish(() => respond(connection, 408, { error: `no complete request within ${options.requestDeadlineMs} ms` })),
+        () => finish(() => respondWith(connection, 408, { error: `no complete request within ${options.requestDeadlineMs} ms` })),
         options.requestDeadlineMs
       )
       connection.receive({
@@ -268,17 +302,17 @@ export const make = (options: StatusBoardOptions): Effect.Effect<StatusBoard, ne
           head += new TextDecoder().decode(bytes)
           const lineEnd = head.indexOf("\r\n")
           if ((lineEnd === -1 && head.length > MAX_REQUEST_LINE) || lineEnd > MAX_REQUEST_LINE) {
-            finish(() => respond(connection, 400, { error: `request line longer than ${MAX_REQUEST_LINE} bytes` }))
+            finish(() => respondWith(connection, 400, { error: `request line longer than ${MAX_REQUEST_LINE} bytes` }))
             return
           }
           const headEnd = head.indexOf("\r\n\r\n")
           if (headEnd === -1) {
-            if (head.length > MAX_REQUEST) finish(() => respond(connection, 400, { error: `request longer than ${MAX_REQUEST} bytes` }))
+            if (head.length > MAX_REQUEST) finish(() => respondWith(connection, 400, { error: `request longer than ${MAX_REQUEST} bytes` }))
             return
           }
           const length = Number(/\r\ncontent-length:\s*(\d+)/i.exec(head)?.[1] ?? 0)
           if (headEnd + 4 + length > MAX_REQUEST) {
-            finish(() => respond(connection, 400, { error: `request longer than ${MAX_REQUEST} bytes` }))
+            finish(() => respondWith(connection, 400, { error: `request longer than ${MAX_REQUEST} bytes` }))
           } else if (head.length >= headEnd + 4 + length) {
             finish(() => answer(connection, head.slice(0, lineEnd), head.slice(0, headEnd)))
           }

@@ -27,7 +27,8 @@
  *   ranks' parameters are averaged, so they agree); it is written atomically
  *   to `job.checkpoint`, and a `--resume` run starts after its epoch. The write
  *   is the actor's (`WriteCheckpoint`); what became of it comes back as
- *   `CheckpointWritten`, since a stop's `Stop` says whether it was saved.
+ *   `CheckpointWritten`, since a stop's `Stop` says whether it was saved, and
+ *   a checkpoint written goes to the journal (`checkpoint`, for `--events`).
  * - Growth: ranks that join the formed cohort (`Joined`) wait, attached, for
  *   the next epoch boundary. There they enter (`Enter`, before any order of
  *   the new epoch leaves), the epoch is split over the grown cohort, and each
@@ -88,8 +89,8 @@ export type CoordinatorEvent = Data.TaggedEnum<{
   Tick: { readonly at: number }
   /** The failure policy's limit is crossed (the kernel's `decide` judged it): save the consensus and stop the survivors. */
   StopRun: { readonly why: string; readonly at: number }
-  /** What became of a `WriteCheckpoint`: `failure` says why it was not written. */
-  CheckpointWritten: { readonly epoch: number; readonly failure: string | undefined; readonly at: number }
+  /** What became of a `WriteCheckpoint` (of its `epoch`, for its `reason`): `failure` says why it was not written. */
+  CheckpointWritten: { readonly epoch: number; readonly reason: SaveReason; readonly failure: string | undefined; readonly at: number }
 }>
 export const CoordinatorEvent = Data.taggedEnum<CoordinatorEvent>()
 
@@ -214,8 +215,19 @@ export interface Epochs {
   readonly lastProgressAt: HashMap.HashMap<number, number>
   /** A rank that attached again mid-epoch (restarted) reports progress over its remainder: this much was done before. */
   readonly doneBefore: HashMap.HashMap<number, number>
-  /** Each rank's latest metrics in this epoch, in the order they first reported. */
+  /** Each rank's latest metrics in this epoch, in the order they first reported: the live view's figures. */
   readonly metrics: ReadonlyMap<number, Readonly<Record<string, number>>>
+  /**
+   * Every report of this epoch summed, by metric, in the order the metrics first came: the epoch's figures
+   * (a rank's latest is one batch's, and one batch's loss is noise).
+   */
+  readonly sums: ReadonlyMap<string, MetricSum>
+}
+
+/** A metric's reports in an epoch: their total and how many there were. */
+export interface MetricSum {
+  readonly total: number
+  readonly count: number
 }
 
 /** What the journal was told of progress: the rate is taken between two tellings. */
@@ -250,7 +262,8 @@ export const initialState = (settings: CoordinatorSettings): CoordinatorState =>
     throughput: new Map(),
     lastProgressAt: HashMap.empty(),
     doneBefore: HashMap.empty(),
-    metrics: new Map()
+    metrics: new Map(),
+    sums: new Map()
   },
   progress: { samplesBefore: 0, last: undefined }
 })
@@ -274,7 +287,7 @@ export const coordinate = (
     ExitedCleanly: ({ rank }) => step.exitedCleanly(rank),
     Tick: () => step.tick(),
     StopRun: ({ why }) => step.stopRun(why),
-    CheckpointWritten: ({ epoch, failure }) => step.checkpointWritten(epoch, failure)
+    CheckpointWritten: ({ epoch, failure, reason }) => step.checkpointWritten(epoch, reason, failure)
   })
   return [step.instructions, step.result()]
 }
@@ -291,11 +304,25 @@ const averageMetrics = (metrics: ReadonlyMap<number, Readonly<Record<string, num
   return Object.fromEntries([...sums].map(([name, { count, total }]) => [name, total / count]))
 }
 
-/** "; loss 0.123 (mean of the ranks' latest)" from each rank's latest metrics. */
-const summariseMetrics = (metrics: ReadonlyMap<number, Readonly<Record<string, number>>>): string => {
-  const means = Object.entries(averageMetrics(metrics))
+/** `sums` with one more report added. */
+const addReport = (sums: ReadonlyMap<string, MetricSum>, metrics: Readonly<Record<string, number>>): ReadonlyMap<string, MetricSum> => {
+  const next = new Map(sums)
+  for (const [name, value] of Object.entries(metrics)) {
+    const sum = next.get(name)
+    next.set(name, { total: (sum?.total ?? 0) + value, count: (sum?.count ?? 0) + 1 })
+  }
+  return next
+}
+
+/** Each metric's mean over the epoch's reports. */
+const epochMeans = (sums: ReadonlyMap<string, MetricSum>): Record<string, number> =>
+  Object.fromEntries([...sums].map(([name, { count, total }]) => [name, total / count]))
+
+/** "; loss 0.123 (mean of the epoch's reports)" from the epoch's sums. */
+const summariseMetrics = (sums: ReadonlyMap<string, MetricSum>): string => {
+  const means = Object.entries(epochMeans(sums))
   if (means.length === 0) return ""
-  return `; ${means.map(([name, mean]) => `${name} ${mean.toPrecision(4)}`).join(", ")} (mean of the ranks' latest)`
+  return `; ${means.map(([name, mean]) => `${name} ${mean.toPrecision(4)}`).join(", ")} (mean of the epoch's reports)`
 }
 
 const ascending = (ranks: Iterable<number>): Array<number> => [...ranks].sort((a, b) => a - b)
@@ -417,9 +444,11 @@ class Step {
     this.saveAndStop(why, "max_failure_exceeded")
   }
 
-  checkpointWritten(epoch: number, failure: string | undefined): void {
-    if (failure === undefined) this.consensus.written = epoch
-    else this.log("error", failure)
+  checkpointWritten(epoch: number, reason: SaveReason, failure: string | undefined): void {
+    if (failure === undefined) {
+      this.consensus.written = epoch
+      this.instructions.push(Instruction.Journal({ event: { event: "checkpoint", at: this.at, epoch, path: this.settings.checkpointPath, reason } }))
+    } else this.log("error", failure)
     // The actor answers a write before anything else runs: a stop waiting now waits for this write.
     const why = this.consensus.stopAwaitingWrite
     if (why === undefined) return
@@ -692,6 +721,8 @@ class Step {
     if (report.allreduce !== undefined) this.instructions.push(Instruction.Latencies({ counts: report.allreduce }))
     const { ledger } = this.epochs
     if (ledger === undefined || report.epoch !== ledger.epoch) return
+    // Only this epoch's reports make its figures: a late one of the epoch before is not of it.
+    if (report.metrics !== undefined) this.epochs.sums = addReport(this.epochs.sums, report.metrics)
     const { clipped, ledger: next } = Ledger.report(ledger, rank, report.done + (valueOf(this.epochs.doneBefore, rank) ?? 0))
     this.epochs.ledger = next
     this.epochs.lastProgressAt = HashMap.set(this.epochs.lastProgressAt, rank, this.at)
@@ -724,6 +755,7 @@ class Step {
     this.epochs.lastProgressAt = HashMap.empty()
     this.epochs.doneBefore = HashMap.empty()
     this.epochs.metrics = new Map()
+    this.epochs.sums = new Map()
     for (const rank of ranks) {
       if (!entering.has(rank)) this.send([rank], new EpochStart({ epoch, ranges: ledger.assigned.get(rank) ?? [] }))
     }
@@ -732,7 +764,7 @@ class Step {
 
   private endEpoch(): void {
     const ended = this.epochs.ledger!
-    const { lastProgressAt, metrics, startedAt } = this.epochs
+    const { lastProgressAt, startedAt, sums } = this.epochs
     this.epochs.ledger = undefined
     const took = this.at - startedAt
     const throughput = new Map(this.epochs.throughput)
@@ -744,12 +776,12 @@ class Step {
     this.progress.samplesBefore += ended.datasetSize
     const { epochs } = this.settings.job
     this.instructions.push(Instruction.Journal({
-      event: { event: "epoch_done", at: this.at, epoch: ended.epoch, epochs, seconds: took / 1000, samples: ended.datasetSize, metrics: averageMetrics(metrics) }
+      event: { event: "epoch_done", at: this.at, epoch: ended.epoch, epochs, seconds: took / 1000, samples: ended.datasetSize, metrics: epochMeans(sums) }
     }))
     this.log(
       "info",
       `epoch ${ended.epoch}/${epochs} done in ${(took / 1000).toFixed(1)} s: ${ended.datasetSize} samples ` +
-        `(${[...ended.done].sort(([a], [b]) => a - b).map(([rank, done]) => `r${rank} ${done}`).join(", ")})${summariseMetrics(metrics)}`
+        `(${[...ended.done].sort(([a], [b]) => a - b).map(([rank, done]) => `r${rank} ${done}`).join(", ")})${summariseMetrics(sums)}`
     )
     this.send(this.live(), new EpochEnd({ epoch: ended.epoch }))
     this.startEpoch(ended.epoch + 1)

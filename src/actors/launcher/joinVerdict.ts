@@ -8,12 +8,16 @@
  * 4. the quorum is in (not `manual`) → formed;
  * 5. the hard cap is not reached → open (the first moment with a quorum forms);
  * 6. `manual` with a quorum but no start → failed: the operator never said go;
- * 7. otherwise → failed: the quorum was not met.
+ * 7. otherwise → failed: the quorum was not met, naming the declared hosts
+ *    that never joined (the first MISSING_NAMED of them, and how many more).
  * A flood of rejected joins fails the window whatever else holds.
  */
 import type { StartMode } from "../../config/ClusterConfig.ts"
 
 export const FLOOD_LIMIT = 1024
+
+/** Hosts named in a failed quorum's reason; the rest are counted. */
+export const MISSING_NAMED = 8
 
 export interface JoinRules {
   /** Rejected joins that fail the window (default `FLOOD_LIMIT`; tests use a small one). */
@@ -31,6 +35,8 @@ export interface JoinProgress {
   readonly startArmed: boolean
   /** Since the window opened. */
   readonly elapsedMs: number
+  /** Declared hosts that have not joined, in the cluster file's order (named when the quorum is not met). */
+  readonly missing?: ReadonlyArray<string> | undefined
 }
 
 export type JoinVerdict =
@@ -54,5 +60,13 @@ export const joinVerdict = (rules: JoinRules, progress: JoinProgress): JoinVerdi
   if (rules.start === "manual" && quorum) {
     return { _tag: "Failed", reason: `operator start not received (POST /start) within ${rules.maxTimeoutMs} ms` }
   }
-  return { _tag: "Failed", reason: `quorum not met: ${joinedRanks}/${rules.minRanks} ranks` }
+  return { _tag: "Failed", reason: `quorum not met: ${joinedRanks}/${rules.minRanks} ranks${neverJoined(progress.missing ?? [])}` }
+}
+
+/** " (never joined: a, b and 3 more)", or nothing when every declared host joined. */
+const neverJoined = (missing: ReadonlyArray<string>): string => {
+  if (missing.length === 0) return ""
+  const named = missing.slice(0, MISSING_NAMED).join(", ")
+  const more = missing.length - MISSING_NAMED
+  return ` (never joined: ${named}${more > 0 ? ` and ${more} more` : ""})`
 }

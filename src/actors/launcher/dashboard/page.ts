@@ -115,10 +115,21 @@ function tick() {
   var since = conn === "live" && !ended() ? Date.now() - gotAt : 0;
   var j = $("join");
   j.hidden = !(cur.phase === "waiting" && cur.windowRemainingMs != null);
-  if (!j.hidden) j.textContent = "join window closes in " + dur(cur.windowRemainingMs - since) +
-    (cur.capRemainingMs != null ? " (hard cap in " + dur(cur.capRemainingMs - since) + ")" : "");
+  if (!j.hidden) j.textContent = joinText(cur, since);
   $("elapsed").textContent = "started " + clock(cur.startedAt) + ", " + (ended() ? "ran " : "elapsed ") + dur(cur.updatedAt - cur.startedAt + since);
   if (conn === "reconnecting") $("conn").textContent = "connection lost " + dur(Date.now() - lostAt) + " ago; reconnecting\\u2026";
+}
+
+// The window while open; once closed without a quorum (or, start: manual, without the operator's start),
+// what it waits for until the hard cap.
+function joinText(s, since) {
+  var cap = s.capRemainingMs != null ? "hard cap in " + dur(s.capRemainingMs - since) : null;
+  var rule = s.joinRule, quorum = rule ? "the quorum (" + s.joinedRanks + "/" + rule.quorum + " ranks)" : "more ranks";
+  if (rule && rule.start === "manual") {
+    return "join window waits for " + (s.joinedRanks >= rule.quorum ? "the operator's start (bun run status --start)" : quorum) + (cap ? ", " + cap : "");
+  }
+  if (s.windowRemainingMs - since > 0) return "join window closes in " + dur(s.windowRemainingMs - since) + (cap ? " (" + cap + ")" : "");
+  return "join window closed: waiting for " + quorum + (cap ? ", " + cap : "");
 }
 
 function rankCell(r, cause) {
@@ -128,11 +139,15 @@ function rankCell(r, cause) {
   ];
   var ex = [r.exit, r.restarts ? r.restarts + (r.restarts > 1 ? " restarts" : " restart") : null].filter(Boolean);
   if (ex.length) kids.push(el("div", null, ex.join(" \\u00b7 ")));
-  if (res) {
+  // An ended rank uses nothing: no figures left over from its last sample.
+  if (res && r.state !== "exited" && r.state !== "dead") {
     kids.push(el("div", null, "cpu " + Math.round(res.cpu * 100) + "% \\u00b7 " + mib(res.rssBytes)));
     var g = [res.gpuMemoryBytes != null ? gpuMem(res.gpuMemoryBytes) : null,
       res.gpuUtilization != null ? Math.round(res.gpuUtilization * 100) + "% util" : null].filter(Boolean);
     if (g.length) kids.push(el("div", null, "gpu " + g.join(" \\u00b7 ")));
+  } else if (r.lastResources && r.state === "dead") {
+    // What it used when it died (a rank killed for its memory shows it), not what it uses now.
+    kids.push(el("div", null, "last " + mib(r.lastResources.rssBytes)));
   }
   if (cause && r.state === "dead") kids.push(el("div", { class: "why" }, cause));
   var cell = el("div", { class: "rank", "data-testid": "rank-" + r.rank, "data-state": r.state, "data-rank": r.rank, "data-host": r.host, title: cause || null });
