@@ -105,11 +105,11 @@ failure_policy:
       const port = Number(/listening on [\d.]+:(\d+)/.exec(launch.stderr.lines.find((line) => /listening on [\d.]+:\d+/.test(line))!)![1])
       await page.goto(`http://127.0.0.1:${port}/`)
 
-      // Waiting for the operator's start: the window counts down.
+      // Waiting for the operator's start (start: manual): the page says what the window waits for.
       await waitPhase(page, "waiting")
       await waitAttr(page, "connection", "data-state", "live")
       expect(await textOf(page, "run")).toBe("live-page")
-      await page.getByTestId("countdown").filter({ hasText: /^join window closes in \d+ s/ }).waitFor({ timeout: waitMs })
+      await page.getByTestId("countdown").filter({ hasText: /^join window waits for (the quorum \(\d+\/\d+ ranks\)|the operator's start \(bun run status --start\))/ }).waitFor({ timeout: waitMs })
       await page.screenshot({ path: join(screenshots, "1-waiting.png"), fullPage: true })
       expect((await postStart(port, "live-page")).status).toBe(200)
 
