@@ -38,7 +38,7 @@ const joinAgent = (extraArgs: (dir: string) => ReadonlyArray<string> = () => [])
   })
   const control = yield* ControlGate.make({
     salt,
-    hosts: Effect.succeed(new Map([["localhost", [0, 1]]])),
+    ranksOf: (host) => Effect.succeed(host === "localhost" ? [0, 1] : undefined),
     handshakeMs: 5_000,
     beatEveryMs: 1_000,
     onMessage: () => Effect.void,

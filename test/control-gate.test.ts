@@ -20,7 +20,7 @@ const gate = Effect.gen(function*() {
   const delivered: Array<{ host: string; message: ControlMessage }> = []
   const control = yield* ControlGate.make({
     salt,
-    hosts: Effect.succeed(world),
+    ranksOf: (host) => Effect.succeed(world.get(host)),
     handshakeMs: 5_000,
     beatEveryMs: 1_000,
     onMessage: (from, message) => Effect.sync(() => delivered.push({ host: from, message })),

@@ -49,7 +49,7 @@ const program = Effect.gen(function*() {
   let coordinator: Coordinator.Coordinator | undefined
   const control = yield* ControlGate.make({
     salt,
-    hosts: Effect.succeed(world),
+    ranksOf: (host) => Effect.succeed((world as ReadonlyMap<string, ReadonlyArray<number>>).get(host)),
     handshakeMs: 60_000,
     beatEveryMs: beatEveryMs(HEARTBEAT_TIMEOUT_MS),
     onMessage: (_host, message) =>

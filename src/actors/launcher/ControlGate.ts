@@ -48,8 +48,8 @@ export interface ControlGate {
 
 export interface ControlGateOptions {
   readonly salt: Uint8Array
-  /** The world: each host and its ranks. */
-  readonly hosts: Effect.Effect<ReadonlyMap<string, ReadonlyArray<number>>>
+  /** The ranks a host's relay speaks for (undefined: the host is not in the world). Asked once per relay hello. */
+  readonly ranksOf: (host: string) => Effect.Effect<ReadonlyArray<number> | undefined>
   readonly handshakeMs: number
   /** The coordinator's beat interval (`beatEveryMs`). */
   readonly beatEveryMs: number
@@ -90,8 +90,7 @@ export const make = (options: ControlGateOptions): Effect.Effect<ControlGate, ne
   Effect.gen(function*() {
     const links = new Map<string, Registered>()
 
-    const problem = (hello: { host: string; ranks: ReadonlyArray<number> }, world: ReadonlyMap<string, ReadonlyArray<number>>) => {
-      const ranks = world.get(hello.host)
+    const problem = (hello: { host: string; ranks: ReadonlyArray<number> }, ranks: ReadonlyArray<number> | undefined) => {
       // Escaped: a relay's claim is printed, and must not carry terminal controls.
       if (ranks === undefined) return `host ${printable(hello.host, 64)} is not in this world`
       if (links.has(hello.host)) return `the relay of ${hello.host} has already registered`
@@ -118,12 +117,13 @@ export const make = (options: ControlGateOptions): Effect.Effect<ControlGate, ne
         const hello = yield* link.receiveWithin(options.handshakeMs, "RelayHello")
         if (hello._tag !== "RelayHello") return yield* refuse(link, `expected RelayHello first, got ${hello._tag}`)
         // The key a relay holds is its host's: it speaks for that host and no other.
+        const ranks = hello.host === link.keyId ? yield* options.ranksOf(hello.host) : undefined
         const why = hello.host !== link.keyId
           ? `a relay keyed for ${link.keyId} claims host ${printable(hello.host, 64)}`
-          : problem(hello, yield* options.hosts)
+          : problem(hello, ranks)
         if (why !== undefined) return yield* refuse(link, why)
         const host = hello.host
-        const registered: Registered = { link, ranks: new Set((yield* options.hosts).get(host)), sentAt: Date.now(), warned: false }
+        const registered: Registered = { link, ranks: new Set(ranks), sentAt: Date.now(), warned: false }
         links.set(host, registered)
         yield* sendOn(registered, new RelayAccepted())
         yield* Effect.logDebug(`relay of ${host} registered`)

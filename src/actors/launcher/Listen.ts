@@ -22,7 +22,7 @@ import { VERSION } from "../../version.ts"
 import * as ControlGate from "./ControlGate.ts"
 import type { Handoff } from "./Handoff.ts"
 import * as JoinGate from "./JoinGate.ts"
-import { ranksByHost } from "./Membership.ts"
+import { ranksOf } from "./Membership.ts"
 import type { MembershipOwner } from "./MembershipOwner.ts"
 import { hostRunSpec, type Plan } from "./Plan.ts"
 import * as PortMux from "./PortMux.ts"
@@ -95,7 +95,7 @@ export const listen = (env: RunEnv, later: Later): Effect.Effect<Listening, Port
     const control = yield* ControlGate.make({
       salt: env.salt,
       // Relays register once the world has formed; until then no host is anyone's.
-      hosts: Effect.flatMap(later.membership.poll, (owner) => owner._tag === "None" ? Effect.succeed(new Map()) : Effect.map(owner.value.state, ranksByHost)),
+      ranksOf: (host) => Effect.map(later.membership.poll, (owner) => owner._tag === "None" ? undefined : ranksOf(owner.value.snapshot(), host)),
       handshakeMs: env.handshakeMs,
       beatEveryMs: beatEveryMs(env.heartbeatTimeoutMs),
       onMessage: (host, message) => {
