@@ -15,7 +15,8 @@ import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as Scope from "effect/Scope"
 import * as Exit from "effect/Exit"
-import { claim, isLive, readEntries, runId, startTimeOf } from "../src/actors/launcher/RunRegistry.ts"
+import { claim, isLive, readEntries, runId } from "../src/actors/launcher/RunRegistry.ts"
+import { startTimeOf } from "../src/actors/ProcessLiveness.ts"
 
 const dirs: Array<string> = []
 const others: Array<Bun.Subprocess> = []

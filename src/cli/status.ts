@@ -25,6 +25,7 @@ import { hostname } from "node:os"
 import { join } from "node:path"
 import { hasEnded, readState, render } from "./statusTable.ts"
 import type { RunState } from "../actors/launcher/RunView.ts"
+import { pidExists, startTimeOf } from "../actors/ProcessLiveness.ts"
 
 const usage = `usage: bun run status [HOST:PORT] [--run ID] [--json] [--watch] [--start]
 
@@ -138,27 +139,6 @@ interface RunFile {
   readonly host: string
   readonly startedAt: number
   readonly startToken?: string
-}
-
-/** Field 22 of /proc/<pid>/stat: "gone" when there is no such process, undefined when /proc cannot tell. */
-const startTimeOf = (pid: number): string | "gone" | undefined => {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8")
-    return stat.slice(stat.lastIndexOf(")") + 2).split(" ")[22 - 3]
-  } catch (error) {
-    const code = (error as NodeJS.ErrnoException).code
-    return code === "ENOENT" || code === "ESRCH" ? "gone" : undefined
-  }
-}
-
-const pidExists = (pid: number): boolean => {
-  try {
-    process.kill(pid, 0)
-    return true
-  } catch (error) {
-    // EPERM: it exists, as another user's process.
-    return (error as NodeJS.ErrnoException).code === "EPERM"
-  }
 }
 
 const thisHost = hostname()

@@ -21,8 +21,9 @@
  * Linux only: without /proc no owner can be judged, so names carry no owner
  * (the old format, `cohort-<run>-XXXXXX`) and nothing is ever swept.
  */
-import { lstatSync, readdirSync, readFileSync, readlinkSync, rmSync } from "node:fs"
+import { lstatSync, readdirSync, readlinkSync, rmSync } from "node:fs"
 import { join } from "node:path"
+import { startTimeOf } from "../ProcessLiveness.ts"
 
 /** Who made a directory: enough to tell, later, whether that very process still lives. */
 interface Owner {
@@ -35,22 +36,6 @@ interface Owner {
 
 /** `cohort-<run>-<pid>.<start>.<pidns>-<mkdtemp's 6 characters>`; the run name may itself hold `-` and `.`, so it is matched from the end. */
 const OWNED = /^cohort-.*-(\d+)\.(\d+)\.(\d+)-[A-Za-z0-9]{6}$/
-
-/**
- * A process's start time; "gone" when /proc has no such process; undefined
- * when it cannot be told (no /proc, or /proc hides it): then its directory is kept.
- */
-const startTimeOf = (pid: number): string | "gone" | undefined => {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8")
-    // The command name (field 2) is in parentheses and may hold spaces: count from after the last ")", where field 3 is.
-    return stat.slice(stat.lastIndexOf(")") + 2).split(" ")[22 - 3]
-  } catch (error) {
-    // ESRCH: it ended while being read.
-    const code = (error as NodeJS.ErrnoException).code
-    return code === "ENOENT" || code === "ESRCH" ? "gone" : undefined
-  }
-}
 
 /** The inode of this process's pid namespace, from `pid:[4026531836]`. */
 const namespaceOfSelf = (): string | undefined => {

@@ -30,6 +30,7 @@ import * as Data from "effect/Data"
 import * as Effect from "effect/Effect"
 import type * as Scope from "effect/Scope"
 import { PrivateFileError, privateDirectory, writePrivateFile } from "./PrivateFiles.ts"
+import { pidExists, startTimeOf } from "../ProcessLiveness.ts"
 
 export const RUNS_DIR = ".cohort/runs"
 
@@ -60,28 +61,6 @@ export const runId = (run: string, pid: number): string => `${run}-${pid}`
 
 /** The entry's file; a name is a plain name (ClusterConfig), the replacement only guards a library caller's. */
 const fileOf = (dir: string, id: string) => join(dir, `${id.replace(/[^A-Za-z0-9_.-]/g, "_")}.json`)
-
-/** A process's start time; "gone" when it does not exist; undefined when /proc cannot tell. */
-export const startTimeOf = (pid: number): string | "gone" | undefined => {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8")
-    // The command name (field 2) is in parentheses and may hold spaces: count from after the last ")".
-    return stat.slice(stat.lastIndexOf(")") + 2).split(" ")[22 - 3]
-  } catch (error) {
-    const code = (error as NodeJS.ErrnoException).code
-    return code === "ENOENT" || code === "ESRCH" ? "gone" : undefined
-  }
-}
-
-const pidExists = (pid: number): boolean => {
-  try {
-    process.kill(pid, 0)
-    return true
-  } catch (error) {
-    // EPERM: it exists, as another user's process.
-    return (error as NodeJS.ErrnoException).code === "EPERM"
-  }
-}
 
 /** Whether the entry's launcher still runs (an entry of another host cannot be told, and counts as live). */
 export const isLive = (entry: Pick<RunEntry, "host" | "pid" | "pidStart">, here: string = hostname()): boolean => {
