@@ -122,9 +122,9 @@ const rows: ReadonlyArray<BadInput> = [
     says: ["workers[0].devices (line 2, col 5): expected a devices entry", "GPU indices like [0, 1]", "got nothing"]
   },
   {
-    name: "devices: 0",
-    yaml: lines("workers:", "  - { host: localhost, devices: 0 }", entry),
-    says: ["workers[0].devices (line 2, col 33): expected a number of CPU ranks (1 to 256)", `or "all", got 0`]
+    name: "devices: 257",
+    yaml: lines("workers:", "  - { host: localhost, devices: 257 }", entry),
+    says: ["workers[0].devices (line 2, col 33): expected a number of CPU ranks (1 to 256)", `or "all", got 257`]
   },
   {
     name: `devices: "some"`,

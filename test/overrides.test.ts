@@ -167,12 +167,12 @@ describe("overrides decoded with the file", () => {
   })
 
   test("every mistake at once: the flags' and the file's own, the file's with their lines", async () => {
-    const broken = base.replace("devices: 2", "devices: 0")
+    const broken = base.replace("devices: 2", "devices: 300")
     expect(await refusal(broken, sets("job.epoch=20", "failure_policy.grace=soon", "job.entry.x=1"))).toEqual([
       `--set job.entry.x=1: job.entry is "examples/train.ts", not a mapping: there is no key x in it`,
       `--set job.epoch=20: unknown key "epoch" (did you mean "epochs"?); known keys: entry, command, args, backend, dataset_size, epochs, cadence, checkpoint, outer_optimizer, async_alpha`,
       `--set failure_policy.grace=soon: expected a duration like "250ms", "5s", "10m" or "1h", got "soon"`,
-      `${join(dir, `cluster-${files - 1}.yml`)}: workers[0].devices (line 3, col 33): expected a number of CPU ranks (1 to 256), a list of GPU indices like [0, 1], or "all", got 0`
+      `${join(dir, `cluster-${files - 1}.yml`)}: workers[0].devices (line 3, col 33): expected a number of CPU ranks (1 to 256), a list of GPU indices like [0, 1], or "all", got 300`
     ])
   })
 

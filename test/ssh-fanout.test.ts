@@ -36,9 +36,10 @@ describe("ssh command", () => {
     expect(argv.slice(3 + sshDefaults.length)).toEqual(["-p", "2222", "-l", "train", "-i", "/k", "10.0.0.2", "bash --norc --noprofile -c 'true'"])
   })
 
-  test("a tunnel carries the launcher's port to the host's loopback, and the session fails without it", () => {
-    const argv = sshCommand(worker({ tunnel: true }), "true", 29400)
-    expect(argv.slice(1 + sshDefaults.length, 5 + sshDefaults.length)).toEqual(["-o", "ExitOnForwardFailure=yes", "-R", "127.0.0.1:29400:127.0.0.1:29400"])
+  test("a tunnel carries the launcher's port to the host's loopback, and the session fails without it, whatever the user's options", () => {
+    const argv = sshCommand(worker({ tunnel: true, ssh: ssh({ options: ["-o", "ExitOnForwardFailure=no"] }) }), "true", 29400)
+    // OpenSSH keeps an option's first value: the forward's check comes before the user's options.
+    expect(argv.slice(0, 7)).toEqual(["ssh", "-R", "127.0.0.1:29400:127.0.0.1:29400", "-o", "ExitOnForwardFailure=yes", "-o", "ExitOnForwardFailure=no"])
   })
 
   test("the host is the target unless ssh.target says otherwise", () => {
@@ -48,7 +49,9 @@ describe("ssh command", () => {
   test("BatchMode turned off is noticed, in either spelling; on is not", () => {
     expect(batchModeOverridden(worker({ ssh: ssh({ options: ["-o", "BatchMode=no"] }) }))).toBe(true)
     expect(batchModeOverridden(worker({ ssh: ssh({ options: ["-oBatchMode=no"] }) }))).toBe(true)
+    expect(batchModeOverridden(worker({ ssh: ssh({ options: ["-o", "batchmode = Ask "] }) }))).toBe(true)
     expect(batchModeOverridden(worker({ ssh: ssh({ options: ["-o", "BatchMode=yes"] }) }))).toBe(false)
+    expect(batchModeOverridden(worker({ ssh: ssh({ options: ["-o", " batchmode = YES"] }) }))).toBe(false)
     expect(batchModeOverridden(worker())).toBe(false)
   })
 

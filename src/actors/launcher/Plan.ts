@@ -12,7 +12,7 @@ import { hostname, networkInterfaces } from "node:os"
 import { resolve } from "node:path"
 import * as Data from "effect/Data"
 import * as Either from "effect/Either"
-import type { ClusterConfig, Worker } from "../../config/ClusterConfig.ts"
+import { type ClusterConfig, runsNothing, type Worker } from "../../config/ClusterConfig.ts"
 import type { HostRunSpec } from "../../wire/JoinMessages.ts"
 import { formatDuration } from "../../config/Duration.ts"
 import { strategyToYaml } from "../../config/FailurePolicy.ts"
@@ -43,6 +43,8 @@ export interface HostPlan {
 export interface Plan {
   readonly config: ClusterConfig
   readonly hosts: ReadonlyArray<HostPlan>
+  /** Workers declared with `devices: 0` or `[]`: in the file, but no agent starts there and none counts in the world. */
+  readonly declaredOnly: ReadonlyArray<Worker>
   readonly world: number
   /** Where the mux listens: loopback when every agent runs inside the launcher, else every interface. */
   readonly bindAddress: string
@@ -96,9 +98,15 @@ const checkProgram = (config: ClusterConfig, worker: Worker, where: string): str
 export const makePlan = (config: ClusterConfig): Either.Either<Plan, LaunchInputError> => {
   const problems: Array<string> = []
   const hosts: Array<HostPlan> = []
+  const declaredOnly: Array<Worker> = []
   let next = 0
   config.workers.forEach((worker, index) => {
     const where = `workers[${index}]`
+    // flodl's orchestrator-only entry: nothing to start, dial, tunnel or check there.
+    if (runsNothing(worker)) {
+      declaredOnly.push(worker)
+      return
+    }
     const start = agentStart(worker)
     if (worker.tunnel) {
       const refused = start === "in-process"
@@ -127,6 +135,9 @@ export const makePlan = (config: ClusterConfig): Either.Either<Plan, LaunchInput
     hosts.push({ worker, start, devices, firstRank: next })
     next += devices.devices.length
   })
+  if (problems.length === 0 && hosts.length === 0) {
+    problems.push("workers: every worker declares devices: 0 or [] (runs nothing); give at least one worker devices to run ranks on")
+  }
   if (problems.length > 0) return Either.left(new LaunchInputError({ problems }))
   const world = next
   const { minRanks, targetRanks } = config.controller.join
@@ -141,6 +152,7 @@ export const makePlan = (config: ClusterConfig): Either.Either<Plan, LaunchInput
   return Either.right({
     config,
     hosts,
+    declaredOnly,
     world,
     bindAddress: loopback ? "127.0.0.1" : "0.0.0.0",
     dialAddress: "127.0.0.1",
@@ -210,6 +222,9 @@ export const describePlan = (plan: Plan): string => {
       lines.push(`  [${worker.host}:${deviceTag(device)}:r${rank}] in ${resolve(worker.path)}: ${command}`)
       for (const [key, value] of Object.entries(env)) lines.push(`      ${key}=${value}`)
     })
+  }
+  for (const worker of plan.declaredOnly) {
+    lines.push(`  [${worker.host}] declared with devices: ${worker.devices._tag === "Count" ? "0" : "[]"}: runs nothing, no agent starts there`)
   }
   lines.push(`failure policy (grace ${formatDuration(config.failurePolicy.grace)}):`)
   for (const line of strategyToYaml(config.failurePolicy.strategy).trimEnd().split("\n")) lines.push(`  ${line}`)

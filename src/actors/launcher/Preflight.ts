@@ -13,7 +13,7 @@ import { join } from "node:path"
 import * as Effect from "effect/Effect"
 import type { Worker } from "../../config/ClusterConfig.ts"
 import { agentTag, cleanupScript } from "./RemoteCleanup.ts"
-import { shellQuote, sshCommand } from "./SshFanOut.ts"
+import { batchModeWarning, shellQuote, sshCommand } from "./SshFanOut.ts"
 import { checkoutRoot } from "./SyncCheckout.ts"
 import { ABI_VERSION } from "../../native/library.ts"
 
@@ -93,6 +93,10 @@ export const localLockHash = (): string => {
 export const preflight = (workers: ReadonlyArray<Worker>, run: string): Effect.Effect<ReadonlyArray<string>> =>
   Effect.gen(function*() {
     if (workers.length === 0) return []
+    for (const worker of workers) {
+      const batchMode = batchModeWarning(worker)
+      if (batchMode !== undefined) yield* Effect.logWarning(batchMode)
+    }
     const lock = localLockHash()
     const results = yield* Effect.forEach(workers, (worker) =>
       Effect.promise(async () => {

@@ -4,9 +4,11 @@
  * runs `bun run agent` there, and the agent dials back in and joins like any
  * other.
  *
- * - ssh's arguments: the user's `ssh.options` first (OpenSSH takes the first
- *   value of an option, so the user's win), then cohort's defaults, then
- *   port, user and key, then the target.
+ * - ssh's arguments: a tunnel's forward and `ExitOnForwardFailure=yes` first
+ *   (OpenSSH takes the first value of an option, so no user option can turn
+ *   off the check that the forward is up), then the user's `ssh.options`
+ *   (already ssh's words: see ClusterConfig), so they win over cohort's
+ *   defaults, then port, user and key, then the target.
  * - The agent's spec (the salt in it) goes down the session's stdin; the
  *   remote shell reads it into a shell variable it does not export and hands
  *   it to the agent on file descriptor 3 (`COHORT_AGENT_SPEC=fd:3`): never
@@ -23,13 +25,28 @@ export const sshDefaults = ["-T", "-o", "ServerAliveInterval=10", "-o", "ServerA
 /** Single-quoted for a POSIX shell: every interpolated value goes through this. */
 export const shellQuote = (value: string): string => `'${value.replaceAll("'", `'\\''`)}'`
 
-/** The user turned BatchMode off: ssh may then stop to ask for a password nobody will type. */
-export const batchModeOverridden = (worker: Worker): boolean => {
+/**
+ * The user set BatchMode to something other than `yes` (either spelling: `-o BatchMode=no`, `-oBatchMode=no`;
+ * any case, spaces around `=`): ssh may then stop to ask for a password nobody will type.
+ */
+export const batchModeOverridden = (worker: Worker): boolean => batchModeSetting(worker) !== undefined
+
+/** The BatchMode setting that turns it off, as the user wrote it (trimmed); undefined when none does. */
+const batchModeSetting = (worker: Worker): string | undefined => {
   const options = worker.ssh?.options ?? []
-  return options.some((option, index) => {
+  return options.flatMap((option, index) => {
     const setting = option.startsWith("-o") && option.length > 2 ? option.slice(2) : options[index - 1] === "-o" ? option : undefined
-    return setting !== undefined && /^BatchMode\s*[= ]\s*(no|false)$/i.test(setting.trim())
-  })
+    const match = setting === undefined ? null : /^\s*batchmode\s*(?:=|\s)\s*(.*?)\s*$/i.exec(setting)
+    return match !== null && match[1]!.toLowerCase() !== "yes" ? [setting!.trim()] : []
+  })[0]
+}
+
+/** The warning a launch and `--dry-run` print for a host whose ssh.options turn BatchMode off; undefined when they do not. */
+export const batchModeWarning = (worker: Worker): string | undefined => {
+  const setting = batchModeSetting(worker)
+  return setting === undefined
+    ? undefined
+    : `${worker.host}: ssh.options set ${setting}: cohort's ssh is not interactive, so ssh may wait for a password or host key answer nobody types; remove it unless this host needs it`
 }
 
 /** The agent half of the remote shell's script: read the spec, enter the checkout, find bun, run the agent, pass signals on. */
@@ -60,9 +77,10 @@ export const sshCommand = (worker: Worker, script: string, tunnelPort?: number):
   const ssh = worker.ssh
   return [
     "ssh",
+    // Before the user's options: a tunnel session without its forward is no tunnel, whatever they say.
+    ...(tunnelPort === undefined ? [] : ["-R", `127.0.0.1:${tunnelPort}:127.0.0.1:${tunnelPort}`, "-o", "ExitOnForwardFailure=yes"]),
     ...(ssh?.options ?? []),
     ...sshDefaults,
-    ...(tunnelPort === undefined ? [] : ["-o", "ExitOnForwardFailure=yes", "-R", `127.0.0.1:${tunnelPort}:127.0.0.1:${tunnelPort}`]),
     ...(ssh?.port === undefined ? [] : ["-p", String(ssh.port)]),
     ...(ssh?.user === undefined ? [] : ["-l", ssh.user]),
     ...(ssh?.identityFile === undefined ? [] : ["-i", ssh.identityFile]),

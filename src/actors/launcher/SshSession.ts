@@ -20,7 +20,7 @@ import { describe as describeExit } from "../ChildExit.ts"
 import type { ChildExit } from "../ChildExit.ts"
 import * as ProcessChild from "../ProcessChild.ts"
 import { judge, type Judgement, preflightScript, unreachable } from "./Preflight.ts"
-import { batchModeOverridden, remoteAgentScript, sshCommand } from "./SshFanOut.ts"
+import { batchModeWarning, remoteAgentScript, sshCommand } from "./SshFanOut.ts"
 
 /** The line after the preflight's facts: what follows is the agent's own output. */
 const CHECKED = "cohort-preflight-done"
@@ -56,9 +56,8 @@ export interface SshSession {
 export const open = (options: SessionOptions): Effect.Effect<SshSession, string, Scope.Scope> =>
   Effect.gen(function*() {
     const { worker } = options
-    if (batchModeOverridden(worker)) {
-      yield* Effect.logWarning(`${worker.host}: ssh.options turn BatchMode off: ssh may wait for a password nobody types`)
-    }
+    const batchMode = batchModeWarning(worker)
+    if (batchMode !== undefined) yield* Effect.logWarning(batchMode)
     const checked = yield* Deferred.make<Judgement>()
     const facts: Array<string> = []
     let checking = true
