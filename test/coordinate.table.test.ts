@@ -186,6 +186,16 @@ describe("progress, the journal and an epoch's end", () => {
     ])
   })
 
+  test("a progress line shows each metric's mean over the ranks' latest values", () => {
+    const run = attachedAll(settingsOf([0, 1], 10, 1))
+    run.say(0, progress(1, 1, { metrics: { loss: 4 } }), 100)
+    // Over 500 ms later the next progress goes to the journal (its rate left out here): the latest losses are 4 and 2, (4 + 2) / 2 = 3.
+    const lines = run.say(1, progress(1, 1, { metrics: { loss: 2 } }), 700)
+    expect(lines.filter((line) => line.startsWith("journal progress")).map((line) => line.replace(/, [^ ]+ \{/, " {"))).toEqual([
+      "journal progress 1/1: 2/10 {\"loss\":3}"
+    ])
+  })
+
   test("progress shows the mean of each rank's latest metrics, an epoch's end the mean of all its reports; a report beyond the plan is clipped; latencies are passed on", () => {
     const run = attachedAll(settingsOf([0, 1], 10, 1))
     expect(run.say(0, progress(1, 1, { metrics: { loss: 4 } }), 100)).toEqual(["journal progress 1/1: 1/10, no rate {\"loss\":4}"])
