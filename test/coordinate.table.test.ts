@@ -252,6 +252,18 @@ describe("progress, the journal and an epoch's end", () => {
   })
 })
 
+describe("throughput from an epoch that starts later", () => {
+  test("cpu_cadence measures each rank from its epoch's start, not from time zero", () => {
+    const run = coordinator(settingsOf([0, 1], 10, 2, { job: { backend: "cpu_cadence", datasetSize: 10, epochs: 2 } }))
+    run.say(0, new Attach(), 1000)
+    run.say(1, new Attach(), 1000) // epoch 1 starts at 1000
+    run.say(1, progress(1, 5), 1500) // rank 1: 5 samples in 0.5 s = 10/s
+    // Rank 0: 5 in 1 s = 5/s: the same 5:10 as from time zero, so the same split, 3 and 7 (from time zero it would be
+    // 5/2 s against 5/1.5 s, quotas 4.29 and 5.71: 4 and 6).
+    expect(run.say(0, progress(1, 5), 2000).filter((line) => line.includes("EpochStart"))).toEqual(["0 ← EpochStart 2 [0,3)", "1 ← EpochStart 2 [3,10)"])
+  })
+})
+
 describe("liveness", () => {
   test("before formation only attached ranks are watched; after it, every live rank not exiting", () => {
     const run = coordinator(settingsOf([0, 1, 2], 0, 1))
