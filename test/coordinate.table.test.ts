@@ -252,6 +252,18 @@ describe("progress, the journal and an epoch's end", () => {
   })
 })
 
+describe("the first plan waits for every live rank", () => {
+  test("a rank that attached and then died does not stand in for one that has not attached", () => {
+    const run = coordinator(settingsOf([0, 1, 2], 10, 1))
+    run.say(2, new Attach())
+    run.step(dead([2], 10))
+    // Two live ranks, two attached (0 and the dead 2): still no plan, rank 1 has not attached.
+    expect(run.say(0, new Attach(), 20).filter((line) => line.includes("EpochStart"))).toEqual([])
+    // 10 over the 2 live ranks: [0, 5) and [5, 10).
+    expect(run.say(1, new Attach(), 30).filter((line) => line.includes("EpochStart"))).toEqual(["0 ← EpochStart 1 [0,5)", "1 ← EpochStart 1 [5,10)"])
+  })
+})
+
 describe("throughput from an epoch that starts later", () => {
   test("cpu_cadence measures each rank from its epoch's start, not from time zero", () => {
     const run = coordinator(settingsOf([0, 1], 10, 2, { job: { backend: "cpu_cadence", datasetSize: 10, epochs: 2 } }))
