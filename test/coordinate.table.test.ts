@@ -149,6 +149,15 @@ describe("formation and the first plan", () => {
     expect(run.state.consensus.written).toBe(2)
   })
 
+  test("a rank that comes back mid-run is welcomed with the latest consensus, not the one the run resumed from", () => {
+    const run = coordinator(settingsOf([0, 1], 4, 5, { resume: { epoch: 2, state: "r2" } }))
+    run.say(0, new Attach())
+    run.say(1, new Attach()) // epoch 3 starts
+    run.say(0, new CheckpointSave({ epoch: 3, state: "w3" }), 10) // the consensus of epoch 3
+    run.step(dead([1], 20))
+    expect(run.say(1, new Attach(), 30).filter((line) => line.includes("Welcome"))).toEqual(["1 ← Welcome first=3 from=w3"])
+  })
+
   test("a job without epochs (dataset 0) welcomes its ranks and plans nothing", () => {
     const run = coordinator(settingsOf([0], 0, 3))
     expect(run.say(0, new Attach())).toEqual(["0 ← Welcome first=1"])
