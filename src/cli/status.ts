@@ -20,12 +20,10 @@
  * arguments (several runs and none chosen, for --json, --watch and
  * --start), 130 interrupted. Nothing heavy is loaded: it answers at once.
  */
-import { readdirSync, readFileSync } from "node:fs"
-import { hostname } from "node:os"
 import { join } from "node:path"
 import { hasEnded, readState, render } from "./statusTable.ts"
 import type { RunState } from "../actors/launcher/RunView.ts"
-import { pidExists, startTimeOf } from "../actors/ProcessLiveness.ts"
+import { isLive, readEntries, type RunEntry } from "../actors/launcher/RunEntries.ts"
 
 const usage = `usage: bun run status [HOST:PORT] [--run ID] [--json] [--watch] [--start]
 
@@ -123,66 +121,16 @@ if (positional[0] !== undefined && given === undefined) badArguments(`${position
 
 // ---- finding the run when no address is given
 
-/**
- * A registry entry as RunRegistry.ts writes it (read here without loading the launcher's modules: status
- * answers at once). An older launcher's `<run>.json` has no id, host, page or pidStart.
- */
-interface RunFile {
-  readonly id: string
-  readonly run: string
-  readonly address: string
-  /** 0 while the launcher starts (it registers before it listens). */
-  readonly port: number
-  readonly page: string
-  readonly pid: number
-  readonly pidStart: string | undefined
-  readonly host: string
-  readonly startedAt: number
-  readonly startToken?: string
-}
+/** A registry entry (RunEntries reads them without loading the launcher's modules: status answers at once). */
+type RunFile = RunEntry
 
-const thisHost = hostname()
+const readRunFiles = (dir: string): Array<RunFile> => readEntries(dir).map(({ entry }) => entry)
 
-/** Whether its launcher still runs: its pid, and the same process (not a later one that got the pid); another host's cannot be told. */
-const isAlive = (file: RunFile): boolean => {
-  if (file.host !== thisHost) return true
-  if (!pidExists(file.pid)) return false
-  if (file.pidStart === undefined) return true
-  const now = startTimeOf(file.pid)
-  return now === undefined || now === file.pidStart
-}
+/** Whether its launcher still runs; another host's cannot be told. */
+const isAlive = (file: RunFile): boolean => isLive(file)
 
-const readRunFiles = (dir: string): Array<RunFile> => {
-  let names: Array<string>
-  try {
-    names = readdirSync(dir).filter((name) => name.endsWith(".json") && !name.startsWith("."))
-  } catch {
-    return []
-  }
-  return names.flatMap((name) => {
-    try {
-      const file = JSON.parse(readFileSync(join(dir, name), "utf8")) as Record<string, unknown>
-      const { pid, run, startedAt } = file
-      // A pid of 0 or below would signal a whole process group: such a file is not one of ours.
-      if (typeof run !== "string" || typeof pid !== "number" || !Number.isInteger(pid) || pid <= 0 || typeof startedAt !== "number") return []
-      return [{
-        id: typeof file.id === "string" ? file.id : name.slice(0, -".json".length),
-        run,
-        address: typeof file.address === "string" ? file.address : "",
-        port: typeof file.port === "number" ? file.port : 0,
-        page: typeof file.page === "string" ? file.page : "",
-        pid,
-        pidStart: typeof file.pidStart === "string" ? file.pidStart : undefined,
-        host: typeof file.host === "string" ? file.host : thisHost,
-        startedAt,
-        ...(typeof file.startToken === "string" ? { startToken: file.startToken } : {})
-      }]
-    } catch {
-      // Half-written, or not ours: another file may still name the run.
-      return []
-    }
-  })
-}
+/** An older launcher's entry has no start token. */
+const tokenOf = (file: RunFile): string | undefined => (file.startToken === "" ? undefined : file.startToken)
 
 const clockTime = (ms: number) => new Date(ms).toTimeString().slice(0, 8)
 
@@ -242,7 +190,7 @@ const findRun = (): Found => {
   return {
     endpoint: { host: chosen!.address, port: chosen!.port },
     origin: ` (run ${chosen!.id}, from .cohort/runs/)`,
-    startToken: chosen!.startToken,
+    startToken: tokenOf(chosen!),
     id: chosen!.id
   }
 }
@@ -254,7 +202,7 @@ const untilListening = async (found: Found): Promise<Found> => {
   for (;;) {
     const file = readRunFiles(dir).find((each) => each.id === found.id)
     if (file === undefined || !isAlive(file)) return fail(1, `run ${found.id} ended before it listened`)
-    if (file.port !== 0) return { ...found, endpoint: { host: file.address, port: file.port }, startToken: file.startToken }
+    if (file.port !== 0) return { ...found, endpoint: { host: file.address, port: file.port }, startToken: tokenOf(file) }
     await Bun.sleep(100)
   }
 }

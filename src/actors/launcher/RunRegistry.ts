@@ -23,38 +23,20 @@
  * and removed by the next run's claim. An entry written on another host (a
  * checkout shared over NFS) cannot be checked from here and counts as live.
  */
-import { readdirSync, readFileSync, rmSync } from "node:fs"
+import { rmSync } from "node:fs"
 import { hostname } from "node:os"
 import { join, resolve } from "node:path"
 import * as Data from "effect/Data"
 import * as Effect from "effect/Effect"
 import type * as Scope from "effect/Scope"
 import { PrivateFileError, privateDirectory, writePrivateFile } from "./PrivateFiles.ts"
-import { pidExists, startTimeOf } from "../ProcessLiveness.ts"
+import { isLive, readEntries, type RunEntry } from "./RunEntries.ts"
+import { startTimeOf } from "../ProcessLiveness.ts"
 
 export const RUNS_DIR = ".cohort/runs"
 
-export interface RunEntry {
-  /** `<name>-<pid>`: what `bun run status --run` takes. */
-  readonly id: string
-  readonly run: string
-  /** Where `bun run status` asks (the address this host dials); empty until the port listens. */
-  readonly address: string
-  /** 0 until the port listens. */
-  readonly port: number
-  /** The live page, as the start line prints it; empty until the port listens. */
-  readonly page: string
-  readonly pid: number
-  /** Field 22 of /proc/<pid>/stat: tells this launcher from a later process that got its pid. */
-  readonly pidStart: string | undefined
-  /** The host the launcher runs on (`os.hostname()`): its pid means something only there. */
-  readonly host: string
-  readonly startedAt: number
-  /** The checkpoint this run writes, as an absolute path; empty for a run that writes none (a command job). */
-  readonly checkpoint: string
-  /** `POST /start`'s token (`Keys.startToken`): the file is 0600, so only this user's `bun run status --start` reads it. */
-  readonly startToken: string
-}
+export type { RunEntry } from "./RunEntries.ts"
+export { isLive, readEntries } from "./RunEntries.ts"
 
 /** A run's id: its name and its launcher's pid. */
 export const runId = (run: string, pid: number): string => `${run}-${pid}`
@@ -62,54 +44,6 @@ export const runId = (run: string, pid: number): string => `${run}-${pid}`
 /** The entry's file; a name is a plain name (ClusterConfig), the replacement only guards a library caller's. */
 const fileOf = (dir: string, id: string) => join(dir, `${id.replace(/[^A-Za-z0-9_.-]/g, "_")}.json`)
 
-/** Whether the entry's launcher still runs (an entry of another host cannot be told, and counts as live). */
-export const isLive = (entry: Pick<RunEntry, "host" | "pid" | "pidStart">, here: string = hostname()): boolean => {
-  if (entry.host !== here) return true
-  if (!pidExists(entry.pid)) return false
-  if (entry.pidStart === undefined) return true
-  const now = startTimeOf(entry.pid)
-  return now === undefined || now === entry.pidStart
-}
-
-/**
- * Every readable entry in `dir`, with its file. An entry of an older launcher (`<run>.json`, no id, host or
- * checkpoint) reads with its file's name as id and this host as its host.
- */
-export const readEntries = (dir: string): ReadonlyArray<{ readonly file: string; readonly entry: RunEntry }> => {
-  let names: Array<string>
-  try {
-    names = readdirSync(dir).filter((name) => name.endsWith(".json") && !name.startsWith("."))
-  } catch {
-    return []
-  }
-  return names.flatMap((name) => {
-    const file = join(dir, name)
-    try {
-      const value = JSON.parse(readFileSync(file, "utf8")) as Partial<RunEntry>
-      // A pid of 0 or below would signal a whole process group: such a file is not one of ours.
-      if (typeof value.run !== "string" || !Number.isInteger(value.pid) || value.pid! <= 0 || typeof value.startedAt !== "number") return []
-      const entry: RunEntry = {
-        id: typeof value.id === "string" ? value.id : name.slice(0, -".json".length),
-        run: value.run,
-        address: typeof value.address === "string" ? value.address : "",
-        port: typeof value.port === "number" ? value.port : 0,
-        page: typeof value.page === "string" ? value.page : "",
-        pid: value.pid!,
-        pidStart: typeof value.pidStart === "string" ? value.pidStart : undefined,
-        host: typeof value.host === "string" ? value.host : hostname(),
-        startedAt: value.startedAt,
-        checkpoint: typeof value.checkpoint === "string" ? value.checkpoint : "",
-        startToken: typeof value.startToken === "string" ? value.startToken : ""
-      }
-      return [{ file, entry }]
-    } catch {
-      // Half-written (a rename makes that rare), or not ours.
-      return []
-    }
-  })
-}
-
-/** Another live run already writes this run's checkpoint. */
 export class CheckpointTaken extends Data.TaggedError("CheckpointTaken")<{ readonly checkpoint: string; readonly other: RunEntry; readonly otherHost: boolean }> {
   override get message(): string {
     const { other } = this
