@@ -2,8 +2,8 @@
  * The owner of membership: the one place the formed world's facts change.
  *
  * It holds `Membership`'s state and applies `membership` to every event told
- * to it, in one synchronous step; readers take the state (`state`) and ask it through the
- * selectors in Membership.ts. The effects an event calls for are carried out
+ * to it, in one synchronous step; readers take the state (`snapshot`) and
+ * ask it through the selectors in Membership.ts. The effects an event calls for are carried out
  * by the fiber that told it, once the state has changed: a link's reader that
  * reports the last rank running user code tells the supervisor the cohort
  * formed before it reads that host's next report, so no exit reported after
@@ -29,10 +29,9 @@ export interface MembershipOwner {
   readonly tell: (event: MembershipEvent) => Effect.Effect<void>
   /** A host joined the formed world (growth, or back after it was given up on): its link speaks for it from now on. */
   readonly joined: (member: Member, devices: ReadonlyArray<string>) => Effect.Effect<void>
-  readonly state: Effect.Effect<MembershipState>
   /** Each host's join link (the latest, for a host that came back): the run's end is said down them. */
   readonly links: () => ReadonlyArray<Member["link"]>
-  /** The state now, for readers that cannot wait (a gate's synchronous check, the orders' routing). */
+  /** The state now: every reader's (a gate's synchronous check, the orders' routing, the result). */
   readonly snapshot: () => MembershipState
 }
 
@@ -73,7 +72,6 @@ export const make = (
       joined: (member, devices) =>
         Effect.zipRight(Effect.sync(() => links.set(member.host, member.link)), tell(MembershipEvent.HostJoined({ host: entryOf(member, devices) }))),
       links: () => [...links.values()],
-      state: Effect.sync(() => current),
       snapshot: () => current
     }
   })

@@ -26,6 +26,7 @@ import { describe as describeExit, isClean } from "../ChildExit.ts"
 import { type Directive, SupervisionEvent, type SupervisorState } from "../decide.ts"
 import * as Supervisor from "../Supervisor.ts"
 import { WorldFormed } from "../../wire/JoinMessages.ts"
+import * as Handoff from "./Handoff.ts"
 import type * as JoinGate from "./JoinGate.ts"
 import type { Listening } from "./Listen.ts"
 import { MembershipEvent, numberOf, recordOf, seatOf } from "./Membership.ts"
@@ -64,10 +65,11 @@ export const supervise = (env: RunEnv, wiring: SupervisionWiring): Effect.Effect
     const { control, gate, rendezvous } = listening
     const coordinator = training?.coordinator
     const runScope = yield* Effect.scope
-    const supervisorReady = yield* Deferred.make<Supervisor.Supervisor>()
+    // The Supervisor needs the children, and the children's reactions need the Supervisor: handed over once it starts.
+    const supervisorReady = yield* Handoff.make<Supervisor.Supervisor>("the rank supervisor")
     const cohortFormedAt = yield* Deferred.make<void>()
     // Ranks start only once the supervisor does, so every rank's report finds it there.
-    const withSupervisor = (act: (supervisor: Supervisor.Supervisor) => Effect.Effect<void>) => Effect.flatMap(Deferred.await(supervisorReady), act)
+    const withSupervisor = (act: (supervisor: Supervisor.Supervisor) => Effect.Effect<void>) => Effect.flatMap(supervisorReady.await, act)
 
     const cohortFormed = withSupervisor((supervisor) =>
       Effect.gen(function*() {
@@ -208,7 +210,7 @@ export const supervise = (env: RunEnv, wiring: SupervisionWiring): Effect.Effect
       grace: Duration.millis(graceMs),
       onDirective
     })
-    yield* Deferred.succeed(supervisorReady, supervisor)
+    yield* supervisorReady.fill(supervisor)
 
     /** A host admitted after formation joins the running cohort (see above). */
     const grow = (member: JoinGate.Member) =>
