@@ -16,6 +16,7 @@ import * as Clock from "effect/Clock"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Ref from "effect/Ref"
+import * as Request from "effect/Request"
 import type * as Scope from "effect/Scope"
 import * as Actor from "../Actor.ts"
 import type { Job } from "../../config/ClusterConfig.ts"
@@ -76,12 +77,19 @@ export interface Coordinator {
    * stopping, or training is done, it changes nothing.
    */
   readonly stopRun: (why: string) => Effect.Effect<void>
-  /** The epoch of the consensus checkpoint on disk for this run (written by it, or resumed from), if any. */
+  /** The epoch of the consensus checkpoint on disk for this run (written by it, or resumed from), if any, once everything told before has been handled. */
   readonly checkpointEpoch: Effect.Effect<number | undefined>
 }
 
 /** What the coordinator hears from outside; `CheckpointWritten` comes only from its own writes. */
 type Heard = Exclude<CoordinatorEvent, { readonly _tag: "CheckpointWritten" }>
+
+/**
+ * Asked at the run's end: the epoch on disk once everything told before has been handled. Through the
+ * mailbox, not a read of the state: a `stopRun` still queued (its checkpoint not yet written) when the last
+ * rank exits would otherwise be lost with the launcher.
+ */
+class Settled extends Request.TaggedClass("Settled")<number | undefined, never, {}> {}
 
 /**
  * How long a clean exit waits for the rank's last reports before it is judged: they come up the relay's link,
@@ -142,7 +150,7 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
         for (const instruction of instructions) yield* execute(instruction)
       })
 
-    const actor = yield* Actor.spawn<Heard, never>({
+    const actor = yield* Actor.spawn<Heard | Settled, never>({
       name: "coordinator",
       handlers: {
         Reported: step,
@@ -153,7 +161,8 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
         Joined: step,
         ExitedCleanly: step,
         Tick: step,
-        StopRun: step
+        StopRun: step,
+        Settled: () => Effect.map(Ref.get(state), ({ consensus }: CoordinatorState) => consensus.written)
       }
     })
     /** Into the mailbox, stamped with the time it was heard. */
@@ -171,7 +180,8 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
       stopOrdered: (ranks) => hear((at) => CoordinatorEvent.StopOrdered({ ranks, at })),
       join: (ranks) => hear((at) => CoordinatorEvent.Joined({ ranks, at })),
       stopRun: (why) => hear((at) => CoordinatorEvent.StopRun({ why, at })),
-      checkpointEpoch: Effect.map(Ref.get(state), ({ consensus }: CoordinatorState) => consensus.written),
+      // A coordinator that has stopped answers from its last state.
+      checkpointEpoch: Effect.catchTag(actor.ask(new Settled()), "ActorStopped", () => Effect.map(Ref.get(state), ({ consensus }: CoordinatorState) => consensus.written)),
       exitedCleanly: (rank) =>
         Effect.asVoid(Effect.forkIn(Effect.zipRight(Effect.sleep(Duration.millis(LAST_WORDS_MS)), hear((at) => CoordinatorEvent.ExitedCleanly({ rank, at }))), scope))
     }
