@@ -18,7 +18,10 @@
  * At each epoch's end every rank evaluates the held-out set and prints
  *   epoch E: loss L accuracy A% (samples processed by this rank N)
  * and offers `{ epoch, epochsDone, params, velocity }` as the checkpoint; a
- * run started with `--resume` continues from the saved weights.
+ * run started with `--resume` continues from the saved weights. Between two
+ * steps the same state can be read (`ctx.checkpoint.provide`, with `within`:
+ * the epoch it is part-way through), so a run stopped mid-epoch resumes
+ * where its work stopped.
  *
  * `args` (all optional, `key=value`):
  *   lr=0.3      peak learning rate (decays to 0 by the last epoch)
@@ -87,6 +90,8 @@ export interface TrainResult {
 
 interface Saved {
   readonly epoch?: unknown
+  /** A state read part-way through this epoch. */
+  readonly within?: unknown
   readonly epochsDone?: unknown
   readonly params?: unknown
   readonly velocity?: unknown
@@ -117,7 +122,8 @@ export const train = async (ctx: RankContext, log: (line: string) => void = cons
     params.set(resumed.params)
     if (resumed.velocity instanceof Float32Array && resumed.velocity.length === model.size) velocity.set(resumed.velocity)
     if (typeof resumed.epochsDone === "number") epochsDone = resumed.epochsDone
-    log(`resumed from the checkpoint of epoch ${String(resumed.epoch)} (weights ${checksum(params)})`)
+    const within = typeof resumed.within === "number" ? `, part-way through epoch ${resumed.within}` : ""
+    log(`resumed from the checkpoint of epoch ${String(resumed.epoch)}${within} (weights ${checksum(params)})`)
   }
   if (ctx.rank === 0) {
     log(`spirals: ${ctx.datasetSize} samples × ${ctx.epochCount} epochs, MLP ${LAYERS.join("-")} (${model.size} parameters), ` +
@@ -125,11 +131,15 @@ export const train = async (ctx: RankContext, log: (line: string) => void = cons
   }
 
   const local = ctx.backend === "cpu_cadence" || ctx.backend === "cpu_async"
+  // The state between two steps: read by cohort when a cpu_sync run stops mid-epoch.
+  let within = 0
+  ctx.checkpoint.provide(() => ({ epoch: within - 1, within, epochsDone, params: params.slice(), velocity: velocity.slice() }))
   const reports: Array<EpochReport> = []
   let stopped = false
   let steps = 0
   try {
     epochs: for await (const plan of ctx.epochs()) {
+      within = plan.epoch
       const lr = learningRate(options.lr, epochsDone, ctx.epochCount)
       let samples = 0
       for await (const batch of plan.batches(options.batch)) {

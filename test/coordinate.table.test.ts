@@ -28,6 +28,7 @@ import {
   Attach,
   CheckpointSave,
   type CoordinatorOrder,
+  CutOffer,
   Exiting,
   Heartbeat,
   Progress,
@@ -64,6 +65,8 @@ const showOrder = (order: CoordinatorOrder): string => {
       return "Beat"
     case "TrainingDone":
       return "TrainingDone"
+    case "OfferCut":
+      return `OfferCut ${order.epoch}`
   }
 }
 
@@ -95,7 +98,8 @@ const show = (instruction: Instruction): string => {
     case "Drained":
       return "drained"
     case "WriteCheckpoint":
-      return `write epoch ${instruction.epoch} "${instruction.state}" (${instruction.reason}) world ${instruction.world} dead [${instruction.dead.join(",")}]`
+      return `write epoch ${instruction.epoch} "${instruction.state}" (${instruction.reason}) world ${instruction.world} dead [${instruction.dead.join(",")}]` +
+        (instruction.coverage === undefined ? "" : ` covering epoch ${instruction.coverage.epoch} of ${instruction.coverage.datasetSize}: ${ranges(instruction.coverage.done)}`)
   }
 }
 
@@ -108,7 +112,7 @@ const coordinator = (settings: CoordinatorSettings) => {
     state = next
     return instructions.flatMap((instruction) =>
       instruction._tag === "WriteCheckpoint"
-        ? [show(instruction), ...step(CoordinatorEvent.CheckpointWritten({ epoch: instruction.epoch, reason: instruction.reason, failure, at: instruction.at }))]
+        ? [show(instruction), ...step(CoordinatorEvent.CheckpointWritten({ epoch: instruction.epoch, reason: instruction.reason, coverage: instruction.coverage, failure, at: instruction.at }))]
         : [show(instruction)]
     )
   }
@@ -398,7 +402,8 @@ describe("the death chain", () => {
 
 describe("checkpoint consensus and the stop", () => {
   test("the first state offered for an epoch is written (and journalled once written); the stop saves it and tells every survivor", () => {
-    const run = attachedAll(settingsOf([0, 1, 2], 6, 3)) // [0, 2), [2, 4), [4, 6)
+    // cpu_cadence: no mid-epoch cut (its ranks step alone between syncs), so the stop keeps the epoch's consensus.
+    const run = attachedAll(settingsOf([0, 1, 2], 6, 3, { job: { backend: "cpu_cadence", datasetSize: 6, epochs: 3 } })) // [0, 2), [2, 4), [4, 6)
     expect(run.say(0, new CheckpointSave({ epoch: 1, state: "w1" }), 50)).toEqual([
       "write epoch 1 \"w1\" (checkpoint) world 3 dead []",
       `journal checkpoint epoch 1 at 50 ${PATH} (checkpoint)`,
@@ -428,7 +433,7 @@ describe("checkpoint consensus and the stop", () => {
   })
 
   test("a failed write is logged (not journalled) and leaves the checkpoint on disk as it was; the stop then says nothing was saved", () => {
-    const run = attachedAll(settingsOf([0, 1], 4, 1))
+    const run = attachedAll(settingsOf([0, 1], 4, 1, { job: { backend: "cpu_async", datasetSize: 4, epochs: 1 } }))
     run.failWrites("checkpoint /ckpt/run.json: cannot write it: EACCES")
     expect(run.say(0, new CheckpointSave({ epoch: 1, state: "w" }), 10)).toEqual([
       "write epoch 1 \"w\" (checkpoint) world 2 dead []",
@@ -460,6 +465,182 @@ describe("checkpoint consensus and the stop", () => {
     const run = attachedAll(settingsOf([0], 2, 1))
     run.say(0, progress(1, 2), 10)
     expect(run.step(CoordinatorEvent.StopRun({ why: "limit", at: 20 }))).toEqual([])
+  })
+})
+
+/** A rank's cut: `done` samples, `rounds` reductions, its state; steady unless said. */
+const offer = (epoch: number, done: number, rounds: number, state: string | undefined, steady = true) =>
+  new CutOffer({ epoch, done, rounds, steady, ...(state === undefined ? {} : { state }) })
+
+/**
+ * Three cpu_sync ranks, 12 samples: [0, 4), [4, 8), [8, 12). Rank 2 dies after 1 sample: its [9, 12) goes
+ * [9, 11) to rank 0 and [11, 12) to rank 1. Ranks 0 and 1 then report 3 and 4: done are [0, 3), [4, 8) and
+ * rank 2's [8, 9), 8 samples. The limit is crossed at 200.
+ */
+const stoppedMidEpoch = (extra: Partial<CoordinatorSettings> = {}) => {
+  const run = attachedAll(settingsOf([0, 1, 2], 12, 3, extra))
+  run.say(0, new CheckpointSave({ epoch: 0, state: "w0" }), 10)
+  run.say(2, progress(1, 1), 20)
+  run.step(dead([2], 100))
+  run.say(0, progress(1, 3), 110)
+  run.say(1, progress(1, 4), 120)
+  const stop = run.step(CoordinatorEvent.StopRun({ why: "limit", at: 200 }))
+  return { run, stop }
+}
+
+const FALLBACK = [
+  "write epoch 0 \"w0\" (max_failure_exceeded) world 3 dead [2]",
+  `journal checkpoint epoch 0 at 300 ${PATH} (max_failure_exceeded)`,
+  `error: limit: consensus checkpoint of epoch 0 written to ${PATH}; resume with --resume`,
+  "0,1 ← Stop \"limit\" saved"
+]
+
+describe("the mid-epoch cut", () => {
+  test("cpu_sync: the survivors are asked; the state with the most rounds is written with the epoch's coverage", () => {
+    const { run, stop } = stoppedMidEpoch()
+    expect(stop).toEqual([
+      "info: limit: asking rank(s) 0, 1 for their state at their next step, to keep epoch 1's 8 sample(s) done",
+      "0,1 ← OfferCut 1"
+    ])
+    expect(run.say(0, offer(1, 3, 3, "s0"), 210)).toEqual([])
+    // Rank 1 went one round further (rank 0 had stopped): its state holds every round, and the coverage is every done sample.
+    expect(run.say(1, offer(1, 4, 4, "s1"), 220)).toEqual([
+      "write epoch 0 \"s1\" (max_failure_exceeded) world 3 dead [2] covering epoch 1 of 12: [0,3) [4,9)",
+      `journal checkpoint epoch 0 at 220 ${PATH} (max_failure_exceeded)`,
+      `error: limit: consensus checkpoint written to ${PATH}, resuming epoch 1 at 8 of 12 samples done; resume with --resume`,
+      "0,1 ← Stop \"limit\" saved"
+    ])
+    expect(run.state.consensus.cut).toBeUndefined()
+    // Its answer given, a late offer or a second stop changes nothing.
+    expect(run.say(0, offer(1, 3, 3, "late"), 230)).toEqual([])
+    expect(run.step(CoordinatorEvent.StopRun({ why: "again", at: 240 }))).toEqual([])
+  })
+
+  test("equal rounds: the lower rank's state", () => {
+    const { run } = stoppedMidEpoch()
+    run.say(1, offer(1, 4, 4, "s1"), 210)
+    expect(run.say(0, offer(1, 3, 4, "s0"), 220)[0]).toBe("write epoch 0 \"s0\" (max_failure_exceeded) world 3 dead [2] covering epoch 1 of 12: [0,3) [4,9)")
+  })
+
+  test.each([
+    ["a rank that waited for work", offer(1, 3, 3, "s0", false), "rank 0 waited for work, so its weights miss the others' last rounds"],
+    ["a job without ctx.checkpoint.provide", offer(1, 3, 3, undefined), "rank 0's job offers no state between steps (ctx.checkpoint.provide)"],
+    ["a rank whose offer is behind its reports", offer(1, 2, 2, "s0"), "rank 0 offered a state after 2 sample(s), but reported 3"]
+  ])("%s: the stop keeps the last epoch's consensus and says why", (_, first, problem) => {
+    const { run } = stoppedMidEpoch()
+    run.say(1, offer(1, 4, 4, "s1"), 210)
+    expect(run.say(0, first, 300)).toEqual([`warning: epoch 1's progress cannot be kept (${problem}): the checkpoint keeps the consensus of epoch 0`, ...FALLBACK])
+  })
+
+  test.each([
+    ["says it is leaving", (run: ReturnType<typeof coordinator>) => run.say(0, new Exiting(), 300), FALLBACK],
+    ["exits with status 0", (run: ReturnType<typeof coordinator>) => run.step(CoordinatorEvent.ExitedCleanly({ rank: 0, at: 300 })), FALLBACK],
+    ["is still silent when the run ends", (run: ReturnType<typeof coordinator>) => run.step(CoordinatorEvent.Ending({ at: 300 })), FALLBACK],
+    // Dead, it is counted with the dead and not told to stop.
+    ["dies", (run: ReturnType<typeof coordinator>) => run.step(dead([0], 300)), [
+      "write epoch 0 \"w0\" (max_failure_exceeded) world 3 dead [0,2]",
+      FALLBACK[1]!,
+      FALLBACK[2]!,
+      "1 ← Stop \"limit\" saved"
+    ]]
+  ])("a survivor that %s without an answer: the last epoch's consensus", (_, without, then) => {
+    const { run } = stoppedMidEpoch()
+    run.say(1, offer(1, 4, 4, "s1"), 210)
+    expect(without(run)).toEqual([`warning: epoch 1's progress cannot be kept (rank 0 stopped without offering its state): the checkpoint keeps the consensus of epoch 0`, ...then])
+  })
+
+  test("no answer within a heartbeat timeout (6 s): not waited for longer", () => {
+    const { run } = stoppedMidEpoch()
+    run.say(1, offer(1, 4, 4, "s1"), 210)
+    // Rank 0 still beats (it is not lost): only the cut's wait runs out, 6 s after the stop at 200.
+    run.step(CoordinatorEvent.Beats({ ranks: [0], at: 6_000 }))
+    expect(run.tick(6_200).filter((line) => !line.includes("Beat"))).toEqual([])
+    const lines = run.tick(6_201)
+    expect(lines[0]).toBe("warning: epoch 1's progress cannot be kept (rank 0 stopped without offering its state): the checkpoint keeps the consensus of epoch 0")
+    expect(lines).toContain("0,1 ← Stop \"limit\" saved")
+  })
+
+  test("a rank restarted into the epoch began it from an older state: no cut", () => {
+    const run = attachedAll(settingsOf([0, 1], 4, 2)) // [0, 2), [2, 4)
+    run.step(dead([1], 10)) // [2, 4) to rank 0
+    run.say(1, new Attach(), 20) // back, under its own number: its remainder (none) from w-less start
+    run.step(CoordinatorEvent.StopRun({ why: "limit", at: 30 }))
+    run.say(0, offer(1, 0, 0, "s0"), 40)
+    expect(run.say(1, offer(1, 0, 0, "s1"), 50)).toEqual([
+      "warning: epoch 1's progress cannot be kept (rank 1 began the epoch part-way, from an older state): --resume would start from the beginning",
+      "error: limit: no consensus checkpoint to write (no rank had saved one)",
+      "0,1 ← Stop \"limit\" unsaved"
+    ])
+  })
+
+  test("the epoch's last sample done while the cut waits: the epoch stays open and the coverage is all of it", () => {
+    const { run } = stoppedMidEpoch()
+    // Rank 0's [3, 4) [9, 11) and rank 1's [11, 12): 12 of 12, and no EpochEnd.
+    expect(run.say(0, progress(1, 6), 210).filter((line) => line.includes("←"))).toEqual([])
+    run.say(1, progress(1, 5), 220)
+    run.say(0, offer(1, 6, 6, "s0"), 230)
+    expect(run.say(1, offer(1, 5, 6, "s1"), 240)[0]).toBe("write epoch 0 \"s0\" (max_failure_exceeded) world 3 dead [2] covering epoch 1 of 12: [0,12)")
+  })
+
+  test("no cut where it cannot hold: cpu_cadence, and before the first epoch", () => {
+    const cadence = stoppedMidEpoch({ job: { backend: "cpu_cadence", datasetSize: 12, epochs: 3 } })
+    expect(cadence.stop[0]).toBe("write epoch 0 \"w0\" (max_failure_exceeded) world 3 dead [2]")
+    const early = coordinator(settingsOf([0, 1], 4, 1))
+    early.say(0, new Attach())
+    expect(early.step(CoordinatorEvent.StopRun({ why: "limit", at: 5 }))).toEqual([
+      "error: limit: no consensus checkpoint to write (no rank had saved one)",
+      "0,1 ← Stop \"limit\" unsaved"
+    ])
+  })
+})
+
+describe("resuming mid-epoch", () => {
+  // The checkpoint the first test of "the mid-epoch cut" writes: epoch 1 of 12 with [0, 3) and [4, 9) done.
+  const resume = { epoch: 0, state: "s1", coverage: { epoch: 1, datasetSize: 12, done: [{ start: 0, end: 3 }, { start: 4, end: 9 }] } }
+
+  test("only the rest of the epoch is planned, split equally in rank order; the next epoch is whole", () => {
+    const run = coordinator(settingsOf([0, 1, 2], 12, 2, { resume }))
+    run.say(0, new Attach())
+    run.say(1, new Attach())
+    // The rest: [3, 4) and [9, 12), 4 samples: 2, 1, 1.
+    expect(run.say(2, new Attach())).toEqual([
+      "2 ← Welcome first=1 from=s1",
+      "info: epoch 1 resumes at 8 of 12 samples done: the rest is split over 3 rank(s)",
+      "0 ← EpochStart 1 [3,4) [9,10)",
+      "1 ← EpochStart 1 [10,11)",
+      "2 ← EpochStart 1 [11,12)"
+    ])
+    run.say(0, progress(1, 2), 100)
+    run.say(1, progress(1, 1), 110)
+    expect(run.say(2, progress(1, 1), 120).filter((line) => line.includes("←"))).toEqual([
+      "0,1,2 ← EpochEnd 1",
+      "0 ← EpochStart 2 [0,4)",
+      "1 ← EpochStart 2 [4,8)",
+      "2 ← EpochStart 2 [8,12)"
+    ])
+  })
+
+  test("a coverage of the whole epoch: it ends as soon as it starts", () => {
+    const whole = { ...resume, coverage: { epoch: 1, datasetSize: 12, done: [{ start: 0, end: 12 }] } }
+    const run = coordinator(settingsOf([0], 12, 2, { resume: whole }))
+    expect(run.say(0, new Attach(), 50).filter((line) => line.includes("←"))).toEqual([
+      "0 ← Welcome first=1 from=s1",
+      "0 ← EpochStart 1 -",
+      "0 ← EpochEnd 1",
+      "0 ← EpochStart 2 [0,12)"
+    ])
+  })
+
+  test("stopped again before a newer consensus: the resumed state is kept with its own coverage", () => {
+    const run = coordinator(settingsOf([0], 12, 2, { resume }))
+    run.say(0, new Attach())
+    expect(run.step(dead([0], 100))).toEqual([
+      "redistributed 0 → nobody",
+      "write epoch 0 \"s1\" (all_ranks_lost) world 1 dead [0] covering epoch 1 of 12: [0,3) [4,9)",
+      `journal checkpoint epoch 0 at 100 ${PATH} (all_ranks_lost)`,
+      `error: every rank was lost: consensus checkpoint written to ${PATH}, resuming epoch 1 at 8 of 12 samples done; resume with --resume`,
+      "(nobody) ← Stop \"every rank was lost\" saved"
+    ])
   })
 })
 

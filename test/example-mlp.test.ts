@@ -251,7 +251,9 @@ const runWorld = async (options: WorldOptions): Promise<World> => {
         save: async (state) => {
           if (rank === 0) saved.set((state as { epoch: number }).epoch, state)
         },
-        load: async () => options.resume
+        load: async () => options.resume,
+        // Read only when a cpu_sync run stops mid-epoch: the coordinator's cut, which training.e2e runs for real.
+        provide: () => undefined
       }
     }
   }

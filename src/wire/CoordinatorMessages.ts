@@ -39,7 +39,21 @@ export class CheckpointSave extends Schema.TaggedClass<CheckpointSave>()("Checkp
 /** The rank is ending on purpose: its silence from now on is not a death. */
 export class Exiting extends Schema.TaggedClass<Exiting>()("Exiting", {}) {}
 
-export const RankReport = Schema.Union(Attach, Heartbeat, Progress, CheckpointSave, Exiting)
+/**
+ * The rank's side of a mid-epoch cut (`cpu_sync`), given at a step boundary once asked (`OfferCut`) or stopped:
+ * its state now (absent when the job registered no `ctx.checkpoint.provide`), the `done` samples of its plan
+ * it has learnt from, how many reductions it took part in this epoch (`rounds`), and whether it took part in
+ * every round since the epoch began (`steady`: it never waited for work). It trains no further.
+ */
+export class CutOffer extends Schema.TaggedClass<CutOffer>()("CutOffer", {
+  epoch: Count,
+  done: Count,
+  rounds: Count,
+  steady: Schema.Boolean,
+  state: Schema.optional(Schema.String)
+}) {}
+
+export const RankReport = Schema.Union(Attach, Heartbeat, Progress, CheckpointSave, Exiting, CutOffer)
 export type RankReport = typeof RankReport.Type
 
 // Coordinator → rank.
@@ -67,5 +81,8 @@ export class CoordinatorBeat extends Schema.TaggedClass<CoordinatorBeat>()("Coor
 /** Stop now: the run is ending (the consensus checkpoint is already written when `saved`). */
 export class Stop extends Schema.TaggedClass<Stop>()("Stop", { reason: Schema.String, saved: Schema.Boolean }) {}
 
-export const CoordinatorOrder = Schema.Union(Welcome, EpochStart, EpochExtend, EpochEnd, TrainingDone, CheckpointSaved, CoordinatorBeat, Stop)
+/** The run is stopping mid-`epoch`: at the next step boundary offer your state and done work (`CutOffer`), then train no further. */
+export class OfferCut extends Schema.TaggedClass<OfferCut>()("OfferCut", { epoch: Count }) {}
+
+export const CoordinatorOrder = Schema.Union(Welcome, EpochStart, EpochExtend, EpochEnd, TrainingDone, CheckpointSaved, CoordinatorBeat, Stop, OfferCut)
 export type CoordinatorOrder = typeof CoordinatorOrder.Type

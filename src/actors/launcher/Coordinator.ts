@@ -81,13 +81,14 @@ export interface Coordinator {
   readonly checkpointEpoch: Effect.Effect<number | undefined>
 }
 
-/** What the coordinator hears from outside; `CheckpointWritten` comes only from its own writes. */
-type Heard = Exclude<CoordinatorEvent, { readonly _tag: "CheckpointWritten" }>
+/** What the coordinator hears from outside; `CheckpointWritten` comes only from its own writes, `Ending` from `Settled`. */
+type Heard = Exclude<CoordinatorEvent, { readonly _tag: "CheckpointWritten" | "Ending" }>
 
 /**
  * Asked at the run's end: the epoch on disk once everything told before has been handled. Through the
  * mailbox, not a read of the state: a `stopRun` still queued (its checkpoint not yet written) when the last
- * rank exits would otherwise be lost with the launcher.
+ * rank exits would otherwise be lost with the launcher. A mid-epoch cut still waiting for a survivor's answer
+ * settles first (`Ending`): no answer will come now.
  */
 class Settled extends Request.TaggedClass("Settled")<number | undefined, never, {}> {}
 
@@ -105,7 +106,9 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
       ranks: options.ranks,
       heartbeatTimeoutMs: options.heartbeatTimeoutMs,
       checkpointPath: options.checkpointPath,
-      resume: options.resume === undefined ? undefined : { epoch: options.resume.epoch, state: options.resume.state }
+      resume: options.resume === undefined
+        ? undefined
+        : { epoch: options.resume.epoch, state: options.resume.state, ...(options.resume.coverage === undefined ? {} : { coverage: options.resume.coverage }) }
     }))
     const journal = options.onEvent ?? (() => Effect.void)
 
@@ -120,12 +123,13 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
           world: request.world,
           dead: request.dead,
           state: request.state,
-          root: options.rootState()
+          root: options.rootState(),
+          ...(request.coverage === undefined ? {} : { coverage: request.coverage })
         })
       ).pipe(
         Effect.match({ onFailure: (error) => error.message, onSuccess: () => undefined }),
         Effect.flatMap((failure) =>
-          step(CoordinatorEvent.CheckpointWritten({ epoch: request.epoch, reason: request.reason, failure, at: request.at }))
+          step(CoordinatorEvent.CheckpointWritten({ epoch: request.epoch, reason: request.reason, coverage: request.coverage, failure, at: request.at }))
         )
       )
 
@@ -162,7 +166,11 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
         ExitedCleanly: step,
         Tick: step,
         StopRun: step,
-        Settled: () => Effect.map(Ref.get(state), ({ consensus }: CoordinatorState) => consensus.written)
+        Settled: () =>
+          Effect.zipRight(
+            Effect.flatMap(Clock.currentTimeMillis, (at) => step(CoordinatorEvent.Ending({ at }))),
+            Effect.map(Ref.get(state), ({ consensus }: CoordinatorState) => consensus.written)
+          )
       }
     })
     /** Into the mailbox, stamped with the time it was heard. */

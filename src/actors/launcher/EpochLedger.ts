@@ -35,6 +35,11 @@ export interface EpochLedger {
   /** Samples reported done per rank: the first `done` samples of that rank's plan order. */
   readonly done: ReadonlyMap<number, number>
   readonly dead: ReadonlySet<number>
+  /**
+   * Samples done before this ledger was planned (a `--resume` mid-epoch: the checkpoint's coverage), sorted and
+   * disjoint, assigned to no rank: they count as done, and no rank's plan holds them.
+   */
+  readonly carried?: ReadonlyArray<SampleRange> | undefined
 }
 
 /** Samples in a list of ranges. */
@@ -118,6 +123,55 @@ export const plan = (
     start = end
   })
   return { epoch, datasetSize, assigned, done, dead: new Set() }
+}
+
+/**
+ * The rest of an epoch that a checkpoint covers in part: what `covered` (sorted, disjoint, inside
+ * [0, datasetSize)) leaves of [0, datasetSize), in order, cut into contiguous pieces of equal size (±1, lower
+ * ranks first get the extra) over the ranks in ascending order. The covered samples are `carried`: done, and
+ * in no rank's plan, so the epoch ends once the rest is done.
+ */
+export const planRest = (
+  epoch: number,
+  datasetSize: number,
+  ranks: ReadonlyArray<number>,
+  covered: ReadonlyArray<SampleRange>
+): EpochLedger => {
+  const base = plan(epoch, datasetSize, ranks)
+  const rest = complement(covered, datasetSize)
+  const sorted = [...base.assigned.keys()]
+  const assigned = new Map<number, ReadonlyArray<SampleRange>>()
+  cut(rest, equalSizes(lengthOf(rest), sorted.length)).forEach((piece, i) => assigned.set(sorted[i]!, piece))
+  return { ...base, assigned, carried: covered.map(({ end, start }) => ({ start, end })) }
+}
+
+/** [0, datasetSize) without `covered` (sorted, disjoint), in order. */
+const complement = (covered: ReadonlyArray<SampleRange>, datasetSize: number): Array<SampleRange> => {
+  const rest: Array<SampleRange> = []
+  let at = 0
+  for (const { end, start } of covered) {
+    if (start > at) rest.push({ start: at, end: start })
+    at = Math.max(at, end)
+  }
+  if (at < datasetSize) rest.push({ start: at, end: datasetSize })
+  return rest
+}
+
+/**
+ * The samples done so far, as sorted, disjoint, merged ranges: what was carried in and every rank's done
+ * prefix (the dead's included). What a checkpoint taken now covers. O(ranges log ranges).
+ */
+export const covered = (ledger: EpochLedger): Array<SampleRange> => {
+  const pieces: Array<SampleRange> = [...(ledger.carried ?? [])]
+  for (const rank of ledger.assigned.keys()) pieces.push(...progressOf(ledger, rank).kept)
+  pieces.sort((a, b) => a.start - b.start)
+  const merged: Array<SampleRange> = []
+  for (const piece of pieces) {
+    const last = merged.at(-1)
+    if (last !== undefined && last.end === piece.start) merged[merged.length - 1] = { start: last.start, end: piece.end }
+    else merged.push({ start: piece.start, end: piece.end })
+  }
+  return merged
 }
 
 /** Total samples assigned to a rank (sum of its range lengths); 0 for a rank not in the epoch. */
@@ -244,9 +298,9 @@ export const adopt = (
   return { ledger: { ...ledger, assigned, done }, pieces }
 }
 
-/** Samples reported done, summed over ranks (dead ones included). */
+/** Samples reported done, summed over ranks (dead ones included), and those carried in. */
 export const doneCount = (ledger: EpochLedger): number => {
-  let sum = 0
+  let sum = lengthOf(ledger.carried ?? [])
   for (const done of ledger.done.values()) sum += done
   return sum
 }
@@ -286,6 +340,9 @@ const forEachSample = (
 export const coverage = (ledger: EpochLedger): { assigned: Uint32Array; done: Uint32Array } => {
   const assigned = new Uint32Array(ledger.datasetSize)
   const done = new Uint32Array(ledger.datasetSize)
+  for (const { end, start } of ledger.carried ?? []) {
+    for (let sample = start; sample < end; sample++) (assigned[sample]!++, done[sample]!++)
+  }
   for (const [rank, ranges] of ledger.assigned) {
     for (const { end, start } of ranges) for (let sample = start; sample < end; sample++) assigned[sample]!++
     forEachSample(ranges, 0, ledger.done.get(rank) ?? 0, (sample) => done[sample]!++)

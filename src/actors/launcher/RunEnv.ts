@@ -100,9 +100,9 @@ export const prepare = (
       Effect.mapError((taken) => new LaunchInputError({ problems: [taken.message] }))
     )
     const resumed = options.resume === true
-      ? yield* CheckpointFile.read(checkpoint).pipe(Effect.mapError((error) => new LaunchInputError({ problems: [error.message] })))
+      ? yield* CheckpointFile.readToResume(checkpoint, config.job.datasetSize).pipe(Effect.mapError((error) => new LaunchInputError({ problems: [error.message] })))
       : undefined
-    if (resumed !== undefined) yield* Effect.logInfo(`resuming from ${checkpoint}: epoch ${resumed.epoch} of run ${resumed.run} (saved: ${resumed.reason})`)
+    if (resumed !== undefined) yield* Effect.logInfo(CheckpointFile.resumingLine(checkpoint, resumed))
     else if (writesCheckpoints) yield* warnOfCheckpoint(checkpoint)
     for (const warning of unreachableLimits(plan)) yield* Effect.logWarning(warning)
 

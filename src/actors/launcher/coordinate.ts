@@ -29,6 +29,25 @@
  *   is the actor's (`WriteCheckpoint`); what became of it comes back as
  *   `CheckpointWritten`, since a stop's `Stop` says whether it was saved, and
  *   a checkpoint written goes to the journal (`checkpoint`, for `--events`).
+ * - The mid-epoch cut: a `cpu_sync` run stopped mid-epoch (`StopRun`) keeps
+ *   what was done. The survivors are asked (`OfferCut`) for their state at
+ *   their next step boundary, with the samples done and the rounds they took
+ *   part in (`CutOffer`); once each has answered or gone, the state of the one
+ *   with the most rounds is written with the epoch's coverage (`settleCut`),
+ *   and `--resume` plans only the rest of that epoch (`Ledger.planRest`).
+ *   Why that state matches that coverage: a round waits for every rank that is
+ *   not waiting for work, so while every survivor is steady (never waited),
+ *   every round of the epoch had every survivor still training in it, and the
+ *   last one to stop took part in all of them; each rank stops at a boundary,
+ *   where its reported samples are exactly those it contributed. When that
+ *   cannot be shown (a survivor waited for work, began the epoch late, left
+ *   without an answer, or the job has no `ctx.checkpoint.provide`) the stop
+ *   keeps the last epoch's consensus and says why. `cpu_cadence` and
+ *   `cpu_async` ranks step alone between syncs, so no rank holds the others'
+ *   steps at an arbitrary boundary, and `nccl` rounds are the job's own: those
+ *   stop at the epoch boundary, as before. A dead rank's last batch may be in
+ *   the state without having been reported: the resumed run does it again,
+ *   the same one-batch tolerance as a death's redistribution.
  * - Growth: ranks that join the formed cohort (`Joined`) wait, attached, for
  *   the next epoch boundary. There they enter (`Enter`, before any order of
  *   the new epoch leaves), the epoch is split over the grown cohort, and each
@@ -54,16 +73,18 @@ import {
   CheckpointSaved,
   CoordinatorBeat,
   type CoordinatorOrder,
+  type CutOffer,
   EpochEnd,
   EpochExtend,
   EpochStart,
+  OfferCut,
   type RankReport,
   Stop,
   TrainingDone,
   Welcome
 } from "../../wire/CoordinatorMessages.ts"
 import type { LatencyCounts } from "../../wire/LatencyBuckets.ts"
-import type { SaveReason } from "./CheckpointFile.ts"
+import { type Coverage, describeCoverage, type SaveReason } from "./CheckpointFile.ts"
 import * as Ledger from "./EpochLedger.ts"
 import type { RunEvent } from "./RunView.ts"
 
@@ -89,8 +110,16 @@ export type CoordinatorEvent = Data.TaggedEnum<{
   Tick: { readonly at: number }
   /** The failure policy's limit is crossed (the kernel's `decide` judged it): save the consensus and stop the survivors. */
   StopRun: { readonly why: string; readonly at: number }
-  /** What became of a `WriteCheckpoint` (of its `epoch`, for its `reason`): `failure` says why it was not written. */
-  CheckpointWritten: { readonly epoch: number; readonly reason: SaveReason; readonly failure: string | undefined; readonly at: number }
+  /** What became of a `WriteCheckpoint` (of its `epoch`, for its `reason`, mid-epoch with its `coverage`): `failure` says why it was not written. */
+  CheckpointWritten: {
+    readonly epoch: number
+    readonly reason: SaveReason
+    readonly coverage?: Coverage | undefined
+    readonly failure: string | undefined
+    readonly at: number
+  }
+  /** The run is ending (its ranks are gone): a cut still waiting for answers settles with those it has. */
+  Ending: { readonly at: number }
 }>
 export const CoordinatorEvent = Data.taggedEnum<CoordinatorEvent>()
 
@@ -123,6 +152,8 @@ export type Instruction = Data.TaggedEnum<{
     readonly world: number
     /** The dead, ascending. */
     readonly dead: ReadonlyArray<number>
+    /** A state taken mid-epoch: the epoch after `epoch`, and the samples of it the state holds. */
+    readonly coverage?: Coverage | undefined
     readonly at: number
   }
 }>
@@ -136,8 +167,29 @@ export interface CoordinatorSettings {
   readonly heartbeatTimeoutMs: number
   /** Where the actor writes the checkpoint: named in the stop's line. */
   readonly checkpointPath: string
-  /** The checkpoint this run resumes from. */
-  readonly resume: { readonly epoch: number; readonly state: string } | undefined
+  /** The checkpoint this run resumes from (mid-epoch when it has a coverage). */
+  readonly resume: Saved | undefined
+}
+
+/** A consensus: the state after `epoch`, or inside the epoch after it when it has a `coverage`. */
+export interface Saved {
+  readonly epoch: number
+  readonly state: string
+  readonly coverage?: Coverage | undefined
+}
+
+/** A mid-epoch cut under way: the stop waits for the survivors' states. */
+export interface Cut {
+  /** Why the run stops, and the reason its checkpoint is saved for. */
+  readonly why: string
+  readonly reason: SaveReason
+  readonly epoch: number
+  readonly since: number
+  /** The survivors asked, ascending. */
+  readonly asked: ReadonlyArray<number>
+  /** Those of them yet to answer or go. */
+  readonly waiting: HashSet.HashSet<number>
+  readonly offers: ReadonlyMap<number, CutOffer>
 }
 
 /** Who is in the run. */
@@ -170,12 +222,14 @@ export interface Deaths {
 
 /** Checkpoint consensus. */
 export interface Consensus {
-  /** The first state offered for the latest epoch (or --resume's). */
-  readonly latest: { readonly epoch: number; readonly state: string } | undefined
+  /** The first state offered for the latest epoch (or --resume's, mid-epoch with its coverage). */
+  readonly latest: Saved | undefined
   /** The epoch of the checkpoint on disk for this run (written by it, or resumed from): what `--resume` would continue after. */
   readonly written: number | undefined
   /** A stop whose `Stop` waits for its checkpoint's write, to say whether it was saved: why it stops. */
   readonly stopAwaitingWrite: string | undefined
+  /** A stop mid-epoch waiting for the survivors' states. */
+  readonly cut: Cut | undefined
 }
 
 /** A rank that joined the formed cohort and has not entered yet. */
@@ -215,6 +269,8 @@ export interface Epochs {
   readonly lastProgressAt: HashMap.HashMap<number, number>
   /** A rank that attached again mid-epoch (restarted) reports progress over its remainder: this much was done before. */
   readonly doneBefore: HashMap.HashMap<number, number>
+  /** Ranks that began this epoch after its start (restarted, or a rescue): their weights miss its earlier rounds. */
+  readonly lateStarters: HashSet.HashSet<number>
   /** Each rank's latest metrics in this epoch, in the order they first reported: the live view's figures. */
   readonly metrics: ReadonlyMap<number, Readonly<Record<string, number>>>
   /**
@@ -253,7 +309,7 @@ export const initialState = (settings: CoordinatorSettings): CoordinatorState =>
   members: { alive: HashSet.fromIterable(settings.ranks), everyone: HashSet.fromIterable(settings.ranks), attached: HashSet.empty() },
   liveness: { lastSeen: HashMap.empty(), formedAt: undefined, exiting: HashSet.empty() },
   deaths: { dead: HashSet.empty(), ordered: HashSet.empty(), stopping: false },
-  consensus: { latest: settings.resume, written: settings.resume?.epoch, stopAwaitingWrite: undefined },
+  consensus: { latest: settings.resume, written: settings.resume?.epoch, stopAwaitingWrite: undefined, cut: undefined },
   growth: { joining: new Map(), unwelcomed: new Map(), stranded: [], strandedSince: undefined },
   epochs: {
     ledger: undefined,
@@ -262,14 +318,15 @@ export const initialState = (settings: CoordinatorSettings): CoordinatorState =>
     throughput: new Map(),
     lastProgressAt: HashMap.empty(),
     doneBefore: HashMap.empty(),
+    lateStarters: HashSet.empty(),
     metrics: new Map(),
     sums: new Map()
   },
   progress: { samplesBefore: 0, last: undefined }
 })
 
-/** The first epoch this run trains: the one after --resume's, or 1. */
-const firstEpochOf = (settings: CoordinatorSettings): number => (settings.resume?.epoch ?? 0) + 1
+/** The first epoch this run trains: the one after --resume's (the one it is inside of, for a mid-epoch one), or 1. */
+const firstEpochOf = (settings: CoordinatorSettings): number => settings.resume?.coverage?.epoch ?? (settings.resume?.epoch ?? 0) + 1
 
 /** One step of coordination. */
 export const coordinate = (
@@ -287,7 +344,8 @@ export const coordinate = (
     ExitedCleanly: ({ rank }) => step.exitedCleanly(rank),
     Tick: () => step.tick(),
     StopRun: ({ why }) => step.stopRun(why),
-    CheckpointWritten: ({ epoch, failure, reason }) => step.checkpointWritten(epoch, reason, failure)
+    CheckpointWritten: ({ coverage, epoch, failure, reason }) => step.checkpointWritten(epoch, reason, coverage, failure),
+    Ending: () => step.ending()
   })
   return [step.instructions, step.result()]
 }
@@ -397,8 +455,12 @@ class Step {
         }
         return this.send([rank], new CheckpointSaved({ epoch: report.epoch }))
       }
+      case "CutOffer":
+        return this.cutOffered(rank, report)
       case "Exiting": {
         this.liveness.exiting = HashSet.add(this.liveness.exiting, rank)
+        // Gone without a word more: a cut waiting for it has all it will get from it.
+        this.answered(rank)
         // A member leaving has offered whatever checkpoint it would: newcomers waiting for one stop waiting.
         if (this.growth.unwelcomed.size > 0) this.welcomeNewcomers(() => true)
         return this.leftWithWork(rank, "returned")
@@ -433,6 +495,7 @@ class Step {
   }
 
   exitedCleanly(rank: number): void {
+    this.answered(rank)
     // Its last reports had their chance to arrive: one that said it was leaving (`Exiting`) was judged then.
     if (HashSet.has(this.liveness.exiting, rank) || !this.isAlive(rank)) return
     this.leftWithWork(rank, "exited with status 0")
@@ -440,11 +503,15 @@ class Step {
 
   stopRun(why: string): void {
     // Once training is done the ranks leave on their own: there is nothing left to save them from.
-    if (this.epochs.finished) return
-    this.saveAndStop(why, "max_failure_exceeded")
+    if (this.epochs.finished || this.deaths.stopping) return
+    if (!this.beginCut(why, "max_failure_exceeded")) this.saveAndStop(why, "max_failure_exceeded")
   }
 
-  checkpointWritten(epoch: number, reason: SaveReason, failure: string | undefined): void {
+  ending(): void {
+    if (this.consensus.cut !== undefined) this.settleCut()
+  }
+
+  checkpointWritten(epoch: number, reason: SaveReason, coverage: Coverage | undefined, failure: string | undefined): void {
     if (failure === undefined) {
       this.consensus.written = epoch
       this.instructions.push(Instruction.Journal({ event: { event: "checkpoint", at: this.at, epoch, path: this.settings.checkpointPath, reason } }))
@@ -453,7 +520,7 @@ class Step {
     const why = this.consensus.stopAwaitingWrite
     if (why === undefined) return
     this.consensus.stopAwaitingWrite = undefined
-    this.announceStop(why, failure === undefined ? epoch : undefined)
+    this.announceStop(why, failure === undefined ? { epoch, coverage } : undefined)
   }
 
   // -------------------------------------------------------------------------
@@ -463,6 +530,9 @@ class Step {
   tick(): void {
     const { at } = this
     const timeout = this.settings.heartbeatTimeoutMs
+    // A survivor that neither answers nor goes within a heartbeat timeout is not waited for longer.
+    const { cut } = this.consensus
+    if (cut !== undefined && at - cut.since > timeout) this.settleCut()
     if (this.growth.unwelcomed.size > 0) this.welcomeNewcomers((newcomer) => at - newcomer.at > timeout)
     const { strandedSince } = this.growth
     if (HashSet.size(this.members.alive) === 0 && strandedSince !== undefined && at - strandedSince > 2 * beatEveryMs(timeout)) {
@@ -497,6 +567,7 @@ class Step {
       this.members.alive = HashSet.remove(this.members.alive, rank)
       this.growth.joining = without(this.growth.joining, rank)
       this.growth.unwelcomed = without(this.growth.unwelcomed, rank)
+      this.answered(rank)
       const { ledger } = this.epochs
       if (ledger === undefined || this.epochs.finished || this.deaths.stopping) continue
       const { extensions, ledger: next, orphaned } = Ledger.markDead(ledger, rank)
@@ -540,19 +611,110 @@ class Step {
   private saveAndStop(why: string, reason: SaveReason): void {
     if (this.deaths.stopping) return
     this.deaths.stopping = true
+    this.saveLatest(why, reason)
+  }
+
+  /** The latest consensus saved (when there is one), then the stop told. */
+  private saveLatest(why: string, reason: SaveReason): void {
     if (this.writeCheckpoint(reason)) this.consensus.stopAwaitingWrite = why
     else this.announceStop(why, undefined)
   }
 
-  /** `saved`: the epoch of the checkpoint just written for this stop, if one was. */
-  private announceStop(why: string, saved: number | undefined): void {
+  /** `saved`: the checkpoint just written for this stop, if one was (mid-epoch: with its coverage). */
+  private announceStop(why: string, saved: { readonly epoch: number; readonly coverage: Coverage | undefined } | undefined): void {
+    const { checkpointPath } = this.settings
     this.log(
       "error",
-      saved !== undefined
-        ? `${why}: consensus checkpoint of epoch ${saved} written to ${this.settings.checkpointPath}; resume with --resume`
-        : `${why}: no consensus checkpoint to write (no rank had saved one)`
+      saved === undefined
+        ? `${why}: no consensus checkpoint to write (no rank had saved one)`
+        : saved.coverage === undefined
+        ? `${why}: consensus checkpoint of epoch ${saved.epoch} written to ${checkpointPath}; resume with --resume`
+        : `${why}: consensus checkpoint written to ${checkpointPath}, resuming ${describeCoverage(saved.coverage)}; resume with --resume`
     )
     this.send(this.live(), new Stop({ reason: why, saved: saved !== undefined }))
+  }
+
+  // -------------------------------------------------------------------------
+  // The mid-epoch cut
+  // -------------------------------------------------------------------------
+
+  /** Ask the survivors for their state at their next step boundary; false when no cut can be had (see the header). */
+  private beginCut(why: string, reason: SaveReason): boolean {
+    const { ledger } = this.epochs
+    if (this.settings.job.backend !== "cpu_sync" || ledger === undefined) return false
+    const { attached } = this.members
+    const asked = this.live().filter((rank) => HashSet.has(attached, rank) && ledger.assigned.has(rank) && !HashSet.has(this.liveness.exiting, rank))
+    if (asked.length === 0) return false
+    this.deaths.stopping = true
+    this.consensus.cut = { why, reason, epoch: ledger.epoch, since: this.at, asked, waiting: HashSet.fromIterable(asked), offers: new Map() }
+    this.log(
+      "info",
+      `${why}: asking rank(s) ${asked.join(", ")} for their state at their next step, to keep epoch ${ledger.epoch}'s ` +
+        `${Ledger.doneCount(ledger).toLocaleString("en-US")} sample(s) done`
+    )
+    this.send(asked, new OfferCut({ epoch: ledger.epoch }))
+    return true
+  }
+
+  /** A survivor's state and work at its boundary. Offers no cut asked for (or of another epoch) are not kept. */
+  private cutOffered(rank: number, offer: CutOffer): void {
+    const { cut } = this.consensus
+    if (cut === undefined || offer.epoch !== cut.epoch || !HashSet.has(cut.waiting, rank)) return
+    this.consensus.cut = { ...cut, offers: new Map(cut.offers).set(rank, offer) }
+    this.answered(rank)
+  }
+
+  /** A survivor asked for its cut answered, exited or died: once none is left to wait for, the cut settles. */
+  private answered(rank: number): void {
+    const { cut } = this.consensus
+    if (cut === undefined || !HashSet.has(cut.waiting, rank)) return
+    const waiting = HashSet.remove(cut.waiting, rank)
+    this.consensus.cut = { ...cut, waiting }
+    if (HashSet.size(waiting) === 0) this.settleCut()
+  }
+
+  /** Write the most advanced survivor's state with the epoch's coverage, or, when they do not agree with it, the last epoch's consensus. */
+  private settleCut(): void {
+    const cut = this.consensus.cut!
+    this.consensus.cut = undefined
+    const ledger = this.epochs.ledger!
+    const problem = this.cutProblem(cut, ledger)
+    if (problem !== undefined) {
+      const { latest } = this.consensus
+      this.log(
+        "warning",
+        `epoch ${cut.epoch}'s progress cannot be kept (${problem}): ` +
+          (latest === undefined ? "--resume would start from the beginning" : `the checkpoint keeps the consensus of epoch ${latest.epoch}`)
+      )
+      return this.saveLatest(cut.why, cut.reason)
+    }
+    // The most rounds: the last survivor to stop, whose state holds every round of the epoch (lowest rank on a tie).
+    const [, chosen] = [...cut.offers].sort(([a, x], [b, y]) => y.rounds - x.rounds || a - b)[0]!
+    this.instructions.push(Instruction.WriteCheckpoint({
+      epoch: cut.epoch - 1,
+      state: chosen.state!,
+      reason: cut.reason,
+      world: HashSet.size(this.members.everyone),
+      dead: ascending(this.deaths.dead),
+      coverage: { epoch: cut.epoch, datasetSize: ledger.datasetSize, done: Ledger.covered(ledger) },
+      at: this.at
+    }))
+    this.consensus.stopAwaitingWrite = cut.why
+  }
+
+  /** Why the survivors' answers do not show a state that holds exactly the epoch's done samples, if they do not. */
+  private cutProblem(cut: Cut, ledger: Ledger.EpochLedger): string | undefined {
+    if (ledger.epoch !== cut.epoch) return `epoch ${cut.epoch} ended meanwhile`
+    for (const rank of cut.asked) {
+      const offer = cut.offers.get(rank)
+      if (offer === undefined) return `rank ${rank} stopped without offering its state`
+      if (offer.state === undefined) return `rank ${rank}'s job offers no state between steps (ctx.checkpoint.provide)`
+      if (HashSet.has(this.epochs.lateStarters, rank)) return `rank ${rank} began the epoch part-way, from an older state`
+      if (!offer.steady) return `rank ${rank} waited for work, so its weights miss the others' last rounds`
+      const reported = (ledger.done.get(rank) ?? 0) - (valueOf(this.epochs.doneBefore, rank) ?? 0)
+      if (offer.done !== reported) return `rank ${rank} offered a state after ${offer.done} sample(s), but reported ${reported}`
+    }
+    return undefined
   }
 
   // -------------------------------------------------------------------------
@@ -569,6 +731,8 @@ class Step {
       reason,
       world: HashSet.size(this.members.everyone),
       dead: ascending(this.deaths.dead),
+      // --resume's mid-epoch state, not yet replaced by a newer consensus, still holds exactly its coverage.
+      ...(latest.coverage === undefined ? {} : { coverage: latest.coverage }),
       at: this.at
     }))
     return true
@@ -674,6 +838,7 @@ class Step {
     this.growth.stranded = []
     this.growth.strandedSince = undefined
     this.epochs.ledger = Ledger.adopt(ledger, [...entering], orphaned).ledger
+    this.epochs.lateStarters = HashSet.union(this.epochs.lateStarters, entering)
     this.log(
       "warning",
       `every member was lost (${cause}): rank(s) ${[...entering].join(", ")} enter at once and take epoch ${ledger.epoch}'s remaining ${Ledger.lengthOf(orphaned)} sample(s)`
@@ -708,6 +873,7 @@ class Step {
     if (ledger !== undefined) {
       // A late (or restarted) rank: what is left of its plan.
       this.epochs.doneBefore = HashMap.set(this.epochs.doneBefore, rank, ledger.done.get(rank) ?? 0)
+      this.epochs.lateStarters = HashSet.add(this.epochs.lateStarters, rank)
       this.send([rank], new EpochStart({ epoch: ledger.epoch, ranges: Ledger.remainder(ledger, rank) }))
     } else if (!this.epochs.finished && !this.deaths.stopping && this.settings.job.datasetSize > 0 && this.everyLiveAttached()) {
       this.startEpoch(firstEpochOf(this.settings))
@@ -729,7 +895,8 @@ class Step {
     if (clipped) {
       this.log("warning", `rank ${rank} reported ${report.done} samples done in epoch ${next.epoch}, more than the ${Ledger.assignedCount(next, rank)} it was given`)
     }
-    if (Ledger.isComplete(next)) this.endEpoch()
+    // A cut under way keeps the epoch open: its coverage is then the whole epoch, and no next one starts.
+    if (Ledger.isComplete(next) && this.consensus.cut === undefined) this.endEpoch()
     else this.tellProgress()
   }
 
@@ -749,17 +916,27 @@ class Step {
     const { throughput } = this.epochs
     // The weighted split needs a throughput for every rank that trains the epoch: one a newcomer enters is split equally.
     const weighted = (job.backend === "cpu_cadence" || job.backend === "cpu_async") && ranks.every((rank) => (throughput.get(rank) ?? 0) > 0)
-    const ledger = Ledger.plan(epoch, job.datasetSize, ranks, weighted ? new Map(ranks.map((rank) => [rank, throughput.get(rank)!])) : undefined)
+    const resumed = this.settings.resume?.coverage
+    // The epoch a mid-epoch checkpoint is inside of: only its rest is planned.
+    const ledger = resumed !== undefined && resumed.epoch === epoch
+      ? Ledger.planRest(epoch, job.datasetSize, ranks, resumed.done)
+      : Ledger.plan(epoch, job.datasetSize, ranks, weighted ? new Map(ranks.map((rank) => [rank, throughput.get(rank)!])) : undefined)
     this.epochs.ledger = ledger
     this.epochs.startedAt = this.at
     this.epochs.lastProgressAt = HashMap.empty()
     this.epochs.doneBefore = HashMap.empty()
+    this.epochs.lateStarters = HashSet.empty()
     this.epochs.metrics = new Map()
     this.epochs.sums = new Map()
+    if (resumed !== undefined && resumed.epoch === epoch) {
+      this.log("info", `epoch ${epoch} resumes at ${Ledger.doneCount(ledger).toLocaleString("en-US")} of ${job.datasetSize.toLocaleString("en-US")} samples done: the rest is split over ${ranks.length} rank(s)`)
+    }
     for (const rank of ranks) {
       if (!entering.has(rank)) this.send([rank], new EpochStart({ epoch, ranges: ledger.assigned.get(rank) ?? [] }))
     }
     this.welcomeNewcomers(() => false)
+    // A checkpoint taken as the epoch's last sample was done leaves nothing to train: the epoch ends at once.
+    if (Ledger.isComplete(ledger)) this.endEpoch()
   }
 
   private endEpoch(): void {

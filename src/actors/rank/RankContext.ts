@@ -96,8 +96,17 @@ export interface Checkpoint {
    */
   readonly save: (state: unknown) => Promise<void>
   /**
+   * How to read the run's state between two steps (the same shape `save` takes). Under `cpu_sync`, when the
+   * run stops mid-epoch (max_failure crossed), cohort calls it at each surviving rank's next step boundary and
+   * saves it with the samples done so far, so that `--resume` trains only the rest of that epoch instead of
+   * all of it. Without it, a stop keeps the last epoch's checkpoint and `--resume` redoes the epoch.
+   */
+  readonly provide: (read: () => unknown) => void
+  /**
    * The state to start from, or undefined: the checkpoint a `--resume` run
-   * resumed from, or, for a rank restarted mid-run, the latest consensus.
+   * resumed from (mid-epoch when it was taken through `provide`: the first
+   * plan then holds only what is left of that epoch), or, for a rank
+   * restarted mid-run, the latest consensus.
    */
   readonly load: () => Promise<unknown>
 }
@@ -162,7 +171,7 @@ export interface RankContext {
   readonly barrier: () => Promise<void>
   /** Overwrite `buffer` on every active rank with rank `root`'s. */
   readonly broadcast: (buffer: Float32Array, root: number) => Promise<void>
-  /** The epochs of the run, from the coordinator: starts after the resumed checkpoint's epoch. */
+  /** The epochs of the run, from the coordinator: starts after the resumed checkpoint's epoch (or inside it, for a mid-epoch one). */
   readonly epochs: () => AsyncIterable<EpochPlan>
   /** `samples` more samples of the current plan are done (in plan order); `metrics` are shown in progress lines. */
   readonly progress: (samples: number, metrics?: Readonly<Record<string, number>>) => void

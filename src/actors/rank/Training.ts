@@ -8,6 +8,12 @@
  * reduction barrier) when they are used up until more work or the epoch's
  * end arrives.
  *
+ * A `cpu_sync` run that stops mid-epoch keeps what was done: at the next step
+ * boundary after the coordinator asks (`OfferCut`) or the rank is stopped,
+ * the plan offers the job's state now (`ctx.checkpoint.provide`) with the
+ * samples it has learnt from and how many rounds it took part in
+ * (`CutOffer`), and hands out no more batches.
+ *
  * Effect-free on purpose: it is on every rank's start-up path.
  */
 import { lengthOf, take } from "../launcher/EpochLedger.ts"
@@ -25,6 +31,12 @@ interface EpochState {
   readonly ranges: Array<SampleRange>
   ended: boolean
   done: number
+  /** Reductions this rank finished in this epoch. */
+  rounds: number
+  /** It took part in every round of the epoch so far: it never left the barrier to wait for work. */
+  steady: boolean
+  /** Its cut was offered: it trains no further in this epoch. */
+  offered: boolean
 }
 
 /** Something to wait on until the next order changes the state. */
@@ -61,6 +73,12 @@ export const training = (
   let stopped: string | undefined
   let current: EpochState | undefined
   const saved = new Map<number, Array<() => void>>()
+  /** Epochs whose cut the coordinator asked for. */
+  const cutAsked = new Set<number>()
+  /** The coordinator's own `Stop`: it has settled the checkpoint already, so no cut is offered. */
+  let stopOrdered = false
+  /** The job's state now, between two steps (`ctx.checkpoint.provide`). */
+  let snapshot: (() => unknown) | undefined
 
   const ensureLive = () => {
     if (stopped !== undefined) throw new RankCallError(`the run is stopping: ${stopped}`)
@@ -79,7 +97,15 @@ export const training = (
         welcome = { firstEpoch: order.firstEpoch as number, checkpoint: order.checkpoint as string | undefined }
         break
       case "EpochStart":
-        epochs.set(order.epoch as number, { epoch: order.epoch as number, ranges: [...(order.ranges as Array<SampleRange>)], ended: false, done: 0 })
+        epochs.set(order.epoch as number, {
+          epoch: order.epoch as number,
+          ranges: [...(order.ranges as Array<SampleRange>)],
+          ended: false,
+          done: 0,
+          rounds: 0,
+          steady: true,
+          offered: false
+        })
         break
       case "EpochExtend":
         epochs.get(order.epoch as number)?.ranges.push(...(order.ranges as Array<SampleRange>))
@@ -96,7 +122,11 @@ export const training = (
         for (const resolve of saved.get(order.epoch as number) ?? []) resolve()
         saved.delete(order.epoch as number)
         break
+      case "OfferCut":
+        cutAsked.add(order.epoch as number)
+        break
       case "Stop":
+        stopOrdered = true
         stop(String(order.reason))
         abort(String(order.reason))
         break
@@ -115,11 +145,29 @@ export const training = (
     ensureLive()
     const relay = await client
     const started = performance.now()
+    const during = current
     // Outside an epoch (before the first, after the last), a round belongs to the epoch the rank starts or last had.
-    await relay.reduce(buffer, op, weight, current?.epoch ?? welcome?.firstEpoch ?? 0)
+    await relay.reduce(buffer, op, weight, during?.epoch ?? welcome?.firstEpoch ?? 0)
+    if (during !== undefined) during.rounds += 1
     const seconds = (performance.now() - started) / 1000
     latency.counts[bucketOf(seconds)]! += 1
     latency.sum += seconds
+  }
+
+  /**
+   * At a step boundary (every batch handed out so far is processed): offer the cut if it is wanted. Only
+   * `cpu_sync` ranks hold one model between them at every step; a stop the coordinator ordered comes after its
+   * decision, so it wants none. A rank stopped by its signal offers unasked: the signal and the ask travel
+   * different ways, and the signal may come first. A rank whose reports lag its batches (a batch handed out and
+   * not reported) is not steady: its state holds samples the coordinator does not know of.
+   */
+  const offerCut = (state: EpochState, handed: number): void => {
+    if (settings.backend !== "cpu_sync" || state.offered || state.ended) return
+    if (!cutAsked.has(state.epoch) && (stopped === undefined || stopOrdered)) return
+    state.offered = true
+    const text = snapshot === undefined ? undefined : stringifyState(snapshot())
+    const offer = { _tag: "CutOffer", epoch: state.epoch, done: state.done, rounds: state.rounds, steady: state.steady && handed === state.done }
+    void client.then((relay) => relay.report(text === undefined ? offer : { ...offer, state: text }))
   }
 
   const planOf = (state: EpochState): EpochPlan => {
@@ -133,6 +181,14 @@ export const training = (
         async *[Symbol.asyncIterator]() {
           if (!Number.isInteger(size) || size < 1) throw new RankCallError(`batches(size) needs a whole number ≥ 1, got ${size}`)
           while (true) {
+            offerCut(state, handed)
+            // A stopped rank is handed nothing more: what it has reported is all it did.
+            ensureLive()
+            if (state.offered) {
+              // Asked for its cut before its stop: out of the rounds (the others reach their own boundaries), waiting for the stop.
+              ;(await client).idle(state.epoch)
+              await until(() => false)
+            }
             if (handed < lengthOf(state.ranges)) {
               const batch = take(state.ranges, handed, size)
               handed += batch.length
@@ -140,9 +196,10 @@ export const training = (
               continue
             }
             if (state.ended) return
-            // Out of work: leave the reduction barrier until more work or the epoch's end.
+            // Out of work: leave the reduction barrier until more work or the epoch's end (or a cut, or a stop).
+            state.steady = false
             ;(await client).idle(state.epoch)
-            await until(() => state.ended || handed < lengthOf(state.ranges))
+            while (!state.ended && handed >= lengthOf(state.ranges) && !cutAsked.has(state.epoch) && stopped === undefined) await changed.wait()
           }
         }
       })
@@ -197,6 +254,10 @@ export const training = (
         const acknowledged = new Promise<void>((resolve) => saved.set(epoch, [...(saved.get(epoch) ?? []), resolve]))
         ;(await client).report({ _tag: "CheckpointSave", epoch: Math.max(0, epoch), state: text })
         await Promise.race([acknowledged, until(() => false)])
+      },
+      provide: (read: () => unknown) => {
+        if (typeof read !== "function") throw new RankCallError("checkpoint.provide(read) needs a function that returns the job's state")
+        snapshot = read
       },
       load: async () => {
         await until(() => welcome !== undefined)
