@@ -124,7 +124,7 @@ describe("elastic growth", () => {
 
     // The events file tells the growth, and the page's world over time.
     const recorded = readFileSync(events, "utf8").trim().split("\n").map((line) => JSON.parse(line) as RunEvent)
-    expect(recorded.find((event) => event.event === "world_grew")).toMatchObject({ world: 3, host: "late", ranks: [2] })
+    expect(recorded.find((event) => event.event === "world_grew")).toMatchObject({ world: 3, host: "late", ranks: [2], devices: ["cpu"], labels: ["cpu"] })
     expect(recorded.find((event) => event.event === "ranks_entered")).toMatchObject({ ranks: [2], epoch: entry })
     expect(late.proc.exitCode).toBe(0)
     expect(isGone(late.proc.pid)).toBe(true)

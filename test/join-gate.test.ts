@@ -234,6 +234,9 @@ describe("JoinGate", () => {
         const bad = new Hello({ host: "b", devices: [0], deviceLabels: [label], pid: 1, version: "0.1.0" })
         expect(reasonOf((yield* join(mux.port, salt, bad)).answer)).toBe(`host b sent a device label that is not one: ${rule}`)
       }
+      // One label per device: the inventory names each device by its own.
+      const short = new Hello({ host: "b", devices: [0, 1, 2], deviceLabels: ["NVIDIA H200"], pid: 1, version: "0.1.0" })
+      expect(reasonOf((yield* join(mux.port, salt, short)).answer)).toBe("host b sent 1 device label(s) for 3 device(s): one per device")
     }))
 
   effect.live("open admission still admits only declared hosts: a stranger is refused, and the salt is not in the refusal", () =>

@@ -8,7 +8,9 @@
  * Checked after every step: the effects said (the cohort's formation once, at
  * the right step; each host given up on once per time it joined), the world's
  * size, every number's host, device and seat, each seat's current number, the
- * ranks each host's relay speaks for, the live hosts and the losses.
+ * ranks each host's relay speaks for, the live hosts, the losses, and the
+ * cohort's inventory (each host's device slots over all its joins, with every
+ * number each slot's ranks ran as).
  */
 import { expect, test } from "bun:test"
 import * as HashSet from "effect/HashSet"
@@ -16,6 +18,7 @@ import fc from "fast-check"
 import {
   empty,
   hostOf,
+  inventoryOf,
   liveHosts,
   membership,
   type MembershipEffect,
@@ -30,8 +33,8 @@ import {
 /** The model: what a careful person would keep on paper. */
 class Paper {
   world = 0
-  /** Every join, in order: host, ranks, devices. */
-  joins: Array<{ host: string; ranks: Array<number>; devices: Array<string> }> = []
+  /** Every join, in order: host, ranks, devices and their labels. */
+  joins: Array<{ host: string; ranks: Array<number>; devices: Array<string>; labels: Array<string> }> = []
   /** number → [host, device, seat] */
   numbers = new Map<number, [string, string, number]>()
   /** seat → every number it ran as, in order (its own first). */
@@ -47,14 +50,15 @@ class Paper {
   join(host: string, count: number) {
     const ranks = Array.from({ length: count }, () => this.next++)
     const devices = ranks.map((_, slot) => `${host}-d${slot}`)
-    this.joins.push({ host, ranks, devices })
+    const labels = ranks.map((_, slot) => `${host} GPU ${slot}`)
+    this.joins.push({ host, ranks, devices, labels })
     ranks.forEach((rank, slot) => {
       this.numbers.set(rank, [host, devices[slot]!, rank])
       this.runsAs.set(rank, [rank])
     })
     this.world += count
     this.gone.delete(host)
-    return { host, ranks, devices }
+    return { host, ranks, devices, labels }
   }
 
   current(seat: number) {
@@ -211,4 +215,16 @@ const compare = (state: MembershipState, paper: Paper) => {
   const firstSeen = [...new Set(paper.joins.map((join) => join.host))]
   expect(liveHosts(state)).toEqual(firstSeen.filter((host) => !paper.gone.has(host)))
   expect([...HashSet.values(state.gone)].sort()).toEqual([...paper.gone].sort())
+  // The inventory: a host's slots over all its joins (a later join names a slot anew), each slot with every
+  // number its seats ever ran as; hosts in the order they first joined.
+  const inventory = new Map<string, Array<{ device: string; label: string; ranks: Array<number> }>>()
+  for (const join of paper.joins) {
+    const slots = inventory.get(join.host) ?? []
+    join.ranks.forEach((seat, slot) => {
+      const ranks = [...(slots[slot]?.ranks ?? []), ...paper.runsAs.get(seat)!].sort((a, b) => a - b)
+      slots[slot] = { device: join.devices[slot]!, label: join.labels[slot]!, ranks }
+    })
+    inventory.set(join.host, slots)
+  }
+  expect(inventoryOf(state)).toEqual([...inventory].map(([host, devices]) => ({ host, devices })))
 }

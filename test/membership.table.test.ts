@@ -3,14 +3,15 @@
  * from the rules in Membership.ts's header. The random runs against a
  * reference model are in membership.property.test.ts.
  *
- * The world used throughout: host `a` with ranks 0 and 1 (devices 0 and 1),
- * host `b` with rank 2 (cpu).
+ * The world used throughout: host `a` with ranks 0 and 1 (GPUs 0 and 1, an
+ * H200 and an A100), host `b` with rank 2 (cpu).
  */
 import { describe, expect, test } from "bun:test"
 import * as HashSet from "effect/HashSet"
 import {
   empty,
   hostOf,
+  inventoryOf,
   latestEntry,
   liveHosts,
   membership,
@@ -26,7 +27,7 @@ import {
 
 const formed = (): MembershipState =>
   membership(empty, MembershipEvent.WorldFormed({
-    hosts: [{ host: "a", ranks: [0, 1], devices: ["0", "1"] }, { host: "b", ranks: [2], devices: ["cpu"] }]
+    hosts: [{ host: "a", ranks: [0, 1], devices: ["0", "1"], labels: ["NVIDIA H200", "NVIDIA A100"] }, { host: "b", ranks: [2], devices: ["cpu"], labels: ["cpu"] }]
   }))[1]
 
 /** Apply events in order; every step's effects, by tag and host, and the final state. */
@@ -48,9 +49,9 @@ describe("formation and the cohort", () => {
     const state = formed()
     expect([state.world, state.formedWith, state.cohortFormed]).toEqual([3, 3, false])
     expect(rankRecords(state)).toEqual([
-      [0, { host: "a", device: "0", seat: 0, pid: null, exits: [] }],
-      [1, { host: "a", device: "1", seat: 1, pid: null, exits: [] }],
-      [2, { host: "b", device: "cpu", seat: 2, pid: null, exits: [] }]
+      [0, { host: "a", device: "0", label: "NVIDIA H200", seat: 0, pid: null, exits: [] }],
+      [1, { host: "a", device: "1", label: "NVIDIA A100", seat: 1, pid: null, exits: [] }],
+      [2, { host: "b", device: "cpu", label: "cpu", seat: 2, pid: null, exits: [] }]
     ])
     expect([...ranksByHost(state)]).toEqual([["a", [0, 1]], ["b", [2]]])
     expect(liveHosts(state)).toEqual(["a", "b"])
@@ -64,7 +65,7 @@ describe("formation and the cohort", () => {
 
   test("ranks that joined later never hold the cohort back, nor form it", () => {
     const { said } = play(formed(), [
-      MembershipEvent.HostJoined({ host: { host: "c", ranks: [3], devices: ["0"] } }),
+      MembershipEvent.HostJoined({ host: { host: "c", ranks: [3], devices: ["0"], labels: ["NVIDIA H200"] } }),
       running(3),
       running(0),
       running(1),
@@ -74,8 +75,8 @@ describe("formation and the cohort", () => {
   })
 
   test("a slot the host named no device for shows as ?", () => {
-    const [, state] = membership(empty, MembershipEvent.WorldFormed({ hosts: [{ host: "a", ranks: [0, 1], devices: ["0"] }] }))
-    expect(rankRecords(state).map(([, record]) => record.device)).toEqual(["0", "?"])
+    const [, state] = membership(empty, MembershipEvent.WorldFormed({ hosts: [{ host: "a", ranks: [0, 1], devices: ["0"], labels: ["NVIDIA H200"] }] }))
+    expect(rankRecords(state).map(([, record]) => [record.device, record.label])).toEqual([["0", "NVIDIA H200"], ["?", "?"]])
   })
 
   test("a number the run never had changes nothing", () => {
@@ -92,7 +93,7 @@ describe("formation and the cohort", () => {
       MembershipEvent.RankStarted({ rank: 1, pid: 200 }),
       MembershipEvent.RankExited({ rank: 1, exit: "status 0" })
     ])
-    expect(recordOf(state, 1)).toEqual({ host: "a", device: "1", seat: 1, pid: 200, exits: ["signal SIGKILL", "status 0"] })
+    expect(recordOf(state, 1)).toEqual({ host: "a", device: "1", label: "NVIDIA A100", seat: 1, pid: 200, exits: ["signal SIGKILL", "status 0"] })
   })
 })
 
@@ -103,7 +104,7 @@ describe("restarts under new numbers", () => {
     expect([numberOf(state, 0), numberOf(state, 1), numberOf(state, 2)]).toEqual([0, 5, 2])
     expect([seatOf(state, 3), seatOf(state, 5), seatOf(state, 2)]).toEqual([1, 1, 2])
     expect([hostOf(state, 3), hostOf(state, 5)]).toEqual(["a", "a"])
-    expect(recordOf(state, 5)).toEqual({ host: "a", device: "1", seat: 1, pid: null, exits: [] })
+    expect(recordOf(state, 5)).toEqual({ host: "a", device: "1", label: "NVIDIA A100", seat: 1, pid: null, exits: [] })
     expect([...ranksByHost(state)]).toEqual([["a", [0, 1, 3, 5]], ["b", [2]]])
   })
 
@@ -150,15 +151,44 @@ describe("hosts given up on", () => {
   test("a host that comes back is in again, judged by its new ranks only, and can go again", () => {
     const { said, state } = play(formed(), [
       MembershipEvent.HostEnded({ host: "b", why: "cut off" }),
-      MembershipEvent.HostJoined({ host: { host: "b", ranks: [3, 4], devices: ["0", "1"] } }),
+      MembershipEvent.HostJoined({ host: { host: "b", ranks: [3, 4], devices: ["0", "1"], labels: ["NVIDIA H200", "NVIDIA H200"] } }),
       silent(2), // b's old rank: not b's any more
       silent(3),
       silent(4)
     ])
     expect(said).toEqual([["HostGone b: cut off"], [], [], [], ["HostGone b: none of its ranks has beaten for 30000 ms"]])
     expect(state.world).toBe(5)
-    expect(latestEntry(state, "b")).toEqual({ host: "b", ranks: [3, 4], devices: ["0", "1"] })
+    expect(latestEntry(state, "b")).toEqual({ host: "b", ranks: [3, 4], devices: ["0", "1"], labels: ["NVIDIA H200", "NVIDIA H200"] })
     expect([...ranksByHost(state)]).toEqual([["a", [0, 1]], ["b", [3, 4]]])
+  })
+})
+
+describe("the cohort's inventory", () => {
+  test("at formation: each host's device slots as they joined, labelled, each with its rank", () => {
+    expect(inventoryOf(formed())).toEqual([
+      { host: "a", devices: [{ device: "0", label: "NVIDIA H200", ranks: [0] }, { device: "1", label: "NVIDIA A100", ranks: [1] }] },
+      { host: "b", devices: [{ device: "cpu", label: "cpu", ranks: [2] }] }
+    ])
+  })
+
+  test("a restart's new numbers go on its seat's device; a late host is added after the others; a host that comes back adds to its slots", () => {
+    const { state } = play(formed(), [
+      MembershipEvent.Renumbered({ seat: 1, rank: 3 }),
+      MembershipEvent.Renumbered({ seat: 1, rank: 4 }),
+      MembershipEvent.HostJoined({ host: { host: "c", ranks: [5, 6], devices: ["cpu", "cpu"], labels: ["cpu", "cpu"] } }),
+      MembershipEvent.HostEnded({ host: "b", why: "cut off" }),
+      MembershipEvent.HostJoined({ host: { host: "b", ranks: [7], devices: ["cpu"], labels: ["cpu"] } }),
+      MembershipEvent.Renumbered({ seat: 7, rank: 8 })
+    ])
+    expect(inventoryOf(state)).toEqual([
+      { host: "a", devices: [{ device: "0", label: "NVIDIA H200", ranks: [0] }, { device: "1", label: "NVIDIA A100", ranks: [1, 3, 4] }] },
+      { host: "b", devices: [{ device: "cpu", label: "cpu", ranks: [2, 7, 8] }] },
+      { host: "c", devices: [{ device: "cpu", label: "cpu", ranks: [5] }, { device: "cpu", label: "cpu", ranks: [6] }] }
+    ])
+  })
+
+  test("before formation there is none", () => {
+    expect(inventoryOf(empty)).toEqual([])
   })
 })
 

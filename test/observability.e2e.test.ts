@@ -6,7 +6,9 @@
  * - `GET /metrics`, parsed strictly as Prometheus text 0.0.4 while waiting,
  *   while training and after the death: the key families and their values.
  * - `--events FILE`: JSON lines telling the whole story, in order, with no
- *   view-only (ephemeral) event.
+ *   view-only (ephemeral) event: the verdict before the cleanup after it;
+ *   the world formed with each device's label (`cpu` here), which
+ *   /state.json's inventory and the end-of-run table show too.
  * - `GET /events` (SSE): a state at once, more as the run moves, and the
  *   run's end before the stream closes.
  * - The run's own id (`<name>-<pid>`) and a page address one can open, in
@@ -514,7 +516,10 @@ describe("a live run seen from outside: /metrics, --events, /events, the termina
     expect(String(events[lost]!.cause)).toContain("SIGKILL")
     expect(events[0]).toMatchObject({ event: "run_started", run: "observe", hosts: [{ host: "localhost", ranks: RANKS }] })
     expect(events[first("host_joined")]).toMatchObject({ host: "localhost", ranks: [0, 1, 2] })
-    expect(events[first("world_formed")]).toMatchObject({ world: RANKS })
+    expect(events[first("world_formed")]).toMatchObject({
+      world: RANKS,
+      hosts: [{ host: "localhost", ranks: [0, 1, 2], devices: ["cpu", "cpu", "cpu"], labels: ["cpu", "cpu", "cpu"] }]
+    })
     // Epoch 1 before the death, the survivors carry on to the last epoch after it.
     const epochs = events.filter((event) => event.event === "epoch_done").map((event) => event.epoch)
     expect(epochs).toEqual(Array.from({ length: EPOCHS }, (_, i) => i + 1))
@@ -525,12 +530,16 @@ describe("a live run seen from outside: /metrics, --events, /events, the termina
     const checkpoints = events.filter((event) => event.event === "checkpoint")
     expect(checkpoints.map((event) => [event.epoch, event.path, event.reason])).toEqual(Array.from({ length: EPOCHS }, (_, i) => [i + 1, run.checkpoint, "checkpoint"]))
     expect(events[0]).toMatchObject({ id: `observe-${run.launcherPid}`, join: { quorum: RANKS, start: "manual" } })
-    expect(events.at(-1)).toMatchObject({
+    // The verdict as soon as it is known, then the cleanup after it (the agents leaving), said as such.
+    expect(events.slice(-4).map((event) => event.event)).toEqual(["phase", "verdict", "cleanup_started", "cleanup_done"])
+    expect(events.at(-4)).toMatchObject({ phase: "done" })
+    expect(events.at(-3)).toMatchObject({
       event: "verdict",
       outcome: "degraded",
       exitCode: 0,
       summary: run.stderr.at(-1)!.replace(/^cohort: /, "")
     })
+    expect(events.at(-2)!.detail).toBe("telling the hosts the run is over and waiting up to 3 s for 1 agent(s) to leave")
   })
 
   test("/events: a state at once, then more as the run moves", () => {
@@ -558,14 +567,22 @@ describe("a live run seen from outside: /metrics, --events, /events, the termina
     expect(received.some((entry) => entry.state.deaths.some((death) => death.rank === VICTIM))).toBe(true)
   })
 
-  test("/events: the run's end (phase done, the verdict) is sent before the stream closes", () => {
+  test("/events: the run's end (phase done, the verdict, the cleanup over) is sent before the stream closes", () => {
     const last = run.sse.received.at(-1)!.state
-    expect({ phase: last.phase, verdict: last.verdict }).toEqual({ phase: "done", verdict: run.stderr.at(-1)!.replace(/^cohort: /, "") })
+    expect({ phase: last.phase, verdict: last.verdict, cleanup: last.cleanup }).toEqual({ phase: "done", verdict: run.stderr.at(-1)!.replace(/^cohort: /, ""), cleanup: null })
+  })
+
+  test("/state.json: the cohort's inventory, each device slot as its agent named it, with its rank", () => {
+    expect(run.deadState.inventory).toEqual([{
+      host: "localhost",
+      devices: [{ device: "cpu", label: "cpu", ranks: [0] }, { device: "cpu", label: "cpu", ranks: [1] }, { device: "cpu", label: "cpu", ranks: [2] }]
+    }])
   })
 
   test("stderr: the end-of-run table, one row per rank, the killed rank's exit SIGKILL, then the verdict", () => {
     const header = run.stderr.findIndex((line) => /^host\s+rank\s+device\s+exit\s+restarts\s+run time$/.test(line))
     expect(header).toBeGreaterThanOrEqual(0)
+    expect(run.stderr[header - 1]).toBe("inventory: localhost: 3 × cpu")
     const rows = run.stderr.slice(header + 1, -1)
     expect(rows).toHaveLength(RANKS)
     const cells = rows.map((row) => /^(\S+)\s+(\d+)\s+(\S+)\s+(\S+)\s+(\d+)\s+([\d.]+ s)$/.exec(row)?.slice(1) ?? row)

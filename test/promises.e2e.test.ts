@@ -15,7 +15,8 @@
  * - Colour: rank prefixes are coloured on a terminal, never with `NO_COLOR`,
  *   and never where stdout is not a terminal.
  * - `/metrics`' GPU families: a rank on a GPU host whose NVML is a stand-in
- *   (fixtures/fake-gpu/nvml.c) shows that GPU's memory and utilisation.
+ *   (fixtures/fake-gpu/nvml.c) shows that GPU's memory and utilisation, and
+ *   /state.json's inventory names it as the agent did ("Fake H200").
  */
 import { afterAll, afterEach, describe, expect, test } from "bun:test"
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
@@ -382,6 +383,9 @@ failure_policy: { grace: 2s }
         return lines.length > 0 ? lines : undefined
       }, "the GPU families in /metrics", 20_000)
       expect(gpuLines, launcher.stderr.lines.join("\n")).toEqual(expected)
+      // The cohort's inventory names the GPU as its agent did in its join (a bench harness's hardware header).
+      const state = (await (await fetch(`http://127.0.0.1:${port}/state.json`)).json()) as { inventory?: unknown }
+      expect(state.inventory).toEqual([{ host: "localhost", devices: [{ device: "0", label: "Fake H200", ranks: [0] }] }])
       launcher.proc.kill("SIGTERM")
       expect(await launcher.proc.exited).toBe(143)
     },

@@ -22,7 +22,7 @@ const base = [
 const formed = [
   ...base,
   { event: "host_joined", at: 30, host: "b", ranks: [2] },
-  { event: "world_formed", at: 40, world: 3, hosts: [{ host: "a", ranks: [0, 1], devices: ["cpu", "cpu"] }, { host: "b", ranks: [2], devices: ["0"] }] },
+  { event: "world_formed", at: 40, world: 3, hosts: [{ host: "a", ranks: [0, 1], devices: ["cpu", "cpu"], labels: ["cpu", "cpu"] }, { host: "b", ranks: [2], devices: ["0"], labels: ["NVIDIA H200"] }] },
   { event: "phase", at: 40, phase: "forming" },
   { event: "rank_started", at: formedAt, rank: 0, pid: 1 },
   { event: "rank_started", at: formedAt, rank: 1, pid: 2 },
@@ -201,7 +201,7 @@ describe("rank lines", () => {
 })
 
 describe("the end-of-run table", () => {
-  test("per host and rank: device, exit (code or signal), restarts, run time", () => {
+  test("the inventory, then per host and rank: device, exit (code or signal), restarts, run time", () => {
     const end = replay([
       ...formed,
       { event: "rank_exited", at: formedAt + 2_000, rank: 1, exit: "signal SIGKILL", clean: false },
@@ -209,6 +209,7 @@ describe("the end-of-run table", () => {
       { event: "rank_exited", at: formedAt + 12_600, rank: 2, exit: "status 0", clean: true }
     ])
     expect(summaryTable(end)).toBe([
+      "inventory: a: 2 × cpu; b: 1 × NVIDIA H200",
       "host  rank  device  exit     restarts  run time",
       "a        0  cpu     0               0      12 s",
       "a        1  cpu     SIGKILL         0     2.0 s",

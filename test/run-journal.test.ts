@@ -16,7 +16,7 @@ const formed: RunView.RunEvent = {
   event: "world_formed",
   at: 1,
   world: 4,
-  hosts: [{ host: "a", ranks: [0, 1], devices: ["0", "1"] }, { host: "b", ranks: [2, 3], devices: ["0", "1"] }]
+  hosts: [{ host: "a", ranks: [0, 1], devices: ["0", "1"], labels: ["NVIDIA H200", "NVIDIA H200"] }, { host: "b", ranks: [2, 3], devices: ["0", "1"], labels: ["NVIDIA H200", "NVIDIA H200"] }]
 }
 
 describe("RunJournal", () => {

@@ -12,7 +12,7 @@ const story: ReadonlyArray<RunView.RunEvent> = [
   { event: "join_rejected", at: 1_150, peer: "10.0.0.9:5000", reason: "host c is not among the workers" },
   { event: "join_window", at: 1_502, windowRemainingMs: 29_500, capRemainingMs: 59_500 },
   { event: "host_joined", at: 1_600, host: "b", ranks: [2] },
-  { event: "world_formed", at: 1_601, world: 3, hosts: [{ host: "a", ranks: [0, 1], devices: ["0", "1"] }, { host: "b", ranks: [2], devices: ["cpu"] }] },
+  { event: "world_formed", at: 1_601, world: 3, hosts: [{ host: "a", ranks: [0, 1], devices: ["0", "1"], labels: ["NVIDIA H200", "NVIDIA H200"] }, { host: "b", ranks: [2], devices: ["cpu"], labels: ["cpu"] }] },
   { event: "phase", at: 1_601, phase: "forming" },
   { event: "rank_started", at: 1_650, rank: 0, pid: 100 },
   { event: "rank_started", at: 1_651, rank: 1, pid: 101 },
@@ -60,6 +60,25 @@ describe("RunView", () => {
     expect(later.windowRemainingMs).toBe(29_500)
   })
 
+  test("the cohort's inventory: none before formation, then each host's devices as its agent named them, with their ranks", () => {
+    expect(replay(story.slice(0, 7)).inventory).toEqual([])
+    const a = { host: "a", devices: [{ device: "0", label: "NVIDIA H200", ranks: [0] }, { device: "1", label: "NVIDIA H200", ranks: [1] }] }
+    const b = { host: "b", devices: [{ device: "cpu", label: "cpu", ranks: [2] }] }
+    expect(replay(story.slice(0, 8)).inventory).toEqual([a, b])
+    // Rank 1 restarts as 3, then as 4, on GPU 1 of a; host c joins late with two CPU slots.
+    const grown = replay([
+      ...story.slice(0, 12),
+      { event: "world_grew", at: 2_100, world: 4, host: "a", ranks: [3], devices: ["1"], labels: ["NVIDIA H200"], replaces: 1 },
+      { event: "world_grew", at: 2_600, world: 5, host: "a", ranks: [4], devices: ["1"], labels: ["NVIDIA H200"], replaces: 3 },
+      { event: "world_grew", at: 2_700, world: 7, host: "c", ranks: [5, 6], devices: ["cpu", "cpu"], labels: ["cpu", "cpu"] }
+    ])
+    expect(grown.inventory).toEqual([
+      { host: "a", devices: [{ device: "0", label: "NVIDIA H200", ranks: [0] }, { device: "1", label: "NVIDIA H200", ranks: [1, 3, 4] }] },
+      b,
+      { host: "c", devices: [{ device: "cpu", label: "cpu", ranks: [5] }, { device: "cpu", label: "cpu", ranks: [6] }] }
+    ])
+  })
+
   test("training: progress, throughput points, and resource samples only for the host's own ranks", () => {
     const training = replay(story.slice(0, 18))
     expect(training.phase).toBe("training")
@@ -84,7 +103,7 @@ describe("RunView", () => {
     const grown = replay([
       ...story.slice(0, 12),
       { event: "host_joined", at: 1_800, host: "c", ranks: [3, 4] },
-      { event: "world_grew", at: 1_801, world: 5, host: "c", ranks: [3, 4], devices: ["cpu", "cpu"] },
+      { event: "world_grew", at: 1_801, world: 5, host: "c", ranks: [3, 4], devices: ["cpu", "cpu"], labels: ["cpu", "cpu"] },
       { event: "ranks_entered", at: 2_900, ranks: [3, 4], epoch: 2 },
       { event: "rank_lost", at: 3_000, ranks: [1], cause: "exited with signal SIGKILL" }
     ])
@@ -111,10 +130,10 @@ describe("RunView", () => {
     const restarted = replay([
       ...story.slice(0, 12),
       { event: "rank_exited", at: 2_000, rank: 1, exit: "signal SIGKILL", clean: false },
-      { event: "world_grew", at: 2_100, world: 4, host: "a", ranks: [3], devices: ["cpu"], replaces: 1 },
+      { event: "world_grew", at: 2_100, world: 4, host: "a", ranks: [3], devices: ["1"], labels: ["NVIDIA H200"], replaces: 1 },
       { event: "rank_started", at: 2_200, rank: 3, pid: 301 },
       { event: "rank_exited", at: 2_500, rank: 3, exit: "status 3", clean: false },
-      { event: "world_grew", at: 2_600, world: 5, host: "a", ranks: [4], devices: ["cpu"], replaces: 3 }
+      { event: "world_grew", at: 2_600, world: 5, host: "a", ranks: [4], devices: ["1"], labels: ["NVIDIA H200"], replaces: 3 }
     ])
     expect(restarted.joinedAfterFormation).toBe(0)
     expect(restarted.ranks.map((rank) => [rank.rank, rank.state, rank.restarts, rank.replacedBy])).toEqual([
@@ -125,8 +144,17 @@ describe("RunView", () => {
       [4, "starting", 2, undefined]
     ])
     // A late host is still growth.
-    const grown = RunView.apply(restarted, { event: "world_grew", at: 2_700, world: 6, host: "c", ranks: [5], devices: ["cpu"] })
+    const grown = RunView.apply(restarted, { event: "world_grew", at: 2_700, world: 6, host: "c", ranks: [5], devices: ["cpu"], labels: ["cpu"] })
     expect([grown.joinedAfterFormation, grown.ranks.at(-1)!.restarts]).toEqual([1, 0])
+  })
+
+  test("the verdict ends the run at once; the cleanup after it is shown while it lasts, and changes neither phase nor verdict", () => {
+    const ended = replay(story)
+    const cleaning = RunView.apply(ended, { event: "cleanup_started", at: 4_020, detail: "waiting up to 3 s for 1 agent(s) to leave" })
+    expect(ended.cleanup).toBeNull()
+    expect(cleaning).toMatchObject({ phase: "done", verdict: "run completed DEGRADED: 1 of 3 rank(s) lost", cleanup: { since: 4_020, detail: "waiting up to 3 s for 1 agent(s) to leave" } })
+    const clean = RunView.apply(cleaning, { event: "cleanup_done", at: 6_000 })
+    expect(clean).toMatchObject({ phase: "done", verdict: "run completed DEGRADED: 1 of 3 rank(s) lost", cleanup: null, updatedAt: 6_000 })
   })
 
   test("a failed verdict fails the phase; ephemeral events stay out of the events file", () => {

@@ -21,7 +21,8 @@ const world = (hosts: number, per: number, shuffle: boolean): RunView.RunEvent =
   hosts: Array.from({ length: hosts }, (_, host) => ({
     host: `h${host}`,
     ranks: Array.from({ length: per }, (_, slot) => (shuffle ? 1000 - (host * per + slot) * 3 : host * per + slot)),
-    devices: Array.from({ length: per }, (_, slot) => String(slot))
+    devices: Array.from({ length: per }, (_, slot) => String(slot)),
+    labels: Array.from({ length: per }, () => "NVIDIA H200")
   }))
 })
 

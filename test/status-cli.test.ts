@@ -521,6 +521,36 @@ describe("the table alone", () => {
     expect(waiting(2, 0, { quorum: "four", start: "auto" })).toEndWith(" · join window closed: waiting for more ranks, hard cap in 1m25s")
   })
 
+  test("after the verdict: the phase is final at once, with the cleanup the launcher still does; the inventory has a line of its own", () => {
+    const inventory = [
+      { host: "gpu-a", devices: [{ device: "0", label: "NVIDIA H200", ranks: [0] }, { device: "1", label: "NVIDIA H200", ranks: [1] }] },
+      { host: "gpu-b", devices: [{ device: "cpu", label: "cpu", ranks: [2] }, { device: "cpu", label: "cpu", ranks: [3] }] }
+    ]
+    const detail = "telling the hosts the run is over and waiting up to 3 s for 2 agent(s) to leave, then ending what is left on gpu-b"
+    // As served: through JSON.
+    const served = (extra: object) => readState(JSON.parse(JSON.stringify({ ...fakeState("done"), inventory, ...extra })))!
+    const cleaning = render(served({ cleanup: { since: START + 120_000, detail } }), { now: START + 200_000 }).split("\n")
+    expect(cleaning[0]).toBe("run fake-run · done (cleaning up) · up 2m00s · world 4 · joined 4/4 ranks on 2/2 hosts")
+    expect(cleaning[1]).toBe(`cleaning up: ${detail}`)
+    expect(cleaning[3]).toBe("inventory: gpu-a: 2 × NVIDIA H200; gpu-b: 2 × cpu")
+    expect(cleaning).toContain("verdict: completed DEGRADED (1 of 4 ranks lost: rank 3 on gpu-b)")
+    const clean = render(served({ cleanup: null }), { now: START + 200_000 }).split("\n")
+    expect(clean[0]).toBe("run fake-run · done · up 2m00s · world 4 · joined 4/4 ranks on 2/2 hosts")
+    expect(clean[2]).toBe("inventory: gpu-a: 2 × NVIDIA H200; gpu-b: 2 × cpu")
+    expect(clean.filter((line) => line.startsWith("cleaning up"))).toEqual([])
+    // An older launcher serves neither.
+    expect(render(readState(fakeState("done"))!, { now: START + 200_000 }).split("\n").filter((line) => /^(inventory|cleaning up):/.test(line))).toEqual([])
+  })
+
+  test("fitted to a screen, the inventory names its first hosts and counts the rest", () => {
+    const inventory = Array.from({ length: 20 }, (_, host) => ({ host: `h${host}`, devices: [{ device: "cpu", label: "cpu", ranks: [host] }] }))
+    const text = render({ ...fakeState(), inventory }, { now: Date.now(), fitLines: 30 })
+    expect(text.split("\n")).toContainEqual(
+      "inventory: h0: 1 × cpu; h1: 1 × cpu; h2: 1 × cpu; h3: 1 × cpu; h4: 1 × cpu; h5: 1 × cpu; h6: 1 × cpu; h7: 1 × cpu; … 12 more host(s) (--json has them all)"
+    )
+    expect(render({ ...fakeState(), inventory }, { now: Date.now() })).toContain("h18: 1 × cpu; h19: 1 × cpu\n")
+  })
+
   test("fitted to a screen: the ranks that are not running first, the rest counted", () => {
     const ranks = Array.from({ length: 1000 }, (_, index) => rank(index, "h", index === 500 ? "dead" : "running"))
     const text = render({ ...fakeState(), ranks }, { now: Date.now(), fitLines: 30 })

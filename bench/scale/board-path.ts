@@ -17,7 +17,8 @@ import { median, percentile } from "../stats.ts"
 const hosts = Array.from({ length: 1000 }, (_, host) => ({
   host: `sim-${String(host).padStart(4, "0")}`,
   ranks: Array.from({ length: 8 }, (_, slot) => host * 8 + slot),
-  devices: Array.from({ length: 8 }, () => "cpu")
+  devices: Array.from({ length: 8 }, () => "cpu"),
+  labels: Array.from({ length: 8 }, () => "cpu")
 }))
 let state = RunView.apply(RunView.initial("scale", Date.now()), { event: "run_started", at: Date.now(), run: "scale", hosts: hosts.map(({ host }) => ({ host, ranks: 8 })) })
 state = RunView.apply(state, { event: "world_formed", at: Date.now(), world: 8000, hosts })

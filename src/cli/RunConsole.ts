@@ -20,6 +20,7 @@
 import { mkdirSync } from "node:fs"
 import { appendPrivate, preparePrivateAppend } from "../actors/launcher/PrivateFiles.ts"
 import { join } from "node:path"
+import * as Inventory from "../actors/launcher/Inventory.ts"
 import type { RunEvent, RunState } from "../actors/launcher/RunView.ts"
 
 export interface RunConsoleOptions {
@@ -165,7 +166,10 @@ export const liveLine = (state: RunState, now: number): string | undefined => {
   }
 }
 
-/** The end-of-run table: per host and rank, device, how it ended, restarts, run time. */
+/**
+ * The end-of-run table: the cohort's inventory (each host's devices as its agent named them), then per host
+ * and rank, device, how it ended, restarts, run time.
+ */
 export const summaryTable = (state: RunState): string => {
   if (state.ranks.length === 0) return ""
   const exitOf = (exit: string | null, rankState: string) =>
@@ -181,7 +185,8 @@ export const summaryTable = (state: RunState): string => {
   const header = ["host", "rank", "device", "exit", "restarts", "run time"]
   const widths = header.map((title, column) => Math.max(title.length, ...rows.map((row) => row[column]!.length)))
   const format = (row: ReadonlyArray<string>) => row.map((cell, column) => (column === 1 || column >= 4 ? cell.padStart(widths[column]!) : cell.padEnd(widths[column]!))).join("  ").trimEnd()
-  return [format(header), ...rows.map(format)].join("\n")
+  const inventory = state.inventory ?? []
+  return [...(inventory.length === 0 ? [] : [`inventory: ${Inventory.describe(inventory)}`]), format(header), ...rows.map(format)].join("\n")
 }
 
 export const make = (options: RunConsoleOptions = {}): RunConsole => {

@@ -1,13 +1,16 @@
 /**
- * `bun run status`'s text: a `RunState` (RunView.ts) as a header, a training
- * line, a summary of the ranks by state, an aligned table of the ranks, the
- * deaths, the hosts gone and the verdict.
+ * `bun run status`'s text: a `RunState` (RunView.ts) as a header, what the
+ * launcher still cleans up after the verdict, a training line, the cohort's
+ * inventory, a summary of the ranks by state, an aligned table of the ranks,
+ * the deaths, the hosts gone and the verdict.
  *
  * Pure: the clock comes in as `now`, nothing is printed. `readState` takes
  * the JSON as served and fills what an older launcher leaves out, so the
  * text never depends on every field being there.
  */
-import type { Death, HostStatus, RankStatus, ResourceSample, RunState, Training } from "../actors/launcher/RunView.ts"
+import * as Inventory from "../actors/launcher/Inventory.ts"
+import type { Cleanup, Death, HostStatus, RankStatus, ResourceSample, RunState, Training } from "../actors/launcher/RunView.ts"
+import { printable } from "../wire/Printable.ts"
 
 const NONE = "—"
 
@@ -62,6 +65,23 @@ const readTraining = (value: unknown): Training | null => {
   }
 }
 
+const readInventory = (value: unknown): Inventory.Inventory =>
+  list(value).flatMap((host): Inventory.Inventory =>
+    isObject(host) && typeof host.host === "string"
+      ? [{
+        host: host.host,
+        devices: list(host.devices).flatMap((device) =>
+          isObject(device)
+            ? [{ device: text(device.device, "?"), label: text(device.label, "?"), ranks: list(device.ranks).flatMap((rank) => num(rank) ?? []) }]
+            : []
+        )
+      }]
+      : []
+  )
+
+const readCleanup = (value: unknown): Cleanup | null =>
+  isObject(value) && typeof value.detail === "string" ? { since: num(value.since) ?? 0, detail: value.detail } : null
+
 /**
  * The state in `json`, or undefined when it is not a cohort run state at all
  * (a phase and a list of ranks are the least a launcher has ever served).
@@ -110,7 +130,9 @@ export const readState = (json: unknown): RunState | undefined => {
       isObject(point) && num(point.at) !== null && num(point.ranks) !== null
         ? [{ at: num(point.at)!, ranks: num(point.ranks)!, alive: num(point.alive) ?? num(point.ranks)! }]
         : []
-    )
+    ),
+    inventory: readInventory(json.inventory),
+    cleanup: readCleanup(json.cleanup)
   }
 }
 
@@ -199,7 +221,7 @@ const chooseRanks = (ranks: ReadonlyArray<RankStatus>, limit: number): ReadonlyA
 }
 
 const headerLine = (state: RunState, now: number): string => {
-  const parts = [state.run === "" ? "run" : `run ${state.run}`, state.phase]
+  const parts = [state.run === "" ? "run" : `run ${state.run}`, state.cleanup == null ? state.phase : `${state.phase} (cleaning up)`]
   if (state.startedAt > 0) {
     // A finished run's clock stops at its last update.
     const end = hasEnded(state) && state.updatedAt > 0 ? state.updatedAt : now
@@ -257,6 +279,8 @@ export interface RenderOptions {
 
 /** Deaths shown when fitting a screen; the rest are counted. */
 const SCREEN_DEATHS = 10
+/** Hosts named in the inventory line when fitting a screen; the rest are counted. */
+const SCREEN_INVENTORY_HOSTS = 8
 /** Rank rows shown however small the screen. */
 const MIN_RANK_ROWS = 3
 
@@ -264,7 +288,15 @@ const MIN_RANK_ROWS = 3
 export const render = (state: RunState, options: RenderOptions): string => {
   const fitting = options.fitLines !== undefined
   const top = [headerLine(state, options.now)]
+  // The verdict is out, the launcher still works: what it does is what a watcher waits for.
+  if (state.cleanup != null) top.push(`cleaning up: ${printable(state.cleanup.detail, 512)}`)
   if (state.training !== null) top.push(trainingLine(state.training))
+  const inventory = state.inventory ?? []
+  if (inventory.length > 0) {
+    const shown = fitting ? inventory.slice(0, SCREEN_INVENTORY_HOSTS) : inventory
+    const more = inventory.length - shown.length
+    top.push(`inventory: ${Inventory.describe(shown)}${more > 0 ? `; … ${more} more host(s) (--json has them all)` : ""}`)
+  }
 
   const bottom: Array<string> = []
   if (state.deaths.length > 0) {

@@ -63,7 +63,7 @@ export const tellWorld = (env: RunEnv, listening: Listening, membership: Members
       event: "world_formed",
       at: Date.now(),
       world: state.world,
-      hosts: state.hosts.map((entry) => ({ host: entry.host, ranks: entry.ranks, devices: entry.devices }))
+      hosts: state.hosts.map((entry) => ({ host: entry.host, ranks: entry.ranks, devices: entry.devices, labels: entry.labels }))
     })
     return worldFormed
   })

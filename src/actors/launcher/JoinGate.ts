@@ -198,6 +198,10 @@ export const make = (options: JoinGateOptions): Effect.Effect<JoinGate, never, S
       }
       if (hello.devices.length === 0 || hello.devices.length > 256) return `expected 1 to 256 devices, got ${hello.devices.length}`
       if (new Set(hello.devices).size !== hello.devices.length) return "a device is listed twice"
+      // Each device's label is the cohort's inventory of it: one each, or the inventory would name the wrong device.
+      if (hello.deviceLabels.length !== hello.devices.length) {
+        return `host ${hello.host} sent ${hello.deviceLabels.length} device label(s) for ${hello.devices.length} device(s): one per device`
+      }
       if (declared !== undefined && hello.devices.length !== declared) {
         return `host ${hello.host} was declared with ${declared} devices but brings ${hello.devices.length}`
       }

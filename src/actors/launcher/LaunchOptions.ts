@@ -5,6 +5,7 @@ import type * as Agent from "../agent/Agent.ts"
 import type { StopRequest, StopSignal } from "../StopRequests.ts"
 import type { Loss } from "../Verdict.ts"
 import type * as Coordinator from "./Coordinator.ts"
+import type { Inventory } from "./Inventory.ts"
 import type { RunEvent, RunState } from "./RunView.ts"
 import type * as StatusBoard from "./StatusBoard.ts"
 
@@ -32,6 +33,12 @@ export interface RunResult {
   readonly world: number
   readonly lost: ReadonlyArray<Loss>
   readonly ranks: ReadonlyArray<RankReport>
+  /**
+   * Every admitted host's devices as its agent named them when it joined (the GPU's name, "NVIDIA H200", or
+   * `cpu`), with the ranks that ran on each: remote GPUs this machine never probed included (a bench
+   * harness's hardware header, a run's summary). Empty when the world never formed.
+   */
+  readonly inventory: Inventory
   readonly port: number
   /** The consensus checkpoint on disk for this run, when it has one: where `--resume` continues from. */
   readonly checkpoint?: { readonly path: string; readonly epoch: number } | undefined

@@ -27,13 +27,12 @@ import type { LaunchOptions, RunResult } from "./LaunchOptions.ts"
 import { listen } from "./Listen.ts"
 import { MembershipEvent } from "./Membership.ts"
 import * as MembershipOwner from "./MembershipOwner.ts"
-import { type LaunchInputError, type Plan, sshWorkers } from "./Plan.ts"
+import type { LaunchInputError, Plan } from "./Plan.ts"
 import type * as PortMux from "./PortMux.ts"
 import { type RankSupervision, supervise } from "./RankSupervision.ts"
-import { cleanupHosts } from "./RemoteCleanup.ts"
 import * as RunEnv from "./RunEnv.ts"
 import * as RunStops from "./RunStops.ts"
-import { endRun, finish } from "./Teardown.ts"
+import { end, endRun, endUnformed } from "./Teardown.ts"
 import * as TrainingPlane from "./TrainingPlane.ts"
 
 export type { LaunchOptions, Outcome, RankReport, RunResult } from "./LaunchOptions.ts"
@@ -77,18 +76,17 @@ const runPlan = (
     const formation = yield* awaitFormation(listening, fannedOut, stops.beforeRanks, actorFailed)
     if (formation._tag === "Refused") return yield* Effect.fail(formation.error)
     if (formation._tag === "Failed") {
-      yield* cleanupHosts(sshWorkers(plan), plan.config.name)
       const request = yield* Deferred.poll(stops.beforeRanks)
       const internal = yield* Deferred.isDone(actorFailed)
       const verdict = request._tag === "Some"
         ? Verdict.Failed({ kind: "aborted", message: `aborted: ${formation.reason}`, signal: (yield* request.value).signal })
         : Verdict.Failed({ kind: internal ? "internal" : "join", message: internal ? formation.reason : `the join window failed: ${formation.reason}` })
-      return yield* finish(env, { verdict, membership: undefined, checkpointEpoch: undefined, port: listening.port })
+      return yield* end(env, { verdict, membership: undefined, cleanUp: endUnformed(env), checkpointEpoch: Effect.succeed(undefined), port: listening.port })
     }
 
     // The world has formed: membership has one owner from now on.
     const { members } = formation
-    const membership = yield* MembershipOwner.make(members, env.deviceLabel, {
+    const membership = yield* MembershipOwner.make(members, {
       // A rank runs user code only once the supervisor has started it: the supervision is there, or about to be.
       cohortFormed: Effect.flatMap(later.supervision.await, (supervision) => supervision.cohortFormed),
       hostGone: (host, why, abort) =>
@@ -114,8 +112,13 @@ const runPlan = (
     // A defect in any of the run's actors is the root cause, and the ranks are stopped in order.
     yield* Effect.forkScoped(Effect.flatMap(Deferred.await(actorFailed), (failure) => supervisor.send(SupervisionEvent.ActorFailed(failure))))
 
+    // The verdict is said as soon as it is known; the hosts are told and cleaned up after it (see Teardown).
     const verdict = yield* supervisor.verdict
-    yield* endRun(env, membership, listening.control, fannedOut.agents, verdict)
-    const checkpointEpoch = training === undefined ? undefined : yield* training.coordinator.checkpointEpoch
-    return yield* finish(env, { verdict, membership, checkpointEpoch, port: listening.port })
+    return yield* end(env, {
+      verdict,
+      membership,
+      cleanUp: endRun(env, membership, listening.control, fannedOut.agents, verdict),
+      checkpointEpoch: training === undefined ? Effect.succeed(undefined) : training.coordinator.checkpointEpoch,
+      port: listening.port
+    })
   })

@@ -23,13 +23,17 @@ import * as HashMap from "effect/HashMap"
 import * as HashSet from "effect/HashSet"
 import * as Option from "effect/Option"
 import type { Loss } from "../Verdict.ts"
+import { type Inventory, withHost, withRank } from "./Inventory.ts"
 
 /** A host's place in the world, as it joined: its rank numbers then, and their devices by slot. */
 export interface HostEntry {
   readonly host: string
   /** The numbers its ranks joined under: also their seats. */
   readonly ranks: ReadonlyArray<number>
+  /** Each slot's device: the GPU's index, or `cpu`. */
   readonly devices: ReadonlyArray<string>
+  /** Each slot's device as the host's agent named it in its join: the GPU's name ("NVIDIA H200"), or `cpu`. */
+  readonly labels: ReadonlyArray<string>
 }
 
 /** What the run knows of one rank number. */
@@ -37,6 +41,8 @@ export interface RankRecord {
   readonly host: string
   /** The device index, or `cpu`. */
   readonly device: string
+  /** The device's name, as its host's agent gave it ("NVIDIA H200", `cpu`). */
+  readonly label: string
   /** The seat this number runs in: its own number, or the first number of a restarted rank. */
   readonly seat: number
   /** The last incarnation's pid. */
@@ -119,7 +125,7 @@ const none: ReadonlyArray<MembershipEffect> = []
 /** The host's own ranks, as records keyed by number. */
 const recordsOf = (entry: HostEntry, ranks: HashMap.HashMap<number, RankRecord>) =>
   entry.ranks.reduce(
-    (map, rank, slot) => HashMap.set(map, rank, { host: entry.host, device: entry.devices[slot] ?? "?", seat: rank, pid: null, exits: [] }),
+    (map, rank, slot) => HashMap.set(map, rank, { host: entry.host, device: entry.devices[slot] ?? "?", label: entry.labels[slot] ?? "?", seat: rank, pid: null, exits: [] }),
     ranks
   )
 
@@ -176,7 +182,7 @@ export const membership = (state: MembershipState, event: MembershipEvent): read
       return [none, {
         ...state,
         world: state.world + 1,
-        ranks: HashMap.set(state.ranks, event.rank, { host: old.value.host, device: old.value.device, seat: event.seat, pid: null, exits: [] }),
+        ranks: HashMap.set(state.ranks, event.rank, { host: old.value.host, device: old.value.device, label: old.value.label, seat: event.seat, pid: null, exits: [] }),
         renumbered: HashMap.set(state.renumbered, event.seat, event.rank),
         relays: speaks ? HashMap.modify(state.relays, host, (ranks) => [...ranks, event.rank]) : state.relays
       }]
@@ -223,3 +229,12 @@ export const liveHosts = (state: MembershipState): ReadonlyArray<string> =>
 /** Every rank number the run has had, in order, with its record. */
 export const rankRecords = (state: MembershipState): ReadonlyArray<readonly [number, RankRecord]> =>
   HashMap.toEntries(state.ranks).sort(([a], [b]) => a - b)
+
+/**
+ * The cohort's inventory: each host's devices as they joined, with every rank number that ran on each (a
+ * restarted rank's new numbers on its seat's device). Hosts in the order they first joined.
+ */
+export const inventoryOf = (state: MembershipState): Inventory => {
+  const joined = state.hosts.reduce<Inventory>((inventory, entry) => withHost(inventory, entry.host, entry.ranks, entry.devices, entry.labels), [])
+  return rankRecords(state).reduce((inventory, [rank, record]) => (rank === record.seat ? inventory : withRank(inventory, record.host, record.seat, rank)), joined)
+}

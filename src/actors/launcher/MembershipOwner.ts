@@ -28,24 +28,30 @@ export interface Reactions {
 export interface MembershipOwner {
   readonly tell: (event: MembershipEvent) => Effect.Effect<void>
   /** A host joined the formed world (growth, or back after it was given up on): its link speaks for it from now on. */
-  readonly joined: (member: Member, devices: ReadonlyArray<string>) => Effect.Effect<void>
+  readonly joined: (member: Member) => Effect.Effect<void>
   /** Each host's join link (the latest, for a host that came back): the run's end is said down them. */
   readonly links: () => ReadonlyArray<Member["link"]>
   /** The state now: every reader's (a gate's synchronous check, the orders' routing, the result). */
   readonly snapshot: () => MembershipState
 }
 
-/** Own the membership of the world formed of `members`, their devices labelled by `deviceLabel(host, slot)`. */
-export const make = (
-  members: ReadonlyArray<Member>,
-  deviceLabel: (host: string, slot: number) => string,
-  reactions: Reactions
-): Effect.Effect<MembershipOwner> =>
+/**
+ * A member's devices as its agent named them in its join: the GPU's index, or `cpu` for a CPU slot (an
+ * agent labels each of those `cpu`, see Devices.ts); and each one's label. Taken from the join, not the
+ * plan: a host whose devices only it can resolve (`devices: all` elsewhere, a self-deployed agent) is
+ * known from here on like any other.
+ */
+export const entryOf = (member: Member): HostEntry => ({
+  host: member.host,
+  ranks: member.ranks,
+  devices: member.devices.map((index, slot) => (member.deviceLabels[slot] === "cpu" ? "cpu" : String(index))),
+  labels: member.ranks.map((_, slot) => member.deviceLabels[slot] ?? "?")
+})
+
+/** Own the membership of the world formed of `members`. */
+export const make = (members: ReadonlyArray<Member>, reactions: Reactions): Effect.Effect<MembershipOwner> =>
   Effect.gen(function*() {
-    const entryOf = (member: Member, devices: ReadonlyArray<string>): HostEntry => ({ host: member.host, ranks: member.ranks, devices })
-    const [, formed] = membership(empty, MembershipEvent.WorldFormed({
-      hosts: members.map((member) => entryOf(member, member.ranks.map((_, slot) => deviceLabel(member.host, slot))))
-    }))
+    const [, formed] = membership(empty, MembershipEvent.WorldFormed({ hosts: members.map(entryOf) }))
     // Changed in one synchronous step per event: nothing runs between reading the state and writing the next.
     let current = formed
     const links = new Map(members.map((member) => [member.host, member.link] as const))
@@ -69,8 +75,8 @@ export const make = (
 
     return {
       tell,
-      joined: (member, devices) =>
-        Effect.zipRight(Effect.sync(() => links.set(member.host, member.link)), tell(MembershipEvent.HostJoined({ host: entryOf(member, devices) }))),
+      joined: (member) =>
+        Effect.zipRight(Effect.sync(() => links.set(member.host, member.link)), tell(MembershipEvent.HostJoined({ host: entryOf(member) }))),
       links: () => [...links.values()],
       snapshot: () => current
     }

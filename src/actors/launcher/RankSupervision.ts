@@ -29,7 +29,7 @@ import { WorldFormed } from "../../wire/JoinMessages.ts"
 import * as Handoff from "./Handoff.ts"
 import type * as JoinGate from "./JoinGate.ts"
 import type { Listening } from "./Listen.ts"
-import { MembershipEvent, numberOf, recordOf, seatOf } from "./Membership.ts"
+import { latestEntry, MembershipEvent, numberOf, recordOf, seatOf } from "./Membership.ts"
 import type { MembershipOwner } from "./MembershipOwner.ts"
 import * as RemoteRanks from "./RemoteRanks.ts"
 import type { RunEnv } from "./RunEnv.ts"
@@ -96,9 +96,18 @@ export const supervise = (env: RunEnv, wiring: SupervisionWiring): Effect.Effect
         yield* membership.tell(MembershipEvent.Renumbered({ seat, rank }))
         const now = membership.snapshot()
         yield* control.adopt(member.host, [rank])
-        const device = recordOf(now, rank)?.device ?? "?"
+        const restarted = recordOf(now, rank)
         yield* Effect.logInfo(`rank ${old} of ${member.host} restarts as rank ${rank}: it rejoins at the next epoch boundary from the consensus weights`)
-        yield* record({ event: "world_grew", at: Date.now(), world: now.world, host: member.host, ranks: [rank], devices: [device], replaces: old })
+        yield* record({
+          event: "world_grew",
+          at: Date.now(),
+          world: now.world,
+          host: member.host,
+          ranks: [rank],
+          devices: [restarted?.device ?? "?"],
+          labels: [restarted?.label ?? "?"],
+          replaces: old
+        })
         yield* coordinator.join([rank])
         yield* coordinator.ranksDead([old], `restarted as rank ${rank}`)
         if (rendezvous !== undefined) yield* Effect.zipRight(rendezvous.lose([old], `rank ${old} restarts as rank ${rank}`), rendezvous.admit([rank]))
@@ -215,11 +224,11 @@ export const supervise = (env: RunEnv, wiring: SupervisionWiring): Effect.Effect
     /** A host admitted after formation joins the running cohort (see above). */
     const grow = (member: JoinGate.Member) =>
       Effect.gen(function*() {
-        const devices = member.ranks.map((_, slot) => member.deviceLabels[slot] ?? env.deviceLabel(member.host, slot))
-        yield* membership.joined(member, devices)
+        yield* membership.joined(member)
         const now = membership.snapshot()
+        const entry = latestEntry(now, member.host)
         yield* Effect.logInfo(`${member.host} joins the running cohort with rank(s) ${member.ranks.join(", ")}: ${now.world} rank(s) in the run`)
-        yield* record({ event: "world_grew", at: Date.now(), world: now.world, host: member.host, ranks: member.ranks, devices })
+        yield* record({ event: "world_grew", at: Date.now(), world: now.world, host: member.host, ranks: member.ranks, devices: entry?.devices ?? [], labels: entry?.labels ?? [] })
         yield* Effect.ignore(member.link.send(new WorldFormed({
           worldSize: now.world,
           hosts: now.hosts.map((each) => ({ host: each.host, ranks: each.ranks })),

@@ -17,8 +17,6 @@ import * as Effect from "effect/Effect"
 import * as Ref from "effect/Ref"
 import type * as Scope from "effect/Scope"
 import * as Agent from "../agent/Agent.ts"
-import { deviceTag } from "../agent/Devices.ts"
-import type { RankDevice } from "../rank/RankContext.ts"
 import { deadlines, netTimeoutScale, scaled } from "../../config/NetTimeouts.ts"
 import { newSalt, startToken } from "../../wire/Keys.ts"
 import { type Admission, admission as admissionFor } from "../../wire/Trust.ts"
@@ -62,8 +60,6 @@ export interface RunEnv {
   readonly phase: Effect.Effect<StatusBoard.Phase>
   /** Enter a phase: the page, `onPhase` and the journal are told. */
   readonly enter: (phase: StatusBoard.Phase) => Effect.Effect<void>
-  /** A host's device label by slot, as the plan knows it ("?" for a slot it does not). */
-  readonly deviceLabel: (host: string, slot: number) => string
 }
 
 const defaultOutput: Agent.OutputSink = (line, stream) => {
@@ -150,20 +146,9 @@ export const prepare = (
       record,
       phase: Ref.get(phase),
       enter: (next) =>
-        Effect.zipRight(Ref.set(phase, next), Effect.zipRight(Effect.sync(() => options.onPhase?.(next)), record({ event: "phase", at: Date.now(), phase: next }))),
-      deviceLabel: deviceLabels(plan)
+        Effect.zipRight(Ref.set(phase, next), Effect.zipRight(Effect.sync(() => options.onPhase?.(next)), record({ event: "phase", at: Date.now(), phase: next })))
     }
   })
-
-/** Each host's device labels by slot, looked up by host name ("?" for a slot the plan does not know). */
-const deviceLabels = (plan: Plan): (host: string, slot: number) => string => {
-  const byHost = new Map<string, ReadonlyArray<RankDevice>>()
-  for (const { devices, worker } of plan.hosts) if (!byHost.has(worker.host)) byHost.set(worker.host, devices.devices)
-  return (host, slot) => {
-    const device = byHost.get(host)?.[slot]
-    return device === undefined ? "?" : deviceTag(device)
-  }
-}
 
 /**
  * A run without `--resume` starts from scratch, and its first save replaces the checkpoint on disk, whatever

@@ -8,6 +8,7 @@
  * Pure: no clock of its own (every event carries `at`, ms since the epoch),
  * no I/O.
  */
+import * as Inventory from "./Inventory.ts"
 
 export type Phase = "waiting" | "forming" | "training" | "done" | "failed"
 
@@ -112,6 +113,21 @@ export interface RunState {
   readonly joinedAfterFormation: number
   /** The world over time, newest last: every rank the run has had, and those not lost, at formation and at each join or loss. */
   readonly worldSizes: ReadonlyArray<WorldSize>
+  /**
+   * Every admitted host's devices as its agent named them in its join ("NVIDIA H200", `cpu`), with the ranks
+   * that ran on each (see Inventory.ts); empty before formation. (Optional: an older launcher serves none.)
+   */
+  readonly inventory?: Inventory.Inventory
+  /**
+   * What the launcher is still doing after the verdict (telling the hosts, waiting out the agents' grace,
+   * ending what is left on remote hosts), while it does it; null otherwise. The verdict does not wait for it.
+   */
+  readonly cleanup?: Cleanup | null
+}
+
+export interface Cleanup {
+  readonly since: number
+  readonly detail: string
 }
 
 export interface WorldSize {
@@ -137,7 +153,13 @@ export type RunEvent =
   | { readonly event: "join_window"; readonly at: number; readonly windowRemainingMs: number; readonly capRemainingMs: number }
   | { readonly event: "host_joined"; readonly at: number; readonly host: string; readonly ranks: ReadonlyArray<number> }
   | { readonly event: "join_rejected"; readonly at: number; readonly peer: string; readonly reason: string }
-  | { readonly event: "world_formed"; readonly at: number; readonly world: number; readonly hosts: ReadonlyArray<{ readonly host: string; readonly ranks: ReadonlyArray<number>; readonly devices: ReadonlyArray<string> }> }
+  | {
+    readonly event: "world_formed"
+    readonly at: number
+    readonly world: number
+    /** Each host's ranks and, slot by slot, its devices (GPU index or `cpu`) and their labels as its agent named them. */
+    readonly hosts: ReadonlyArray<{ readonly host: string; readonly ranks: ReadonlyArray<number>; readonly devices: ReadonlyArray<string>; readonly labels: ReadonlyArray<string> }>
+  }
   | {
     readonly event: "world_grew"
     readonly at: number
@@ -145,6 +167,7 @@ export type RunEvent =
     readonly host: string
     readonly ranks: ReadonlyArray<number>
     readonly devices: ReadonlyArray<string>
+    readonly labels: ReadonlyArray<string>
     /** A restarted rank's new number: the number it ran as before. */
     readonly replaces?: number
   }
@@ -161,6 +184,9 @@ export type RunEvent =
   | { readonly event: "resources"; readonly at: number; readonly host: string; readonly samples: ReadonlyArray<{ readonly rank: number } & Omit<ResourceSample, "at">> }
   | { readonly event: "phase"; readonly at: number; readonly phase: Phase }
   | { readonly event: "verdict"; readonly at: number; readonly outcome: string; readonly exitCode: number; readonly summary: string }
+  /** After the verdict: what is left to do before the launcher exits, and when it is done. */
+  | { readonly event: "cleanup_started"; readonly at: number; readonly detail: string }
+  | { readonly event: "cleanup_done"; readonly at: number }
 
 /** Events too frequent for the `--events` file: they only move the view. */
 export const isEphemeral = (event: RunEvent): boolean =>
@@ -186,7 +212,9 @@ export const initial = (run: string, at: number): RunState => ({
   throughput: [],
   verdict: null,
   joinedAfterFormation: 0,
-  worldSizes: []
+  worldSizes: [],
+  inventory: [],
+  cleanup: null
 })
 
 /** A rank the world has just been told of: not started yet. */
@@ -303,6 +331,7 @@ const step = (state: RunState, event: RunEvent): RunState => {
         phase: "forming",
         world: event.world,
         worldSizes: withWorldSize(state, event.at, event.world, event.world),
+        inventory: event.hosts.reduce<Inventory.Inventory>((inventory, host) => Inventory.withHost(inventory, host.host, host.ranks, host.devices, host.labels), []),
         ranks: event.hosts.flatMap((host) => host.ranks.map((rank, slot) => newRank(rank, host.host, host.devices[slot]))).sort((a, b) => a.rank - b.rank)
       }
     case "world_grew": {
@@ -321,7 +350,10 @@ const step = (state: RunState, event: RunEvent): RunState => {
         world: event.world,
         joinedAfterFormation: state.joinedAfterFormation + (replaced === undefined ? event.ranks.length : 0),
         ranks: [...ranks, ...joined].sort((a, b) => a.rank - b.rank),
-        worldSizes: withWorldSize(state, event.at, event.world, alive)
+        worldSizes: withWorldSize(state, event.at, event.world, alive),
+        inventory: replaced === undefined
+          ? Inventory.withHost(state.inventory ?? [], event.host, event.ranks, event.devices, event.labels)
+          : event.ranks.reduce((inventory, rank) => Inventory.withRank(inventory, event.host, replaced.rank, rank), state.inventory ?? [])
       }
     }
     case "ranks_entered":
@@ -422,5 +454,9 @@ const step = (state: RunState, event: RunEvent): RunState => {
       return { ...state, phase: event.phase }
     case "verdict":
       return { ...state, phase: event.exitCode === 0 ? "done" : "failed", verdict: event.summary }
+    case "cleanup_started":
+      return { ...state, cleanup: { since: event.at, detail: event.detail } }
+    case "cleanup_done":
+      return { ...state, cleanup: null }
   }
 }
