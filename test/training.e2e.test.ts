@@ -6,17 +6,18 @@
  *   under `max_failure: 50%`: the run completes DEGRADED, the survivors reach
  *   the accuracy and agree on the weights, and every sample of every epoch
  *   was processed exactly once (the dead rank's one in-flight batch aside).
- * - Crossing `max_failure`: exit 1 with the consensus checkpoint written, and
- *   `--resume` carries on from it.
+ * - Crossing `max_failure` mid-epoch: exit 1 with the consensus checkpoint
+ *   written with the epoch's coverage, and `--resume` trains only the rest
+ *   of that epoch, then the next ones: each sample once across both runs.
  * - The launcher SIGKILLed: every rank and the relay are gone.
  */
 import { afterAll, describe, expect, test } from "bun:test"
-import { existsSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs"
+import { mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { fetchState, repoRoot, spawnLaunch, waitForPhase } from "./support/launch-scenario.ts"
 import { childrenOf, isGone, processState, waitFor } from "./support/processes.ts"
-import { traces } from "./support/traces.ts"
+import { batchesOf, traces } from "./support/traces.ts"
 
 const dirs: Array<string> = []
 afterAll(() => dirs.forEach((dir) => rmSync(dir, { recursive: true, force: true })))
@@ -220,36 +221,63 @@ describe("elastic training", () => {
     for (const samples of traces(dir).values()) expect(samples.size).toBe(DATASET)
   }, 60_000)
 
-  test("crossing max_failure: exit 1 with a consensus checkpoint; --resume carries on from it", async () => {
+  test("crossing max_failure mid-epoch: exit 1 with the epoch's coverage in the checkpoint; --resume trains only the rest, no sample twice", async () => {
     const { dir, file } = setUp("exceed", "1", 4, 8)
     const first = spawnLaunch(file)
     const port = await portOf(first.stderr.lines)
-    await waitForLine(first.stderr.lines, /epoch 2\/4 done/, "epoch 2 to end")
-    await waitForLine(first.stdout.lines, /:r1\] epoch 2: /, "rank 1 to finish epoch 2 (and offer its checkpoint)")
+    // Mid-epoch 2: after epoch 1 has ended (its consensus offered) and some of epoch 2 is done.
+    await waitForLine(first.stderr.lines, /epoch 1\/4 done/, "epoch 1 to end")
+    await waitFor(() => (traces(dir).get(2)?.size ?? 0) > 0, "epoch 2 to make progress", 20_000)
     process.kill(await rankPid(port, 1), "SIGKILL")
     expect(await first.proc.exited).toBe(1)
     await first.stdout.done
     expect(first.stderr.lines.at(-1)).toMatch(/run failed: .*max_failure exceeded/)
-    expect(first.stderr.lines.some((line) => /consensus checkpoint of epoch [23] written to .*checkpoint\.json/.test(line))).toBe(true)
-    const saved = JSON.parse(readFileSync(join(dir, "checkpoint.json"), "utf8")) as { epoch: number; reason: string; dead: Array<number> }
+    const path = join(dir, "checkpoint.json")
+    const saved = JSON.parse(readFileSync(path, "utf8")) as {
+      epoch: number
+      reason: string
+      dead: Array<number>
+      coverage?: { epoch: number; datasetSize: number; done: Array<{ start: number; end: number }> }
+    }
     expect(saved.reason).toBe("max_failure_exceeded")
     expect(saved.dead).toEqual([1])
-    expect(saved.epoch).toBeGreaterThanOrEqual(2)
+    expect(saved.epoch).toBe(1)
+    expect(saved.coverage?.epoch).toBe(2)
+    expect(saved.coverage?.datasetSize).toBe(DATASET)
+    const covered = new Set(saved.coverage!.done.flatMap(({ end, start }) => Array.from({ length: end - start }, (_, i) => start + i)))
+    const where = `epoch 2 at ${covered.size.toLocaleString("en-US")} of 50,000 samples done`
+    expect(first.stderr.lines.some((line) => line.includes(`consensus checkpoint written to ${path}, resuming ${where}; resume with --resume`))).toBe(true)
+    // The coverage is exactly what the ranks reported doing in epoch 2, the dead rank's last batch aside (it may not have been told).
+    const before = traces(dir).get(2)!
+    const deadLast = batchesOf(dir, 1).at(-1)!
+    for (const index of covered) expect(before.has(index)).toBe(true)
+    for (const [index, ranks] of before) {
+      if (!covered.has(index)) expect({ index, ranks, last: deadLast.epoch === 2 && deadLast.indices.includes(index) }).toEqual({ index, ranks: [1], last: true })
+    }
 
     const second = spawnLaunch(file, {}, ["--resume"])
     expect(await second.proc.exited).toBe(0)
     await second.stdout.done
-    expect(second.stderr.lines.some((line) => line.includes(`resuming from ${join(dir, "checkpoint.json")}: epoch ${saved.epoch}`))).toBe(true)
-    expect(second.stdout.lines.filter((line) => /resumed from the checkpoint of epoch/.test(line))).toHaveLength(4)
-    // The resumed run trains only the epochs after the saved one.
+    expect(second.stderr.lines.some((line) => line.includes(`resuming ${where} from ${path}`))).toBe(true)
+    expect(second.stdout.lines.filter((line) => line.includes("resumed from the checkpoint of epoch 1, part-way through epoch 2"))).toHaveLength(4)
     const epochs = second.stdout.lines.flatMap((line) => /:r0\] epoch (\d+):/.exec(line)?.[1] ?? []).map(Number)
-    expect(epochs[0]).toBe(saved.epoch + 1)
-    expect(epochs.at(-1)).toBe(4)
+    expect(epochs).toEqual([2, 3, 4])
     expect(second.stderr.lines.at(-1)).toBe("cohort: run completed")
     const { checksums, lastAccuracy } = finalLines(second.stdout.lines)
     expect(new Set(checksums).size).toBe(1)
     expect(lastAccuracy(0)).toBeGreaterThanOrEqual(95)
-    expect(existsSync(join(dir, "checkpoint.json"))).toBe(true)
+    // Both runs together: every sample of every epoch once; twice only the dead rank's last batch, done again after.
+    const seen = traces(dir)
+    expect([...seen.keys()].sort()).toEqual([1, 2, 3, 4])
+    for (const [epoch, samples] of seen) {
+      expect(samples.size).toBe(DATASET)
+      for (const [index, ranks] of samples) {
+        if (ranks.length === 1) continue
+        expect({ epoch, index, first: ranks[0] }).toEqual({ epoch: 2, index, first: 1 })
+        expect(ranks).toHaveLength(2)
+        expect(deadLast.indices).toContain(index)
+      }
+    }
   }, 90_000)
 
   test("a rank that stops beating (SIGSTOP) is declared dead after the heartbeat timeout, killed, and its work redistributed", async () => {

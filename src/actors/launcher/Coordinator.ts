@@ -13,6 +13,7 @@
  * whether the checkpoint was saved (and a written one is journalled).
  */
 import * as Clock from "effect/Clock"
+import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Ref from "effect/Ref"
@@ -92,6 +93,9 @@ type Heard = Exclude<CoordinatorEvent, { readonly _tag: "CheckpointWritten" | "E
  */
 class Settled extends Request.TaggedClass("Settled")<number | undefined, never, {}> {}
 
+/** Whether a mid-epoch cut still waits for answers, once everything told before has been handled. */
+class CutWaiting extends Request.TaggedClass("CutWaiting")<boolean, never, {}> {}
+
 /**
  * How long a clean exit waits for the rank's last reports before it is judged: they come up the relay's link,
  * the exit up the agent's, and either may arrive first.
@@ -111,6 +115,8 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
         : { epoch: options.resume.epoch, state: options.resume.state, ...(options.resume.coverage === undefined ? {} : { coverage: options.resume.coverage }) }
     }))
     const journal = options.onEvent ?? (() => Effect.void)
+    // A run stops once at most, so it has one cut at most: done once it has settled.
+    const cutSettled = yield* Deferred.make<void>()
 
     const write = (request: Extract<Instruction, { readonly _tag: "WriteCheckpoint" }>): Effect.Effect<void> =>
       Effect.suspend(() =>
@@ -149,12 +155,14 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
 
     const step = (event: CoordinatorEvent): Effect.Effect<void> =>
       Effect.gen(function*() {
-        const [instructions, next] = coordinate(yield* Ref.get(state), event)
+        const before = yield* Ref.get(state)
+        const [instructions, next] = coordinate(before, event)
         yield* Ref.set(state, next)
+        if (before.consensus.cut !== undefined && next.consensus.cut === undefined) yield* Deferred.succeed(cutSettled, undefined)
         for (const instruction of instructions) yield* execute(instruction)
       })
 
-    const actor = yield* Actor.spawn<Heard | Settled, never>({
+    const actor = yield* Actor.spawn<Heard | Settled | CutWaiting, never>({
       name: "coordinator",
       handlers: {
         Reported: step,
@@ -166,6 +174,7 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
         ExitedCleanly: step,
         Tick: step,
         StopRun: step,
+        CutWaiting: () => Effect.map(Ref.get(state), ({ consensus }: CoordinatorState) => consensus.cut !== undefined),
         Settled: () =>
           Effect.zipRight(
             Effect.flatMap(Clock.currentTimeMillis, (at) => step(CoordinatorEvent.Ending({ at }))),
@@ -189,7 +198,16 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
       join: (ranks) => hear((at) => CoordinatorEvent.Joined({ ranks, at })),
       stopRun: (why) => hear((at) => CoordinatorEvent.StopRun({ why, at })),
       // A coordinator that has stopped answers from its last state.
-      checkpointEpoch: Effect.catchTag(actor.ask(new Settled()), "ActorStopped", () => Effect.map(Ref.get(state), ({ consensus }: CoordinatorState) => consensus.written)),
+      checkpointEpoch: Effect.catchTag(
+        Effect.gen(function*() {
+          // The ranks' exits come up the agents' links, their last answers up the relays': a cut still waiting
+          // gives those a moment (as a clean exit does) before it settles with what it has.
+          if (yield* actor.ask(new CutWaiting())) yield* Effect.ignore(Effect.timeout(Deferred.await(cutSettled), Duration.millis(LAST_WORDS_MS)))
+          return yield* actor.ask(new Settled())
+        }),
+        "ActorStopped",
+        () => Effect.map(Ref.get(state), ({ consensus }: CoordinatorState) => consensus.written)
+      ),
       exitedCleanly: (rank) =>
         Effect.asVoid(Effect.forkIn(Effect.zipRight(Effect.sleep(Duration.millis(LAST_WORDS_MS)), hear((at) => CoordinatorEvent.ExitedCleanly({ rank, at }))), scope))
     }

@@ -180,26 +180,34 @@ export const training = (
       batches: (size: number) => ({
         async *[Symbol.asyncIterator]() {
           if (!Number.isInteger(size) || size < 1) throw new RankCallError(`batches(size) needs a whole number ≥ 1, got ${size}`)
-          while (true) {
-            offerCut(state, handed)
-            // A stopped rank is handed nothing more: what it has reported is all it did.
-            ensureLive()
-            if (state.offered) {
-              // Asked for its cut before its stop: out of the rounds (the others reach their own boundaries), waiting for the stop.
+          let last = 0
+          try {
+            while (true) {
+              offerCut(state, handed)
+              // A stopped rank is handed nothing more: what it has reported is all it did.
+              ensureLive()
+              if (state.offered) {
+                // Asked for its cut before its stop: out of the rounds (the others reach their own boundaries), waiting for the stop.
+                ;(await client).idle(state.epoch)
+                await until(() => false)
+              }
+              if (handed < lengthOf(state.ranges)) {
+                const batch = take(state.ranges, handed, size)
+                handed += batch.length
+                last = batch.length
+                yield batch
+                continue
+              }
+              if (state.ended) return
+              // Out of work: leave the reduction barrier until more work or the epoch's end (or a cut, or a stop).
+              state.steady = false
               ;(await client).idle(state.epoch)
-              await until(() => false)
+              while (!state.ended && handed >= lengthOf(state.ranges) && !cutAsked.has(state.epoch) && stopped === undefined) await changed.wait()
             }
-            if (handed < lengthOf(state.ranges)) {
-              const batch = take(state.ranges, handed, size)
-              handed += batch.length
-              yield batch
-              continue
-            }
-            if (state.ended) return
-            // Out of work: leave the reduction barrier until more work or the epoch's end (or a cut, or a stop).
-            state.steady = false
-            ;(await client).idle(state.epoch)
-            while (!state.ended && handed >= lengthOf(state.ranges) && !cutAsked.has(state.epoch) && stopped === undefined) await changed.wait()
+          } finally {
+            // The loop left early, at a batch just handed out: its stop (the signal seen, say) came between two steps.
+            // That batch, unreported, counts as not done.
+            offerCut(state, state.done === handed ? handed : handed - last)
           }
         }
       })
