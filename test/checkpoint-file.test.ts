@@ -11,7 +11,7 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
-import { CheckpointError, type CheckpointRecord, peek, read, write } from "../src/actors/launcher/CheckpointFile.ts"
+import { CheckpointError, type CheckpointRecord, peek, read, readToResume, resumingLine, write } from "../src/actors/launcher/CheckpointFile.ts"
 import { stringifyState } from "../src/wire/StateJson.ts"
 
 let root = ""
@@ -192,5 +192,37 @@ describe("CheckpointFile", () => {
     chmodSync(path, 0o666)
     const shared = Effect.runSync(peek(path))
     expect(shared).toEqual({ _tag: "Unreadable", reason: `is writable by every user (mode 666): \`chmod go-w ${path}\`, or remove it` })
+  })
+
+  test("a mid-epoch checkpoint keeps its coverage; a damaged one is refused naming what is wrong; an older file has none", () => {
+    const dir = freshDir()
+    const path = join(dir, "ckpt.json")
+    const coverage = { epoch: 5, datasetSize: 50_000, done: [{ start: 0, end: 12_000 }, { start: 12_500, end: 18_932 }] }
+    Effect.runSync(write(path, record({ coverage })))
+    const back = Effect.runSync(readToResume(path, 50_000))
+    expect(back.coverage).toEqual(coverage)
+    // 12,000 + 6,432 samples done.
+    expect(resumingLine("/c.json", back)).toBe("resuming epoch 5 at 18,432 of 50,000 samples done from /c.json (run run-1, saved: checkpoint)")
+    expect(failureOf(readToResume(path, 40_000)).message).toBe(
+      `checkpoint ${path}: it was taken part-way through epoch 5 of a dataset of 50,000 samples, and job.dataset_size is now 40,000: set it back to 50000 to resume from it`
+    )
+    const damaged = (bad: unknown) => {
+      writeFileSync(path, JSON.stringify({ ...record(), coverage: bad }), { mode: 0o600 })
+      return failureOf(read(path)).reason
+    }
+    const tail = ": the file is damaged; resume from another checkpoint"
+    expect(damaged({ ...coverage, epoch: 6 })).toBe(`its mid-epoch coverage.epoch is 6, but a state that finished epoch 4 is part of epoch 5${tail}`)
+    expect(damaged({ ...coverage, datasetSize: 0 })).toBe(`its mid-epoch coverage.datasetSize is 0, not a whole number ≥ 1${tail}`)
+    expect(damaged({ ...coverage, done: "all" })).toBe(`its mid-epoch coverage.done is not a list of sample ranges${tail}`)
+    expect(damaged({ ...coverage, done: [{ start: 5, end: 5 }] })).toBe(`its mid-epoch coverage.done[0] is {"start":5,"end":5}, not a range [start, end) inside [0, 50000)${tail}`)
+    expect(damaged({ ...coverage, done: [{ start: 0, end: 50_001 }] })).toBe(`its mid-epoch coverage.done[0] is {"start":0,"end":50001}, not a range [start, end) inside [0, 50000)${tail}`)
+    expect(damaged({ ...coverage, done: [{ start: 10, end: 20 }, { start: 19, end: 30 }] })).toBe(`its mid-epoch coverage.done[1] starts at 19, inside the range before it (which ends at 20)${tail}`)
+    // Ranges that touch are sound; a checkpoint of an epoch's end has no coverage, and resumes as before.
+    writeFileSync(path, JSON.stringify({ ...record(), coverage: { ...coverage, done: [{ start: 10, end: 20 }, { start: 20, end: 30 }] } }), { mode: 0o600 })
+    expect(Effect.runSync(read(path)).coverage?.done).toEqual([{ start: 10, end: 20 }, { start: 20, end: 30 }])
+    writeFileSync(path, JSON.stringify(record()), { mode: 0o600 })
+    const old = Effect.runSync(readToResume(path, 40_000))
+    expect(old.coverage).toBeUndefined()
+    expect(resumingLine("/c.json", old)).toBe("resuming from /c.json: epoch 4 of run run-1 (saved: checkpoint)")
   })
 })

@@ -26,11 +26,13 @@ import {
   adopt,
   assignedCount,
   coverage,
+  covered,
   doneCount,
   type EpochLedger,
   isComplete,
   markDead,
   plan,
+  planRest,
   remainder,
   report,
   type SampleRange,
@@ -452,3 +454,49 @@ test("an epoch with random progress, deaths and adoption ends with every sample 
   )
   for (const [shape, count] of Object.entries(seen)) expect({ shape, seen: count > 5 }).toEqual({ shape, seen: true })
 }, 20_000)
+
+/** A sample set as sorted, merged ranges, by walking a boolean array (no ledger code). */
+const rangesOfSet = (set: ReadonlyArray<boolean>): Array<SampleRange> => {
+  const ranges: Array<SampleRange> = []
+  set.forEach((inIt, sample) => {
+    if (!inIt) return
+    const last = ranges.at(-1)
+    if (last !== undefined && last.end === sample) ranges[ranges.length - 1] = { start: last.start, end: sample + 1 }
+    else ranges.push({ start: sample, end: sample + 1 })
+  })
+  return ranges
+}
+
+test("planRest and covered: a resumed epoch plans exactly what its coverage left, equally; reports, deaths and a second cut add up to every sample once", () => {
+  fc.assert(
+    fc.property(
+      fc.integer({ min: 1, max: 400 }).chain((size) => fc.tuple(fc.constant(size), fc.array(fc.boolean(), { minLength: size, maxLength: size }))),
+      ranksArb,
+      fc.array(fc.tuple(fc.nat(), fc.nat({ max: 400 })), { maxLength: 12 }),
+      ([size, done], ranks, reports) => {
+        const carried = rangesOfSet(done)
+        let ledger = planRest(3, size, ranks, carried)
+        const { assigned: timesAssigned, done: timesDone } = coverage(ledger)
+        // Every sample once: the covered ones done (and in no plan), the rest assigned to exactly one rank.
+        for (let sample = 0; sample < size; sample++) {
+          expect([timesAssigned[sample], timesDone[sample]]).toEqual([1, done[sample] ? 1 : 0])
+        }
+        for (const ranges of ledger.assigned.values()) for (const { end, start } of ranges) for (let sample = start; sample < end; sample++) expect(done[sample]).toBe(false)
+        const left = done.filter((inIt) => !inIt).length
+        expectEqualSplit(ascending(ranks).map((rank) => assignedCount(ledger, rank)), left, "planRest")
+        expect(doneCount(ledger)).toBe(size - left)
+        expect(covered(ledger)).toEqual(carried)
+        // Progress and deaths, then the cut: covered is what coverage() counts done, as merged ranges.
+        for (const [pick, count] of reports) {
+          const rank = ascending(ranks)[pick % ranks.length]!
+          ledger = pick % 5 === 4 ? markDead(ledger, rank).ledger : report(ledger, rank, count).ledger
+        }
+        const now = coverage(ledger).done
+        expect(covered(ledger)).toEqual(rangesOfSet([...now].map((times) => times === 1)))
+        expect([...now].every((times) => times <= 1)).toBe(true)
+        expect(isComplete(ledger)).toBe([...now].every((times) => times === 1))
+      }
+    ),
+    seeded(71)
+  )
+})
