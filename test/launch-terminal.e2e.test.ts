@@ -27,6 +27,7 @@ describe.skipIf(script === null)("on a terminal", () => {
     // Every cohort line starts on a cleared line while the live line is up; the table comes after the last clear.
     const afterLastClear = text.slice(text.lastIndexOf(clear) + clear.length)
     expect(afterLastClear.split("\r\n").filter(Boolean)).toEqual([
+      "inventory: localhost: 4 × cpu",
       "host       rank  device  exit  restarts  run time",
       ...[0, 1, 2, 3].map((rank) => expect.stringMatching(new RegExp(`^localhost     ${rank}  cpu     0            0 +\\d+\\.\\d s$`))),
       "cohort: run completed"
