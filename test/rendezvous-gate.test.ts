@@ -13,6 +13,9 @@ import * as PortMux from "../src/actors/launcher/PortMux.ts"
 import { newSalt, rankKey } from "../src/wire/Keys.ts"
 import * as Link from "../src/wire/Link.ts"
 import { IdFailed, IdProvided, Join, rendezvousCodec, type RendezvousMessage } from "../src/wire/RendezvousMessages.ts"
+import { generatorPreference } from "../src/actors/launcher/Formation.ts"
+import type { Plan } from "../src/actors/launcher/Plan.ts"
+import { test } from "bun:test"
 import { effect, eventually } from "./support/effect.ts"
 
 const idOf = (byte: number) => new Uint8Array(128).fill(byte)
@@ -30,7 +33,7 @@ const gateWith = (world: ReadonlyArray<number>, local: ReadonlyArray<number>) =>
       onAbsent: (ranks, reason) => Effect.sync(() => absent.push({ ranks, reason }))
     })
     const mux = yield* PortMux.start({ address: "127.0.0.1", port: 0, magicDeadlineMs: 5_000, owners: { rendezvous: gate.owner } })
-    yield* gate.begin(world, new Set(local))
+    yield* gate.begin(world, [new Set(local)])
     /** A scripted rank: its link and every message it received, in order. */
     // A rank holds its own number's key, named by its number (`as`: what it claims to be, and the key it holds).
     const rank = (rank: number, incarnation = 0, as: { readonly key: Uint8Array; readonly keyId: string } = { key: rankKey(salt, rank), keyId: String(rank) }) =>
@@ -95,6 +98,32 @@ describe("RendezvousGate growth", () => {
       yield* eventually(Effect.sync(() => absent.length === 1), "rank 1 to be reported absent", 5_000)
       expect(absent).toEqual([{ ranks: [1], reason: "did not join the NCCL rendezvous within 2000 ms of entering" }])
     }), 10_000)
+})
+
+describe("who makes the ids (the reference's choice; README: the launcher's host, else the first worker)", () => {
+  const preferred = [new Set([4, 5]), new Set([2, 3])]
+  test.each([
+    // members, generator: why
+    [[0, 1, 2, 3, 4, 5], 4, "the launcher's host's lowest live rank, though 0 is lower"],
+    [[0, 1, 2, 3, 5], 5, "another of the launcher's host's ranks when its lowest is gone"],
+    [[0, 1, 2, 3], 2, "with the launcher's host gone, the first declared worker's"],
+    [[0, 1, 3], 3, "any live rank of the first worker"],
+    [[0, 1], 0, "neither: the lowest"],
+    [[7], 7, "a lone survivor"]
+  ] as const)("members %p: rank %p (%s)", (members, generator) => {
+    expect(RendezvousGate.pickGenerator(members, preferred)).toBe(generator)
+    // Without preferences, always the lowest.
+    expect(RendezvousGate.pickGenerator(members, [])).toBe(members[0])
+  })
+
+  test("the preference comes from the plan: the in-process host's ranks, then the first declared worker's; by host name, as membership numbered them", () => {
+    const host = (name: string, start: Plan["hosts"][number]["start"]) => ({ worker: { host: name }, start }) as unknown as Plan["hosts"][number]
+    const hosts = [{ host: "gpu-b", ranks: [0, 1] }, { host: "gpu-a", ranks: [2, 3] }, { host: "launcher", ranks: [4] }]
+    // gpu-a is declared first but joined second: its ranks are 2 and 3.
+    expect(generatorPreference({ hosts: [host("gpu-a", "ssh"), host("gpu-b", "ssh"), host("launcher", "in-process")] }, hosts)).toEqual([new Set([4]), new Set([2, 3])])
+    // Every host elsewhere: no local ranks, the first worker's next.
+    expect(generatorPreference({ hosts: [host("gpu-b", "ssh"), host("gpu-a", "self")] }, hosts.slice(0, 2))).toEqual([new Set(), new Set([0, 1])])
+  })
 })
 
 describe("RendezvousGate", () => {

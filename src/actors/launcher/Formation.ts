@@ -16,7 +16,7 @@ import type * as JoinGate from "./JoinGate.ts"
 import type { Listening } from "./Listen.ts"
 import { rankRecords } from "./Membership.ts"
 import type { MembershipOwner } from "./MembershipOwner.ts"
-import type { LaunchInputError } from "./Plan.ts"
+import type { LaunchInputError, Plan } from "./Plan.ts"
 import type { RunEnv } from "./RunEnv.ts"
 
 export type Outcome = JoinGate.Formation | { readonly _tag: "Refused"; readonly error: LaunchInputError }
@@ -44,6 +44,20 @@ const freePort = (address: string): number => {
   return port
 }
 
+/**
+ * Who may make NCCL's ids, most preferred first (the reference's choice): the ranks on the launcher's own
+ * host (its agent runs in-process), then those of the first declared worker that runs ranks.
+ */
+export const generatorPreference = (
+  plan: Pick<Plan, "hosts">,
+  hosts: ReadonlyArray<{ readonly host: string; readonly ranks: ReadonlyArray<number> }>
+): ReadonlyArray<ReadonlySet<number>> => {
+  const ranksOf = (names: ReadonlySet<string>) => new Set(hosts.filter((entry) => names.has(entry.host)).flatMap((entry) => entry.ranks))
+  const local = new Set(plan.hosts.filter((host) => host.start === "in-process").map((host) => host.worker.host))
+  const first = plan.hosts[0] === undefined ? new Set<string>() : new Set([plan.hosts[0].worker.host])
+  return [ranksOf(local), ranksOf(first)]
+}
+
 /** Tell every host the world that formed; what was said is what a host joining later is told about rank 0's store. */
 export const tellWorld = (env: RunEnv, listening: Listening, membership: MembershipOwner, members: ReadonlyArray<JoinGate.Member>): Effect.Effect<WorldFormed> =>
   Effect.gen(function*() {
@@ -56,8 +70,7 @@ export const tellWorld = (env: RunEnv, listening: Listening, membership: Members
       master: { addr: plan.dialAddress, port: freePort(plan.bindAddress) }
     })
     const ranks = rankRecords(state).map(([rank]) => rank)
-    // Every rank of this version runs on the launcher's machine: any live one may generate ids.
-    if (listening.rendezvous !== undefined) yield* listening.rendezvous.begin(ranks, new Set(ranks))
+    if (listening.rendezvous !== undefined) yield* listening.rendezvous.begin(ranks, generatorPreference(plan, state.hosts))
     yield* Effect.forEach(members, (member) => Effect.ignore(member.link.send(worldFormed)), { discard: true })
     yield* env.record({
       event: "world_formed",

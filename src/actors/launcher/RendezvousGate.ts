@@ -2,7 +2,8 @@
  * RendezvousGate: the launcher's end of the rendezvous channel (backend
  * `nccl`). Every rank dials in and joins. Once every live rank has, a
  * generation starts: one rank (the generator: a rank on the launcher's own
- * host if one lives, else the lowest) is asked for a fresh NCCL unique id,
+ * host if one lives, else one of the first declared worker's, else the
+ * lowest) is asked for a fresh NCCL unique id,
  * and the id goes to every member with the members in ascending global
  * order (a member's NCCL rank is its position there).
  *
@@ -48,14 +49,26 @@ export interface RendezvousGateOptions {
   readonly onAbsent?: (ranks: ReadonlyArray<number>, reason: string) => Effect.Effect<void>
 }
 
+/**
+ * Who makes a generation's id, as the reference chooses: the first live member of the first preference
+ * that has one (the launcher's own host's ranks, then the first declared worker's), else the lowest.
+ * `members` are ascending.
+ */
+export const pickGenerator = (members: ReadonlyArray<number>, preferred: ReadonlyArray<ReadonlySet<number>>): number => {
+  for (const ranks of preferred) {
+    const found = members.find((rank) => ranks.has(rank))
+    if (found !== undefined) return found
+  }
+  return members[0]!
+}
+
 export interface RendezvousGate {
   readonly owner: Actor.ActorRef<Accepted>
   /**
    * The world has formed: these ranks may join (before, every join is
-   * refused). A live rank of `localRanks` (the launcher's own host) is
-   * preferred as the generator.
+   * refused). `preferred` orders who makes the ids (see `pickGenerator`).
    */
-  readonly begin: (world: ReadonlyArray<number>, localRanks: ReadonlySet<number>) => Effect.Effect<void>
+  readonly begin: (world: ReadonlyArray<number>, preferred: ReadonlyArray<ReadonlySet<number>>) => Effect.Effect<void>
   /** Ranks that joined the formed cohort: they may dial in now, and take part from their `grow`. */
   readonly admit: (ranks: ReadonlyArray<number>) => Effect.Effect<void>
   /** Admitted ranks enter: the cohort re-rendezvouses with them. */
@@ -76,7 +89,7 @@ export const make = (options: RendezvousGateOptions): Effect.Effect<RendezvousGa
     const live = new Set<number>()
     /** Admitted, not yet grown: may dial in, not yet members. */
     const admitted = new Set<number>()
-    let localRanks: ReadonlySet<number> = new Set()
+    let preferred: ReadonlyArray<ReadonlySet<number>> = []
     const links = new Map<number, RendezvousLink>()
     const history: Array<Generation> = []
     let formed: Generation | undefined
@@ -103,7 +116,7 @@ export const make = (options: RendezvousGateOptions): Effect.Effect<RendezvousGa
       if (failed || forming !== undefined || formed !== undefined || live.size === 0) return Effect.void
       if (![...live].every((rank) => links.has(rank))) return Effect.void
       const members = [...live].sort((a, b) => a - b)
-      const generator = members.find((rank) => localRanks.has(rank)) ?? members[0]!
+      const generator = pickGenerator(members, preferred)
       const generation = next++
       return Effect.gen(function*() {
         const id = yield* Deferred.make<Uint8Array, string>()
@@ -197,10 +210,10 @@ export const make = (options: RendezvousGateOptions): Effect.Effect<RendezvousGa
 
     return {
       owner,
-      begin: (world, local) =>
+      begin: (world, order) =>
         serial(Effect.gen(function*() {
           for (const rank of world) live.add(rank)
-          localRanks = local
+          preferred = order
           yield* advance
         })),
       admit: (ranks) => serial(Effect.sync(() => ranks.forEach((rank) => admitted.add(rank)))),
