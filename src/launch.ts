@@ -28,6 +28,7 @@ import { detectRole, RoleError, roleVariables } from "./actors/Role.ts"
 import { type ClusterConfig, parseCluster } from "./config/ClusterConfig.ts"
 import { ConfigError } from "./config/ConfigError.ts"
 import { netTimeoutScale } from "./config/NetTimeouts.ts"
+import { requestedLogLevel } from "./config/LogVerbosity.ts"
 import { ConfigErrors } from "./config/Yaml.ts"
 import * as Log from "./cli/logger.ts"
 import { fairScheduler } from "./actors/FairScheduler.ts"
@@ -56,6 +57,7 @@ export const checkEnvironment = Effect.suspend((): Effect.Effect<void, RoleError
   }
   try {
     netTimeoutScale()
+    requestedLogLevel()
     return Effect.void
   } catch (error) {
     return Effect.fail(new LaunchInputError({ problems: [(error as Error).message] }))
@@ -136,7 +138,9 @@ export const planCluster = (input: ClusterInput, options: InputOptions = {}): Ef
       onLeft: (error) => Effect.fail(typeof input === "string" ? new LaunchInputError({ problems: error.problems.map((problem) => `${input}: ${problem}`) }) : error),
       onRight: (plan) => {
         const problems = options.checkPlan?.(plan) ?? []
-        return problems.length === 0 ? Effect.succeed(plan) : Effect.fail(new LaunchInputError({ problems }))
+        if (problems.length > 0) return Effect.fail(new LaunchInputError({ problems }))
+        // What the plan decided that the file did not say outright, said as the file's own notes are.
+        return Effect.as(Effect.forEach(plan.notes, (note) => Effect.logWarning(typeof input === "string" ? `${input}: ${note}` : note), { discard: true }), plan)
       }
     }))
 

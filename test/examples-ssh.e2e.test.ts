@@ -78,18 +78,20 @@ describe.skipIf(suite.unavailable !== undefined)("examples/two-hosts.yml over ss
     expect(new Set(final.map((line) => line.replace(/^\[[^\]]*\] /, ""))).size).toBe(1)
   }, 90_000)
 
-  test("the words after -- reach every remote rank's argv unchanged", async () => {
+  test("the words after -- reach every remote rank's argv unchanged; -v reaches the agents, relays and ranks there", async () => {
     const words = ["a b", "it's", "\"double\"", "$HOME", "*", "back\\slash", "--x=1 2", "; echo no"]
     const job = JSON.stringify({ command: [process.execPath, "test/fixtures/torchrun-env-fixture.ts"], args: ["--first"] })
-    const launch = twoHosts("args", ["--set", `job=${job}`, "--", ...words])
+    const launch = twoHosts("args", ["--set", `job=${job}`, "-v", "--", ...words])
     const code = await finished(launch)
     expect(launch.stderr.lines.at(-1), transcript(launch)).toBe("cohort: run completed")
     expect(code).toBe(0)
     const seen = launch.stdout.lines.flatMap((line) => {
       const match = /^\[(node-[ab]):cpu:r(\d)\] (\{.*\})$/.exec(line)
-      return match === null ? [] : [[match[1], Number(match[2]), JSON.parse(match[3]!).args] as const]
+      return match === null ? [] : [[match[1], Number(match[2]), JSON.parse(match[3]!)] as const]
     }).sort((a, b) => a[1] - b[1])
     expect(seen.map(([host]) => host).sort(), transcript(launch)).toEqual(["node-a", "node-a", "node-b", "node-b"])
-    for (const [, , args] of seen) expect(args).toEqual(["--first", ...words])
+    for (const [, , env] of seen) expect(env.args).toEqual(["--first", ...words])
+    // The level travels through ssh (whose session carries none of the launcher's environment).
+    for (const [, , env] of seen) expect(env.COHORT_LOG_LEVEL).toBe("debug")
   }, 90_000)
 })

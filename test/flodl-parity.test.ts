@@ -6,7 +6,9 @@ import { describe, expect, test } from "bun:test"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as Logger from "effect/Logger"
-import { describePlan, hostRunSpec, makePlan, type Plan } from "../src/actors/launcher/Plan.ts"
+import { hostname } from "node:os"
+import { join } from "node:path"
+import { describePlan, hostRunSpec, makePlan, type Plan, windowRules, worldText } from "../src/actors/launcher/Plan.ts"
 import { preflight } from "../src/actors/launcher/Preflight.ts"
 import { batchModeWarning, sshCommand } from "../src/actors/launcher/SshFanOut.ts"
 import { type ClusterConfig, parseCluster, type Worker } from "../src/config/ClusterConfig.ts"
@@ -194,5 +196,73 @@ describe("flodl's key names", () => {
       "cluster.yml: workers[0].local_devices (line 4, col 36): local_devices is flodl's name for devices, which is given too: keep one of them",
       "cluster.yml: workers[0].nccl_socket_ifname (line 4, col 56): env sets NCCL_SOCKET_IFNAME to ib0 and nccl_socket_ifname says eth0: keep one of them"
     ])
+  })
+})
+
+describe("the launcher's own host runs its agent in-process, ssh: or not", () => {
+  test("its name, localhost and a loopback address are this machine: the ssh: block is not used, and a note says so", async () => {
+    const name = hostname()
+    const { config } = await load([
+      "workers:",
+      `  - { host: ${name}, devices: 1, ssh: { user: ops } }`,
+      "  - { host: 127.0.0.1, devices: 1, ssh: { user: ops, port: 2222 } }",
+      "  - { host: node-b, devices: 1, ssh: { user: ops } }",
+      "  - { host: localhost, devices: 1, agent: ssh }",
+      "controller: { host: 10.0.0.1 }",
+      entry
+    ].join("\n"))
+    const plan = planOf(config)
+    expect(plan.hosts.map((host) => [host.worker.host, host.start])).toEqual([[name, "in-process"], ["127.0.0.1", "in-process"], ["node-b", "ssh"], ["localhost", "ssh"]])
+    expect(plan.notes).toEqual([
+      `workers[0].ssh: ${name} is this machine: its agent runs inside the launcher and ssh: is not used (agent: ssh to go through ssh anyway)`,
+      "workers[1].ssh: 127.0.0.1 is this machine: its agent runs inside the launcher and ssh: is not used (agent: ssh to go through ssh anyway)"
+    ])
+  })
+
+  test("so a tunnel there is refused, as the reference refuses it", async () => {
+    const plan = makePlan((await load(`workers:\n  - { host: localhost, devices: 1, tunnel: true, ssh: { user: ops } }\n${entry}\n`)).config)
+    expect(Either.isLeft(plan) ? plan.left.problems : []).toEqual(["workers[0].tunnel: localhost is this machine: its agent runs inside the launcher, there is nothing to tunnel"])
+  })
+})
+
+describe("devices: all on another host, resolved there when it joins", () => {
+  const file = [
+    "workers:",
+    "  - { host: localhost, devices: 2 }",
+    "  - { host: gpu-b, devices: all, path: work/run }",
+    "  - { host: gpu-c, devices: 1 }",
+    "controller: { host: 10.0.0.1 }",
+    "job: { command: [python3, train.py] }"
+  ].join("\n")
+
+  test("is accepted: the world and the later hosts' numbers wait for the join; every host is the quorum and the target", async () => {
+    const plan = planOf((await load(file)).config)
+    expect(plan.world).toBeUndefined()
+    expect(plan.knownRanks).toBe(3)
+    expect(plan.hosts.map((host) => [host.worker.host, host.devices?.devices.length, host.firstRank])).toEqual([["localhost", 2, 0], ["gpu-b", undefined, 2], ["gpu-c", 1, undefined]])
+    // At least one rank from gpu-b: 2 + 1 + 1.
+    expect(windowRules(plan)).toEqual({ minRanks: 4, targetRanks: undefined, everyHostForQuorum: true, everyHostForTarget: true })
+    expect(worldText(plan)).toBe("3 rank(s) and every GPU of gpu-b")
+  })
+
+  test("min_ranks and target_ranks the file gives still count in ranks", async () => {
+    const plan = planOf((await load(file.replace("controller: { host: 10.0.0.1 }", "controller: { host: 10.0.0.1, join: { min_ranks: 3, target_ranks: 8 } }"))).config)
+    expect(windowRules(plan)).toEqual({ minRanks: 3, targetRanks: 8, everyHostForQuorum: false, everyHostForTarget: false })
+  })
+
+  test("--dry-run: resolved when the host joins; numbers after it and the world size said as not known yet; a relative path from the login directory", async () => {
+    const lines = describePlan(planOf((await load(file)).config)).split("\n")
+    expect(lines[0]).toBe("run cluster: 3 rank(s) and every GPU of gpu-b on 3 host(s)")
+    expect(lines[2]).toStartWith("join window: min every host (4+ ranks), target every host, ")
+    expect(lines).toContain("  [gpu-b:all] in ~/work/run: devices: all, resolved when the host joins: one rank per GPU its agent finds there")
+    expect(lines).toContain("  [localhost:cpu:r1] in " + join(import.meta.dir, "..") + ": python3 train.py")
+    expect(lines).toContain("  [gpu-c:cpu:r?] in ~: python3 train.py")
+    const gpuC = lines.slice(lines.indexOf("  [gpu-c:cpu:r?] in ~: python3 train.py"))
+    expect(gpuC).toContain("      RANK=<numbered when the hosts join>")
+    expect(gpuC).toContain("      WORLD_SIZE=<counted when every host has joined>")
+    expect(gpuC).toContain("      LOCAL_RANK=0")
+    // The first host's numbers are known: hosts join in declaration order.
+    const localhost = lines.slice(lines.indexOf("  [localhost:cpu:r0] in " + join(import.meta.dir, "..") + ": python3 train.py"))
+    expect(localhost).toContain("      RANK=0")
   })
 })

@@ -147,6 +147,28 @@ describe("joinVerdict: the table", () => {
       .toEqual({ _tag: "Failed", reason: "operator start not received (POST /start) within 5000 ms" })
   })
 
+  test("a host that counts its devices only when it joins (devices: all elsewhere): every declared host is the quorum and the target", () => {
+    // 2 ranks known elsewhere plus one unresolved host bringing at least one: min 3, no rank target.
+    const rules: JoinRules = { minRanks: 3, targetRanks: undefined, timeoutMs: 1_000, maxTimeoutMs: 5_000, start: "auto", everyHostForQuorum: true, everyHostForTarget: true }
+    const at = (joinedRanks: number, missing: ReadonlyArray<string>, elapsedMs: number) => joinVerdict(rules, { joinedRanks, elapsedMs, rejected: 0, startArmed: false, missing })
+    // Every host in: formed at once, whatever the unresolved one brought.
+    expect(at(10, [], 5)).toEqual({ _tag: "Formed", ranks: 10 })
+    expect(at(3, [], 5)).toEqual({ _tag: "Formed", ranks: 3 })
+    // Enough ranks but a host missing: neither target nor quorum, open through the window and its grace.
+    expect(at(10, ["gpu-b"], 5)).toEqual({ _tag: "Open" })
+    expect(at(10, ["gpu-b"], 4_999)).toEqual({ _tag: "Open" })
+    expect(at(10, ["gpu-b"], 5_000)).toEqual({ _tag: "Failed", reason: "quorum not met: every declared host (10 rank(s) joined) (never joined: gpu-b)" })
+    // Under a manual start the quorum is every host too, and only the operator's word forms.
+    const manual: JoinRules = { ...rules, start: "manual" }
+    expect(joinVerdict(manual, { joinedRanks: 10, elapsedMs: 5, rejected: 0, startArmed: false, missing: [] })).toEqual({ _tag: "Open" })
+    expect(joinVerdict(manual, { joinedRanks: 10, elapsedMs: 5, rejected: 0, startArmed: true, missing: ["gpu-b"] })).toEqual({ _tag: "Open" })
+    expect(joinVerdict(manual, { joinedRanks: 10, elapsedMs: 5, rejected: 0, startArmed: true, missing: [] })).toEqual({ _tag: "Formed", ranks: 10 })
+    // A min_ranks the file gives stands alone: the target is still every host, the quorum forms after the window without them.
+    const withMin: JoinRules = { ...rules, minRanks: 2, everyHostForQuorum: false }
+    expect(joinVerdict(withMin, { joinedRanks: 2, elapsedMs: 5, rejected: 0, startArmed: false, missing: ["gpu-b"] })).toEqual({ _tag: "Open" })
+    expect(joinVerdict(withMin, { joinedRanks: 2, elapsedMs: 1_000, rejected: 0, startArmed: false, missing: ["gpu-b"] })).toEqual({ _tag: "Formed", ranks: 2 })
+  })
+
   test("a flood limit of the rules' own (the gate's) replaces 1024: at it the window fails, one below it stays open", () => {
     const rules: JoinRules = { floodLimit: 3, minRanks: 2, targetRanks: undefined, timeoutMs: 1_000, maxTimeoutMs: 2_000, start: "auto" }
     const rejected = (count: number) => joinVerdict(rules, { joinedRanks: 0, elapsedMs: 10, rejected: count, startArmed: false })

@@ -154,7 +154,7 @@ describe("the launch arguments around the quick form", () => {
   }
 
   test("valued flags take the next word or =VALUE; torchrun's underscore spelling is understood; -- ends cohort's own flags", () => {
-    const parsed = parseLaunchArgs(["--nproc_per_node=4", "--policy", "elastic:25%", "--set", "job.epochs=2", "--set=failure_policy.grace=1s", "--", "python3", "x.py", "--dry-run", "-n", "9"])
+    const parsed = parseLaunchArgs(["--nproc_per_node=4", "-v", "--policy", "elastic:25%", "--set", "job.epochs=2", "--set=failure_policy.grace=1s", "--", "python3", "x.py", "--dry-run", "-n", "9", "-v"])
     expect(parsed).toEqual({
       _tag: "Run",
       args: {
@@ -163,6 +163,7 @@ describe("the launch arguments around the quick form", () => {
         resume: false,
         sync: false,
         quiet: false,
+        verbose: true,
         fromSlurm: false,
         ranks: undefined,
         logDir: undefined,
@@ -171,7 +172,7 @@ describe("the launch arguments around the quick form", () => {
         policy: "elastic:25%",
         ranksPerHost: "4",
         hosts: undefined,
-        rest: ["python3", "x.py", "--dry-run", "-n", "9"]
+        rest: ["python3", "x.py", "--dry-run", "-n", "9", "-v"]
       }
     })
   })
@@ -234,9 +235,9 @@ describe("bun run launch, the quick form", () => {
     expect(plan).toContain(`  [localhost:cpu:r2] in ${root}: sh -c 'echo $RANK' 'x y'`)
   }, 30_000)
 
-  test("a real run: every rank runs the program with the words after -- exactly as given", async () => {
+  test("a real run: every rank runs the program with the words after -- exactly as given; -v turns the whole run up to debug", async () => {
     const words = ["a b", "it's", "\"quoted\"", "$HOME", "--lr=0.1"]
-    const ran = await launch(["-n", "2", "--", process.execPath, "test/fixtures/torchrun-env-fixture.ts", ...words])
+    const ran = await launch(["-n", "2", "-v", "--", process.execPath, "test/fixtures/torchrun-env-fixture.ts", ...words])
     expect(ran.code, transcript(ran)).toBe(0)
     expect(ran.stderr.trimEnd().split("\n").at(-1)).toBe("cohort: run completed")
     const seen = ran.stdout.trimEnd().split("\n").map((line) => {
@@ -244,10 +245,12 @@ describe("bun run launch, the quick form", () => {
       expect(match, transcript(ran)).not.toBeNull()
       return [Number(match![1]), JSON.parse(match![2]!)] as const
     }).sort((a, b) => a[0] - b[0])
-    expect(seen.map(([rank, env]) => [rank, env.RANK, env.WORLD_SIZE, env.args])).toEqual([
-      [0, "0", "2", words],
-      [1, "1", "2", words]
+    expect(seen.map(([rank, env]) => [rank, env.RANK, env.WORLD_SIZE, env.args, env.COHORT_LOG_LEVEL])).toEqual([
+      [0, "0", "2", words, "debug"],
+      [1, "1", "2", words, "debug"]
     ])
+    // A debug line of the launcher's own (a command: job has no relay to hear from).
+    expect(ran.stderr).toMatch(/^cohort: listening on 127\.0\.0\.1:\d+$/m)
   }, 30_000)
 
   test("a quick form whose plan cannot run here still prints its file, then says why: exit 2", async () => {

@@ -5,8 +5,8 @@
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
-import { tmpdir } from "node:os"
-import { join } from "node:path"
+import { tmpdir, userInfo } from "node:os"
+import { isAbsolute, join, relative } from "node:path"
 import { judge } from "../src/actors/launcher/Preflight.ts"
 import { ABI_VERSION } from "../src/native/library.ts"
 import { repoRoot, spawnLaunch } from "./support/launch-scenario.ts"
@@ -57,8 +57,12 @@ const commandLines = (): Array<string> =>
   })
 
 describe.skipIf(unavailable !== undefined)("ssh fan-out", () => {
-  test("a host reached over ssh runs its ranks; the salt is in no argv", async () => {
-    const launch = spawnLaunch(clusterFile(sshWorker()))
+  test("a host reached over ssh runs its ranks from a path relative to the login directory; the salt is in no argv", async () => {
+    // The sshd logs this user in at their home: a relative path names the checkout from there, entered once
+    // (flodl's convention; the preflight and the agent each entering it failed with "No such file or directory").
+    const fromHome = relative(userInfo().homedir, repoRoot)
+    expect(isAbsolute(fromHome)).toBe(false)
+    const launch = spawnLaunch(clusterFile(sshWorker({ path: fromHome })))
     const seen: Array<string> = []
     const watching = setInterval(() => seen.push(...commandLines().filter((line) => /cohort|agent\.ts|rank\.|relay\./.test(line))), 100)
     const code = await launch.proc.exited
@@ -142,6 +146,11 @@ describe.skipIf(unavailable !== undefined)("ssh fan-out", () => {
     expect(judge(worker, `bun b\nlock ff\nnative built\nabi ${ABI_VERSION}\n`, "ff").problems).toEqual([])
     const gpuWorker = { ...worker, devices: { _tag: "Indices" as const, indices: [0, 3] } }
     expect(judge(gpuWorker, "bun b\nlock ff\nnative built\ngpus 0,1\n", "ff").problems).toEqual(["h: has no GPU 3 (nvidia-smi lists 0, 1); fix workers[].devices for h"])
+    // devices: all is the agent's to resolve there: refused only when nvidia-smi answers with none.
+    const allWorker = { ...worker, devices: { _tag: "All" as const } }
+    expect(judge(allWorker, "bun b\nlock ff\nnative built\ngpus \n", "ff").problems).toEqual(["h: has devices: all, but nvidia-smi lists no GPU there; give a number of CPU ranks or the GPU indices for h"])
+    expect(judge(allWorker, "bun b\nlock ff\nnative built\ngpus 0,1\n", "ff").problems).toEqual([])
+    expect(judge(allWorker, "bun b\nlock ff\nnative built\ngpus unknown\n", "ff").problems).toEqual([])
     expect(judge(gpuWorker, "bun b\nlock ff\nnative built\ngpus unknown\nleftovers 2\n", "ff")).toEqual({
       problems: [],
       notes: ["h: ended 2 agent(s) of this run left behind by an earlier launcher"]

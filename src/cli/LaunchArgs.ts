@@ -10,7 +10,7 @@
  */
 
 export const usage = `usage: bun run launch <cluster.yml> [--dry-run] [--resume] [--sync]
-                  [--quiet] [--ranks 0,3] [--log-dir DIR] [--events FILE]
+                  [--quiet] [-v] [--ranks 0,3] [--log-dir DIR] [--events FILE]
                   [--set PATH=VALUE]... [--policy POLICY] [--from-slurm] [-- ARGS...]
        bun run launch --nproc-per-node N [--hosts A:N,B:N] [options] -- PROGRAM [ARGS...]
 
@@ -22,6 +22,8 @@ supervised under the file's failure_policy.
                    .cohort/checkpoints/<name>.json): epochs start after the saved one
   --sync           copy this checkout to every ssh host's path first (rsync, else tar over ssh)
   --quiet          show only cohort's own lines, and a dead rank's last lines
+  -v, --verbose    cohort's debug lines too, from the launcher, every agent and relay
+                   (COHORT_LOG_LEVEL=debug, which the ranks' env gets as well)
   --ranks 0,3      show only these ranks' lines
   --log-dir DIR    also write each rank's, relay's and agent's lines to a file of its own in DIR
   --events FILE    write every join, death, restart, decision and the verdict as JSON lines
@@ -54,6 +56,8 @@ export interface LaunchArgs {
   readonly resume: boolean
   readonly sync: boolean
   readonly quiet: boolean
+  /** `-v`/`--verbose`: COHORT_LOG_LEVEL=debug for the whole run. */
+  readonly verbose: boolean
   readonly ranks: ReadonlyArray<number> | undefined
   readonly logDir: string | undefined
   readonly events: string | undefined
@@ -70,8 +74,10 @@ export interface LaunchArgs {
 
 export type Parsed = { readonly _tag: "Help" } | { readonly _tag: "Run"; readonly args: LaunchArgs } | { readonly _tag: "Refused"; readonly problem: string }
 
-const switches: Record<string, "dryRun" | "resume" | "sync" | "quiet" | "fromSlurm"> = {
+const switches: Record<string, "dryRun" | "resume" | "sync" | "quiet" | "verbose" | "fromSlurm"> = {
   "--dry-run": "dryRun",
+  "--verbose": "verbose",
+  "-v": "verbose",
   "--resume": "resume",
   "--sync": "sync",
   "--quiet": "quiet",
@@ -98,7 +104,7 @@ export const parseLaunchArgs = (argv: ReadonlyArray<string>): Parsed => {
   const own = dashes === -1 ? argv : argv.slice(0, dashes)
   const rest = dashes === -1 ? undefined : argv.slice(dashes + 1)
   if (own.includes("--help") || own.includes("-h")) return { _tag: "Help" }
-  const flags = { dryRun: false, resume: false, sync: false, quiet: false, fromSlurm: false }
+  const flags = { dryRun: false, resume: false, sync: false, quiet: false, verbose: false, fromSlurm: false }
   const values = new Map<string, string>()
   const sets: Array<string> = []
   const files: Array<string> = []

@@ -29,6 +29,7 @@ import { type AgentLaunch, isSaltHex, parseDevices, parseEndpoint, readAgentSpec
 import { resolveDevices } from "../actors/agent/Devices.ts"
 import { roleVariables } from "../actors/Role.ts"
 import { deadlines, netTimeoutScale, scaled } from "../config/NetTimeouts.ts"
+import { requestedLogLevel } from "../config/LogVerbosity.ts"
 import { dieWithParent } from "../native/library.ts"
 import { VERSION } from "../version.ts"
 import { saltFromHex } from "../wire/Keys.ts"
@@ -133,6 +134,7 @@ if (specText !== undefined && dieWithParent(process.ppid) === "parent-gone") pro
 let scale = 1
 try {
   scale = netTimeoutScale()
+  requestedLogLevel()
 } catch (error) {
   fail((error as Error).message)
 }

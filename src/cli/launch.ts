@@ -52,6 +52,8 @@ if (parsed._tag === "Help") {
 }
 if (parsed._tag === "Refused") fail(parsed.problem)
 const args = (parsed as Extract<typeof parsed, { _tag: "Run" }>).args
+// The whole run's level: the launcher's logger reads it, and every agent, relay and rank is given it.
+if (args.verbose) process.env.COHORT_LOG_LEVEL = "debug"
 
 // Every mistake on the command line at once: where the run writes (probed, nothing made yet), the file, the overrides.
 const problems: Array<string> = [
@@ -130,15 +132,18 @@ const restarts = (strategy: Strategy): boolean =>
 
 /** `--ranks` against the plan: a rank the world can never have is a mistake; one a restart or a newcomer may get, a note. */
 const checkPlan = (plan: Plan): ReadonlyArray<string> => {
-  const absent = (args.ranks ?? []).filter((rank) => rank >= plan.world)
+  // A world counted only as hosts join (devices: all elsewhere) has no bound to hold --ranks to yet.
+  if (plan.world === undefined) return []
+  const size = plan.world
+  const absent = (args.ranks ?? []).filter((rank) => rank >= size)
   if (absent.length === 0) return []
   const ranks = `rank${absent.length === 1 ? "" : "s"} ${absent.join(", ")}`
-  const world = `the world has ranks 0 to ${plan.world - 1} (${plan.world} rank(s) on ${plan.hosts.length} host(s))`
+  const world = `the world has ranks 0 to ${size - 1} (${size} rank(s) on ${plan.hosts.length} host(s))`
   if (plan.config.controller.join.afterFormation === "accept" || restarts(plan.config.failurePolicy.strategy)) {
     say(`cohort: --ranks ${args.ranks!.join(",")}: ${world}; ${ranks} will show only if a restarted rank or a newcomer gets that number`)
     return []
   }
-  return [`--ranks ${args.ranks!.join(",")}: ${world}, so ${ranks} never run${absent.length === 1 ? "s" : ""}: give numbers from 0 to ${plan.world - 1}`]
+  return [`--ranks ${args.ranks!.join(",")}: ${world}, so ${ranks} never run${absent.length === 1 ? "s" : ""}: give numbers from 0 to ${size - 1}`]
 }
 
 const shellWord = (word: string) => (/^[\w@%+=:,./-]+$/.test(word) ? word : `'${word.replaceAll("'", "'\\''")}'`)

@@ -7,6 +7,7 @@ import * as Cause from "effect/Cause"
 import * as Layer from "effect/Layer"
 import * as Logger from "effect/Logger"
 import * as LogLevel from "effect/LogLevel"
+import { requestedLogLevelOr } from "../config/LogVerbosity.ts"
 
 const render = (message: unknown): string =>
   Array.isArray(message) ? message.map(render).join(" ") : typeof message === "string" ? message : String(message)
@@ -25,8 +26,8 @@ export const lineLogger = (prefix: string, write: (text: string) => void = toStd
 
 /**
  * Replace Effect's default logger with `lineLogger`, showing `minimum` and
- * above. A relay or rank logs with no prefix of its own: its agent prefixes
+ * above (by default what COHORT_LOG_LEVEL asks for, else info). A relay or rank logs with no prefix of its own: its agent prefixes
  * every line it forwards.
  */
-export const layer = (minimum: LogLevel.LogLevel = LogLevel.Info, prefix = "cohort: ", write: (text: string) => void = toStderr) =>
+export const layer = (minimum: LogLevel.LogLevel = requestedLogLevelOr(LogLevel.Info), prefix = "cohort: ", write: (text: string) => void = toStderr) =>
   Layer.merge(Logger.replace(Logger.defaultLogger, lineLogger(prefix, write)), Logger.minimumLogLevel(minimum))

@@ -12,6 +12,7 @@ import { detectRole, roleVariables } from "../actors/Role.ts"
 import { deadlines, netTimeoutScale, scaled } from "../config/NetTimeouts.ts"
 import { dieWithParent } from "../native/library.ts"
 import * as Log from "./logger.ts"
+import { relayLogLevel, requestedLogLevelOr } from "../config/LogVerbosity.ts"
 
 const role = detectRole(process.env)
 if (Either.isLeft(role) || role.right._tag !== "Relay") {
@@ -44,6 +45,6 @@ const program = Relay.run(spec, hostKey, handshakeMs).pipe(
   Effect.scoped,
   Effect.as(0),
   Effect.catchAll((error) => Effect.as(Effect.logError(error.message), 1)),
-  Effect.provide(Log.layer(LogLevel.Warning, ""))
+  Effect.provide(Log.layer(relayLogLevel(requestedLogLevelOr(LogLevel.Warning)), ""))
 )
 process.exit(await Effect.runPromise(program))

@@ -28,7 +28,7 @@ export interface RankPlacement {
 const scrubbedKeys = ["ROCR_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"]
 
 /** cohort's variables that are the user's knobs, not its internals: they reach every process. */
-const userKnobs = ["COHORT_NET_TIMEOUT_SCALE", "COHORT_NATIVE_LIB", "COHORT_CUDART_LIB", "COHORT_NCCL_LIB"]
+const userKnobs = ["COHORT_NET_TIMEOUT_SCALE", "COHORT_LOG_LEVEL", "COHORT_NATIVE_LIB", "COHORT_CUDART_LIB", "COHORT_NCCL_LIB"]
 
 export const scrub = (env: Readonly<Record<string, string | undefined>>): Record<string, string> => {
   const out: Record<string, string> = {}

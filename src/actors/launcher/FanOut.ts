@@ -15,6 +15,7 @@ import * as Effect from "effect/Effect"
 import type * as Fiber from "effect/Fiber"
 import type * as Scope from "effect/Scope"
 import type { Worker } from "../../config/ClusterConfig.ts"
+import { LOG_LEVEL_VARIABLE } from "../../config/LogVerbosity.ts"
 import * as Agent from "../agent/Agent.ts"
 import { formatDevices, writeAgentSpec } from "../agent/AgentSpec.ts"
 import { VERSION } from "../../version.ts"
@@ -56,6 +57,7 @@ export const fanOut = (
         lockHash,
         graceMs: env.graceMs,
         netTimeoutScale: env.scale,
+        logLevel: process.env[LOG_LEVEL_VARIABLE],
         tunnelPort: worker.tunnel ? port : undefined,
         // The agent there prefixes its ranks' and relay's lines, and its own say `cohort agent <host>:`.
         output: env.output
@@ -74,7 +76,8 @@ export const fanOut = (
           return Effect.mapError(
             Agent.run({
               host: worker.host,
-              devices,
+              // The plan probed this machine's devices itself: only another host's `all` waits for its join.
+              devices: devices!,
               controller: { host: plan.dialAddress, port },
               salt: admission.mode === "open" ? undefined : env.salt,
               version: VERSION,
@@ -94,7 +97,9 @@ export const fanOut = (
               controller: { host: worker.tunnel ? "127.0.0.1" : plan.remoteDialAddress, port },
               saltHex,
               devices: worker.devices,
-              path: worker.path
+              // The session's shell has entered workers[].path already (from the login directory): the agent
+              // runs there, and a relative path resolved again from inside it would name another folder.
+              path: "."
             })),
             session.ended
           )

@@ -24,7 +24,7 @@ import type { Handoff } from "./Handoff.ts"
 import * as JoinGate from "./JoinGate.ts"
 import { ranksOf } from "./Membership.ts"
 import type { MembershipOwner } from "./MembershipOwner.ts"
-import { hostRunSpec, type Plan } from "./Plan.ts"
+import { hostRunSpec, type Plan, windowRules, worldText } from "./Plan.ts"
 import * as PortMux from "./PortMux.ts"
 import type { RankSupervision } from "./RankSupervision.ts"
 import * as RendezvousGate from "./RendezvousGate.ts"
@@ -71,13 +71,13 @@ export const listen = (env: RunEnv, later: Later): Effect.Effect<Listening, Port
     const lateArrivals = yield* Queue.unbounded<JoinGate.Member>()
     const gate = yield* JoinGate.make({
       rules: {
-        minRanks: join.minRanks ?? plan.world,
-        targetRanks: join.targetRanks,
+        ...windowRules(plan),
         timeoutMs: join.timeoutMs,
         maxTimeoutMs: join.maxTimeoutMs,
         start: join.start
       },
-      declared: new Map(plan.hosts.map(({ devices, worker }) => [worker.host, devices.devices.length])),
+      // A host that resolves `devices: all` there may bring any number.
+      declared: new Map(plan.hosts.map(({ devices, worker }) => [worker.host, devices?.devices.length])),
       admission: env.admission,
       specFor: (host) => hostRunSpec(config, host, env.heartbeatTimeoutMs),
       salt: env.salt,
@@ -140,7 +140,7 @@ export const listen = (env: RunEnv, later: Later): Effect.Effect<Listening, Port
     const page = `http://${urlHost(pageAddress(plan))}:${mux.port}/`
     yield* Effect.logInfo(
       `${config.name}: listening on ${plan.bindAddress}:${mux.port} (run ${env.runId}; live page: ${page} ; bun run status); ` +
-        `waiting for ${plan.world} rank(s) on ${plan.hosts.length} host(s)`
+        `waiting for ${worldText(plan)} on ${plan.hosts.length} host(s)`
     )
     yield* record({ event: "listening", at: Date.now(), address: plan.bindAddress, port: mux.port })
     yield* env.registration.listening({ address: plan.dialAddress, port: mux.port, page })

@@ -9,7 +9,7 @@
  */
 import { existsSync, statSync } from "node:fs"
 import { hostname, networkInterfaces } from "node:os"
-import { resolve } from "node:path"
+import { isAbsolute, resolve } from "node:path"
 import * as Data from "effect/Data"
 import * as Either from "effect/Either"
 import { type ClusterConfig, runsNothing, type Worker } from "../../config/ClusterConfig.ts"
@@ -34,10 +34,13 @@ export type AgentStart = "in-process" | "ssh" | "self"
 export interface HostPlan {
   readonly worker: Worker
   readonly start: AgentStart
-  /** Probed here for this machine; as declared for the others. */
-  readonly devices: HostDevices
-  /** The first of the host's ranks, if hosts join in declaration order. */
-  readonly firstRank: number
+  /**
+   * Probed here for this machine; as declared for the others; undefined for `devices: all` on another
+   * host, which its agent resolves there and brings in its join (as the reference's agents do).
+   */
+  readonly devices: HostDevices | undefined
+  /** The first of the host's ranks, if hosts join in declaration order; undefined after a host whose count is not known yet. */
+  readonly firstRank: number | undefined
 }
 
 export interface Plan {
@@ -45,7 +48,12 @@ export interface Plan {
   readonly hosts: ReadonlyArray<HostPlan>
   /** Workers declared with `devices: 0` or `[]`: in the file, but no agent starts there and none counts in the world. */
   readonly declaredOnly: ReadonlyArray<Worker>
-  readonly world: number
+  /** Every declared rank; undefined while a host's count is resolved only when it joins (`devices: all` elsewhere). */
+  readonly world: number | undefined
+  /** The ranks declared where the count is known (all of them when `world` is). */
+  readonly knownRanks: number
+  /** What the plan decided that the file did not say outright (an `ssh:` block not used on this machine): said at start. */
+  readonly notes: ReadonlyArray<string>
   /** Where the mux listens: loopback when every agent runs inside the launcher, else every interface. */
   readonly bindAddress: string
   /** The address this machine's agents dial. */
@@ -54,19 +62,42 @@ export interface Plan {
   readonly remoteDialAddress: string
 }
 
+/** The join window's rank rules for a plan: what the file says, else every declared rank, or every declared host where a count is known only at its join. */
+export const windowRules = (plan: Pick<Plan, "config" | "world" | "knownRanks" | "hosts">) => {
+  const join = plan.config.controller.join
+  const unresolved = plan.hosts.filter((host) => host.devices === undefined).length
+  return {
+    // A host that resolves its devices there brings at least one.
+    minRanks: join.minRanks ?? plan.world ?? plan.knownRanks + unresolved,
+    targetRanks: join.targetRanks ?? (join.start === "manual" ? undefined : plan.world),
+    everyHostForQuorum: join.minRanks === undefined && plan.world === undefined,
+    everyHostForTarget: join.targetRanks === undefined && plan.world === undefined
+  }
+}
+
+/** "4 rank(s)", or "3 rank(s) and every GPU of gpu-b" while a host's count is resolved at its join. */
+export const worldText = (plan: Pick<Plan, "world" | "knownRanks" | "hosts">): string => {
+  if (plan.world !== undefined) return `${plan.world} rank(s)`
+  const unresolved = plan.hosts.filter((host) => host.devices === undefined).map((host) => host.worker.host)
+  return `${plan.knownRanks} rank(s) and every GPU of ${unresolved.join(", ")}`
+}
+
 /** The workers whose agents the launcher starts over ssh. */
 export const sshWorkers = (plan: Plan): Array<Worker> => plan.hosts.filter((host) => host.start === "ssh").map((host) => host.worker)
 
-/** How `worker`'s agent starts. */
+/**
+ * How `worker`'s agent starts. This machine (its name, an address of its own, loopback) runs its agent
+ * inside the launcher whether or not the entry has an `ssh:` block, as the reference does: a file shared
+ * across machines gives every host one, and ssh-ing into the launcher's own host would need sshd and a key
+ * there for nothing. `agent: ssh` still forces the session, for whoever wants exactly that.
+ */
 export const agentStart = (worker: Worker): AgentStart =>
-  worker.agent === "self" ? "self" : worker.agent === "ssh" || worker.ssh !== undefined || !isThisHost(worker.host) ? "ssh" : "in-process"
+  worker.agent === "self" ? "self" : worker.agent === "ssh" || !isThisHost(worker.host) ? "ssh" : "in-process"
 
-/** A host's devices as the file declares them, for a host this machine cannot probe; or why not. */
-const declaredDevices = (worker: Worker): HostDevices | string => {
+/** A host's devices as the file declares them, for a host this machine cannot probe; undefined for `all`, which that host resolves. */
+const declaredDevices = (worker: Worker): HostDevices | undefined => {
   const { devices } = worker
-  if (devices._tag === "All") {
-    return `devices: all on ${worker.host} cannot be counted from here; give the number of CPU ranks or the GPU indices`
-  }
+  if (devices._tag === "All") return undefined
   return devices._tag === "Count"
     ? { devices: Array.from({ length: devices.count }, (_, slot) => ({ kind: "cpu" as const, slot })), labels: Array.from({ length: devices.count }, () => "cpu") }
     : { devices: devices.indices.map((index) => ({ kind: "gpu" as const, index })), labels: devices.indices.map(() => "gpu") }
@@ -99,7 +130,9 @@ export const makePlan = (config: ClusterConfig): Either.Either<Plan, LaunchInput
   const problems: Array<string> = []
   const hosts: Array<HostPlan> = []
   const declaredOnly: Array<Worker> = []
-  let next = 0
+  const notes: Array<string> = []
+  let next: number | undefined = 0
+  let known = 0
   config.workers.forEach((worker, index) => {
     const where = `workers[${index}]`
     // flodl's orchestrator-only entry: nothing to start, dial, tunnel or check there.
@@ -108,6 +141,9 @@ export const makePlan = (config: ClusterConfig): Either.Either<Plan, LaunchInput
       return
     }
     const start = agentStart(worker)
+    if (start === "in-process" && worker.ssh !== undefined) {
+      notes.push(`${where}.ssh: ${worker.host} is this machine: its agent runs inside the launcher and ssh: is not used (agent: ssh to go through ssh anyway)`)
+    }
     if (worker.tunnel) {
       const refused = start === "in-process"
         ? `${where}.tunnel: ${worker.host} is this machine: its agent runs inside the launcher, there is nothing to tunnel`
@@ -133,7 +169,9 @@ export const makePlan = (config: ClusterConfig): Either.Either<Plan, LaunchInput
     const program = start === "in-process" ? checkProgram(config, worker, where) : undefined
     if (program !== undefined && !problems.includes(program)) problems.push(program)
     hosts.push({ worker, start, devices, firstRank: next })
-    next += devices.devices.length
+    // After a host whose count only its join tells, later hosts' numbers are not known either.
+    next = devices === undefined || next === undefined ? undefined : next + devices.devices.length
+    known += devices?.devices.length ?? 0
   })
   if (problems.length === 0 && hosts.length === 0) {
     problems.push("workers: every worker declares devices: 0 or [] (runs nothing); give at least one worker devices to run ranks on")
@@ -141,10 +179,10 @@ export const makePlan = (config: ClusterConfig): Either.Either<Plan, LaunchInput
   if (problems.length > 0) return Either.left(new LaunchInputError({ problems }))
   const world = next
   const { minRanks, targetRanks } = config.controller.join
-  if (minRanks !== undefined && minRanks > world) {
+  if (world !== undefined && minRanks !== undefined && minRanks > world) {
     return Either.left(new LaunchInputError({ problems: [`controller.join.min_ranks: ${minRanks} ranks can never join: the workers bring ${world}`] }))
   }
-  if (targetRanks !== undefined && targetRanks > world) {
+  if (world !== undefined && targetRanks !== undefined && targetRanks > world) {
     return Either.left(new LaunchInputError({ problems: [`controller.join.target_ranks: ${targetRanks} ranks can never join: the workers bring ${world}`] }))
   }
   // Loopback is enough when no agent dials in from elsewhere except through an ssh tunnel.
@@ -154,6 +192,8 @@ export const makePlan = (config: ClusterConfig): Either.Either<Plan, LaunchInput
     hosts,
     declaredOnly,
     world,
+    knownRanks: known,
+    notes,
     bindAddress: loopback ? "127.0.0.1" : "0.0.0.0",
     dialAddress: "127.0.0.1",
     remoteDialAddress: config.controller.host
@@ -195,18 +235,28 @@ const trainingLine = (config: ClusterConfig): string => {
 export const describePlan = (plan: Plan): string => {
   const { config } = plan
   const join = config.controller.join
+  const rules = windowRules(plan)
+  const min = rules.everyHostForQuorum ? `every host (${rules.minRanks}+ ranks)` : `${rules.minRanks}`
+  const target = rules.targetRanks ?? (rules.everyHostForTarget && join.start !== "manual" ? "every host" : "none")
   const lines = [
-    `run ${config.name}: ${plan.world} rank(s) on ${plan.hosts.length} host(s)`,
+    `run ${config.name}: ${worldText(plan)} on ${plan.hosts.length} host(s)`,
     `port: ${plan.bindAddress}:${config.controller.port === 0 ? "<a free port, printed at start>" : config.controller.port}`,
-    `join window: min ${join.minRanks ?? plan.world}, target ${join.targetRanks ?? "none"}, timeout ${formatDuration(join.timeoutMs)}, ` +
+    `join window: min ${min}, target ${target}, timeout ${formatDuration(join.timeoutMs)}, ` +
       `max ${formatDuration(join.maxTimeoutMs)}, start ${join.start}`,
     `backend: ${config.job.backend}` + trainingLine(config),
     "ranks (numbered in the order hosts join; this is declaration order):"
   ]
   const program = config.job.program
-  for (const { devices, firstRank, worker } of plan.hosts) {
+  for (const { devices, firstRank, start, worker } of plan.hosts) {
+    // Another host's shell starts in the login directory, which a relative path is taken from (as ssh's `cd` does).
+    const folder = start === "in-process" ? resolve(worker.path) : start === "ssh" && !isAbsolute(worker.path) ? (worker.path === "." ? "~" : `~/${worker.path}`) : worker.path
+    if (devices === undefined) {
+      lines.push(`  [${worker.host}:all] in ${folder}: devices: all, resolved when the host joins: one rank per GPU its agent finds there`)
+      continue
+    }
     devices.devices.forEach((device, slot) => {
-      const rank = firstRank + slot
+      // Numbers after a host counted only at its join are known only then.
+      const rank = firstRank === undefined ? undefined : firstRank + slot
       const command = program._tag === "Entry"
         ? `bun ${rankEntry}  # runs ${program.entry}${config.job.args.length === 0 ? "" : ` with args ${config.job.args.map(quote).join(" ")}`}`
         : [...program.command, ...config.job.args].map(quote).join(" ")
@@ -214,12 +264,15 @@ export const describePlan = (plan: Plan): string => {
         inherited: {},
         clusterEnv: config.env,
         hostEnv: worker.env,
-        placement: { rank, localRank: slot, worldSize: plan.world, localWorldSize: devices.devices.length, groupRank: plan.hosts.findIndex((host) => host.worker === worker), device },
+        placement: { rank: rank ?? 0, localRank: slot, worldSize: plan.world ?? 0, localWorldSize: devices.devices.length, groupRank: plan.hosts.findIndex((host) => host.worker === worker), device },
         torchrun: program._tag === "Command" ? { addr: plan.dialAddress, port: 1 } : undefined,
         internal: internalEnvironment({ envelope: "<host envelope>", slot, incarnation: 0, command: program._tag === "Command" })
       })
       if (env.MASTER_PORT !== undefined) env.MASTER_PORT = "<a free port, picked at start>"
-      lines.push(`  [${worker.host}:${deviceTag(device)}:r${rank}] in ${resolve(worker.path)}: ${command}`)
+      // Only the variables this program gets (a command's torchrun set), shown as not known yet.
+      for (const key of ["RANK", "ROLE_RANK"]) if (rank === undefined && env[key] !== undefined) env[key] = "<numbered when the hosts join>"
+      for (const key of ["WORLD_SIZE", "ROLE_WORLD_SIZE"]) if (plan.world === undefined && env[key] !== undefined) env[key] = "<counted when every host has joined>"
+      lines.push(`  [${worker.host}:${deviceTag(device)}:r${rank ?? "?"}] in ${folder}: ${command}`)
       for (const [key, value] of Object.entries(env)) lines.push(`      ${key}=${value}`)
     })
   }

@@ -33,7 +33,7 @@ export const preflightScript = (worker: Worker, run: string): string => [
   `else echo "native missing"; fi`,
   // The ABI the library there declares (a stale build of another version fails here, not in the ranks).
   `if [ -f ${NATIVE} ] && [ -x ./node_modules/.bin/bun ]; then echo "abi $(./node_modules/.bin/bun -e ${shellQuote(ABI_PROBE)} 2>/dev/null || echo unreadable)"; fi`,
-  ...(worker.devices._tag === "Indices"
+  ...(worker.devices._tag === "Indices" || worker.devices._tag === "All"
     ? [`if command -v nvidia-smi >/dev/null; then echo "gpus $(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null | tr -d ' ' | paste -sd, -)"; else echo "gpus unknown"; fi`]
     : [])
 ].join("\n")
@@ -77,6 +77,10 @@ export const judge = (worker: Worker, output: string, localLock: string): Judgem
     if (missing.length > 0) {
       problems.push(`${host}: has no GPU ${missing.join(", ")} (nvidia-smi lists ${present.size === 0 ? "none" : [...present].join(", ")}); fix workers[].devices for ${host}`)
     }
+  }
+  // `all` is resolved by the agent when it joins; a host whose nvidia-smi lists no GPU would only fail there, later.
+  if (worker.devices._tag === "All" && gpus === "") {
+    problems.push(`${host}: has devices: all, but nvidia-smi lists no GPU there; give a number of CPU ranks or the GPU indices for ${host}`)
   }
   const leftovers = Number(facts.get("leftovers") ?? 0)
   if (leftovers > 0) notes.push(`${host}: ended ${leftovers} agent(s) of this run left behind by an earlier launcher`)

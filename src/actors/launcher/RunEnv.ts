@@ -21,7 +21,7 @@ import { deadlines, netTimeoutScale, scaled } from "../../config/NetTimeouts.ts"
 import { newSalt, startToken } from "../../wire/Keys.ts"
 import { type Admission, admission as admissionFor } from "../../wire/Trust.ts"
 import * as CheckpointFile from "./CheckpointFile.ts"
-import { checkpointPath, LaunchInputError, type Plan } from "./Plan.ts"
+import { checkpointPath, LaunchInputError, type Plan, windowRules } from "./Plan.ts"
 import * as Metrics from "./Metrics.ts"
 import * as RunRegistry from "./RunRegistry.ts"
 import * as RunJournal from "./RunJournal.ts"
@@ -122,8 +122,9 @@ export const prepare = (
       at: openedAt,
       run: config.name,
       id: registration.id,
-      hosts: plan.hosts.map(({ devices, worker }) => ({ host: worker.host, ranks: devices.devices.length })),
-      join: { quorum: config.controller.join.minRanks ?? plan.world, start: config.controller.join.start }
+      // A host resolving `devices: all` there counts 0 until its join says.
+      hosts: plan.hosts.map(({ devices, worker }) => ({ host: worker.host, ranks: devices?.devices.length ?? 0 })),
+      join: { quorum: windowRules(plan).minRanks, start: config.controller.join.start }
     })
     return {
       plan,

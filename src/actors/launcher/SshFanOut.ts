@@ -50,7 +50,7 @@ export const batchModeWarning = (worker: Worker): string | undefined => {
 }
 
 /** The agent half of the remote shell's script: read the spec, enter the checkout, find bun, run the agent, pass signals on. */
-export const remoteAgentScript = (worker: Worker, tag: string, graceMs: number, netTimeoutScale: number): string => {
+export const remoteAgentScript = (worker: Worker, tag: string, graceMs: number, netTimeoutScale: number, logLevel?: string): string => {
   const path = shellQuote(worker.path)
   const host = shellQuote(worker.host)
   const graceSeconds = Math.max(1, Math.ceil(graceMs / 1000))
@@ -60,7 +60,8 @@ export const remoteAgentScript = (worker: Worker, tag: string, graceMs: number, 
     `BUN=./node_modules/.bin/bun; [ -x "$BUN" ] || BUN=$(command -v bun) || { echo "cohort: no bun in "${path}"/node_modules/.bin or on PATH on "${host}"; run npx --yes bun@1.4.4 install --frozen-lockfile there" >&2; exit 2; }`,
     `[ -f src/cli/agent.ts ] || { echo "cohort: "${path}" on "${host}" is not a cohort checkout (no src/cli/agent.ts)" >&2; exit 2; }`,
     // The tag marks this run's agent on this host for cleanup (RemoteCleanup).
-    `COHORT_AGENT_SPEC=fd:3 COHORT_NET_TIMEOUT_SCALE=${shellQuote(String(netTimeoutScale))} "$BUN" src/cli/agent.ts --tag ${shellQuote(tag)} 3<<<"$spec" &`,
+    // The launcher's knobs: an ssh session carries none of its environment.
+    `COHORT_AGENT_SPEC=fd:3 COHORT_NET_TIMEOUT_SCALE=${shellQuote(String(netTimeoutScale))}${logLevel === undefined || logLevel.trim() === "" ? "" : ` COHORT_LOG_LEVEL=${shellQuote(logLevel.trim())}`} "$BUN" src/cli/agent.ts --tag ${shellQuote(tag)} 3<<<"$spec" &`,
     "agent=$!",
     `trap 'kill -TERM $agent 2>/dev/null; (sleep ${graceSeconds}; kill -KILL $agent 2>/dev/null) & wait $agent; exit 143' HUP TERM INT`,
     "wait $agent",

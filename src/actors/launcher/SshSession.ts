@@ -25,8 +25,13 @@ import { batchModeWarning, remoteAgentScript, sshCommand } from "./SshFanOut.ts"
 /** The line after the preflight's facts: what follows is the agent's own output. */
 const CHECKED = "cohort-preflight-done"
 
-export const sessionScript = (worker: Worker, run: string, tag: string, graceMs: number, netTimeoutScale: number): string =>
-  [preflightScript(worker, run), `echo ${CHECKED}`, remoteAgentScript(worker, tag, graceMs, netTimeoutScale)].join("\n")
+/**
+ * The preflight runs in a subshell: its `cd` into the checkout (and its early `exit` when there is none) stay
+ * there, so the agent half enters `path` once, from the login directory, as the reference does. Run in the
+ * same shell, a relative `path: work/run` was entered twice (`cd: work/run: No such file or directory`).
+ */
+export const sessionScript = (worker: Worker, run: string, tag: string, graceMs: number, netTimeoutScale: number, logLevel?: string): string =>
+  [`(\n${preflightScript(worker, run)}\n)`, `echo ${CHECKED}`, remoteAgentScript(worker, tag, graceMs, netTimeoutScale, logLevel)].join("\n")
 
 export interface SessionOptions {
   readonly worker: Worker
@@ -38,6 +43,8 @@ export interface SessionOptions {
   readonly lockHash: string
   readonly graceMs: number
   readonly netTimeoutScale: number
+  /** The launcher's COHORT_LOG_LEVEL, for the agent there and everything it starts. */
+  readonly logLevel?: string | undefined
   /** `tunnel: true`: the launcher's port, carried to the host's loopback. */
   readonly tunnelPort?: number | undefined
   readonly output: (line: string, stream: "stdout" | "stderr") => void
@@ -63,7 +70,7 @@ export const open = (options: SessionOptions): Effect.Effect<SshSession, string,
     let checking = true
     const lastLines: Array<string> = []
     const child = yield* ProcessChild.spawn({
-      cmd: sshCommand(worker, sessionScript(worker, options.run, options.tag, options.graceMs, options.netTimeoutScale), options.tunnelPort),
+      cmd: sshCommand(worker, sessionScript(worker, options.run, options.tag, options.graceMs, options.netTimeoutScale, options.logLevel), options.tunnelPort),
       stdin: "pipe",
       onLine: (raw, stream) => {
         const line = raw.trimEnd()

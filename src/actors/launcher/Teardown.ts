@@ -108,7 +108,7 @@ export const end = (env: EndingEnv, { checkpointEpoch, cleanUp, membership, port
       summary,
       rootCause: verdict._tag === "Failed" ? verdict.message : undefined,
       // Every rank the run has had (the declared world if it never formed).
-      world: state?.world ?? env.plan.world,
+      world: state?.world ?? env.plan.world ?? env.plan.knownRanks,
       lost,
       ranks: state === undefined ? [] : rankRecords(state).map(([rank, record]) => ({
         rank,

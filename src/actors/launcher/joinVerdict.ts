@@ -11,6 +11,11 @@
  * 7. otherwise → failed: the quorum was not met, naming the declared hosts
  *    that never joined (the first MISSING_NAMED of them, and how many more).
  * A flood of rejected joins fails the window whatever else holds.
+ *
+ * Where a host's rank count is known only once it joins (`devices: all` on
+ * another machine, resolved there), the file's defaults cannot be counted in
+ * ranks: the quorum and the target are then every declared host, whatever it
+ * brings (`everyHostForQuorum`, `everyHostForTarget`).
  */
 import type { StartMode } from "../../config/ClusterConfig.ts"
 
@@ -27,6 +32,10 @@ export interface JoinRules {
   readonly timeoutMs: number
   readonly maxTimeoutMs: number
   readonly start: StartMode
+  /** The quorum also needs every declared host in (none `missing`). */
+  readonly everyHostForQuorum?: boolean | undefined
+  /** Without `targetRanks`: the target is every declared host in (not under `manual`). */
+  readonly everyHostForTarget?: boolean | undefined
 }
 
 export interface JoinProgress {
@@ -49,18 +58,19 @@ export const joinVerdict = (rules: JoinRules, progress: JoinProgress): JoinVerdi
   if (progress.rejected >= (rules.floodLimit ?? FLOOD_LIMIT)) {
     return { _tag: "Failed", reason: `${progress.rejected} joins were rejected: refusing to go on (flood guard)` }
   }
-  const quorum = joinedRanks >= rules.minRanks
+  const everyHostIn = (progress.missing ?? []).length === 0
+  const quorum = joinedRanks >= rules.minRanks && (rules.everyHostForQuorum !== true || everyHostIn)
   if (progress.startArmed && rules.start !== "auto" && quorum) return { _tag: "Formed", ranks: joinedRanks }
-  if (rules.targetRanks !== undefined && rules.start !== "manual" && joinedRanks >= rules.targetRanks) {
-    return { _tag: "Formed", ranks: joinedRanks }
-  }
+  const target = rules.targetRanks !== undefined ? joinedRanks >= rules.targetRanks : rules.everyHostForTarget === true && everyHostIn
+  if (target && rules.start !== "manual") return { _tag: "Formed", ranks: joinedRanks }
   if (elapsedMs < rules.timeoutMs) return { _tag: "Open" }
   if (rules.start !== "manual" && quorum) return { _tag: "Formed", ranks: joinedRanks }
   if (elapsedMs < rules.maxTimeoutMs) return { _tag: "Open" }
   if (rules.start === "manual" && quorum) {
     return { _tag: "Failed", reason: `operator start not received (POST /start) within ${rules.maxTimeoutMs} ms` }
   }
-  return { _tag: "Failed", reason: `quorum not met: ${joinedRanks}/${rules.minRanks} ranks${neverJoined(progress.missing ?? [])}` }
+  const needed = rules.everyHostForQuorum === true ? `every declared host (${joinedRanks} rank(s) joined)` : `${joinedRanks}/${rules.minRanks} ranks`
+  return { _tag: "Failed", reason: `quorum not met: ${needed}${neverJoined(progress.missing ?? [])}` }
 }
 
 /** " (never joined: a, b and 3 more)", or nothing when every declared host joined. */
