@@ -199,6 +199,7 @@ afterAll(() => dirs.forEach((dir) => rmSync(dir, { recursive: true, force: true 
 const RANKS = 3
 const VICTIM = 1
 const EPOCHS = 8
+const DATASET = 240_000
 
 const clusterFile = (dir: string, name: string, extra: { ranks: number; datasetSize: number; epochs: number; manualStart: boolean }) => {
   const file = join(dir, "cluster.yml")
@@ -320,7 +321,9 @@ describe("a live run seen from outside: /metrics, --events, /events, the termina
     run.dir = dir
     run.events = join(dir, "events.jsonl")
     run.logDir = join(dir, "logs")
-    const file = clusterFile(dir, "observe", { ranks: RANKS, datasetSize: 60_000, epochs: EPOCHS, manualStart: true })
+    // Epochs of most of a second: at 60,000 samples a fast machine trained all 8 in under 2 s, before the
+    // ranks' first resource samples (every 2 s) were in.
+    const file = clusterFile(dir, "observe", { ranks: RANKS, datasetSize: DATASET, epochs: EPOCHS, manualStart: true })
     const launch = spawnLaunch(file, {}, ["--events", run.events, "--log-dir", run.logDir, "--quiet"])
     run.launcherPid = launch.proc.pid
     run.checkpoint = join(dir, "checkpoint.json")
@@ -611,7 +614,7 @@ describe("a live run seen from outside: /metrics, --events, /events, the termina
       expect(lines.filter((line) => line.startsWith("[") || line.startsWith("cohort: "))).toEqual([])
       expect(lines).toContainEqual(expect.stringMatching(/^epoch 1: loss [\d.]+ accuracy [\d.]+%/))
     }
-    expect(log("rank-0.log")[0]).toMatch(/^spirals: 60000 samples × 8 epochs/)
+    expect(log("rank-0.log")[0]).toMatch(new RegExp(`^spirals: ${DATASET} samples × ${EPOCHS} epochs`))
     for (const rank of [0, 2]) expect(log(`rank-${rank}.log`).at(-1)).toMatch(/^final weights checksum [0-9a-f]+$/)
     expect(log(`rank-${VICTIM}.log`).some((line) => line.startsWith("final weights"))).toBe(false)
     // What quiet showed of the dead rank is its file's tail.
