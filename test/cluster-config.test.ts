@@ -42,7 +42,8 @@ describe("cluster.yml", () => {
       failurePolicy: {
         strategy: new Phased({ beforeFormation: new KillAll(), afterFormation: new Elastic({ maxFailure: new Percent({ p: 50 }) }) }),
         grace: 5_000,
-        heartbeatTimeout: 30_000
+        heartbeatTimeout: 30_000,
+        degradedExit: 0
       }
     })
   })

@@ -45,13 +45,13 @@ describe("written as YAML", () => {
   })
 
   test("a whole section: the strategy's keys, then grace and heartbeat_timeout", () => {
-    expect(encodeFailurePolicy(defaultFailurePolicy)).toEqual({ before_formation: "kill_all", after_formation: "elastic", grace: "5s", heartbeat_timeout: "30s" })
+    expect(encodeFailurePolicy(defaultFailurePolicy)).toEqual({ before_formation: "kill_all", after_formation: "elastic", grace: "5s", heartbeat_timeout: "30s", degraded_exit: 0 })
   })
 })
 
 describe("read", () => {
   test("an absent section, or an empty one: kill_all, then elastic; 5 s grace; 30 s heartbeat timeout", async () => {
-    const expected = { strategy: new Phased({ beforeFormation: new KillAll(), afterFormation: new Elastic({}) }), grace: 5_000, heartbeatTimeout: 30_000 }
+    const expected = { strategy: new Phased({ beforeFormation: new KillAll(), afterFormation: new Elastic({}) }), grace: 5_000, heartbeatTimeout: 30_000, degradedExit: 0 }
     expect(await policy("name: x\n")).toEqual(expected)
     expect(await policy("failure_policy: {}\n")).toEqual(expected)
     expect(await policy("failure_policy: { grace: 250ms, heartbeat_timeout: 2s }")).toEqual({ ...expected, grace: 250, heartbeatTimeout: 2_000 })

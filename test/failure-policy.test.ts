@@ -31,7 +31,8 @@ failure_policy:
         afterFormation: new Elastic({ maxFailure: new Percent({ p: 25 }) })
       }),
       grace: 250,
-      heartbeatTimeout: 30_000
+      heartbeatTimeout: 30_000,
+      degradedExit: 0
     })
   })
 
@@ -84,9 +85,9 @@ failure_policy:
     ["failure_policy: { after_formation: { restart: { backoff: { jitter: 2 } } } }", `backoff.jitter (line 1, col 68): expected a jitter fraction from 0 to 1, got 2`],
     ["failure_policy: { after_formation: { restart: { backoff: { initial: 5s, max: 1s } } } }", `backoff.max (line 1, col 78): expected a duration ≥ backoff.initial (5s), got "1s"`],
     ["failure_policy: { after_formation: { restart: { max_restarts: many } } }", `restart.max_restarts (line 1, col 63): expected a whole number of restarts from 0 to 1000, got "many"`],
-    ["failure_policy: { grase: 5s }", `failure_policy (line 1, col 19): unknown key "grase" (did you mean "grace"?); known keys: before_formation, after_formation, grace`],
+    ["failure_policy: { grase: 5s }", `failure_policy (line 1, col 19): unknown key "grase" (did you mean "grace"?); known keys: before_formation, after_formation, rules, grace`],
     ["failure_policy: { after_formation: { elastic: { limit: 2 } } }", `unknown key "limit"; known keys: max_failure, max_failure_base`],
-    ["failure_policy: [kill_all]", `failure_policy (line 1, col 17): expected a mapping with keys before_formation, after_formation, grace, heartbeat_timeout, max_failure_base, got a list`],
+    ["failure_policy: [kill_all]", `failure_policy (line 1, col 17): expected a mapping with keys before_formation, after_formation, rules, grace, heartbeat_timeout, max_failure_base, degraded_exit, got a list`],
     ["failure_policy: {", `(top level) (line 1, col 18): not valid YAML`],
     ["failure_policy: { heartbeat_timeout: 1999ms }", `failure_policy.heartbeat_timeout (line 1, col 38): expected a duration like "250ms", "5s", "10m" or "1h" of at least 2s, got "1999ms"`],
     ["failure_policy: { after_formation: 5 }", `failure_policy.after_formation (line 1, col 36): expected one of kill_all, elastic, { elastic: { max_failure: … } } or { restart: { … } }, got 5`],
@@ -131,7 +132,7 @@ failure_policy:
       "cluster.yml: failure_policy.after_formation.restart.within (line 4, col 44): expected a duration like \"250ms\", \"5s\", \"10m\" or \"1h\" above 0ms, got \"soon\"",
       "cluster.yml: failure_policy.after_formation.restart.scope (line 4, col 57): expected one of \"one\", \"all\", got \"some\"",
       "cluster.yml: failure_policy.after_formation.restart.backoff.jitter (line 4, col 82): expected a jitter fraction from 0 to 1, got 2",
-      "cluster.yml: failure_policy (line 5, col 3): unknown key \"grase\" (did you mean \"grace\"?); known keys: before_formation, after_formation, grace, heartbeat_timeout, max_failure_base",
+      "cluster.yml: failure_policy (line 5, col 3): unknown key \"grase\" (did you mean \"grace\"?); known keys: before_formation, after_formation, rules, grace, heartbeat_timeout, max_failure_base, degraded_exit",
       "cluster.yml: failure_policy.grace (line 6, col 10): expected a duration like \"250ms\", \"5s\", \"10m\" or \"1h\", got \"later\""
     ])
   })

@@ -149,7 +149,7 @@ describe("overrides decoded with the file", () => {
       `--set job.epoch=20: unknown key "epoch" (did you mean "epochs"?); known keys: entry, command, args, backend, dataset_size, epochs, cadence, checkpoint, outer_optimizer, async_alpha`
     ])
     expect(await refusal(base, sets("failure_policy.grase=10s"))).toEqual([
-      `--set failure_policy.grase=10s: unknown key "grase" (did you mean "grace"?); known keys: before_formation, after_formation, grace, heartbeat_timeout, max_failure_base`
+      `--set failure_policy.grase=10s: unknown key "grase" (did you mean "grace"?); known keys: before_formation, after_formation, rules, grace, heartbeat_timeout, max_failure_base, degraded_exit`
     ])
     expect(await refusal(base, sets("jobs.epochs=3"))).toEqual([
       `--set jobs.epochs=3: unknown key "jobs" (did you mean "job"?); known keys: name, controller, workers, env, job, failure_policy`

@@ -24,15 +24,15 @@ import { end, type EndingEnv } from "../src/actors/launcher/Teardown.ts"
 import { parseCluster } from "../src/config/ClusterConfig.ts"
 import { effect } from "./support/effect.ts"
 
-const plan = (): Effect.Effect<Plan> =>
+const plan = (more = ""): Effect.Effect<Plan> =>
   Effect.map(
-    Effect.orDie(parseCluster("name: ending\nworkers:\n  - { host: localhost, devices: 2 }\njob: { entry: examples/train.ts, checkpoint: /tmp/ending.json }\n", "cluster.yml")),
+    Effect.orDie(parseCluster(`name: ending\nworkers:\n  - { host: localhost, devices: 2 }\njob: { entry: examples/train.ts, checkpoint: /tmp/ending.json }\n${more}`, "cluster.yml")),
     (config) => Either.getOrThrow(makePlan(config))
   )
 
 /** An environment that writes down, in order, every phase entered, every event recorded, and the streams' end. */
-const recordingEnv = (said: Array<RunView.RunEvent | string>) =>
-  Effect.map(plan(), (plan): EndingEnv => ({
+const recordingEnv = (said: Array<RunView.RunEvent | string>, more = "") =>
+  Effect.map(plan(more), (plan): EndingEnv => ({
     plan,
     enter: (phase) => Effect.sync(() => void said.push(`enter ${phase}`)),
     record: (event) => Effect.sync(() => void said.push(event)),
@@ -124,5 +124,20 @@ describe("the end of a run", () => {
       expect(names(said)).toEqual(["enter failed", "verdict", "streams ended"])
       expect(view(said)).toMatchObject({ phase: "failed", verdict: "run failed: the join window failed: quorum not met", cleanup: null })
       expect(result).toMatchObject({ outcome: "failed", exitCode: 1, world: 2, ranks: [], inventory: [], checkpoint: undefined })
+    }))
+
+  effect.live("failure_policy.degraded_exit: a run that completed with ranks lost exits with it; a clean completion and a failure keep theirs", () =>
+    Effect.gen(function*() {
+      const exitOf = (verdict: Verdict, more: string) =>
+        Effect.gen(function*() {
+          const env = yield* recordingEnv([], more)
+          const result = yield* end(env, { verdict, membership: undefined, cleanUp: undefined, checkpointEpoch: Effect.succeed(undefined), port: 1 })
+          return [result.outcome, result.exitCode]
+        })
+      const degraded = Verdict.Completed({ dead: 1, world: 2, tolerated: 0 })
+      expect(yield* exitOf(degraded, "")).toEqual(["degraded", 0])
+      expect(yield* exitOf(degraded, "failure_policy: { degraded_exit: 3 }\n")).toEqual(["degraded", 3])
+      expect(yield* exitOf(Verdict.Completed({ dead: 0, world: 2, tolerated: 1 }), "failure_policy: { degraded_exit: 3 }\n")).toEqual(["completed", 0])
+      expect(yield* exitOf(Verdict.Failed({ kind: "max-failure", message: "max_failure exceeded" }), "failure_policy: { degraded_exit: 3 }\n")).toEqual(["failed", 1])
     }))
 })

@@ -6,11 +6,13 @@
  * its cause. Only `Exited { code: 0 }` is a clean exit.
  */
 import * as Data from "effect/Data"
+import type { Cause } from "./FailureRules.ts"
 
+/** `cause`, where the one who saw the exit knows more than its form says (a lost host, an exception). */
 export type ChildExit = Data.TaggedEnum<{
-  Exited: { readonly code: number }
-  Signaled: { readonly signal: string }
-  Crashed: { readonly detail: string }
+  Exited: { readonly code: number; readonly cause?: Cause | undefined }
+  Signaled: { readonly signal: string; readonly cause?: Cause | undefined }
+  Crashed: { readonly detail: string; readonly cause?: Cause | undefined }
 }>
 
 export const ChildExit = Data.taggedEnum<ChildExit>()

@@ -13,7 +13,8 @@ import * as ChildExitModule from "./ChildExit.ts"
 import type { ChildExit } from "./ChildExit.ts"
 import { type ChildSpec, worldOf } from "./ChildSpec.ts"
 import { formatDuration } from "../config/Duration.ts"
-import { type Backoff, elasticLimit, inForce, killAllStop, type Strategy } from "./Strategy.ts"
+import { type Backoff, elasticLimit, inForce, killAllStop, type Restart, type Strategy } from "./Strategy.ts"
+import { type Cause, type Death, type FailureRule, firstMatch } from "./FailureRules.ts"
 import type { StopSignal } from "./StopRequests.ts"
 import { Verdict } from "./Verdict.ts"
 
@@ -23,8 +24,8 @@ export type SupervisionEvent = Data.TaggedEnum<{
   ChildExited: { readonly id: string; readonly exit: ChildExit }
   /** The cohort formed: from now on the after-formation strategy is in force. One-way. */
   CohortFormed: {}
-  /** Ranks declared dead by someone other than a child exit (heartbeat staleness). */
-  RanksLost: { readonly ranks: ReadonlyArray<number>; readonly reason: string }
+  /** Ranks declared dead by someone other than a child exit (heartbeat staleness); `cause` for the rules (default heartbeat). */
+  RanksLost: { readonly ranks: ReadonlyArray<number>; readonly reason: string; readonly cause?: Cause | undefined }
   CoordinatorFailed: { readonly reason: string }
   /** One of the run's own actors died of a defect: a bug in cohort, the root cause unless one came first. */
   ActorFailed: { readonly actor: string; readonly reason: string }
@@ -86,6 +87,11 @@ export interface ChildState {
   readonly restartAt?: number | undefined
   /** Membership gave up on it (silent, or it returned with work left): its next exit is a failure, clean or not. */
   readonly lost?: boolean | undefined
+  /**
+   * A failure rule already judged its ranks' loss (`RanksLost`): its exit is that loss ending, not a new
+   * death, and is carried out as the rule said (the rule's position).
+   */
+  readonly ruledBy?: number | undefined
 }
 
 type Failure = {
@@ -109,8 +115,11 @@ export interface SupervisorState {
   /** Dead ranks, ascending, each once. */
   readonly dead: ReadonlyArray<number>
   readonly tolerated: number
-  /** When each restart happened, oldest first; pruned to the intensity window. */
-  readonly restarts: ReadonlyArray<{ readonly at: number; readonly id: string }>
+  /**
+   * When each restart happened, oldest first; pruned to the intensity window. `rule`: a failure rule's
+   * restart, counted against that rule's own intensity (absent: the strategy's).
+   */
+  readonly restarts: ReadonlyArray<{ readonly at: number; readonly id: string; readonly rule?: number | undefined }>
   /** Jitter source (mulberry32 state). */
   readonly seed: number
   readonly verdict: Verdict | undefined
@@ -208,7 +217,7 @@ export const decide = (
     Boot: () => step.boot(),
     ChildExited: ({ exit, id }) => step.childExited(id, exit),
     CohortFormed: () => step.update({ formed: true }),
-    RanksLost: ({ ranks, reason }) => step.ranksLost(ranks, reason),
+    RanksLost: ({ cause, ranks, reason }) => step.ranksLost(ranks, reason, cause ?? "heartbeat"),
     CoordinatorFailed: ({ reason }) => step.coordinatorFailed(reason),
     ActorFailed: ({ actor, reason }) => step.actorFailed(actor, reason),
     RunDrained: () => step.drain(),
@@ -299,6 +308,15 @@ class Step {
       return
     }
 
+    // The end of a loss a rule already judged: carried out as that rule said, not judged again.
+    if (child.ruledBy !== undefined) {
+      const rule = this.rules[child.ruledBy]
+      this.setChild(id, { ruledBy: undefined })
+      if (rule !== undefined && rule.then._tag === "Restart") this.restart(child, rule.then, `${what} (rule ${rule.name})`, child.ruledBy)
+      else this.setChild(id, { status: "exited" })
+      return
+    }
+
     const current = inForce(this.strategy, this.state.formed)
     if (!abnormal) {
       if (current._tag === "Restart" && spec.restart === "permanent") {
@@ -306,6 +324,12 @@ class Step {
       } else {
         this.setChild(id, { status: "exited" })
       }
+      return
+    }
+
+    const ruled = firstMatch(this.rules, this.deathOf(child, exit))
+    if (ruled !== undefined) {
+      this.applyRule(child, ruled.rule, ruled.index, what)
       return
     }
 
@@ -333,6 +357,70 @@ class Step {
     }
   }
 
+  /** The failure rules of the strategy, tried before the phase's strategy. */
+  get rules(): ReadonlyArray<FailureRule> {
+    return this.strategy._tag === "Phased" ? this.strategy.rules ?? [] : []
+  }
+
+  /** A child's abnormal exit as the rules see it: its cause (what the exit's reporter knew, else its form), ranks, host and phase. */
+  deathOf(child: ChildState, exit: ChildExit): Death {
+    return {
+      cause: exit.cause ?? (exit._tag === "Signaled" ? "signal" : "exit"),
+      exitCode: exit._tag === "Exited" ? exit.code : undefined,
+      signal: exit._tag === "Signaled" ? exit.signal : undefined,
+      ranks: child.spec.ranks,
+      host: child.spec.group,
+      phase: this.state.formed ? "after_formation" : "before_formation"
+    }
+  }
+
+  /** Carry out a rule's action on a child's abnormal exit. */
+  applyRule(child: ChildState, rule: FailureRule, index: number, what: string): void {
+    const id = child.spec.id
+    const why = `${what} (rule ${rule.name})`
+    switch (rule.then._tag) {
+      case "FailRun":
+        this.setChild(id, { status: "exited" })
+        this.fail({ kind: "child-failed", message: why }, "graceful", `${why}: stopping every sibling`)
+        return
+      case "DropRanks":
+        this.setChild(id, { status: "exited" })
+        this.loseMembers(child, why)
+        return
+      case "IgnoreExit":
+        this.setChild(id, { status: "exited" })
+        this.note(`${what}: ignored, not counted (rule ${rule.name})`)
+        return
+      case "Restart":
+        this.restart(child, rule.then, why, index)
+        return
+    }
+  }
+
+  /** Carry out a rule's action on ranks lost without an exit (silence, a lost host); their children's exits follow the rule. */
+  applyLossRule(ranks: ReadonlyArray<number>, rule: FailureRule, index: number, what: string): void {
+    const why = `${what} (rule ${rule.name})`
+    const carrying = this.state.children.filter((child) => child.spec.ranks.some((rank) => ranks.includes(rank)))
+    for (const child of carrying) if (child.status === "running") this.setChild(child.spec.id, { ruledBy: index })
+    switch (rule.then._tag) {
+      case "FailRun":
+        this.fail({ kind: "child-failed", message: why }, "graceful", `${why}: stopping every child`)
+        return
+      case "DropRanks":
+        this.markDead(ranks, why, false)
+        return
+      case "IgnoreExit":
+        this.note(`${what}: ignored, not counted (rule ${rule.name})`)
+        return
+      case "Restart": {
+        const policy = rule.then
+        // Running ones come back at their exit (ruledBy); one already gone, at once.
+        for (const child of carrying) if (child.status === "exited") this.restart(child, policy, `${why} after ${child.spec.label} had exited`, index)
+        return
+      }
+    }
+  }
+
   /** Elastic membership: the child's ranks (its whole group's, if significant) are dead; survivors carry on. */
   loseMembers(child: ChildState, what: string): void {
     const { spec } = child
@@ -354,10 +442,16 @@ class Step {
     this.markDead(ranks, what)
   }
 
-  ranksLost(ranks: ReadonlyArray<number>, reason: string): void {
+  ranksLost(ranks: ReadonlyArray<number>, reason: string, cause: Cause): void {
     if (this.state.stopping || this.state.drained) return
     const current = inForce(this.strategy, this.state.formed)
     const what = `rank(s) ${ranks.join(", ")} lost: ${reason}`
+    const host = this.state.children.find((child) => child.spec.ranks.some((rank) => ranks.includes(rank)))?.spec.group
+    const ruled = firstMatch(this.rules, { cause, ranks, host, phase: this.state.formed ? "after_formation" : "before_formation" })
+    if (ruled !== undefined) {
+      this.applyLossRule(ranks, ruled.rule, ruled.index, what)
+      return
+    }
     if (current._tag === "KillAll") {
       // Fail first: kill_all stops every child at once, even when these were the last ranks.
       const { graceMs, mode } = killAllStop(current)
@@ -398,11 +492,13 @@ class Step {
     }
   }
 
-  restart(child: ChildState, policy: Extract<Strategy, { _tag: "Restart" }>, what: string): void {
+  /** Restart a child under `policy`: the strategy's, or (`rule`) a failure rule's, with that rule's own intensity. */
+  restart(child: ChildState, policy: Restart, what: string, rule?: number): void {
     const id = child.spec.id
     const windowStart = this.now - policy.within
-    const recent = this.state.restarts.filter((entry) => entry.at > windowStart)
-    this.update({ restarts: recent })
+    const counted = (entry: SupervisorState["restarts"][number]) => entry.rule === rule
+    const recent = this.state.restarts.filter((entry) => counted(entry) && entry.at > windowStart)
+    this.update({ restarts: this.state.restarts.filter((entry) => !counted(entry) || entry.at > windowStart) })
     if (recent.length >= policy.maxRestarts) {
       this.setChild(id, { status: "exited" })
       // `within` as the file wrote it (10m, not 600000 ms).
@@ -416,7 +512,7 @@ class Step {
     const attempt = policy.scope === "one" ? recent.filter((entry) => entry.id === id).length : recent.length
     const [u, seed] = nextRandom(this.state.seed)
     const after = backoffDelay(policy.backoff, attempt, u)
-    this.update({ seed, restarts: [...recent, { at: this.now, id }] })
+    this.update({ seed, restarts: [...this.state.restarts, { at: this.now, id, ...(rule === undefined ? {} : { rule }) }] })
     this.setChild(id, { status: "restarting", restartAt: this.now + after })
     this.directives.push(Directive.Restart({ id, after }))
     if (policy.scope === "all") {

@@ -30,6 +30,25 @@ import * as ParseResult from "effect/ParseResult"
 import * as Schema from "effect/Schema"
 import { stringify } from "yaml"
 import { Backoff, Count, Elastic, FailureBase, KillAll, Millis, Percent, Phased, Restart, Simple, type Strategy } from "../actors/Strategy.ts"
+import {
+  Cause,
+  causes,
+  DropRanks,
+  ExitCode,
+  ExitCodes,
+  FailRun,
+  FailureRule,
+  Glob,
+  IgnoreExit,
+  matchesEverything,
+  Pattern,
+  PolicyPhase,
+  RuleAction,
+  RuleList,
+  RuleWhen,
+  SignalName,
+  signalNames
+} from "../actors/FailureRules.ts"
 import { formatDuration } from "./Duration.ts"
 import { durationText } from "./DurationSchema.ts"
 import { expectedAt, expecting, rangeOf } from "./Expected.ts"
@@ -43,6 +62,8 @@ export interface FailurePolicy {
   readonly grace: number
   /** A rank (or, seen from a rank, the coordinator) silent this long is dead, in milliseconds, before scaling. */
   readonly heartbeatTimeout: number
+  /** The exit status of a run that completed with ranks lost (DEGRADED): 0 by default, any other for a CI that must see it. */
+  readonly degradedExit: number
 }
 
 /**
@@ -56,7 +77,8 @@ export const beatEveryMs = (heartbeatTimeoutMs: number): number => Math.min(5_00
 export const defaultFailurePolicy: FailurePolicy = {
   strategy: new Phased({ beforeFormation: new KillAll(), afterFormation: new Elastic({}) }),
   grace: 5_000,
-  heartbeatTimeout: 30_000
+  heartbeatTimeout: 30_000,
+  degradedExit: 0
 }
 
 const defaultRestart = new Restart({
@@ -233,12 +255,131 @@ const SimpleStrategy = Schema.Union(
   StrategyMapping
 ).pipe(expecting("one of kill_all, elastic, { elastic: { max_failure: … } } or { restart: { … } }"))
 
-/** `{ before_formation, after_formation }`, both given. */
+// ---------------------------------------------------------------------------------------------------------
+// Failure rules (`FailureRules`): `rules:` beside the phases.
+// ---------------------------------------------------------------------------------------------------------
+
+/** `exit_code: [1, 2]`, `{ in: [1, 2] }` or `{ not_in: [0, 143] }`; written back as a list, or `{ not_in }`. */
+const ExitCodesForm = Schema.transform(
+  Schema.Union(
+    Schema.Array(ExitCode).pipe(Schema.minItems(1)),
+    Schema.Struct({ in: Schema.Array(ExitCode).pipe(Schema.minItems(1)) }),
+    Schema.Struct({ not_in: Schema.Array(ExitCode).pipe(Schema.minItems(1)) })
+  ).pipe(expecting("a list of exit codes from 0 to 255, { in: [...] } or { not_in: [...] }")),
+  Schema.typeSchema(ExitCodes),
+  {
+    strict: true,
+    decode: (written) =>
+      Array.isArray(written)
+        ? new ExitCodes({ op: "in", values: written })
+        : "in" in written
+        ? new ExitCodes({ op: "in", values: written.in })
+        : new ExitCodes({ op: "not_in", values: (written as { readonly not_in: ReadonlyArray<number> }).not_in }),
+    encode: (codes) => (codes.op === "in" ? codes.values : { not_in: codes.values })
+  }
+)
+
+/** A glob in a list: rank numbers may be written as numbers. */
+const GlobForm = Schema.Union(Glob, Schema.transform(Schema.Int, Glob, { strict: true, decode: String, encode: Number })).pipe(
+  expecting("a rank number, a host name, or a pattern with * and ?")
+)
+
+const RuleWhenForm = readInto(
+  keyGroups({
+    given: Schema.Struct({
+      exit_code: optionalKey(ExitCodesForm),
+      signal: optionalKey(Schema.Array(SignalName.pipe(expecting(`a signal name like SIGTERM (${signalNames.length} known)`))).pipe(Schema.minItems(1))),
+      cause: optionalKey(Schema.Array(Cause.pipe(expecting(`one of ${causes.join(", ")}`))).pipe(Schema.minItems(1))),
+      ranks: optionalKey(Schema.Array(GlobForm).pipe(Schema.minItems(1))),
+      hosts: optionalKey(Schema.Array(GlobForm).pipe(Schema.minItems(1))),
+      phase: optionalKey(PolicyPhase),
+      log: optionalKey(Pattern)
+    })
+  }, ["exit_code", "signal", "cause", "ranks", "hosts", "phase", "log"]),
+  RuleWhen,
+  ({ given }) => ({
+    ...(given.exit_code === undefined ? {} : { exitCodes: given.exit_code }),
+    ...(given.signal === undefined ? {} : { signals: given.signal }),
+    ...(given.cause === undefined ? {} : { causes: given.cause }),
+    ...(given.ranks === undefined ? {} : { ranks: given.ranks }),
+    ...(given.hosts === undefined ? {} : { hosts: given.hosts }),
+    ...(given.phase === undefined ? {} : { phase: given.phase }),
+    ...(given.log === undefined ? {} : { log: given.log })
+  }),
+  (when) => ({
+    given: {
+      ...(when.exitCodes === undefined ? {} : { exit_code: when.exitCodes }),
+      ...(when.signals === undefined ? {} : { signal: when.signals }),
+      ...(when.causes === undefined ? {} : { cause: when.causes }),
+      ...(when.ranks === undefined ? {} : { ranks: when.ranks }),
+      ...(when.hosts === undefined ? {} : { hosts: when.hosts }),
+      ...(when.phase === undefined ? {} : { phase: when.phase }),
+      ...(when.log === undefined ? {} : { log: when.log })
+    }
+  })
+)
+
+const actionWordForm = <const W extends string>(text: W, action: RuleAction, isIt: (value: RuleAction) => boolean) =>
+  Schema.transformOrFail(Schema.Literal(text), Schema.typeSchema(RuleAction), {
+    strict: true,
+    decode: () => ParseResult.succeed(action),
+    encode: (value, _, ast) => (isIt(value) ? ParseResult.succeed(text) : ParseResult.fail(new ParseResult.Type(ast, value)))
+  })
+
+/** `then: fail | elastic | ignore | restart | { restart: { … } }`. */
+const RuleActionForm = Schema.Union(
+  actionWordForm("fail", new FailRun(), (value) => value._tag === "FailRun"),
+  actionWordForm("elastic", new DropRanks(), (value) => value._tag === "DropRanks"),
+  actionWordForm("ignore", new IgnoreExit(), (value) => value._tag === "IgnoreExit"),
+  readInto(Schema.Struct({ restart: Schema.NullOr(RestartOptions) }), Restart, ({ restart }) => restart ?? defaultRestart, (restart) => ({ restart }))
+).pipe(expecting("one of fail, elastic, ignore or { restart: { … } }"))
+
+const RuleForm = keyGroups({
+  given: Schema.Struct({ name: optionalKey(Schema.String.pipe(Schema.minLength(1))), when: keyOr(RuleWhenForm, new RuleWhen({})), then: RuleActionForm })
+}, ["name", "when", "then"])
+
+/** A rule that follows one matching every death can never decide: said at the later rule. */
+const unreachable = (rules: ReadonlyArray<{ readonly when: RuleWhen }>): Array<Schema.FilterOutput> => {
+  const everything = rules.findIndex((rule) => matchesEverything(rule.when))
+  return everything === -1
+    ? []
+    : rules.slice(everything + 1).map((_, offset) => ({
+      path: [everything + 1 + offset],
+      message: `this rule can never match: rules[${everything}] before it has an empty when, which matches every death`
+    }))
+}
+
+/** `rules:`, in order; a rule without a name is named by its place (`rule 1`). */
+const RulesForm = Schema.transform(
+  Schema.Array(RuleForm).pipe(
+    Schema.filter((written) => {
+      const problems = unreachable(written.map(({ given }) => given))
+      return problems.length === 0 ? true : problems
+    })
+  ),
+  Schema.typeSchema(RuleList),
+  {
+    strict: true,
+    decode: (written) => written.map(({ given }, index) => new FailureRule({ name: given.name ?? `rule ${index + 1}`, when: given.when, then: given.then })),
+    encode: (rules) => rules.map((rule) => ({ given: { name: rule.name, when: rule.when, then: rule.then } }))
+  }
+)
+
+/** `{ before_formation, after_formation }`, both given, and the rules tried before them. */
 const PhasedStrategy = readInto(
-  Schema.Struct({ before_formation: SimpleStrategy, after_formation: SimpleStrategy }),
+  Schema.Struct({ before_formation: SimpleStrategy, after_formation: SimpleStrategy, rules: optionalKey(RulesForm) }),
   Phased,
-  (written) => ({ _tag: "Phased" as const, beforeFormation: written.before_formation, afterFormation: written.after_formation }),
-  (phased) => ({ before_formation: phased.beforeFormation, after_formation: phased.afterFormation })
+  (written) => ({
+    _tag: "Phased" as const,
+    beforeFormation: written.before_formation,
+    afterFormation: written.after_formation,
+    ...(written.rules === undefined ? {} : { rules: written.rules })
+  }),
+  (phased) => ({
+    before_formation: phased.beforeFormation,
+    after_formation: phased.afterFormation,
+    ...(phased.rules === undefined ? {} : { rules: phased.rules })
+  })
 )
 
 const onlyElasticHasBase = "only an elastic after_formation policy with a max_failure has a base: add one, or remove max_failure_base"
@@ -260,26 +401,37 @@ const PolicyTimeouts = Schema.Struct({
   heartbeat_timeout: keyOr(durationText(HeartbeatTimeout), defaultFailurePolicy.heartbeatTimeout)
 })
 
+const PolicyExit = Schema.Struct({ degraded_exit: keyOr(ExitCode, defaultFailurePolicy.degradedExit) })
+
 /**
  * The whole section: both phases (each with its default), the grace, the
  * heartbeat timeout, and a `max_failure_base` that belongs to the elastic
  * after_formation policy (written inside it when encoded).
  */
+const PolicyRules = Schema.Struct({ rules: optionalKey(RulesForm) })
+
 const FailurePolicyFromYaml = readInto(
-  keyGroups({ phases: PolicyPhases, timeouts: PolicyTimeouts }, ["before_formation", "after_formation", "grace", "heartbeat_timeout", "max_failure_base"]),
-  Schema.Struct({ strategy: Phased, grace: Millis, heartbeatTimeout: HeartbeatTimeout }),
-  ({ phases, timeouts }) => ({
+  keyGroups(
+    { phases: PolicyPhases, timeouts: PolicyTimeouts, rules: PolicyRules, exit: PolicyExit },
+    ["before_formation", "after_formation", "rules", "grace", "heartbeat_timeout", "max_failure_base", "degraded_exit"]
+  ),
+  Schema.Struct({ strategy: Phased, grace: Millis, heartbeatTimeout: HeartbeatTimeout, degradedExit: ExitCode }),
+  ({ exit, phases, rules, timeouts }) => ({
     strategy: {
       _tag: "Phased" as const,
       beforeFormation: phases.before_formation,
-      afterFormation: phases.max_failure_base === undefined ? phases.after_formation : { ...phases.after_formation, base: phases.max_failure_base }
+      afterFormation: phases.max_failure_base === undefined ? phases.after_formation : { ...phases.after_formation, base: phases.max_failure_base },
+      ...(rules.rules === undefined ? {} : { rules: rules.rules })
     },
     grace: timeouts.grace,
-    heartbeatTimeout: timeouts.heartbeat_timeout
+    heartbeatTimeout: timeouts.heartbeat_timeout,
+    degradedExit: exit.degraded_exit
   }),
-  ({ grace, heartbeatTimeout, strategy }) => ({
+  ({ degradedExit, grace, heartbeatTimeout, strategy }) => ({
     phases: { before_formation: strategy.beforeFormation, after_formation: strategy.afterFormation },
-    timeouts: { grace, heartbeat_timeout: heartbeatTimeout }
+    timeouts: { grace, heartbeat_timeout: heartbeatTimeout },
+    rules: strategy.rules === undefined ? {} : { rules: strategy.rules },
+    exit: { degraded_exit: degradedExit }
   })
 )
 

@@ -12,6 +12,7 @@
  * `coordinate` before the next instruction, so a stop's `Stop` can say
  * whether the checkpoint was saved (and a written one is journalled).
  */
+import type { Cause } from "../FailureRules.ts"
 import * as Clock from "effect/Clock"
 import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
@@ -40,7 +41,7 @@ export interface CoordinatorOptions {
   readonly resume: CheckpointFile.CheckpointRecord | undefined
   readonly send: (ranks: ReadonlyArray<number>, order: CoordinatorOrder) => Effect.Effect<void>
   /** Declare ranks dead that went silent (the supervisor counts them, their processes are killed). */
-  readonly loseRanks: (ranks: ReadonlyArray<number>, reason: string) => Effect.Effect<void>
+  readonly loseRanks: (ranks: ReadonlyArray<number>, reason: string, cause: Cause) => Effect.Effect<void>
   /** Every epoch is done: the ranks now leave on their own. */
   readonly drained: Effect.Effect<void>
   /** The controller's model root as StateJson text, saved with every checkpoint. */
@@ -148,7 +149,7 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
         Latencies: ({ counts }) => Effect.sync(() => options.onLatency?.(counts)),
         Redistributed: ({ dead, extensions }) => Effect.sync(() => options.onRedistributed?.(dead, extensions)),
         Enter: ({ epoch, ranks }) => options.onEnter?.(ranks, epoch) ?? Effect.void,
-        LoseRanks: ({ ranks, reason }) => options.loseRanks(ranks, reason),
+        LoseRanks: ({ cause, ranks, reason }) => options.loseRanks(ranks, reason, cause),
         Drained: () => options.drained,
         WriteCheckpoint: write
       })

@@ -124,7 +124,8 @@ export const listen = (env: RunEnv, later: Later): Effect.Effect<Listening, Port
         onFailure: (reason) => later.supervision.ifReady(({ supervisor }) => supervisor.send(SupervisionEvent.CoordinatorFailed({ reason }))),
         onAbsent: (ranks, reason) =>
           Effect.zipRight(
-            later.supervision.ifReady((supervision) => supervision.giveUp(ranks, reason)),
+            // A member that never took part in its NCCL generation: the rules' nccl cause.
+            later.supervision.ifReady((supervision) => supervision.giveUp(ranks, reason, "nccl")),
             training.ifReady((plane) => plane?.coordinator.ranksDead(ranks, reason) ?? Effect.void)
           )
       })

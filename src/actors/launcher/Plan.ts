@@ -16,6 +16,8 @@ import { type ClusterConfig, runsNothing, type Worker } from "../../config/Clust
 import type { HostRunSpec } from "../../wire/JoinMessages.ts"
 import { formatDuration } from "../../config/Duration.ts"
 import { strategyToYaml } from "../../config/FailurePolicy.ts"
+import { policyTable } from "../PolicyTable.ts"
+import { detectedCauses } from "../FailureRules.ts"
 import { isLoopbackAddress } from "../../wire/Trust.ts"
 import { deviceTag, type HostDevices, resolveDevices } from "../agent/Devices.ts"
 import { internalEnvironment, rankEnvironment } from "../agent/RankEnvironment.ts"
@@ -126,6 +128,21 @@ const checkProgram = (config: ClusterConfig, worker: Worker, where: string): str
   return found ? undefined : `job.command: "${command}" is not found ${command.includes("/") ? `(looked in ${cwd})` : "on PATH"}; install it or give its full path`
 }
 
+/** What a failure rule asks that this version cannot see yet: said at start, so that a rule is never silently dead. */
+const ruleNotes = (config: ClusterConfig): ReadonlyArray<string> =>
+  (config.failurePolicy.strategy.rules ?? []).flatMap((rule, index) => {
+    const where = `failure_policy.rules[${index}] (${rule.name})`
+    const unseen = (rule.when.causes ?? []).filter((cause) => !detectedCauses.includes(cause))
+    return [
+      ...(unseen.length === 0 ? [] : [
+        `${where}: this version does not tell ${unseen.join(", ")} apart yet (such deaths come as an exit or a signal), so the rule does not match them`
+      ]),
+      ...(rule.when.log === undefined ? [] : [
+        `${where}: when.log is not matched yet (a rank's last lines do not reach the policy in this version), so the rule never matches`
+      ])
+    ]
+  })
+
 export const makePlan = (config: ClusterConfig): Either.Either<Plan, LaunchInputError> => {
   const problems: Array<string> = []
   const hosts: Array<HostPlan> = []
@@ -177,6 +194,7 @@ export const makePlan = (config: ClusterConfig): Either.Either<Plan, LaunchInput
     problems.push("workers: every worker declares devices: 0 or [] (runs nothing); give at least one worker devices to run ranks on")
   }
   if (problems.length > 0) return Either.left(new LaunchInputError({ problems }))
+  notes.push(...ruleNotes(config))
   const world = next
   const { minRanks, targetRanks } = config.controller.join
   if (world !== undefined && minRanks !== undefined && minRanks > world) {
@@ -281,5 +299,7 @@ export const describePlan = (plan: Plan): string => {
   }
   lines.push(`failure policy (grace ${formatDuration(config.failurePolicy.grace)}):`)
   for (const line of strategyToYaml(config.failurePolicy.strategy).trimEnd().split("\n")) lines.push(`  ${line}`)
+  lines.push("what each death leads to (the first rule that matches decides, [its name]; else the phase's strategy):")
+  for (const line of policyTable(config.failurePolicy.strategy)) lines.push(`  ${line}`)
   return lines.join("\n")
 }

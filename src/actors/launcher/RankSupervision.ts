@@ -17,6 +17,7 @@
  * boundary. A training rank restarted by the policy rejoins the same way,
  * under the next number on its old device.
  */
+import type { Cause } from "../FailureRules.ts"
 import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
@@ -39,7 +40,8 @@ import type { TrainingPlane } from "./TrainingPlane.ts"
 export interface RankSupervision {
   readonly supervisor: Supervisor.Supervisor
   /** Ranks given up on while their processes may live (silent, or absent from a rendezvous): counted lost, and killed. */
-  readonly giveUp: (ranks: ReadonlyArray<number>, reason: string) => Effect.Effect<void>
+  /** Ranks lost without an exit: `cause` is for the failure rules (silence, an absent NCCL member). */
+  readonly giveUp: (ranks: ReadonlyArray<number>, reason: string, cause: Cause) => Effect.Effect<void>
   /** Every rank has run user code: the policy after formation is in force from now on. */
   readonly cohortFormed: Effect.Effect<void>
   /** Every epoch is done: the ranks now leave on their own. */
@@ -131,12 +133,12 @@ export const supervise = (env: RunEnv, wiring: SupervisionWiring): Effect.Effect
       output: (lines) => Effect.sync(() => lines.forEach(({ line, stream }) => env.output(line, stream)))
     }, graceMs, { renumber, seatOf: (rank) => seatOf(membership.snapshot(), rank) })
 
-    const giveUp = (ranks: ReadonlyArray<number>, reason: string) =>
+    const giveUp = (ranks: ReadonlyArray<number>, reason: string, cause: Cause) =>
       withSupervisor((supervisor) =>
         Effect.gen(function*() {
           const now = membership.snapshot()
           // The supervisor knows seats (a restarted rank runs under a new number in its first number's seat).
-          yield* supervisor.send(SupervisionEvent.RanksLost({ ranks: ranks.map((rank) => seatOf(now, rank)), reason }))
+          yield* supervisor.send(SupervisionEvent.RanksLost({ ranks: ranks.map((rank) => seatOf(now, rank)), reason, cause }))
           for (const rank of ranks) {
             const handle = yield* supervisor.handle(`rank-${seatOf(now, rank)}`)
             if (handle !== undefined) yield* Effect.forkIn(handle.stop("kill", Duration.millis(graceMs)), runScope)

@@ -187,7 +187,7 @@ export const make = (
             lost.set(member.host, why)
             for (const seat of member.ranks) {
               const incarnation = current.get(seat)
-              if (incarnation !== undefined) yield* endIncarnation(incarnation, ChildExit.Crashed({ detail: why }))
+              if (incarnation !== undefined) yield* endIncarnation(incarnation, ChildExit.Crashed({ detail: why, cause: "host_lost" }))
             }
           })
         )

@@ -87,7 +87,8 @@ export const end = (env: EndingEnv, { checkpointEpoch, cleanUp, membership, port
     const lost = membership?.snapshot().lost ?? []
     const summary = describeVerdict(verdict, lost)
     yield* env.enter(verdict._tag === "Completed" ? "done" : "failed")
-    const code = exitCode(verdict)
+    // A run that completed with ranks lost exits as the file asks (degraded_exit, 0 by default): CI may need to see it.
+    const code = verdict._tag === "Completed" && verdict.dead > 0 ? config.failurePolicy.degradedExit : exitCode(verdict)
     const outcome: Outcome = verdict._tag === "Failed"
       ? (verdict.kind === "aborted" ? "interrupted" : "failed")
       : verdict.dead > 0 ? "degraded" : "completed"

@@ -99,7 +99,7 @@ export const make = (env: RunEnv, wiring: TrainingWiring): Effect.Effect<Trainin
         return state === undefined ? undefined : stringifyState(state)
       },
       send: sendToRanks,
-      loseRanks: (ranks, reason) => supervision.ifReady((ranksSupervision) => ranksSupervision.giveUp(ranks, reason)),
+      loseRanks: (ranks, reason, cause) => supervision.ifReady((ranksSupervision) => ranksSupervision.giveUp(ranks, reason, cause)),
       onEvent: env.record,
       onLatency: (counts) => env.latency.add(counts),
       drained: supervision.ifReady((ranksSupervision) => ranksSupervision.drained),

@@ -62,6 +62,7 @@
  * welcomed first, the order metrics are averaged in) are insertion-ordered
  * `Map`s, copied when they change, like the EpochLedger's.
  */
+import type { Cause } from "../FailureRules.ts"
 import * as Data from "effect/Data"
 import * as HashMap from "effect/HashMap"
 import * as HashSet from "effect/HashSet"
@@ -137,7 +138,8 @@ export type Instruction = Data.TaggedEnum<{
   /** Joined ranks enter the cohort at `epoch`: comes before any order of that epoch (the data plane widens its rounds). */
   Enter: { readonly ranks: ReadonlyArray<number>; readonly epoch: number }
   /** Declare ranks lost that went silent or left with work (the supervisor counts them, their processes are killed). */
-  LoseRanks: { readonly ranks: ReadonlyArray<number>; readonly reason: string }
+  /** `cause` for the failure rules: silence is `heartbeat`, a return with work left an `exit`. */
+  LoseRanks: { readonly ranks: ReadonlyArray<number>; readonly reason: string; readonly cause: Cause }
   /** Every epoch is done: the ranks now leave on their own. */
   Drained: {}
   /**
@@ -552,7 +554,7 @@ class Step {
     const silent = watched.filter((rank) => at - (valueOf(lastSeen, rank) ?? formedAt ?? at) > timeout)
     if (silent.length === 0) return
     const reason = `no heartbeat for ${(timeout / 1000).toFixed(1)} s`
-    this.instructions.push(Instruction.LoseRanks({ ranks: silent, reason }))
+    this.instructions.push(Instruction.LoseRanks({ ranks: silent, reason, cause: "heartbeat" }))
     this.markDead(silent, reason)
   }
 
@@ -603,7 +605,7 @@ class Step {
     const left = Ledger.lengthOf(Ledger.remainder(ledger, rank))
     if (left === 0 || this.epochs.finished || this.deaths.stopping || HashSet.has(this.deaths.ordered, rank) || HashSet.has(this.deaths.dead, rank)) return
     const reason = `${how} with ${left} sample(s) of epoch ${ledger.epoch} left`
-    this.instructions.push(Instruction.LoseRanks({ ranks: [rank], reason }))
+    this.instructions.push(Instruction.LoseRanks({ ranks: [rank], reason, cause: "exit" }))
     this.markDead([rank], reason)
   }
 
