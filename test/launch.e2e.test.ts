@@ -81,6 +81,29 @@ describe("bun run launch, local cluster", () => {
     await noSurvivor(run.pids())
   }, 20_000)
 
+  test("failure rules: exit 4 matches a fail rule under an elastic phase, exit 3 an ignore rule: the run fails, naming the rule", async () => {
+    const run = startScenario({
+      devices: 4,
+      args: ["fail=1:3,2:4", "trigger=$DIR/go", "hold"],
+      policy: [
+        "  after_formation: elastic",
+        "  rules:",
+        "    - { name: bug, when: { exit_code: [4] }, then: fail }",
+        "    - { name: quiet, when: { exit_code: [3] }, then: ignore }",
+        "  grace: 2s"
+      ].join("\n")
+    })
+    await waitForPhase(await run.port, "training")
+    writeFileSync(join(run.dir, "go"), "")
+    const result = await run.result
+    expect(result.outcome).toBe("failed")
+    expect(result.exitCode).toBe(1)
+    expect(result.rootCause).toBe("rank 2 of localhost exited with status 4 (rule bug)")
+    // Rank 1's exit 3 was no death: nothing lost to it.
+    expect(result.lost.flatMap((loss) => loss.ranks)).not.toContain(1)
+    await noSurvivor(run.pids())
+  }, 20_000)
+
   test("restart: a failing rank comes back and the run completes", async () => {
     const restart = "restart: { max_restarts: 3, within: 1m, backoff: { initial: 10ms, max: 50ms, factor: 2, jitter: 0 } }"
     const run = startScenario({
