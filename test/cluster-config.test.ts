@@ -8,6 +8,7 @@ import { readFileSync } from "node:fs"
 import { join } from "node:path"
 import { Elastic, KillAll, Percent, Phased } from "../src/actors/Strategy.ts"
 import { parseCluster } from "../src/config/ClusterConfig.ts"
+import { withDefaultRules } from "./support/default-rules.ts"
 
 const decode = (text: string) => Effect.runPromise(parseCluster(text, "cluster.yml"))
 const problems = (text: string) =>
@@ -40,7 +41,7 @@ describe("cluster.yml", () => {
         asyncAlpha: 0.5
       },
       failurePolicy: {
-        strategy: new Phased({ beforeFormation: new KillAll(), afterFormation: new Elastic({ maxFailure: new Percent({ p: 50 }) }) }),
+        strategy: withDefaultRules(new Phased({ beforeFormation: new KillAll(), afterFormation: new Elastic({ maxFailure: new Percent({ p: 50 }) }) })),
         grace: 5_000,
         heartbeatTimeout: 30_000,
         degradedExit: 0

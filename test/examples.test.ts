@@ -13,6 +13,7 @@ import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import { Backoff, Elastic, KillAll, Percent, Phased, Restart } from "../src/actors/Strategy.ts"
 import { planCluster } from "../src/launch.ts"
+import { withDefaultRules } from "./support/default-rules.ts"
 
 const root = resolve(import.meta.dir, "..")
 const cli = join(root, "src", "cli", "launch.ts")
@@ -36,7 +37,7 @@ const examples: Readonly<Record<string, Example>> = {
       job: { program: { _tag: "Entry", entry: "examples/train.ts" }, backend: "cpu_sync", datasetSize: 50_000, epochs: 10 },
       failurePolicy: { grace: 5_000 }
     },
-    strategy: new Phased({ beforeFormation: new KillAll(), afterFormation: new Elastic({ maxFailure: new Percent({ p: 50 }) }) }),
+    strategy: withDefaultRules(new Phased({ beforeFormation: new KillAll(), afterFormation: new Elastic({ maxFailure: new Percent({ p: 50 }) }) })),
     world: 4,
     hosts: 1,
     dryRun: ["run local: 4 rank(s) on 1 host(s)", "[localhost:cpu:r3]", "max_failure: 50%"]
@@ -66,7 +67,7 @@ const examples: Readonly<Record<string, Example>> = {
       ],
       job: { program: { _tag: "Entry", entry: "examples/train.ts" }, datasetSize: 20_000, epochs: 4 }
     },
-    strategy: new Phased({ beforeFormation: new KillAll(), afterFormation: new Elastic({ maxFailure: new Percent({ p: 50 }) }) }),
+    strategy: withDefaultRules(new Phased({ beforeFormation: new KillAll(), afterFormation: new Elastic({ maxFailure: new Percent({ p: 50 }) }) })),
     world: 4,
     hosts: 2,
     dryRun: undefined
@@ -81,7 +82,7 @@ const examples: Readonly<Record<string, Example>> = {
       ],
       job: { program: { _tag: "Entry", entry: "examples/train.ts" }, datasetSize: 20_000, epochs: 4 }
     },
-    strategy: new Phased({ beforeFormation: new KillAll(), afterFormation: new Elastic({}) }),
+    strategy: withDefaultRules(new Phased({ beforeFormation: new KillAll(), afterFormation: new Elastic({}) })),
     world: 4,
     hosts: 2,
     dryRun: ["run self-agent: 4 rank(s) on 2 host(s)", "port: 0.0.0.0:29400", "[localhost:cpu:r1]", "[worker-b:cpu:r3]"]
@@ -92,7 +93,7 @@ const examples: Readonly<Record<string, Example>> = {
       workers: [{ host: "localhost", devices: { _tag: "Count", count: 4 }, env: { OMP_NUM_THREADS: "1", GLOO_SOCKET_IFNAME: "lo" } }],
       job: { program: { _tag: "Command", command: ["python3", "examples/torch_ddp.py"] }, args: ["--steps", "60"] }
     },
-    strategy: new Phased({ beforeFormation: new KillAll(), afterFormation: new Elastic({}) }),
+    strategy: withDefaultRules(new Phased({ beforeFormation: new KillAll(), afterFormation: new Elastic({}) })),
     world: 4,
     hosts: 1,
     dryRun: [`[localhost:cpu:r0] in ${root}: python3 examples/torch_ddp.py --steps 60`, "MASTER_ADDR=127.0.0.1", "WORLD_SIZE=4", "GLOO_SOCKET_IFNAME=lo"]

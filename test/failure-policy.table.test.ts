@@ -8,6 +8,7 @@ import { describe, expect, test } from "bun:test"
 import * as Effect from "effect/Effect"
 import { Backoff, Count, Elastic, KillAll, Percent, Phased, Restart, type Strategy } from "../src/actors/Strategy.ts"
 import { defaultFailurePolicy, encodeFailurePolicy, encodeStrategy, parseFailurePolicy, parseStrategy, strategyToYaml } from "../src/config/FailurePolicy.ts"
+import { withDefaultRules } from "./support/default-rules.ts"
 
 const policy = (text: string) => Effect.runPromise(parseFailurePolicy(text, "cluster.yml"))
 const policyProblem = (text: string) => Effect.runPromise(Effect.flip(parseFailurePolicy(text, "cluster.yml"))).then((error) => error.message)
@@ -45,20 +46,30 @@ describe("written as YAML", () => {
   })
 
   test("a whole section: the strategy's keys, then grace and heartbeat_timeout", () => {
-    expect(encodeFailurePolicy(defaultFailurePolicy)).toEqual({ before_formation: "kill_all", after_formation: "elastic", grace: "5s", heartbeat_timeout: "30s", degraded_exit: 0 })
+    expect(encodeFailurePolicy(defaultFailurePolicy)).toEqual({
+      before_formation: "kill_all",
+      after_formation: "elastic",
+      rules: [
+        { name: "exception", when: { cause: ["exception"], phase: "after_formation" }, then: "fail" },
+        { name: "exit-status", when: { exit_code: ["1-127"], cause: ["exit"], phase: "after_formation" }, then: "fail" }
+      ],
+      grace: "5s",
+      heartbeat_timeout: "30s",
+      degraded_exit: 0
+    })
   })
 })
 
 describe("read", () => {
   test("an absent section, or an empty one: kill_all, then elastic; 5 s grace; 30 s heartbeat timeout", async () => {
-    const expected = { strategy: new Phased({ beforeFormation: new KillAll(), afterFormation: new Elastic({}) }), grace: 5_000, heartbeatTimeout: 30_000, degradedExit: 0 }
+    const expected = { strategy: withDefaultRules(new Phased({ beforeFormation: new KillAll(), afterFormation: new Elastic({}) })), grace: 5_000, heartbeatTimeout: 30_000, degradedExit: 0 }
     expect(await policy("name: x\n")).toEqual(expected)
     expect(await policy("failure_policy: {}\n")).toEqual(expected)
     expect(await policy("failure_policy: { grace: 250ms, heartbeat_timeout: 2s }")).toEqual({ ...expected, grace: 250, heartbeatTimeout: 2_000 })
   })
 
   test("one phase given: the other keeps its default", async () => {
-    expect((await policy("failure_policy: { before_formation: elastic }")).strategy).toEqual(new Phased({ beforeFormation: new Elastic({}), afterFormation: new Elastic({}) }))
+    expect((await policy("failure_policy: { before_formation: elastic }")).strategy).toEqual(withDefaultRules(new Phased({ beforeFormation: new Elastic({}), afterFormation: new Elastic({}) })))
     expect((await policy("failure_policy: { after_formation: kill_all }")).strategy).toEqual(new Phased({ beforeFormation: new KillAll(), afterFormation: new KillAll() }))
   })
 

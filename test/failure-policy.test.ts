@@ -3,18 +3,27 @@ import * as Effect from "effect/Effect"
 import { Backoff, Count, Elastic, KillAll, Percent, Phased, Restart } from "../src/actors/Strategy.ts"
 import { beatEveryMs, defaultFailurePolicy, parseFailurePolicy } from "../src/config/FailurePolicy.ts"
 import { formatDuration, parseDuration } from "../src/config/Duration.ts"
+import { readmeDefaultRules, withDefaultRules } from "./support/default-rules.ts"
 
 const decode = (text: string) => Effect.runPromise(parseFailurePolicy(text, "cluster.yml"))
 const problem = (text: string) =>
   Effect.runPromise(Effect.flip(parseFailurePolicy(text, "cluster.yml"))).then((error) => error.message)
 
 describe("failure_policy", () => {
-  test("an absent section gives kill_all before formation and unlimited elastic after", async () => {
+  test("an absent section gives kill_all before formation and unlimited elastic after, with the default rules", async () => {
     expect(await decode("name: demo\n")).toEqual(defaultFailurePolicy)
     expect(await decode("")).toEqual(defaultFailurePolicy)
     expect(defaultFailurePolicy.strategy).toEqual(
-      new Phased({ beforeFormation: new KillAll(), afterFormation: new Elastic({}) })
+      new Phased({ beforeFormation: new KillAll(), afterFormation: new Elastic({}), rules: readmeDefaultRules })
     )
+  })
+
+  test("the default rules come with an elastic after_formation only; rules: [] turns them off; a file's own replace them", async () => {
+    expect((await decode("failure_policy: { after_formation: kill_all }")).strategy.rules).toBeUndefined()
+    expect((await decode("failure_policy: { after_formation: restart }")).strategy.rules).toBeUndefined()
+    expect((await decode("failure_policy: { after_formation: elastic, rules: [] }")).strategy.rules).toEqual([])
+    const own = await decode("failure_policy: { rules: [{ name: mine, when: { exit_code: [3] }, then: ignore }] }")
+    expect(own.strategy.rules?.map((rule) => rule.name)).toEqual(["mine"])
   })
 
   test("the documented example decodes to the strategies it names", async () => {
@@ -26,10 +35,10 @@ failure_policy:
   grace: 250ms
 `)
     expect(policy).toEqual({
-      strategy: new Phased({
+      strategy: withDefaultRules(new Phased({
         beforeFormation: new KillAll(),
         afterFormation: new Elastic({ maxFailure: new Percent({ p: 25 }) })
-      }),
+      })),
       grace: 250,
       heartbeatTimeout: 30_000,
       degradedExit: 0
@@ -38,7 +47,7 @@ failure_policy:
 
   test("a count limit and a restart policy with every field", async () => {
     expect((await decode("failure_policy: { after_formation: { elastic: { max_failure: 2 } } }")).strategy)
-      .toEqual(new Phased({ beforeFormation: new KillAll(), afterFormation: new Elastic({ maxFailure: new Count({ n: 2 }) }) }))
+      .toEqual(withDefaultRules(new Phased({ beforeFormation: new KillAll(), afterFormation: new Elastic({ maxFailure: new Count({ n: 2 }) }) })))
     const restart = await decode(`
 failure_policy:
   after_formation:
@@ -150,7 +159,7 @@ failure_policy:
 
   test("bare words and empty mappings are accepted where they read naturally", async () => {
     const policy = await decode("failure_policy: { before_formation: { kill_all: {} }, after_formation: elastic }")
-    expect(policy.strategy).toEqual(new Phased({ beforeFormation: new KillAll(), afterFormation: new Elastic({}) }))
+    expect(policy.strategy).toEqual(withDefaultRules(new Phased({ beforeFormation: new KillAll(), afterFormation: new Elastic({}) })))
     const restart = await decode("failure_policy: { after_formation: restart }")
     expect(restart.strategy.afterFormation._tag).toBe("Restart")
   })

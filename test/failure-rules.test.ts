@@ -26,7 +26,7 @@ import {
 } from "../src/actors/FailureRules.ts"
 import { policyTable } from "../src/actors/PolicyTable.ts"
 import { Backoff, Count, Elastic, KillAll, Percent, Phased, Restart, type Simple } from "../src/actors/Strategy.ts"
-import { parseFailurePolicy } from "../src/config/FailurePolicy.ts"
+import { encodeFailurePolicy, parseFailurePolicy } from "../src/config/FailurePolicy.ts"
 
 const death = (over: Partial<Death> = {}): Death => ({ cause: "exit", exitCode: 1, ranks: [3], host: "gpu-a", phase: "after_formation", ...over })
 
@@ -283,6 +283,15 @@ describe("rules in the file", () => {
     expect(rules[3]!.when).toMatchObject({ exitCodes: { op: "not_in", values: [0, 143] }, ranks: ["0", "1*"] })
   })
 
+  test("exit codes as ranges: read as every status in them, written back as ranges where three or more run on", async () => {
+    const read = await policyOf("failure_policy:\n  rules: [{ when: { exit_code: [1, 2, \"64-66\", 70, \" 8 - 9 \"] }, then: fail }]")
+    if (read._tag === "Left") throw new Error(read.left.message)
+    expect(read.right.strategy.rules![0]!.when.exitCodes).toEqual(new ExitCodes({ op: "in", values: [1, 2, 64, 65, 66, 70, 8, 9] }))
+    expect(encodeFailurePolicy(read.right)).toMatchObject({ rules: [{ when: { exit_code: [1, 2, "64-66", 70, 8, 9] } }] })
+    const backwards = await policyOf("failure_policy:\n  rules: [{ when: { exit_code: [\"9-3\"] }, then: fail }]")
+    expect(backwards._tag === "Left" ? backwards.left.message : "").toContain(`expected an exit code from 0 to 255, or a range like "1-127", got "9-3"`)
+  })
+
   test("every mistake at once, each at its line and column", async () => {
     const read = await policyOf([
       "failure_policy:",
@@ -294,7 +303,7 @@ describe("rules in the file", () => {
       `cluster.yml: failure_policy.rules[0].when.cause[0] (line 3, col 23): expected one of exit, signal, exception, oom, heartbeat, host_lost, relay_lost, nccl, got "oops"`,
       `cluster.yml: failure_policy.rules[0].when.signal[0] (line 3, col 39): expected a signal name like SIGTERM (33 known), got "SIGFOO"`,
       `cluster.yml: failure_policy.rules[0].when.log (line 3, col 53): expected a regular expression, got "(" (missing ))`,
-      `cluster.yml: failure_policy.rules[0].when.exit_code[0] (line 3, col 70): expected an exit code from 0 to 255, got 300`,
+      `cluster.yml: failure_policy.rules[0].when.exit_code[0] (line 3, col 70): expected an exit code from 0 to 255, or a range like "1-127", got 300`,
       `cluster.yml: failure_policy.rules[0].when (line 3, col 76): unknown key "color"; known keys: exit_code, signal, cause, ranks, hosts, phase, log`,
       `cluster.yml: failure_policy.rules[0].then (line 4, col 13): expected one of fail, elastic, ignore or { restart: { … } }, got "explode"`
     ])

@@ -41,11 +41,12 @@ describe("bun run launch, local cluster", () => {
     await noSurvivor(run.pids())
   }, 20_000)
 
-  test("elastic with max_failure 50%: one of 4 ranks exits 3 after formation; DEGRADED, exit 0, the other 3 finish", async () => {
+  test("elastic with max_failure 50% and no rules: one of 4 ranks exits 3 after formation; DEGRADED, exit 0, the other 3 finish", async () => {
+    // rules: [] turns the default rules off: a status from 1 to 127 is then a death like any other.
     const run = startScenario({
       devices: 4,
       args: ["fail=2:3", "trigger=$DIR/go", "wait-trigger", "work=100"],
-      policy: "  after_formation:\n    elastic: { max_failure: 50% }\n  grace: 2s"
+      policy: "  after_formation:\n    elastic: { max_failure: 50% }\n  rules: []\n  grace: 2s"
     })
     const port = await run.port
     const training = await waitForPhase(port, "training")
@@ -66,11 +67,11 @@ describe("bun run launch, local cluster", () => {
     await noSurvivor(run.pids())
   }, 20_000)
 
-  test("elastic with max_failure 1: two deaths fail the run, exit 1, naming the threshold", async () => {
+  test("elastic with max_failure 1 and no rules: two deaths fail the run, exit 1, naming the threshold", async () => {
     const run = startScenario({
       devices: 4,
       args: ["fail=1:3,2:4", "trigger=$DIR/go", "hold"],
-      policy: "  after_formation:\n    elastic: { max_failure: 1 }\n  grace: 2s"
+      policy: "  after_formation:\n    elastic: { max_failure: 1 }\n  rules: []\n  grace: 2s"
     })
     await waitForPhase(await run.port, "training")
     writeFileSync(join(run.dir, "go"), "")
@@ -78,6 +79,28 @@ describe("bun run launch, local cluster", () => {
     expect(result.outcome).toBe("failed")
     expect(result.exitCode).toBe(1)
     expect(result.rootCause).toMatch(/^max_failure exceeded: [12]\/4 ranks dead, threshold 1$/)
+    await noSurvivor(run.pids())
+  }, 20_000)
+
+  test("the default rules: under the default elastic policy a rank that exits 3 after formation is a bug: the run fails, naming the rule", async () => {
+    const run = startScenario({ devices: 3, args: ["fail=1:3", "trigger=$DIR/go", "hold"], policy: "  grace: 2s" })
+    await waitForPhase(await run.port, "training")
+    writeFileSync(join(run.dir, "go"), "")
+    const result = await run.result
+    expect(result.outcome).toBe("failed")
+    expect(result.exitCode).toBe(1)
+    expect(result.rootCause).toBe("rank 1 of localhost exited with status 3 (rule exit-status)")
+    await noSurvivor(run.pids())
+  }, 20_000)
+
+  test("the default rules: a rank whose code throws after formation fails the run, its error named (cause exception)", async () => {
+    const run = startScenario({ devices: 3, args: ["throw=2", "trigger=$DIR/go", "hold"], policy: "  grace: 2s" })
+    await waitForPhase(await run.port, "training")
+    writeFileSync(join(run.dir, "go"), "")
+    const result = await run.result
+    expect(result.outcome).toBe("failed")
+    expect(result.rootCause).toBe("rank 2 of localhost exited with status 1 (TypeError: rank 2: simulated bug) (rule exception)")
+    expect(result.ranks[2]!.exits).toEqual(["status 1 (TypeError: rank 2: simulated bug)"])
     await noSurvivor(run.pids())
   }, 20_000)
 

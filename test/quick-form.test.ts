@@ -16,6 +16,7 @@ import { parseHosts, parseRanksPerHost, policyOverride, type QuickFormInput, qui
 import type { Override } from "../src/cli/Overrides.ts"
 import { loadCluster } from "../src/launch.ts"
 import { Backoff, Count, Elastic, KillAll, Percent, Phased, Restart } from "../src/actors/Strategy.ts"
+import { withDefaultRules } from "./support/default-rules.ts"
 
 const root = resolve(import.meta.dir, "..")
 const cli = join(root, "src", "cli", "launch.ts")
@@ -98,7 +99,7 @@ describe("what the quick form decodes to", () => {
       job: { program: { _tag: "Command", command: ["python3", "train.py", "--lr", "0.1"] }, args: [], backend: "cpu_sync", epochs: 1, datasetSize: 0 },
       failurePolicy: { grace: 5_000, heartbeatTimeout: 30_000 }
     })
-    expect((config as { failurePolicy: { strategy: Phased } }).failurePolicy.strategy).toEqual(new Phased({ beforeFormation: new KillAll(), afterFormation: new Elastic({}) }))
+    expect((config as { failurePolicy: { strategy: Phased } }).failurePolicy.strategy).toEqual(withDefaultRules(new Phased({ beforeFormation: new KillAll(), afterFormation: new Elastic({}) })))
   })
 
   test("-n gpu: one rank per GPU of this machine (devices: all)", async () => {
@@ -131,7 +132,9 @@ describe("what the quick form decodes to", () => {
   ] as const)("--policy %p decodes to its strategy after formation, kill_all before", async (spec, strategy) => {
     const policy = policyOverride(spec) as Override
     const config = await decoded(input({ ranksPerHost: "2" }), [policy])
-    expect((config as { failurePolicy: { strategy: Phased } }).failurePolicy.strategy).toEqual(new Phased({ beforeFormation: new KillAll(), afterFormation: strategy }))
+    // An elastic one comes with the default rules, as a file without rules: gets them.
+    const phased = new Phased({ beforeFormation: new KillAll(), afterFormation: strategy })
+    expect((config as { failurePolicy: { strategy: Phased } }).failurePolicy.strategy).toEqual(strategy._tag === "Elastic" ? withDefaultRules(phased) : phased)
   })
 
   test("a flag's value the decoder refuses is said as the flag's", async () => {

@@ -10,7 +10,8 @@ import type { Cause } from "./FailureRules.ts"
 
 /** `cause`, where the one who saw the exit knows more than its form says (a lost host, an exception). */
 export type ChildExit = Data.TaggedEnum<{
-  Exited: { readonly code: number; readonly cause?: Cause | undefined }
+  /** `error`: what an `entry:` rank's code threw, as it said before exiting ("TypeError: …"). */
+  Exited: { readonly code: number; readonly cause?: Cause | undefined; readonly error?: string | undefined }
   Signaled: { readonly signal: string; readonly cause?: Cause | undefined }
   Crashed: { readonly detail: string; readonly cause?: Cause | undefined }
 }>
@@ -22,7 +23,7 @@ export const isClean = (exit: ChildExit): boolean => exit._tag === "Exited" && e
 /** "status 1", "signal SIGKILL", "crash: ..." — short enough for a verdict line. */
 export const describe = (exit: ChildExit): string =>
   ChildExit.$match(exit, {
-    Exited: ({ code }) => `status ${code}`,
+    Exited: ({ code, error }) => (error === undefined ? `status ${code}` : `status ${code} (${error})`),
     Signaled: ({ signal }) => `signal ${signal}`,
     Crashed: ({ detail }) => `crash: ${detail}`
   })

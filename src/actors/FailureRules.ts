@@ -33,7 +33,7 @@ export const causes: ReadonlyArray<Cause> = Cause.literals
  * The causes this version tells apart (`nccl`: only a member absent from its NCCL generation, not yet NCCL's
  * own asynchronous errors). A rule may name the others; the plan says at start that they do not match yet.
  */
-export const detectedCauses: ReadonlyArray<Cause> = ["exit", "signal", "heartbeat", "host_lost", "nccl"]
+export const detectedCauses: ReadonlyArray<Cause> = ["exit", "signal", "exception", "heartbeat", "host_lost", "nccl"]
 
 export const PolicyPhase = Schema.Literal("before_formation", "after_formation")
 export type PolicyPhase = typeof PolicyPhase.Type
@@ -54,6 +54,22 @@ export class ExitCodes extends Schema.Class<ExitCodes>("ExitCodes")({
   op: Schema.Literal("in", "not_in"),
   values: Schema.Array(ExitCode).pipe(Schema.minItems(1))
 }) {}
+
+/** Consecutive runs of statuses, in the list's order: `[1, 2, 3, 7]` is `[[1, 3], [7, 7]]`. */
+export const codeRuns = (codes: ReadonlyArray<number>): Array<readonly [number, number]> => {
+  const runs: Array<readonly [number, number]> = []
+  for (let at = 0; at < codes.length;) {
+    let end = at
+    while (end + 1 < codes.length && codes[end + 1] === codes[end]! + 1) end++
+    runs.push([codes[at]!, codes[end]!] as const)
+    at = end + 1
+  }
+  return runs
+}
+
+/** Statuses as people write them: runs of three or more as ranges (`1-127`), the others one by one. */
+export const codesText = (codes: ReadonlyArray<number>): string =>
+  codeRuns(codes).flatMap(([first, last]) => (last - first >= 2 ? [`${first}-${last}`] : Array.from({ length: last - first + 1 }, (_, offset) => String(first + offset)))).join(", ")
 
 /** A pattern over rank numbers or host names: `*` any run of characters, `?` one. */
 export const Glob = Schema.String.pipe(Schema.minLength(1))

@@ -4,7 +4,7 @@
  * with what it still asks of the death (`exit_code 1, 2`, `hosts spot-*`), up to the first that
  * takes every such death; if none does, the phase's strategy has the rest (`else elastic`).
  */
-import { type Cause, causes, type FailureRule, type PolicyPhase, type RuleAction, type RuleWhen } from "./FailureRules.ts"
+import { type Cause, causes, codesText, type FailureRule, type PolicyPhase, type RuleAction, type RuleWhen } from "./FailureRules.ts"
 import { formatDuration } from "../config/Duration.ts"
 import type { Simple, Strategy } from "./Strategy.ts"
 
@@ -45,7 +45,7 @@ const remainingConditions = (when: RuleWhen, cause: Cause, phase: PolicyPhase): 
   if (when.exitCodes !== undefined && !withExitCode.includes(cause)) return undefined
   if (when.signals !== undefined && !withSignal.includes(cause)) return undefined
   return [
-    ...(when.exitCodes === undefined ? [] : [`exit_code ${when.exitCodes.op === "in" ? "" : "not "}${when.exitCodes.values.join(", ")}`]),
+    ...(when.exitCodes === undefined ? [] : [`exit_code ${when.exitCodes.op === "in" ? "" : "not "}${codesText(when.exitCodes.values)}`]),
     ...(when.signals === undefined ? [] : [`signal ${when.signals.join(", ")}`]),
     ...(when.ranks === undefined ? [] : [`ranks ${when.ranks.join(", ")}`]),
     ...(when.hosts === undefined ? [] : [`hosts ${when.hosts.join(", ")}`]),

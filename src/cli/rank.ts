@@ -33,6 +33,15 @@ const status = await runRank({
   slot: role.right.slot,
   restartCount: Number(process.env.COHORT_RESTART_COUNT ?? 0),
   cwd: process.cwd(),
-  checkIn: () => process.send?.({ _tag: "Running" })
+  checkIn: () => process.send?.({ _tag: "Running" }),
+  // Delivered before the exit: the send's callback runs once the message is on its way.
+  threw: (error) => new Promise<void>((resolve) => {
+    if (process.send === undefined) return resolve()
+    const timer = setTimeout(resolve, 1_000)
+    process.send({ _tag: "Threw", ...error }, undefined, undefined, () => {
+      clearTimeout(timer)
+      resolve()
+    })
+  })
 })
 process.exit(status)

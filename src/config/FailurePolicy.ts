@@ -33,6 +33,7 @@ import { Backoff, Count, Elastic, FailureBase, KillAll, Millis, Percent, Phased,
 import {
   Cause,
   causes,
+  codeRuns,
   DropRanks,
   ExitCode,
   ExitCodes,
@@ -74,8 +75,28 @@ export interface FailurePolicy {
  */
 export const beatEveryMs = (heartbeatTimeoutMs: number): number => Math.min(5_000, Math.max(1_000, Math.round(heartbeatTimeoutMs / 6)))
 
+/**
+ * The rules a file gets when it says none and its `after_formation` is elastic: a rank whose code threw,
+ * or that exited with a status from 1 to 127, met a bug every rank will meet, and the run fails with it
+ * rather than finishing DEGRADED with exit 0 (a bug CI would pass). Everything else (a signal cohort did
+ * not send, an OOM kill, silence, a lost host, a status of 128 or more, which a shell gives a killed
+ * child) is the infrastructure's, and stays elastic. Before formation kill_all already fails the run.
+ * `rules: []` turns them off; a file's own rules replace them.
+ */
+export const defaultRules: ReadonlyArray<FailureRule> = [
+  new FailureRule({ name: "exception", when: new RuleWhen({ causes: ["exception"], phase: "after_formation" }), then: new FailRun() }),
+  new FailureRule({
+    name: "exit-status",
+    when: new RuleWhen({ causes: ["exit"], exitCodes: new ExitCodes({ op: "in", values: Array.from({ length: 127 }, (_, index) => index + 1) }), phase: "after_formation" }),
+    then: new FailRun()
+  })
+]
+
+/** The rules a policy gets when its file says none: the defaults under an elastic after_formation, else none. */
+const rulesByDefault = (afterFormation: Simple): ReadonlyArray<FailureRule> | undefined => (afterFormation._tag === "Elastic" ? defaultRules : undefined)
+
 export const defaultFailurePolicy: FailurePolicy = {
-  strategy: new Phased({ beforeFormation: new KillAll(), afterFormation: new Elastic({}) }),
+  strategy: new Phased({ beforeFormation: new KillAll(), afterFormation: new Elastic({}), rules: defaultRules }),
   grace: 5_000,
   heartbeatTimeout: 30_000,
   degradedExit: 0
@@ -259,13 +280,41 @@ const SimpleStrategy = Schema.Union(
 // Failure rules (`FailureRules`): `rules:` beside the phases.
 // ---------------------------------------------------------------------------------------------------------
 
+/** `"1-127"`: every exit status from the first to the last. */
+const CodeRange = Schema.transformOrFail(Schema.String, Schema.Tuple(ExitCode, ExitCode), {
+  strict: true,
+  decode: (text, _, ast) => {
+    const match = /^\s*(\d+)\s*-\s*(\d+)\s*$/.exec(text)
+    return match === null || Number(match[1]) > Number(match[2])
+      ? ParseResult.fail(new ParseResult.Type(ast, text))
+      : ParseResult.succeed([Number(match[1]), Number(match[2])] as const)
+  },
+  encode: ([first, last]) => ParseResult.succeed(`${first}-${last}`)
+})
+
+/** Runs of three or more consecutive statuses as ranges, the rest as they are: how a list is written back. */
+const compressCodes = (codes: ReadonlyArray<number>): Array<number | readonly [number, number]> =>
+  codeRuns(codes).flatMap(([first, last]): Array<number | readonly [number, number]> =>
+    last - first >= 2 ? [[first, last] as const] : Array.from({ length: last - first + 1 }, (_, offset) => first + offset)
+  )
+
+/** A list of statuses and ranges (`[1, 2, "64-78"]`), as the statuses it stands for. */
+const CodeList = Schema.transform(
+  Schema.Array(Schema.Union(ExitCode, CodeRange).pipe(expecting(`an exit code from 0 to 255, or a range like "1-127"`))).pipe(Schema.minItems(1)),
+  Schema.Array(ExitCode),
+  {
+    strict: true,
+    decode: (items) =>
+      items.flatMap((item) => (typeof item === "number" ? [item] : Array.from({ length: item[1] - item[0] + 1 }, (_, offset) => item[0] + offset))),
+    encode: compressCodes
+  }
+)
+
 /** `exit_code: [1, 2]`, `{ in: [1, 2] }` or `{ not_in: [0, 143] }`; written back as a list, or `{ not_in }`. */
 const ExitCodesForm = Schema.transform(
-  Schema.Union(
-    Schema.Array(ExitCode).pipe(Schema.minItems(1)),
-    Schema.Struct({ in: Schema.Array(ExitCode).pipe(Schema.minItems(1)) }),
-    Schema.Struct({ not_in: Schema.Array(ExitCode).pipe(Schema.minItems(1)) })
-  ).pipe(expecting("a list of exit codes from 0 to 255, { in: [...] } or { not_in: [...] }")),
+  Schema.Union(CodeList, Schema.Struct({ in: CodeList }), Schema.Struct({ not_in: CodeList })).pipe(
+    expecting(`a list of exit codes from 0 to 255 (ranges like "1-127" too), { in: [...] } or { not_in: [...] }`)
+  ),
   Schema.typeSchema(ExitCodes),
   {
     strict: true,
@@ -421,7 +470,11 @@ const FailurePolicyFromYaml = readInto(
       _tag: "Phased" as const,
       beforeFormation: phases.before_formation,
       afterFormation: phases.max_failure_base === undefined ? phases.after_formation : { ...phases.after_formation, base: phases.max_failure_base },
-      ...(rules.rules === undefined ? {} : { rules: rules.rules })
+      ...(rules.rules !== undefined
+        ? { rules: rules.rules }
+        : rulesByDefault(phases.after_formation) === undefined
+        ? {}
+        : { rules: rulesByDefault(phases.after_formation) })
     },
     grace: timeouts.grace,
     heartbeatTimeout: timeouts.heartbeat_timeout,

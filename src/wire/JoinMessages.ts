@@ -77,13 +77,17 @@ export class WorldFormed extends Schema.TaggedClass<WorldFormed>()("WorldFormed"
   master: Schema.Struct({ addr: Schema.String, port: Schema.Int.pipe(Schema.between(1, 65_535)) })
 }) {}
 
-/** How a rank ended: an exit status, a signal, or (`detail`) why it could not even start. */
+/**
+ * How a rank ended: an exit status, a signal, or (`detail`) why it could not even start. `error`: the
+ * exception an `entry:` rank's code threw ("TypeError: x is not a function"), when it said so before exiting.
+ */
 export class RankExited extends Schema.TaggedClass<RankExited>()("RankExited", {
   rank: Rank,
   incarnation: Incarnation,
   code: Schema.NullOr(Schema.Int),
   signal: Schema.NullOr(Schema.String),
-  detail: Schema.optional(Schema.String)
+  detail: Schema.optional(Schema.String),
+  error: Schema.optional(Schema.String.pipe(Schema.maxLength(600)))
 }) {}
 
 export class Abort extends Schema.TaggedClass<Abort>()("Abort", {

@@ -199,6 +199,8 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
         rankKeyHex: Buffer.from(rankKey(salt, rank)).toString("hex")
       })
     const running = new Map<string, RunningRank>()
+    /** What each rank incarnation's code threw, as it said before exiting (by child id). */
+    const thrown = new Map<string, string>()
     /** The agent is stopping everything: the launcher aborted, the run ended, or the link is gone. */
     let ending = false
     /** Why the host's ranks are being stopped, for the agent's line when the policy stops them. */
@@ -356,7 +358,12 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
         // An entry rank checks in over IPC when it runs user code; the channel closing is its link to us ending.
         ipc: program._tag === "Entry"
           ? (message) => {
-            if ((message as { _tag?: unknown })?._tag === "Running") callbacks.fork(markRunning(rank, incarnation))
+            const said = message as { _tag?: unknown; errorClass?: unknown; message?: unknown } | null
+            if (said?._tag === "Running") callbacks.fork(markRunning(rank, incarnation))
+            // The user's code threw: kept for its exit's report (the failure rules' `exception`).
+            if (said?._tag === "Threw" && typeof said.errorClass === "string" && typeof said.message === "string") {
+              thrown.set(rankChildId(rank, incarnation), `${said.errorClass.slice(0, 80)}: ${said.message.slice(0, 500)}`)
+            }
           }
           : undefined,
         onLine: (line, stream) => childLine(prefix + line, stream),
@@ -382,6 +389,7 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
           running,
           report,
           watchIn: scope,
+          thrown: () => thrown.get(id),
           answered: (started) =>
             Effect.gen(function*() {
               unanswered.delete(id)

@@ -40,19 +40,41 @@ export interface RankOptions {
   readonly answered: (process: ProcessChild.ProcessChild | undefined) => Effect.Effect<void>
   /** Where its exit is awaited: a Scope that outlives the incarnation's, which closes as the exit is handled. */
   readonly watchIn: Scope.Scope
+  /** What its code threw, as it said over IPC before exiting ("TypeError: …"); undefined when it said nothing. */
+  readonly thrown?: (() => string | undefined) | undefined
 }
+
+/**
+ * How long an exit with status 1 waits for the rank's word of an exception: the rank sends it before it
+ * exits, but its exit can be seen here before the message is read.
+ */
+const THROWN_WAIT_MS = 200
 
 export const rankChild = (options: RankOptions): SupervisedChild => {
   const spec = rankSpec(options.host, options.rank, options.incarnation)
   const { incarnation, rank } = options
-  const exitReport = (exit: ChildExit) =>
+  const exitReport = (exit: ChildExit, error: string | undefined) =>
     new RankExited({
       rank,
       incarnation,
       code: exit._tag === "Exited" ? exit.code : null,
       signal: exit._tag === "Signaled" ? exit.signal : null,
-      detail: exit._tag === "Crashed" ? exit.detail : undefined
+      detail: exit._tag === "Crashed" ? exit.detail : undefined,
+      ...(error === undefined ? {} : { error })
     })
+  /** The exception said before a status-1 exit, waited for a moment when it has not been read yet. */
+  const thrownFor = (exit: ChildExit): Effect.Effect<string | undefined> => {
+    const thrown = options.thrown
+    if (thrown === undefined || exit._tag !== "Exited" || exit.code !== 1) return Effect.succeed(undefined)
+    return Effect.gen(function*() {
+      for (let waited = 0; waited < THROWN_WAIT_MS; waited += 10) {
+        const said = thrown()
+        if (said !== undefined) return said
+        yield* Effect.sleep(10)
+      }
+      return thrown()
+    })
+  }
   return {
     ...spec,
     start: Effect.gen(function*() {
@@ -72,7 +94,7 @@ export const rankChild = (options: RankOptions): SupervisedChild => {
         Effect.gen(function*() {
           const exit = yield* child.exited
           options.running.delete(spec.id)
-          yield* options.report(exitReport(exit))
+          yield* options.report(exitReport(exit, yield* thrownFor(exit)))
           yield* Deferred.succeed(reported, exit)
         }),
         options.watchIn

@@ -157,6 +157,8 @@ export const make = (
                 ? ChildExit.Crashed({ detail: message.detail })
                 : message.signal !== null
                 ? ChildExit.Signaled({ signal: message.signal })
+                : message.error !== undefined
+                ? ChildExit.Exited({ code: message.code ?? -1, cause: "exception", error: message.error })
                 : ChildExit.Exited({ code: message.code ?? -1 })
               yield* endIncarnation(incarnation, exit)
               break

@@ -25,7 +25,15 @@ export interface RuntimeOptions {
   readonly cwd: string
   /** Tell the agent the rank runs user code. */
   readonly checkIn: () => void
+  /** Tell the agent the user's code threw (its error's class and message), before the rank exits with status 1. */
+  readonly threw?: ((error: { readonly errorClass: string; readonly message: string }) => Promise<void>) | undefined
 }
+
+/** An error as the failure rules and the verdict name it: its class and its message's first line. */
+export const thrownError = (error: unknown): { readonly errorClass: string; readonly message: string } =>
+  error instanceof Error
+    ? { errorClass: error.name || error.constructor?.name || "Error", message: (error.message.split("\n")[0] ?? "").slice(0, 500) }
+    : { errorClass: typeof error, message: String(error).split("\n")[0]!.slice(0, 500) }
 
 /** The context for a slot, or why there is none. */
 export const contextFor = (
@@ -158,6 +166,8 @@ export const runRank = async (options: RuntimeOptions): Promise<number> => {
     return 0
   } catch (error) {
     console.error(`rank ${context.rank} failed: ${error instanceof Error ? error.stack ?? error.message : String(error)}`)
+    // Said before the exit, so the agent's report of it names an exception, not just a status.
+    await options.threw?.(thrownError(error))
     return 1
   }
 }
