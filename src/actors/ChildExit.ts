@@ -24,6 +24,6 @@ export const isClean = (exit: ChildExit): boolean => exit._tag === "Exited" && e
 export const describe = (exit: ChildExit): string =>
   ChildExit.$match(exit, {
     Exited: ({ code, error }) => (error === undefined ? `status ${code}` : `status ${code} (${error})`),
-    Signaled: ({ signal }) => `signal ${signal}`,
+    Signaled: ({ cause, signal }) => (cause === "oom" ? `signal ${signal} (the OOM killer)` : `signal ${signal}`),
     Crashed: ({ detail }) => `crash: ${detail}`
   })

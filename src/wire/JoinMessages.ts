@@ -87,7 +87,9 @@ export class RankExited extends Schema.TaggedClass<RankExited>()("RankExited", {
   code: Schema.NullOr(Schema.Int),
   signal: Schema.NullOr(Schema.String),
   detail: Schema.optional(Schema.String),
-  error: Schema.optional(Schema.String.pipe(Schema.maxLength(600)))
+  error: Schema.optional(Schema.String.pipe(Schema.maxLength(600))),
+  /** What the host saw that the status does not say: `oom`, a SIGKILL of the kernel's OOM killer. */
+  cause: Schema.optional(Schema.Literal("oom"))
 }) {}
 
 export class Abort extends Schema.TaggedClass<Abort>()("Abort", {

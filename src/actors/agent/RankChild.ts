@@ -18,6 +18,7 @@ import * as ProcessChild from "../ProcessChild.ts"
 import type { SupervisedChild } from "../Supervisor.ts"
 import { type JoinMessage, RankExited, RankStarted } from "../../wire/JoinMessages.ts"
 import { rankSpec } from "./HostPolicy.ts"
+import { oomKillCount } from "./OomKills.ts"
 
 /** A rank process that runs on the host now: what its resource samples and its host's stops need. */
 export interface RunningRank {
@@ -53,14 +54,15 @@ const THROWN_WAIT_MS = 200
 export const rankChild = (options: RankOptions): SupervisedChild => {
   const spec = rankSpec(options.host, options.rank, options.incarnation)
   const { incarnation, rank } = options
-  const exitReport = (exit: ChildExit, error: string | undefined) =>
+  const exitReport = (exit: ChildExit, error: string | undefined, oom: boolean) =>
     new RankExited({
       rank,
       incarnation,
       code: exit._tag === "Exited" ? exit.code : null,
       signal: exit._tag === "Signaled" ? exit.signal : null,
       detail: exit._tag === "Crashed" ? exit.detail : undefined,
-      ...(error === undefined ? {} : { error })
+      ...(error === undefined ? {} : { error }),
+      ...(oom ? { cause: "oom" as const } : {})
     })
   /** The exception said before a status-1 exit, waited for a moment when it has not been read yet. */
   const thrownFor = (exit: ChildExit): Effect.Effect<string | undefined> => {
@@ -85,6 +87,8 @@ export const rankChild = (options: RankOptions): SupervisedChild => {
         return yield* spawned.left
       }
       const child = spawned.right
+      // The OOM killer's count when it started: a SIGKILL while it rose was the kernel's, for memory.
+      const oomKillsAtStart = oomKillCount()
       options.running.set(spec.id, { rank, slot: options.slot, process: child })
       yield* options.report(new RankStarted({ rank, incarnation, pid: child.pid }))
       // Before its exit can be reported: a command rank's RankRunning comes right after its RankStarted.
@@ -94,7 +98,8 @@ export const rankChild = (options: RankOptions): SupervisedChild => {
         Effect.gen(function*() {
           const exit = yield* child.exited
           options.running.delete(spec.id)
-          yield* options.report(exitReport(exit, yield* thrownFor(exit)))
+          const oom = exit._tag === "Signaled" && exit.signal === "SIGKILL" && oomKillsAtStart !== undefined && (oomKillCount() ?? 0) > oomKillsAtStart
+          yield* options.report(exitReport(exit, yield* thrownFor(exit), oom))
           yield* Deferred.succeed(reported, exit)
         }),
         options.watchIn

@@ -156,7 +156,7 @@ export const make = (
               const exit = message.detail !== undefined
                 ? ChildExit.Crashed({ detail: message.detail })
                 : message.signal !== null
-                ? ChildExit.Signaled({ signal: message.signal })
+                ? ChildExit.Signaled({ signal: message.signal, ...(message.cause === undefined ? {} : { cause: message.cause }) })
                 : message.error !== undefined
                 ? ChildExit.Exited({ code: message.code ?? -1, cause: "exception", error: message.error })
                 : ChildExit.Exited({ code: message.code ?? -1 })
