@@ -6,7 +6,7 @@
 import { describe, expect, test } from "bun:test"
 import { writeFileSync } from "node:fs"
 import { join } from "node:path"
-import { isRunning, waitFor } from "./support/processes.ts"
+import { childrenOf, commandLine, isRunning, waitFor } from "./support/processes.ts"
 import { postStart, repoRoot, startScenario, waitForPhase } from "./support/launch-scenario.ts"
 
 const noSurvivor = async (pids: ReadonlyArray<number>) => {
@@ -124,6 +124,23 @@ describe("bun run launch, local cluster", () => {
     expect(result.rootCause).toBe("rank 2 of localhost exited with status 4 (rule bug)")
     // Rank 1's exit 3 was no death: nothing lost to it.
     expect(result.lost.flatMap((loss) => loss.ranks)).not.toContain(1)
+    await noSurvivor(run.pids())
+  }, 20_000)
+
+  test("failure rules: a relay killed under its ranks is cause relay_lost, and a rule on it decides the run", async () => {
+    const run = startScenario({
+      devices: 2,
+      args: ["hold"],
+      policy: "  rules: [{ name: relay, when: { cause: [relay_lost] }, then: fail }]\n  grace: 2s"
+    })
+    await waitForPhase(await run.port, "training")
+    // This process runs the launcher (the library entry): the relay is its child.
+    const relayPid = () => childrenOf(process.pid).find((pid) => /src\/cli\/relay\.ts|\/relay\.js/.test(commandLine(pid)))
+    await waitFor(() => relayPid() !== undefined, "the host's relay to run", 10_000)
+    process.kill(relayPid()!, "SIGKILL")
+    const result = await run.result
+    expect(result.outcome).toBe("failed")
+    expect(result.rootCause).toMatch(/^rank [01] of localhost exited with (status \d+|signal SIG(TERM|KILL)) \(its host's relay was lost\) \(rule relay\)$/)
     await noSurvivor(run.pids())
   }, 20_000)
 

@@ -68,6 +68,8 @@ job:
 failure_policy:
   after_formation:
     elastic: { max_failure: 2 }
+  # A rank's exit 3 is the death the survivors re-rendezvous without, not a bug to fail the run for.
+  rules: []
   grace: 2s
 `)
   return spawnLaunch(file, env)

@@ -18,12 +18,15 @@ export type ChildExit = Data.TaggedEnum<{
 
 export const ChildExit = Data.taggedEnum<ChildExit>()
 
-export const isClean = (exit: ChildExit): boolean => exit._tag === "Exited" && exit.code === 0
+/** A status of 0 with nothing said against it (a rank stopped for its relay's loss exits 0, and is lost). */
+export const isClean = (exit: ChildExit): boolean => exit._tag === "Exited" && exit.code === 0 && exit.cause === undefined
 
 /** "status 1", "signal SIGKILL", "crash: ..." — short enough for a verdict line. */
 export const describe = (exit: ChildExit): string =>
   ChildExit.$match(exit, {
-    Exited: ({ code, error }) => (error === undefined ? `status ${code}` : `status ${code} (${error})`),
-    Signaled: ({ cause, signal }) => (cause === "oom" ? `signal ${signal} (the OOM killer)` : `signal ${signal}`),
+    Exited: ({ cause, code, error }) =>
+      error !== undefined ? `status ${code} (${error})` : cause === "relay_lost" ? `status ${code} (its host's relay was lost)` : `status ${code}`,
+    Signaled: ({ cause, signal }) =>
+      cause === "oom" ? `signal ${signal} (the OOM killer)` : cause === "relay_lost" ? `signal ${signal} (its host's relay was lost)` : `signal ${signal}`,
     Crashed: ({ detail }) => `crash: ${detail}`
   })

@@ -28,20 +28,24 @@ process.on("disconnect", () => {
   process.exit(1)
 })
 
+/** A word to the agent before an exit: the send's callback runs once the message is on its way (a second at most). */
+const tell = (message: object) =>
+  new Promise<void>((resolve) => {
+    if (process.send === undefined) return resolve()
+    const timer = setTimeout(resolve, 1_000)
+    process.send(message, undefined, undefined, () => {
+      clearTimeout(timer)
+      resolve()
+    })
+  })
+
 const status = await runRank({
   envelope,
   slot: role.right.slot,
   restartCount: Number(process.env.COHORT_RESTART_COUNT ?? 0),
   cwd: process.cwd(),
   checkIn: () => process.send?.({ _tag: "Running" }),
-  // Delivered before the exit: the send's callback runs once the message is on its way.
-  threw: (error) => new Promise<void>((resolve) => {
-    if (process.send === undefined) return resolve()
-    const timer = setTimeout(resolve, 1_000)
-    process.send({ _tag: "Threw", ...error }, undefined, undefined, () => {
-      clearTimeout(timer)
-      resolve()
-    })
-  })
+  threw: (error) => tell({ _tag: "Threw", ...error }),
+  relayLost: () => tell({ _tag: "RelayLost" })
 })
 process.exit(status)

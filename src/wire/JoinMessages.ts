@@ -88,8 +88,11 @@ export class RankExited extends Schema.TaggedClass<RankExited>()("RankExited", {
   signal: Schema.NullOr(Schema.String),
   detail: Schema.optional(Schema.String),
   error: Schema.optional(Schema.String.pipe(Schema.maxLength(600))),
-  /** What the host saw that the status does not say: `oom`, a SIGKILL of the kernel's OOM killer. */
-  cause: Schema.optional(Schema.Literal("oom"))
+  /**
+   * What the host saw that the status does not say: `oom`, a SIGKILL of the kernel's OOM killer;
+   * `relay_lost`, a rank stopped because its host's relay ended.
+   */
+  cause: Schema.optional(Schema.Literal("oom", "relay_lost"))
 }) {}
 
 export class Abort extends Schema.TaggedClass<Abort>()("Abort", {

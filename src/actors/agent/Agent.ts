@@ -201,10 +201,14 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
     const running = new Map<string, RunningRank>()
     /** What each rank incarnation's code threw, as it said before exiting (by child id). */
     const thrown = new Map<string, string>()
+    /** The rank incarnations that said they lost their relay (by child id). */
+    const lostTheirRelay = new Set<string>()
     /** The agent is stopping everything: the launcher aborted, the run ended, or the link is gone. */
     let ending = false
     /** Why the host's ranks are being stopped, for the agent's line when the policy stops them. */
     let stopCause: string | undefined
+    /** The relay ended on its own, abnormally: the ranks stopped after it are reported as lost with it. */
+    let relayLost = false
     const forwarder = options.forwardOutput === true ? yield* OutputForwarder.make((batch) => Effect.ignore(link.send(batch))) : undefined
     /** A child's line: here, and to the launcher when forwarding. */
     const childLine = (line: string, stream: "stdout" | "stderr") => {
@@ -256,11 +260,17 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
     const relayEndedAlone = (end: RelayEnd) =>
       ending ? Effect.void : RelayEnd.$match(end, {
         NotStarted: ({ reason }) =>
-          Effect.zipRight(Effect.sync(() => (stopCause = "the host has no relay")), Effect.logError(`${host}: cannot start the relay: ${reason}`)),
+          Effect.zipRight(Effect.sync(() => {
+            stopCause = "the host has no relay"
+            relayLost = true
+          }), Effect.logError(`${host}: cannot start the relay: ${reason}`)),
         Exited: ({ exit }) =>
           isClean(exit)
             ? Effect.asVoid(Effect.forkIn(awaitRunEnd, scope))
-            : Effect.zipRight(Effect.sync(() => (stopCause = "the host's relay is gone")), Effect.logError(`${host}: the relay exited with ${describeExit(exit)}`))
+            : Effect.zipRight(Effect.sync(() => {
+              stopCause = "the host's relay is gone"
+              relayLost = true
+            }), Effect.logError(`${host}: the relay exited with ${describeExit(exit)}`))
       })
     const relay = relayChild({
       host,
@@ -364,6 +374,8 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
             if (said?._tag === "Threw" && typeof said.errorClass === "string" && typeof said.message === "string") {
               thrown.set(rankChildId(rank, incarnation), `${said.errorClass.slice(0, 80)}: ${said.message.slice(0, 500)}`)
             }
+            // It lost its relay and exits for that: reported as the relay's loss, even before this agent sees the relay end.
+            if (said?._tag === "RelayLost") lostTheirRelay.add(rankChildId(rank, incarnation))
           }
           : undefined,
         onLine: (line, stream) => childLine(prefix + line, stream),
@@ -390,6 +402,7 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
           report,
           watchIn: scope,
           thrown: () => thrown.get(id),
+          relayLost: () => relayLost || lostTheirRelay.has(id),
           answered: (started) =>
             Effect.gen(function*() {
               unanswered.delete(id)

@@ -43,10 +43,12 @@ export interface RankOptions {
   readonly watchIn: Scope.Scope
   /** What its code threw, as it said over IPC before exiting ("TypeError: …"); undefined when it said nothing. */
   readonly thrown?: (() => string | undefined) | undefined
+  /** Whether the host's relay has ended abnormally: a rank that ends after it was stopped for that. */
+  readonly relayLost?: (() => boolean) | undefined
 }
 
 /**
- * How long an exit with status 1 waits for the rank's word of an exception: the rank sends it before it
+ * How long an exit with status 1 waits for the rank's word (an exception, its relay's loss): the rank sends it before it
  * exits, but its exit can be seen here before the message is read.
  */
 const THROWN_WAIT_MS = 200
@@ -54,7 +56,7 @@ const THROWN_WAIT_MS = 200
 export const rankChild = (options: RankOptions): SupervisedChild => {
   const spec = rankSpec(options.host, options.rank, options.incarnation)
   const { incarnation, rank } = options
-  const exitReport = (exit: ChildExit, error: string | undefined, oom: boolean) =>
+  const exitReport = (exit: ChildExit, error: string | undefined, cause: "oom" | "relay_lost" | undefined) =>
     new RankExited({
       rank,
       incarnation,
@@ -62,19 +64,14 @@ export const rankChild = (options: RankOptions): SupervisedChild => {
       signal: exit._tag === "Signaled" ? exit.signal : null,
       detail: exit._tag === "Crashed" ? exit.detail : undefined,
       ...(error === undefined ? {} : { error }),
-      ...(oom ? { cause: "oom" as const } : {})
+      ...(cause === undefined ? {} : { cause })
     })
-  /** The exception said before a status-1 exit, waited for a moment when it has not been read yet. */
-  const thrownFor = (exit: ChildExit): Effect.Effect<string | undefined> => {
-    const thrown = options.thrown
-    if (thrown === undefined || exit._tag !== "Exited" || exit.code !== 1) return Effect.succeed(undefined)
+  /** What the rank said before a status-1 exit (an exception, its relay's loss), waited for a moment when it has not been read yet. */
+  const saidBefore = (exit: ChildExit): Effect.Effect<void> => {
+    const said = () => options.thrown?.() !== undefined || options.relayLost?.() === true
+    if (exit._tag !== "Exited" || exit.code !== 1) return Effect.void
     return Effect.gen(function*() {
-      for (let waited = 0; waited < THROWN_WAIT_MS; waited += 10) {
-        const said = thrown()
-        if (said !== undefined) return said
-        yield* Effect.sleep(10)
-      }
-      return thrown()
+      for (let waited = 0; waited < THROWN_WAIT_MS && !said(); waited += 10) yield* Effect.sleep(10)
     })
   }
   return {
@@ -98,8 +95,10 @@ export const rankChild = (options: RankOptions): SupervisedChild => {
         Effect.gen(function*() {
           const exit = yield* child.exited
           options.running.delete(spec.id)
+          yield* saidBefore(exit)
           const oom = exit._tag === "Signaled" && exit.signal === "SIGKILL" && oomKillsAtStart !== undefined && (oomKillCount() ?? 0) > oomKillsAtStart
-          yield* options.report(exitReport(exit, yield* thrownFor(exit), oom))
+          const cause = oom ? "oom" as const : options.relayLost?.() === true ? "relay_lost" as const : undefined
+          yield* options.report(exitReport(exit, options.thrown?.(), cause))
           yield* Deferred.succeed(reported, exit)
         }),
         options.watchIn

@@ -159,7 +159,7 @@ export const make = (
                 ? ChildExit.Signaled({ signal: message.signal, ...(message.cause === undefined ? {} : { cause: message.cause }) })
                 : message.error !== undefined
                 ? ChildExit.Exited({ code: message.code ?? -1, cause: "exception", error: message.error })
-                : ChildExit.Exited({ code: message.code ?? -1 })
+                : ChildExit.Exited({ code: message.code ?? -1, ...(message.cause === undefined ? {} : { cause: message.cause }) })
               yield* endIncarnation(incarnation, exit)
               break
             }

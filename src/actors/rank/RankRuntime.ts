@@ -27,6 +27,8 @@ export interface RuntimeOptions {
   readonly checkIn: () => void
   /** Tell the agent the user's code threw (its error's class and message), before the rank exits with status 1. */
   readonly threw?: ((error: { readonly errorClass: string; readonly message: string }) => Promise<void>) | undefined
+  /** Tell the agent the rank lost its relay, before it exits with status 1 for that. */
+  readonly relayLost?: (() => Promise<void>) | undefined
 }
 
 /** An error as the failure rules and the verdict name it: its class and its message's first line. */
@@ -122,7 +124,8 @@ export const runRank = async (options: RuntimeOptions): Promise<number> => {
         onOrder: (order) => train.onOrder(order),
         onLost: (reason) => {
           console.error(`cohort rank: ${reason}; exiting`)
-          process.exit(1)
+          // Said first: the agent reports the exit as the relay's loss (relay_lost), not as a status 1 of the rank's own.
+          void (options.relayLost?.() ?? Promise.resolve()).finally(() => process.exit(1))
         }
       })
       relay.then((connected) => {
