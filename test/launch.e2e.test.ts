@@ -144,6 +144,27 @@ describe("bun run launch, local cluster", () => {
     await noSurvivor(run.pids())
   }, 20_000)
 
+  test("failure rules: log searches the dying rank's last lines: a CUDA error fails the run, the same exit without it stays elastic", async () => {
+    const policy = [
+      "  after_formation: elastic",
+      "  rules: [{ name: cuda, when: { log: \"CUDA error|illegal memory access\" }, then: fail }]",
+      "  grace: 2s"
+    ].join("\n")
+    const cuda = startScenario({ devices: 3, args: ["fail=1:3", "say=RuntimeError: CUDA error: an illegal memory access was encountered", "trigger=$DIR/go", "hold"], policy })
+    await waitForPhase(await cuda.port, "training")
+    writeFileSync(join(cuda.dir, "go"), "")
+    const failed = await cuda.result
+    expect(failed.rootCause).toBe("rank 1 of localhost exited with status 3 (rule cuda)")
+    await noSurvivor(cuda.pids())
+    // The same exit with other last words: no rule matches, and elastic keeps the others training.
+    const plain = startScenario({ devices: 3, args: ["fail=1:3", "say=done here", "trigger=$DIR/go", "wait-trigger", "work=100"], policy })
+    await waitForPhase(await plain.port, "training")
+    writeFileSync(join(plain.dir, "go"), "")
+    const degraded = await plain.result
+    expect(degraded.outcome).toBe("degraded")
+    await noSurvivor(plain.pids())
+  }, 30_000)
+
   test("restart: a failing rank comes back and the run completes", async () => {
     const restart = "restart: { max_restarts: 3, within: 1m, backoff: { initial: 10ms, max: 50ms, factor: 2, jitter: 0 } }"
     const run = startScenario({

@@ -8,12 +8,15 @@
 import * as Data from "effect/Data"
 import type { Cause } from "./FailureRules.ts"
 
-/** `cause`, where the one who saw the exit knows more than its form says (a lost host, an exception). */
+/**
+ * `cause`, where the one who saw the exit knows more than its form says (a lost host, an exception);
+ * `lines`, a rank's last lines of output, for the failure rules' `log`.
+ */
 export type ChildExit = Data.TaggedEnum<{
   /** `error`: what an `entry:` rank's code threw, as it said before exiting ("TypeError: …"). */
-  Exited: { readonly code: number; readonly cause?: Cause | undefined; readonly error?: string | undefined }
-  Signaled: { readonly signal: string; readonly cause?: Cause | undefined }
-  Crashed: { readonly detail: string; readonly cause?: Cause | undefined }
+  Exited: { readonly code: number; readonly cause?: Cause | undefined; readonly error?: string | undefined; readonly lines?: ReadonlyArray<string> | undefined }
+  Signaled: { readonly signal: string; readonly cause?: Cause | undefined; readonly lines?: ReadonlyArray<string> | undefined }
+  Crashed: { readonly detail: string; readonly cause?: Cause | undefined; readonly lines?: ReadonlyArray<string> | undefined }
 }>
 
 export const ChildExit = Data.taggedEnum<ChildExit>()

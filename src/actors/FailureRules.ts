@@ -29,12 +29,6 @@ export const Cause = Schema.Literal("exit", "signal", "exception", "oom", "heart
 export type Cause = typeof Cause.Type
 export const causes: ReadonlyArray<Cause> = Cause.literals
 
-/**
- * The causes this version tells apart (`nccl`: only a member absent from its NCCL generation, not yet NCCL's
- * own asynchronous errors). A rule may name the others; the plan says at start that they do not match yet.
- */
-export const detectedCauses: ReadonlyArray<Cause> = ["exit", "signal", "exception", "oom", "heartbeat", "host_lost", "relay_lost", "nccl"]
-
 export const PolicyPhase = Schema.Literal("before_formation", "after_formation")
 export type PolicyPhase = typeof PolicyPhase.Type
 

@@ -370,7 +370,8 @@ class Step {
       signal: exit._tag === "Signaled" ? exit.signal : undefined,
       ranks: child.spec.ranks,
       host: child.spec.group,
-      phase: this.state.formed ? "after_formation" : "before_formation"
+      phase: this.state.formed ? "after_formation" : "before_formation",
+      lines: exit.lines
     }
   }
 

@@ -17,7 +17,6 @@ import type { HostRunSpec } from "../../wire/JoinMessages.ts"
 import { formatDuration } from "../../config/Duration.ts"
 import { strategyToYaml } from "../../config/FailurePolicy.ts"
 import { policyTable } from "../PolicyTable.ts"
-import { detectedCauses } from "../FailureRules.ts"
 import { isLoopbackAddress } from "../../wire/Trust.ts"
 import { deviceTag, type HostDevices, resolveDevices } from "../agent/Devices.ts"
 import { internalEnvironment, rankEnvironment } from "../agent/RankEnvironment.ts"
@@ -128,20 +127,16 @@ const checkProgram = (config: ClusterConfig, worker: Worker, where: string): str
   return found ? undefined : `job.command: "${command}" is not found ${command.includes("/") ? `(looked in ${cwd})` : "on PATH"}; install it or give its full path`
 }
 
-/** What a failure rule asks that this version cannot see yet: said at start, so that a rule is never silently dead. */
+/** What a failure rule asks that this version sees only in part: said at start, so that a rule is never silently narrower. */
 const ruleNotes = (config: ClusterConfig): ReadonlyArray<string> =>
-  (config.failurePolicy.strategy.rules ?? []).flatMap((rule, index) => {
-    const where = `failure_policy.rules[${index}] (${rule.name})`
-    const unseen = (rule.when.causes ?? []).filter((cause) => !detectedCauses.includes(cause))
-    return [
-      ...(unseen.length === 0 ? [] : [
-        `${where}: this version does not tell ${unseen.join(", ")} apart yet (such deaths come as an exit or a signal), so the rule does not match them`
-      ]),
-      ...(rule.when.log === undefined ? [] : [
-        `${where}: when.log is not matched yet (a rank's last lines do not reach the policy in this version), so the rule never matches`
-      ])
-    ]
-  })
+  (config.failurePolicy.strategy.rules ?? []).flatMap((rule, index) =>
+    rule.when.causes?.includes("nccl") === true
+      ? [
+        `failure_policy.rules[${index}] (${rule.name}): cause nccl matches a rank absent from its NCCL generation; ` +
+        "NCCL's own asynchronous errors are not told apart yet (they end the rank as an exit or a signal)"
+      ]
+      : []
+  )
 
 export const makePlan = (config: ClusterConfig): Either.Either<Plan, LaunchInputError> => {
   const problems: Array<string> = []

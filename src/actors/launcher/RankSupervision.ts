@@ -37,6 +37,9 @@ import type { RunEnv } from "./RunEnv.ts"
 import type { RunStops } from "./RunStops.ts"
 import type { TrainingPlane } from "./TrainingPlane.ts"
 
+/** How long a rank's abnormal exit waits for its last lines before a rule's `log` is searched in them. */
+const LINES_WAIT_MS = 200
+
 export interface RankSupervision {
   readonly supervisor: Supervisor.Supervisor
   /** Ranks given up on while their processes may live (silent, or absent from a rendezvous): counted lost, and killed. */
@@ -116,6 +119,7 @@ export const supervise = (env: RunEnv, wiring: SupervisionWiring): Effect.Effect
         return { rank, slot: member.ranks.indexOf(seat), worldSize: now.world }
       })
 
+    const logRules = (env.plan.config.failurePolicy.strategy.rules ?? []).some((rule) => rule.when.log !== undefined)
     const remote = yield* RemoteRanks.make(wiring.formedMembers, {
       started: (rank, pid) =>
         Effect.zipRight(membership.tell(MembershipEvent.RankStarted({ rank, pid })), env.journal.recordSoon({ event: "rank_started", at: Date.now(), rank, pid })),
@@ -130,7 +134,9 @@ export const supervise = (env: RunEnv, wiring: SupervisionWiring): Effect.Effect
         ], { discard: true }),
       resources: (host, samples) => env.journal.recordSoon({ event: "resources", at: Date.now(), host, samples }),
       // A self-deployed agent's ranks' lines: to the run's output, as an ssh host's session and this machine's agent bring theirs.
-      output: (lines) => Effect.sync(() => lines.forEach(({ line, stream }) => env.output(line, stream)))
+      output: (lines) => Effect.sync(() => lines.forEach(({ line, stream }) => env.output(line, stream))),
+      // Only when a rule searches them: the wait lets lines still in flight (an ssh session's) arrive first.
+      ...(logRules ? { lastLines: env.lastLines, linesWaitMs: LINES_WAIT_MS } : {})
     }, graceMs, { renumber, seatOf: (rank) => seatOf(membership.snapshot(), rank) })
 
     const giveUp = (ranks: ReadonlyArray<number>, reason: string, cause: Cause) =>

@@ -25,7 +25,7 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Scope from "effect/Scope"
 import type { ChildHandle, StopMode } from "../ChildHandle.ts"
-import { ChildExit } from "../ChildExit.ts"
+import { ChildExit, isClean } from "../ChildExit.ts"
 import type { SupervisedChild } from "../Supervisor.ts"
 import { rankChild } from "../Supervisor.ts"
 import type { RankOutput, RankResources } from "../../wire/JoinMessages.ts"
@@ -41,6 +41,12 @@ export interface RankObserver {
   readonly resources: (host: string, samples: RankResources["samples"]) => Effect.Effect<void>
   /** Lines of the host's ranks and relay, from an agent that forwards them (a self-deployed one), prefixes included. */
   readonly output: (lines: RankOutput["lines"]) => Effect.Effect<void>
+  /**
+   * A rank's last lines, given to its abnormal exit for the failure rules' `log`; `linesWaitMs`: how long such
+   * an exit waits first for lines still on their way (an ssh session's output and the join link race).
+   */
+  readonly lastLines?: ((rank: number) => ReadonlyArray<string>) | undefined
+  readonly linesWaitMs?: number | undefined
 }
 
 interface Incarnation {
@@ -103,15 +109,22 @@ export const make = (
       return incarnation !== undefined && incarnation.number === number && incarnation.rank === rank ? incarnation : undefined
     }
 
-    const endIncarnation = (incarnation: Incarnation, exit: ChildExit) =>
-      Effect.suspend(() => {
+    /** An abnormal exit with the rank's last lines, when the rules may search them. */
+    const withLines = (rank: number, exit: ChildExit): Effect.Effect<ChildExit> => {
+      const lastLines = observer.lastLines
+      if (lastLines === undefined || isClean(exit)) return Effect.succeed(exit)
+      return Effect.map(Effect.sleep(observer.linesWaitMs ?? 0), () => ({ ...exit, lines: [...lastLines(rank)] }) as ChildExit)
+    }
+
+    const endIncarnation = (incarnation: Incarnation, reported: ChildExit) =>
+      Effect.flatMap(withLines(incarnation.rank, reported), (exit) => Effect.suspend(() => {
         if (incarnation.ended !== undefined) return Effect.void
         incarnation.ended = exit
         return Deferred.succeed(incarnation.exited, exit).pipe(
           Effect.zipRight(observer.exited(incarnation.rank, exit)),
           Effect.zipRight(Effect.forEach(incarnation.reactions.splice(0), (react) => react(exit), { discard: true }))
         )
-      })
+      }))
 
     /**
      * A forwarded line as the host's own: one whose prefix names another host, or a rank the host does not

@@ -22,6 +22,7 @@ import { newSalt, startToken } from "../../wire/Keys.ts"
 import { type Admission, admission as admissionFor } from "../../wire/Trust.ts"
 import * as CheckpointFile from "./CheckpointFile.ts"
 import { checkpointPath, LaunchInputError, type Plan, windowRules } from "./Plan.ts"
+import * as LastLines from "./LastLines.ts"
 import * as Metrics from "./Metrics.ts"
 import * as RunRegistry from "./RunRegistry.ts"
 import * as RunJournal from "./RunJournal.ts"
@@ -38,6 +39,8 @@ export interface RunEnv {
   readonly registration: RunRegistry.Registration
   readonly options: LaunchOptions
   readonly output: Agent.OutputSink
+  /** Each rank's last lines of output, for the failure rules' `log` (kept by `output`). */
+  readonly lastLines: (rank: number) => ReadonlyArray<string>
   readonly salt: Uint8Array
   readonly admission: Admission
   /** `POST /start`'s bearer token. */
@@ -126,12 +129,15 @@ export const prepare = (
       hosts: plan.hosts.map(({ devices, worker }) => ({ host: worker.host, ranks: devices?.devices.length ?? 0 })),
       join: { quorum: windowRules(plan).minRanks, start: config.controller.join.start }
     })
+    // Every rank's line passes here, whichever way it came: its last ones are kept for the rules' `log`.
+    const kept = LastLines.make(options.output ?? defaultOutput)
     return {
       plan,
       runId: registration.id,
       registration,
       options,
-      output: options.output ?? defaultOutput,
+      output: kept.output,
+      lastLines: kept.of,
       salt,
       admission,
       startToken: token,

@@ -1,0 +1,24 @@
+/** The launcher's keeper of each rank's last lines (what a rule's `log` searches): by the prefix, the newest 50. */
+import { expect, test } from "bun:test"
+import * as LastLines from "../src/actors/launcher/LastLines.ts"
+
+test("lines are kept per rank by their prefix, without it, the newest ones only; every line still passes on", () => {
+  const passed: Array<string> = []
+  const kept = LastLines.make((line) => passed.push(line), 3)
+  const lines = [
+    "[gpu-a:0:r0] step 1",
+    "[gpu-a:1:r1] step 1",
+    "[gpu-a:relay] registered",
+    "cohort: a line of the launcher's",
+    "[gpu-a:0:r0] step 2",
+    "[gpu-a:0:r0] step 3",
+    "[gpu-a:0:r0] CUDA error: illegal memory access",
+    "[node-b:cpu:r12] [not a prefix] text"
+  ]
+  for (const line of lines) kept.output(line, "stderr")
+  expect(passed).toEqual(lines)
+  expect(kept.of(0)).toEqual(["step 2", "step 3", "CUDA error: illegal memory access"])
+  expect(kept.of(1)).toEqual(["step 1"])
+  expect(kept.of(12)).toEqual(["[not a prefix] text"])
+  expect(kept.of(7)).toEqual([])
+})
