@@ -292,7 +292,7 @@ describe("kill_all", () => {
 
   test("after formation a phased kill_all still applies; before it an elastic one does not stop anyone", () => {
     const run = supervise(new Phased({ beforeFormation: new Elastic({}), afterFormation: new KillAll() }), children)
-    expect(run.act(crash("r0"))).toEqual([{ _tag: "ReportDead", ranks: [0], cause: "rank 0 exited with signal SIGKILL" }])
+    expect(run.act(crash("r0"))).toEqual([{ _tag: "ReportDead", ranks: [0], cause: "rank 0 exited with signal SIGKILL", kind: "signal" }])
     run.step(SupervisionEvent.CohortFormed())
     expect(run.act(crash("r1"))).toEqual([
       { _tag: "Terminate", ids: ["r2"], mode: "graceful", reason: "rank 1 exited with signal SIGKILL: terminating every sibling (kill_all)" }
@@ -306,7 +306,7 @@ describe("elastic", () => {
   test("each death is reported once; survivors finish; the verdict is DEGRADED", () => {
     const run = supervise(new Elastic({}), world)
     expect(run.step(crash("r2"))).toEqual([
-      { _tag: "ReportDead", ranks: [2], cause: "rank 2 exited with signal SIGKILL" },
+      { _tag: "ReportDead", ranks: [2], cause: "rank 2 exited with signal SIGKILL", kind: "signal" },
       { _tag: "Note", message: "rank 2 exited with signal SIGKILL: reporting rank(s) 2 dead; survivors carry the work" }
     ])
     for (const id of ["r0", "r1"]) expect(run.step(exits(id, 0))).toEqual([])
@@ -317,7 +317,7 @@ describe("elastic", () => {
     const run = supervise(new Elastic({ maxFailure: new Count({ n: 2 }) }), world)
     run.step(crash("r0"))
     expect(run.act(crash("r3"))).toEqual([
-      { _tag: "ReportDead", ranks: [3], cause: "rank 3 exited with signal SIGKILL" },
+      { _tag: "ReportDead", ranks: [3], cause: "rank 3 exited with signal SIGKILL", kind: "signal" },
       { _tag: "LimitCrossed", message: "max_failure exceeded (2/4 dead, threshold 2)" },
       { _tag: "Terminate", ids: ["r2", "r1"], mode: "graceful", reason: "max_failure exceeded (2/4 dead, threshold 2): stopping the run" }
     ])
@@ -338,7 +338,7 @@ describe("elastic", () => {
     const run = supervise(new Elastic({}), world.slice(0, 2))
     run.step(crash("r0"))
     expect(run.step(crash("r1"))).toEqual([
-      { _tag: "ReportDead", ranks: [1], cause: "rank 1 exited with signal SIGKILL" },
+      { _tag: "ReportDead", ranks: [1], cause: "rank 1 exited with signal SIGKILL", kind: "signal" },
       { _tag: "Note", message: "rank 1 exited with signal SIGKILL: reporting rank(s) 1 dead; survivors carry the work" },
       { _tag: "Note", message: "every rank was lost (2/2): stopping the run" },
       { _tag: "Verdict", verdict: Verdict.Failed({ kind: "all-ranks-lost", message: "every rank was lost (2/2)" }) }
@@ -351,7 +351,7 @@ describe("elastic", () => {
     expect(run.state.dead).toEqual([1])
     expect(run.act(crash("r1"))).toEqual([])
     expect(run.state.dead).toEqual([1])
-    expect(run.act(crash("r0"))).toEqual([{ _tag: "ReportDead", ranks: [0], cause: "rank 0 exited with signal SIGKILL" }])
+    expect(run.act(crash("r0"))).toEqual([{ _tag: "ReportDead", ranks: [0], cause: "rank 0 exited with signal SIGKILL", kind: "signal" }])
     expect(run.state.dead).toEqual([0, 1])
   })
 
@@ -360,7 +360,7 @@ describe("elastic", () => {
     const run = supervise(new Elastic({}), [agent, rank(0, "transient", { group: "host-a" }), rank(1, "transient", { group: "host-a" }), rank(2)])
     expect(run.act(crash("agent"))).toEqual([
       { _tag: "Terminate", ids: ["r1", "r0"], mode: "graceful", reason: "agent of host-a exited with signal SIGKILL: its group host-a goes with it" },
-      { _tag: "ReportDead", ranks: [0, 1], cause: "agent of host-a exited with signal SIGKILL" }
+      { _tag: "ReportDead", ranks: [0, 1], cause: "agent of host-a exited with signal SIGKILL", kind: "signal" }
     ])
   })
 
@@ -370,7 +370,7 @@ describe("elastic", () => {
     expect(run.step(crash("agent"))).toEqual([
       { _tag: "Note", message: "agent of host-a exited with signal SIGKILL: its group host-a goes with it" },
       { _tag: "Terminate", ids: ["r1", "r3"], mode: "graceful", reason: "agent of host-a exited with signal SIGKILL: its group host-a goes with it" },
-      { _tag: "ReportDead", ranks: [1, 3], cause: "agent of host-a exited with signal SIGKILL" },
+      { _tag: "ReportDead", ranks: [1, 3], cause: "agent of host-a exited with signal SIGKILL", kind: "signal" },
       { _tag: "Note", message: "agent of host-a exited with signal SIGKILL: reporting rank(s) 1, 3 dead; survivors carry the work" }
     ])
   })
@@ -379,7 +379,7 @@ describe("elastic", () => {
     const relay: ChildSpec = { id: "relay", label: "relay of host-a", ranks: [], restart: "transient", significant: false }
     const run = supervise(new Elastic({}), [relay, rank(0)])
     expect(run.act(crash("r0"))).toEqual([
-      { _tag: "ReportDead", ranks: [0], cause: "rank 0 exited with signal SIGKILL" },
+      { _tag: "ReportDead", ranks: [0], cause: "rank 0 exited with signal SIGKILL", kind: "signal" },
       { _tag: "Terminate", ids: ["relay"], mode: "graceful", reason: "every rank was lost (1/1): stopping the run" }
     ])
   })
@@ -408,9 +408,9 @@ describe("growth", () => {
     ])
     // 50% of the current 6 is 3: two deaths are not enough.
     run.step(crash("r0"))
-    expect(run.act(crash("r4"))).toEqual([{ _tag: "ReportDead", ranks: [4], cause: "rank 4 exited with signal SIGKILL" }])
+    expect(run.act(crash("r4"))).toEqual([{ _tag: "ReportDead", ranks: [4], cause: "rank 4 exited with signal SIGKILL", kind: "signal" }])
     expect(run.act(crash("r5"))).toEqual([
-      { _tag: "ReportDead", ranks: [5], cause: "rank 5 exited with signal SIGKILL" },
+      { _tag: "ReportDead", ranks: [5], cause: "rank 5 exited with signal SIGKILL", kind: "signal" },
       { _tag: "LimitCrossed", message: "max_failure exceeded (3 of 6 (4 at formation, 2 joined since) dead, threshold 3)" },
       { _tag: "Terminate", ids: ["r3", "r2", "r1"], mode: "graceful", reason: "max_failure exceeded (3 of 6 (4 at formation, 2 joined since) dead, threshold 3): stopping the run" }
     ])
@@ -464,7 +464,7 @@ describe("stops from outside", () => {
     const run = supervise(new Elastic({ maxFailure: new Count({ n: 1 }) }), world.slice(0, 2))
     run.step(exits("r1", 0))
     expect(run.act(crash("r0"))).toEqual([
-      { _tag: "ReportDead", ranks: [0], cause: "rank 0 exited with signal SIGKILL" },
+      { _tag: "ReportDead", ranks: [0], cause: "rank 0 exited with signal SIGKILL", kind: "signal" },
       { _tag: "LimitCrossed", message: "max_failure exceeded (1/2 dead, threshold 1)" },
       { _tag: "Verdict", verdict: Verdict.Failed({ kind: "max-failure", message: "max_failure exceeded: 1/2 ranks dead, threshold 1" }) }
     ])

@@ -189,7 +189,7 @@ describe("decide with failure rules", () => {
 
   test("no rule matches: the phase's strategy decides (elastic here: the rank is reported dead)", () => {
     const run = supervise(rules)
-    expect(run.act(exited("r1", 3))).toEqual([{ _tag: "ReportDead", ranks: [1], cause: "rank 1 of gpu-a exited with status 3" }])
+    expect(run.act(exited("r1", 3))).toEqual([{ _tag: "ReportDead", ranks: [1], cause: "rank 1 of gpu-a exited with status 3", kind: "exit" }])
     expect(run.state.dead).toEqual([1])
   })
 
@@ -205,7 +205,7 @@ describe("decide with failure rules", () => {
   test("a lost host's ranks (cause host_lost) on a spot host: elastic by the rule; on another host the phase decides", () => {
     const lost = (id: string, host: string) => SupervisionEvent.ChildExited({ id, exit: ChildExit.Crashed({ detail: `lost the agent of ${host}`, cause: "host_lost" }) })
     const run = supervise(rules, new KillAll())
-    expect(run.act(lost("r2", "spot-1"))).toEqual([{ _tag: "ReportDead", ranks: [2], cause: "rank 2 of spot-1 exited with crash: lost the agent of spot-1 (rule spot)" }])
+    expect(run.act(lost("r2", "spot-1"))).toEqual([{ _tag: "ReportDead", ranks: [2], cause: "rank 2 of spot-1 exited with crash: lost the agent of spot-1 (rule spot)", kind: "host_lost", rule: "spot" }])
     const [stop] = run.act(lost("r0", "gpu-a"))
     expect(stop).toMatchObject({ _tag: "Terminate", mode: "graceful", reason: "rank 0 of gpu-a exited with crash: lost the agent of gpu-a: terminating every sibling (kill_all)" })
   })

@@ -91,7 +91,10 @@ describe("RunView", () => {
   test("a death: the rank is dead with its exit, the death is listed with its cause; a host gone keeps its reason", () => {
     const end = replay(story)
     expect(end.ranks[1]).toMatchObject({ state: "dead", exit: "signal SIGKILL", endedAt: 2_700 })
-    expect(end.deaths).toEqual([{ rank: 1, host: "a", cause: "exited with signal SIGKILL", at: 2_701 }])
+    expect(end.deaths).toEqual([{ rank: 1, host: "a", cause: "exited with signal SIGKILL", at: 2_701, kind: null, rule: null }])
+    // A death a failure rule decided keeps its cause's name and the rule's.
+    const ruled = RunView.apply(end, { event: "rank_lost", at: 2_800, ranks: [0], cause: "rank 0 exited with signal SIGKILL (the OOM killer) (rule memory)", kind: "oom", rule: "memory" })
+    expect(ruled.deaths.at(-1)).toEqual({ rank: 0, host: "a", cause: "rank 0 exited with signal SIGKILL (the OOM killer) (rule memory)", at: 2_800, kind: "oom", rule: "memory" })
     expect(end.hosts[1]).toEqual({ host: "b", declaredRanks: 1, state: "gone", reason: "none of its ranks has beaten for 2000 ms" })
     expect(end.ranks[0]).toMatchObject({ state: "exited", exit: "status 0" })
     expect(end).toMatchObject({ phase: "done", verdict: "run completed DEGRADED: 1 of 3 rank(s) lost", updatedAt: 4_010 })

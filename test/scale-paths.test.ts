@@ -32,7 +32,10 @@ const event = (ranks: ReadonlyArray<number>, hosts: number): fc.Arbitrary<RunVie
   return fc.oneof(
     fc.record({ event: fc.constant("rank_started" as const), at: fc.nat(), rank, pid: fc.nat() }),
     fc.record({ event: fc.constant("rank_exited" as const), at: fc.nat(), rank, exit: fc.constantFrom("status 0", "signal SIGKILL"), clean: fc.boolean() }),
-    fc.record({ event: fc.constant("rank_lost" as const), at: fc.nat(), ranks: fc.array(rank, { maxLength: 4 }), cause: fc.string() }),
+    fc.record(
+      { event: fc.constant("rank_lost" as const), at: fc.nat(), ranks: fc.array(rank, { maxLength: 4 }), cause: fc.string(), kind: fc.constantFrom("exit", "oom"), rule: fc.string() },
+      { requiredKeys: ["event", "at", "ranks", "cause"] }
+    ),
     fc.record({ event: fc.constant("host_gone" as const), at: fc.nat(), host, reason: fc.string() }),
     fc.record({
       event: fc.constant("resources" as const),
@@ -89,7 +92,14 @@ const byScan = (state: RunView.RunState, next: RunView.RunEvent): RunView.RunSta
           ranks: state.ranks.map((rank) => (next.ranks.includes(rank.rank) && rank.state !== "exited" ? { ...ended(rank), state: "dead" } : rank)),
           deaths: [
             ...state.deaths,
-            ...next.ranks.map((rank) => ({ rank, host: state.ranks.find((status) => status.rank === rank)?.host ?? "?", cause: next.cause, at: next.at }))
+            ...next.ranks.map((rank) => ({
+              rank,
+              host: state.ranks.find((status) => status.rank === rank)?.host ?? "?",
+              cause: next.cause,
+              at: next.at,
+              kind: next.kind ?? null,
+              rule: next.rule ?? null
+            }))
           ],
           // Not a rank update: the world's size over time is RunView's own (see run-view.test.ts).
           worldSizes: RunView.apply(state, next).worldSizes

@@ -52,8 +52,11 @@ export type Directive = Data.TaggedEnum<{
     readonly reason: string
     readonly graceMs?: number | undefined
   }
-  /** Tell membership (the coordinator) that these ranks are gone. */
-  ReportDead: { readonly ranks: ReadonlyArray<number>; readonly cause: string }
+  /**
+   * Tell membership (the coordinator) that these ranks are gone: `cause` says it for people; `kind` is the
+   * death's cause as the failure rules name it, and `rule` the rule that decided it, if one did.
+   */
+  ReportDead: { readonly ranks: ReadonlyArray<number>; readonly cause: string; readonly kind?: Cause | undefined; readonly rule?: string | undefined }
   /**
    * The deaths crossed the elastic policy's max_failure: the run stops (the Terminate that follows). Said
    * once, even when nothing is left running, so the coordinator writes the consensus checkpoint: `decide` is
@@ -93,6 +96,9 @@ export interface ChildState {
    */
   readonly ruledBy?: number | undefined
 }
+
+/** A death's cause as the rules name it, and the rule that decided it. */
+type DeathKind = { readonly kind?: Cause | undefined; readonly rule?: string | undefined }
 
 type Failure = {
   readonly kind: "child-failed" | "restart-intensity" | "aborted" | "internal"
@@ -327,9 +333,10 @@ class Step {
       return
     }
 
-    const ruled = firstMatch(this.rules, this.deathOf(child, exit))
+    const death = this.deathOf(child, exit)
+    const ruled = firstMatch(this.rules, death)
     if (ruled !== undefined) {
-      this.applyRule(child, ruled.rule, ruled.index, what)
+      this.applyRule(child, ruled.rule, ruled.index, what, death)
       return
     }
 
@@ -342,7 +349,7 @@ class Step {
       }
       case "Elastic": {
         this.setChild(id, { status: "exited" })
-        this.loseMembers(child, what)
+        this.loseMembers(child, what, { kind: death.cause })
         return
       }
       case "Restart": {
@@ -376,7 +383,7 @@ class Step {
   }
 
   /** Carry out a rule's action on a child's abnormal exit. */
-  applyRule(child: ChildState, rule: FailureRule, index: number, what: string): void {
+  applyRule(child: ChildState, rule: FailureRule, index: number, what: string, death: Death): void {
     const id = child.spec.id
     const why = `${what} (rule ${rule.name})`
     switch (rule.then._tag) {
@@ -386,7 +393,7 @@ class Step {
         return
       case "DropRanks":
         this.setChild(id, { status: "exited" })
-        this.loseMembers(child, why)
+        this.loseMembers(child, why, { kind: death.cause, rule: rule.name })
         return
       case "IgnoreExit":
         this.setChild(id, { status: "exited" })
@@ -423,7 +430,7 @@ class Step {
   }
 
   /** Elastic membership: the child's ranks (its whole group's, if significant) are dead; survivors carry on. */
-  loseMembers(child: ChildState, what: string): void {
+  loseMembers(child: ChildState, what: string, how?: DeathKind): void {
     const { spec } = child
     let ranks = spec.ranks
     if (spec.significant && spec.group !== undefined) {
@@ -440,7 +447,7 @@ class Step {
         }
       }
     }
-    this.markDead(ranks, what)
+    this.markDead(ranks, what, true, how)
   }
 
   ranksLost(ranks: ReadonlyArray<number>, reason: string, cause: Cause): void {
@@ -471,14 +478,14 @@ class Step {
   }
 
   /** Record deaths of ranks in the world, report the new ones, and stop the run once the threshold is crossed. */
-  markDead(ranks: ReadonlyArray<number>, cause: string, report = true): void {
+  markDead(ranks: ReadonlyArray<number>, cause: string, report = true, how?: DeathKind): void {
     const known = new Set(this.state.dead)
     const world = new Set(this.state.children.flatMap((child) => child.spec.ranks))
     const fresh = [...new Set(ranks)].filter((rank) => world.has(rank) && !known.has(rank)).sort((a, b) => a - b)
     if (fresh.length === 0) return
     this.update({ dead: [...this.state.dead, ...fresh].sort((a, b) => a - b) })
     if (report) {
-      this.directives.push(Directive.ReportDead({ ranks: fresh, cause }))
+      this.directives.push(Directive.ReportDead({ ranks: fresh, cause, ...(how?.kind === undefined ? {} : { kind: how.kind }), ...(how?.rule === undefined ? {} : { rule: how.rule }) }))
       this.note(`${cause}: reporting rank(s) ${fresh.join(", ")} dead; survivors carry the work`)
     }
     if (this.state.stopping) return

@@ -190,7 +190,14 @@ export const supervise = (env: RunEnv, wiring: SupervisionWiring): Effect.Effect
           const ranks = numbers(directive.ranks)
           return Effect.all([
             membership.tell(MembershipEvent.RanksLost({ ranks, cause: directive.cause })),
-            record({ event: "rank_lost", at: Date.now(), ranks, cause: directive.cause }),
+            record({
+              event: "rank_lost",
+              at: Date.now(),
+              ranks,
+              cause: directive.cause,
+              ...(directive.kind === undefined ? {} : { kind: directive.kind }),
+              ...(directive.rule === undefined ? {} : { rule: directive.rule })
+            }),
             // The death chain: the survivors take the dead ranks' work.
             coordinator?.ranksDead(ranks, directive.cause) ?? Effect.void,
             // The survivors re-rendezvous: a new NCCL communicator without the dead.

@@ -61,6 +61,10 @@ export interface Death {
   readonly host: string
   readonly cause: string
   readonly at: number
+  /** The cause as the failure rules name it (`exit`, `oom`, `heartbeat`, …), when the policy said it. */
+  readonly kind?: string | null
+  /** The failure rule that decided the death, if one did. */
+  readonly rule?: string | null
 }
 
 export interface Training {
@@ -175,7 +179,15 @@ export type RunEvent =
   | { readonly event: "rank_started"; readonly at: number; readonly rank: number; readonly pid: number }
   | { readonly event: "cohort_formed"; readonly at: number }
   | { readonly event: "rank_exited"; readonly at: number; readonly rank: number; readonly exit: string; readonly clean: boolean }
-  | { readonly event: "rank_lost"; readonly at: number; readonly ranks: ReadonlyArray<number>; readonly cause: string }
+  | {
+    readonly event: "rank_lost"
+    readonly at: number
+    readonly ranks: ReadonlyArray<number>
+    readonly cause: string
+    /** The cause as the failure rules name it, and the rule that decided it (absent: none did). */
+    readonly kind?: string
+    readonly rule?: string
+  }
   | { readonly event: "decision"; readonly at: number; readonly decision: string; readonly detail: string }
   | { readonly event: "host_gone"; readonly at: number; readonly host: string; readonly reason: string }
   | { readonly event: "progress"; readonly at: number; readonly epoch: number; readonly epochs: number; readonly samplesDone: number; readonly datasetSize: number; readonly samplesPerSec: number | null; readonly metrics: Readonly<Record<string, number>> }
@@ -389,7 +401,9 @@ const step = (state: RunState, event: RunEvent): RunState => {
           rank,
           host: (slot === -1 ? state.ranks.find((status) => status.rank === rank) : state.ranks[slot])?.host ?? "?",
           cause: event.cause,
-          at: event.at
+          at: event.at,
+          kind: event.kind ?? null,
+          rule: event.rule ?? null
         }
       })
       const lost = new Set(event.ranks)
