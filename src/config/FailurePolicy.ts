@@ -346,27 +346,17 @@ const RuleWhenForm = readInto(
     })
   }, ["exit_code", "signal", "cause", "ranks", "hosts", "phase", "log"]),
   RuleWhen,
-  ({ given }) => ({
-    ...(given.exit_code === undefined ? {} : { exitCodes: given.exit_code }),
-    ...(given.signal === undefined ? {} : { signals: given.signal }),
-    ...(given.cause === undefined ? {} : { causes: given.cause }),
-    ...(given.ranks === undefined ? {} : { ranks: given.ranks }),
-    ...(given.hosts === undefined ? {} : { hosts: given.hosts }),
-    ...(given.phase === undefined ? {} : { phase: given.phase }),
-    ...(given.log === undefined ? {} : { log: given.log })
-  }),
-  (when) => ({
-    given: {
-      ...(when.exitCodes === undefined ? {} : { exit_code: when.exitCodes }),
-      ...(when.signals === undefined ? {} : { signal: when.signals }),
-      ...(when.causes === undefined ? {} : { cause: when.causes }),
-      ...(when.ranks === undefined ? {} : { ranks: when.ranks }),
-      ...(when.hosts === undefined ? {} : { hosts: when.hosts }),
-      ...(when.phase === undefined ? {} : { phase: when.phase }),
-      ...(when.log === undefined ? {} : { log: when.log })
-    }
-  })
+  ({ given }) => renamed(given, fileToField),
+  (when) => ({ given: renamed(when, fieldToFile) })
 )
+
+/** A `when`'s keys as the file writes them, and as RuleWhen names them. */
+const fileToField = { exit_code: "exitCodes", signal: "signals", cause: "causes", ranks: "ranks", hosts: "hosts", phase: "phase", log: "log" } as const
+const fieldToFile = Object.fromEntries(Object.entries(fileToField).map(([file, field]) => [field, file]))
+
+/** The keys of `given` under their other names, the absent ones left out (never written as undefined). */
+const renamed = (given: object, names: Readonly<Record<string, string>>): Record<string, unknown> =>
+  Object.fromEntries(Object.entries(given).flatMap(([key, value]) => (value === undefined || names[key] === undefined ? [] : [[names[key], value]])))
 
 const actionWordForm = <const W extends string>(text: W, action: RuleAction, isIt: (value: RuleAction) => boolean) =>
   Schema.transformOrFail(Schema.Literal(text), Schema.typeSchema(RuleAction), {
