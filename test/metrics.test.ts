@@ -90,6 +90,22 @@ cohort_deaths_total{run="demo"} 0
 # HELP cohort_restarts_total Rank restarts.
 # TYPE cohort_restarts_total counter
 cohort_restarts_total{run="demo"} 0
+${noFailures}`
+
+/** A histogram with nothing in it, bucket by bucket (the failure figures' bounds, 5 ms to 5 min). */
+const emptyHistogram = (name: string, help: string) =>
+  `# HELP ${name} ${help}\n# TYPE ${name} histogram\n` +
+  ["0.005", "0.01", "0.025", "0.05", "0.1", "0.25", "0.5", "1", "2.5", "5", "10", "30", "60", "120", "300", "+Inf"]
+    .map((bound) => `${name}_bucket{run="demo",le="${bound}"} 0\n`).join("") +
+  `${name}_sum{run="demo"} 0\n${name}_count{run="demo"} 0\n`
+
+/** The recovery figures of a run that lost nobody: empty histograms, no rule matched, no ETTR yet (no wall time). */
+const noFailures = emptyHistogram("cohort_failure_detect_seconds", "From a death (its exit, a silent rank's last beat) to cohort knowing it.") +
+  emptyHistogram("cohort_failure_recover_seconds", "From a death to the survivors holding its work, or its restart running user code again.") +
+  `# HELP cohort_failure_rule_matches_total Deaths a failure rule decided (dropped or restarted), by rule.
+# TYPE cohort_failure_rule_matches_total counter
+# HELP cohort_effective_training_ratio Time with every rank alive, plus time with fewer weighted by the share alive, over the run's wall time.
+# TYPE cohort_effective_training_ratio gauge
 `
 
 const epoch = (rate: string) => `# HELP cohort_epoch The current epoch.

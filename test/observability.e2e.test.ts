@@ -470,6 +470,19 @@ describe("a live run seen from outside: /metrics, --events, /events, the termina
     }
     const count = (families: Parsed) => valueOf(families, "cohort_allreduce_latency_seconds", {}, "cohort_allreduce_latency_seconds_count")
     expect(count(after)).toBeGreaterThanOrEqual(count(training))
+
+    // The recovery figures: the one death, known and its work handed on within a heartbeat timeout; the run's ETTR.
+    for (const name of ["cohort_failure_detect_seconds", "cohort_failure_recover_seconds"]) {
+      expect(after.get(name)?.type).toBe("histogram")
+      expect(valueOf(training, name, {}, `${name}_count`)).toBe(0)
+      expect(valueOf(after, name, {}, `${name}_count`)).toBe(1)
+      const seconds = valueOf(after, name, {}, `${name}_sum`)
+      expect(seconds).toBeGreaterThanOrEqual(0)
+      expect(seconds).toBeLessThan(30)
+    }
+    const ettr = valueOf(after, "cohort_effective_training_ratio")
+    expect(ettr).toBeGreaterThan(0)
+    expect(ettr).toBeLessThan(1)
   })
 
   test("--events: valid JSON lines telling the whole story in order, without the view-only events", () => {
@@ -499,6 +512,12 @@ describe("a live run seen from outside: /metrics, --events, /events, the termina
     const started = [0, 1, 2].map((rank) => first("rank_started", (event) => event.rank === rank))
     const victimExit = first("rank_exited", (event) => event.rank === VICTIM)
     const lost = first("rank_lost", (event) => (event.ranks as Array<number>).includes(VICTIM))
+    // The death's moment (its agent saw the exit) came before cohort knew it; its samples went to the survivors after.
+    expect(events[lost]!.diedAt as number).toBeLessThanOrEqual(events[lost]!.at)
+    expect(events[lost]!.diedAt as number).toBeGreaterThanOrEqual(events[victimExit]!.at - 5_000)
+    const moved = first("work_moved", (event) => event.rank === VICTIM)
+    expect(moved).toBeGreaterThan(lost - 1)
+    expect((events[moved]!.survivors as Array<number>).sort()).toEqual([0, 1, 2].filter((rank) => rank !== VICTIM))
     const story = [
       first("run_started"),
       first("listening"),
@@ -586,7 +605,9 @@ describe("a live run seen from outside: /metrics, --events, /events, the termina
     const header = run.stderr.findIndex((line) => /^host\s+rank\s+device\s+exit\s+restarts\s+run time$/.test(line))
     expect(header).toBeGreaterThanOrEqual(0)
     expect(run.stderr[header - 1]).toBe("inventory: localhost: 3 × cpu")
-    const rows = run.stderr.slice(header + 1, -1)
+    // The rows, then the recovery figures of the one death, then the verdict.
+    const rows = run.stderr.slice(header + 1, -2)
+    expect(run.stderr.at(-2)).toMatch(/^failures: 1 death\(s\): detected in \d+ ms, recovered in \d+ ms; effective training \d+\.\d%$/)
     expect(rows).toHaveLength(RANKS)
     const cells = rows.map((row) => /^(\S+)\s+(\d+)\s+(\S+)\s+(\S+)\s+(\d+)\s+([\d.]+ s)$/.exec(row)?.slice(1) ?? row)
     expect(cells.map((cell) => cell.slice(0, 5))).toEqual([

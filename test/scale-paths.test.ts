@@ -101,8 +101,10 @@ const byScan = (state: RunView.RunState, next: RunView.RunEvent): RunView.RunSta
               rule: next.rule ?? null
             }))
           ],
-          // Not a rank update: the world's size over time is RunView's own (see run-view.test.ts).
-          worldSizes: RunView.apply(state, next).worldSizes
+          // Not rank updates: the world's size over time and the recovery figures are RunView's own (see
+          // run-view.test.ts and recovery-figures.test.ts).
+          worldSizes: RunView.apply(state, next).worldSizes,
+          recovery: RunView.apply(state, next).recovery
         }
       case "resources": {
         const byRank = new Map(next.samples.map((sample) => [sample.rank, sample]))

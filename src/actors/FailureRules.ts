@@ -132,6 +132,8 @@ export interface Death {
   readonly phase: PolicyPhase
   /** The rank's last lines of output, oldest first, when they are known. */
   readonly lines?: ReadonlyArray<string> | undefined
+  /** When it died, when whoever saw it end said (not matched: carried to the death's report). */
+  readonly diedAt?: number | undefined
 }
 
 const globCache = new Map<string, RegExp>()

@@ -56,7 +56,14 @@ export type Directive = Data.TaggedEnum<{
    * Tell membership (the coordinator) that these ranks are gone: `cause` says it for people; `kind` is the
    * death's cause as the failure rules name it, and `rule` the rule that decided it, if one did.
    */
-  ReportDead: { readonly ranks: ReadonlyArray<number>; readonly cause: string; readonly kind?: Cause | undefined; readonly rule?: string | undefined }
+  ReportDead: {
+    readonly ranks: ReadonlyArray<number>
+    readonly cause: string
+    readonly kind?: Cause | undefined
+    readonly rule?: string | undefined
+    /** When it died, as whoever saw it end said (for the time to detect it). */
+    readonly diedAt?: number | undefined
+  }
   /**
    * The deaths crossed the elastic policy's max_failure: the run stops (the Terminate that follows). Said
    * once, even when nothing is left running, so the coordinator writes the consensus checkpoint: `decide` is
@@ -98,7 +105,7 @@ export interface ChildState {
 }
 
 /** A death's cause as the rules name it, and the rule that decided it. */
-type DeathKind = { readonly kind?: Cause | undefined; readonly rule?: string | undefined }
+type DeathKind = { readonly kind?: Cause | undefined; readonly rule?: string | undefined; readonly diedAt?: number | undefined }
 
 type Failure = {
   readonly kind: "child-failed" | "restart-intensity" | "aborted" | "internal"
@@ -349,7 +356,7 @@ class Step {
       }
       case "Elastic": {
         this.setChild(id, { status: "exited" })
-        this.loseMembers(child, what, { kind: death.cause })
+        this.loseMembers(child, what, { kind: death.cause, diedAt: exit.at })
         return
       }
       case "Restart": {
@@ -378,7 +385,8 @@ class Step {
       ranks: child.spec.ranks,
       host: child.spec.group,
       phase: this.state.formed ? "after_formation" : "before_formation",
-      lines: exit.lines
+      lines: exit.lines,
+      diedAt: exit.at
     }
   }
 
@@ -393,7 +401,7 @@ class Step {
         return
       case "DropRanks":
         this.setChild(id, { status: "exited" })
-        this.loseMembers(child, why, { kind: death.cause, rule: rule.name })
+        this.loseMembers(child, why, { kind: death.cause, rule: rule.name, diedAt: death.diedAt })
         return
       case "IgnoreExit":
         this.setChild(id, { status: "exited" })
@@ -485,7 +493,13 @@ class Step {
     if (fresh.length === 0) return
     this.update({ dead: [...this.state.dead, ...fresh].sort((a, b) => a - b) })
     if (report) {
-      this.directives.push(Directive.ReportDead({ ranks: fresh, cause, ...(how?.kind === undefined ? {} : { kind: how.kind }), ...(how?.rule === undefined ? {} : { rule: how.rule }) }))
+      this.directives.push(Directive.ReportDead({
+        ranks: fresh,
+        cause,
+        ...(how?.kind === undefined ? {} : { kind: how.kind }),
+        ...(how?.rule === undefined ? {} : { rule: how.rule }),
+        ...(how?.diedAt === undefined ? {} : { diedAt: how.diedAt })
+      }))
       this.note(`${cause}: reporting rank(s) ${fresh.join(", ")} dead; survivors carry the work`)
     }
     if (this.state.stopping) return

@@ -22,6 +22,7 @@ import { appendPrivate, preparePrivateAppend } from "../actors/launcher/PrivateF
 import { join } from "node:path"
 import * as Inventory from "../actors/launcher/Inventory.ts"
 import type { RunEvent, RunState } from "../actors/launcher/RunView.ts"
+import * as RecoveryFigures from "../actors/launcher/RecoveryFigures.ts"
 
 export interface RunConsoleOptions {
   readonly quiet?: boolean
@@ -186,7 +187,17 @@ export const summaryTable = (state: RunState): string => {
   const widths = header.map((title, column) => Math.max(title.length, ...rows.map((row) => row[column]!.length)))
   const format = (row: ReadonlyArray<string>) => row.map((cell, column) => (column === 1 || column >= 4 ? cell.padStart(widths[column]!) : cell.padEnd(widths[column]!))).join("  ").trimEnd()
   const inventory = state.inventory ?? []
-  return [...(inventory.length === 0 ? [] : [`inventory: ${Inventory.describe(inventory)}`]), format(header), ...rows.map(format)].join("\n")
+  // The recovery figures, when the policy carried a death: how fast it was known and recovered from.
+  const recovery = state.recovery ?? RecoveryFigures.empty
+  const figures = recovery.deaths.length === 0
+    ? undefined
+    : RecoveryFigures.describeFigures(recovery, RecoveryFigures.effectiveTrainingRatio(state.worldSizes, state.startedAt, state.endedAt ?? state.updatedAt))
+  return [
+    ...(inventory.length === 0 ? [] : [`inventory: ${Inventory.describe(inventory)}`]),
+    format(header),
+    ...rows.map(format),
+    ...(figures === undefined ? [] : [`failures: ${figures}`])
+  ].join("\n")
 }
 
 export const make = (options: RunConsoleOptions = {}): RunConsole => {

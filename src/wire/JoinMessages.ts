@@ -92,7 +92,9 @@ export class RankExited extends Schema.TaggedClass<RankExited>()("RankExited", {
    * What the host saw that the status does not say: `oom`, a SIGKILL of the kernel's OOM killer;
    * `relay_lost`, a rank stopped because its host's relay ended.
    */
-  cause: Schema.optional(Schema.Literal("oom", "relay_lost"))
+  cause: Schema.optional(Schema.Literal("oom", "relay_lost")),
+  /** When the agent saw the rank end (ms since the epoch, its host's clock): the death's moment, for the time to detect it. */
+  at: Schema.optional(Schema.Number)
 }) {}
 
 export class Abort extends Schema.TaggedClass<Abort>()("Abort", {

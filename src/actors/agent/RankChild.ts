@@ -56,8 +56,9 @@ const THROWN_WAIT_MS = 200
 export const rankChild = (options: RankOptions): SupervisedChild => {
   const spec = rankSpec(options.host, options.rank, options.incarnation)
   const { incarnation, rank } = options
-  const exitReport = (exit: ChildExit, error: string | undefined, cause: "oom" | "relay_lost" | undefined) =>
+  const exitReport = (exit: ChildExit, error: string | undefined, cause: "oom" | "relay_lost" | undefined, at: number) =>
     new RankExited({
+      at,
       rank,
       incarnation,
       code: exit._tag === "Exited" ? exit.code : null,
@@ -94,11 +95,12 @@ export const rankChild = (options: RankOptions): SupervisedChild => {
       yield* Effect.forkIn(
         Effect.gen(function*() {
           const exit = yield* child.exited
+          const endedAt = Date.now()
           options.running.delete(spec.id)
           yield* saidBefore(exit)
           const oom = exit._tag === "Signaled" && exit.signal === "SIGKILL" && oomKillsAtStart !== undefined && (oomKillCount() ?? 0) > oomKillsAtStart
           const cause = oom ? "oom" as const : options.relayLost?.() === true ? "relay_lost" as const : undefined
-          yield* options.report(exitReport(exit, options.thrown?.(), cause))
+          yield* options.report(exitReport(exit, options.thrown?.(), cause, endedAt))
           yield* Deferred.succeed(reported, exit)
         }),
         options.watchIn

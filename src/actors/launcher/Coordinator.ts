@@ -41,7 +41,7 @@ export interface CoordinatorOptions {
   readonly resume: CheckpointFile.CheckpointRecord | undefined
   readonly send: (ranks: ReadonlyArray<number>, order: CoordinatorOrder) => Effect.Effect<void>
   /** Declare ranks dead that went silent (the supervisor counts them, their processes are killed). */
-  readonly loseRanks: (ranks: ReadonlyArray<number>, reason: string, cause: Cause) => Effect.Effect<void>
+  readonly loseRanks: (ranks: ReadonlyArray<number>, reason: string, cause: Cause, diedAt: ReadonlyArray<number>) => Effect.Effect<void>
   /** Every epoch is done: the ranks now leave on their own. */
   readonly drained: Effect.Effect<void>
   /** The controller's model root as StateJson text, saved with every checkpoint. */
@@ -147,9 +147,14 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
           level === "info" ? Effect.logInfo(message) : level === "warning" ? Effect.logWarning(message) : Effect.logError(message),
         Journal: ({ event }) => journal(event),
         Latencies: ({ counts }) => Effect.sync(() => options.onLatency?.(counts)),
-        Redistributed: ({ dead, extensions }) => Effect.sync(() => options.onRedistributed?.(dead, extensions)),
+        // The survivors hold the dead rank's work from here: the death's recovery, for the recovery figures.
+        Redistributed: ({ dead, extensions }) =>
+          Effect.zipRight(
+            Effect.sync(() => options.onRedistributed?.(dead, extensions)),
+            journal({ event: "work_moved", at: Date.now(), rank: dead, survivors: [...extensions.keys()] })
+          ),
         Enter: ({ epoch, ranks }) => options.onEnter?.(ranks, epoch) ?? Effect.void,
-        LoseRanks: ({ cause, ranks, reason }) => options.loseRanks(ranks, reason, cause),
+        LoseRanks: ({ cause, diedAt, ranks, reason }) => options.loseRanks(ranks, reason, cause, diedAt),
         Drained: () => options.drained,
         WriteCheckpoint: write
       })

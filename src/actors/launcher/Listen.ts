@@ -125,7 +125,7 @@ export const listen = (env: RunEnv, later: Later): Effect.Effect<Listening, Port
         onAbsent: (ranks, reason) =>
           Effect.zipRight(
             // A member that never took part in its NCCL generation: the rules' nccl cause.
-            later.supervision.ifReady((supervision) => supervision.giveUp(ranks, reason, "nccl")),
+            later.supervision.ifReady((supervision) => supervision.giveUp(ranks, reason, "nccl", ranks.map(() => Date.now()))),
             training.ifReady((plane) => plane?.coordinator.ranksDead(ranks, reason) ?? Effect.void)
           )
       })

@@ -14,6 +14,7 @@
 import { ALLREDUCE_BUCKETS_S, type LatencyCounts } from "../../wire/LatencyBuckets.ts"
 import type { ChannelCounts } from "../../wire/WireCounters.ts"
 import type { RankState, RunState } from "./RunView.ts"
+import * as RecoveryFigures from "./RecoveryFigures.ts"
 
 export interface LatencyHistogram {
   readonly add: (counts: LatencyCounts) => void
@@ -41,6 +42,9 @@ const label = (value: string): string => value.replaceAll("\\", "\\\\").replaceA
 const number = (value: number): string => (Number.isFinite(value) ? String(value) : value > 0 ? "+Inf" : value < 0 ? "-Inf" : "NaN")
 
 const STATES: ReadonlyArray<RankState> = ["starting", "running", "exited", "dead"]
+
+/** Upper bounds of the failure histograms, in seconds: milliseconds on one host to minutes of heartbeat timeout. */
+const FAILURE_BUCKETS_S = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300]
 
 export const render = (
   state: RunState,
@@ -76,6 +80,26 @@ export const render = (
   family("cohort_restarts_total", "counter", "Rank restarts.")
   // A seat's current rank carries every restart of it; the numbers it replaced are history, not counted again.
   lines.push(`cohort_restarts_total{${run}} ${state.ranks.reduce((sum, rank) => sum + (rank.replacedBy === undefined ? rank.restarts : 0), 0)}`)
+
+  // Recovery figures: each death the policy carried, from its moment to cohort knowing, and to recovering.
+  const recovery = state.recovery ?? RecoveryFigures.empty
+  const { detect, recover } = RecoveryFigures.times(recovery)
+  const secondsHistogram = (name: string, help: string, valuesMs: ReadonlyArray<number>) => {
+    family(name, "histogram", help)
+    for (const bound of FAILURE_BUCKETS_S) lines.push(`${name}_bucket{${run},le="${bound}"} ${valuesMs.filter((ms) => ms / 1000 <= bound).length}`)
+    lines.push(`${name}_bucket{${run},le="+Inf"} ${valuesMs.length}`)
+    lines.push(`${name}_sum{${run}} ${number(valuesMs.reduce((sum, ms) => sum + ms, 0) / 1000)}`)
+    lines.push(`${name}_count{${run}} ${valuesMs.length}`)
+  }
+  secondsHistogram("cohort_failure_detect_seconds", "From a death (its exit, a silent rank's last beat) to cohort knowing it.", detect)
+  secondsHistogram("cohort_failure_recover_seconds", "From a death to the survivors holding its work, or its restart running user code again.", recover)
+  family("cohort_failure_rule_matches_total", "counter", "Deaths a failure rule decided (dropped or restarted), by rule.")
+  const byRule = new Map<string, number>()
+  for (const death of recovery.deaths) if (death.rule !== null) byRule.set(death.rule, (byRule.get(death.rule) ?? 0) + 1)
+  for (const [rule, count] of byRule) lines.push(`cohort_failure_rule_matches_total{${run},rule="${label(rule)}"} ${count}`)
+  const ettr = RecoveryFigures.effectiveTrainingRatio(state.worldSizes, state.startedAt, state.endedAt ?? state.updatedAt)
+  family("cohort_effective_training_ratio", "gauge", "Time with every rank alive, plus time with fewer weighted by the share alive, over the run's wall time.")
+  if (ettr !== undefined) lines.push(`cohort_effective_training_ratio{${run}} ${number(ettr)}`)
 
   if (state.training !== null) {
     family("cohort_epoch", "gauge", "The current epoch.")

@@ -23,7 +23,7 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Queue from "effect/Queue"
 import type * as Scope from "effect/Scope"
-import { describe as describeExit, isClean } from "../ChildExit.ts"
+import { type ChildExit, describe as describeExit, isClean } from "../ChildExit.ts"
 import { type Directive, SupervisionEvent, type SupervisorState } from "../decide.ts"
 import * as Supervisor from "../Supervisor.ts"
 import { WorldFormed } from "../../wire/JoinMessages.ts"
@@ -43,8 +43,11 @@ const LINES_WAIT_MS = 200
 export interface RankSupervision {
   readonly supervisor: Supervisor.Supervisor
   /** Ranks given up on while their processes may live (silent, or absent from a rendezvous): counted lost, and killed. */
-  /** Ranks lost without an exit: `cause` is for the failure rules (silence, an absent NCCL member). */
-  readonly giveUp: (ranks: ReadonlyArray<number>, reason: string, cause: Cause) => Effect.Effect<void>
+  /**
+   * Ranks lost without an exit: `cause` is for the failure rules (silence, an absent NCCL member), `diedAt`
+   * (rank by rank) their deaths' moments, for the recovery figures.
+   */
+  readonly giveUp: (ranks: ReadonlyArray<number>, reason: string, cause: Cause, diedAt: ReadonlyArray<number>) => Effect.Effect<void>
   /** Every rank has run user code: the policy after formation is in force from now on. */
   readonly cohortFormed: Effect.Effect<void>
   /** Every epoch is done: the ranks now leave on their own. */
@@ -120,13 +123,17 @@ export const supervise = (env: RunEnv, wiring: SupervisionWiring): Effect.Effect
       })
 
     const logRules = (env.plan.config.failurePolicy.strategy.rules ?? []).some((rule) => rule.when.log !== undefined)
+    /** Each rank number's last exit and when it was heard: a restart's death, for the recovery figures. */
+    const lastExits = new Map<number, { readonly exit: ChildExit; readonly at: number }>()
     const remote = yield* RemoteRanks.make(wiring.formedMembers, {
       started: (rank, pid) =>
         Effect.zipRight(membership.tell(MembershipEvent.RankStarted({ rank, pid })), env.journal.recordSoon({ event: "rank_started", at: Date.now(), rank, pid })),
       // Told from the link's reader itself: the cohort's formation reaches the supervisor before any exit reported after it.
-      running: (rank) => membership.tell(MembershipEvent.RankRunning({ rank })),
+      running: (rank) =>
+        Effect.zipRight(membership.tell(MembershipEvent.RankRunning({ rank })), env.journal.recordSoon({ event: "rank_running", at: Date.now(), rank })),
       exited: (rank, exit) =>
         Effect.all([
+          Effect.sync(() => lastExits.set(rank, { exit, at: Date.now() })),
           membership.tell(MembershipEvent.RankExited({ rank, exit: describeExit(exit) })),
           env.journal.recordSoon({ event: "rank_exited", at: Date.now(), rank, exit: describeExit(exit), clean: isClean(exit) }),
           // A clean exit is judged by the coordinator: with work left and no word of leaving, it is a loss.
@@ -139,12 +146,15 @@ export const supervise = (env: RunEnv, wiring: SupervisionWiring): Effect.Effect
       ...(logRules ? { lastLines: env.lastLines, linesWaitMs: LINES_WAIT_MS } : {})
     }, graceMs, { renumber, seatOf: (rank) => seatOf(membership.snapshot(), rank) })
 
-    const giveUp = (ranks: ReadonlyArray<number>, reason: string, cause: Cause) =>
+    const giveUp = (ranks: ReadonlyArray<number>, reason: string, cause: Cause, diedAt: ReadonlyArray<number>) =>
       withSupervisor((supervisor) =>
         Effect.gen(function*() {
           const now = membership.snapshot()
           // The supervisor knows seats (a restarted rank runs under a new number in its first number's seat).
           yield* supervisor.send(SupervisionEvent.RanksLost({ ranks: ranks.map((rank) => seatOf(now, rank)), reason, cause }))
+          // The policy does not report these (membership knows): the journal has them here, each with its moment.
+          yield* Effect.forEach(ranks, (rank, index) =>
+            record({ event: "rank_lost", at: Date.now(), ranks: [rank], cause: `rank ${rank} lost: ${reason}`, kind: cause, ...(diedAt[index] === undefined ? {} : { diedAt: diedAt[index]! }) }), { discard: true })
           for (const rank of ranks) {
             const handle = yield* supervisor.handle(`rank-${seatOf(now, rank)}`)
             if (handle !== undefined) yield* Effect.forkIn(handle.stop("kill", Duration.millis(graceMs)), runScope)
@@ -196,7 +206,8 @@ export const supervise = (env: RunEnv, wiring: SupervisionWiring): Effect.Effect
               ranks,
               cause: directive.cause,
               ...(directive.kind === undefined ? {} : { kind: directive.kind }),
-              ...(directive.rule === undefined ? {} : { rule: directive.rule })
+              ...(directive.rule === undefined ? {} : { rule: directive.rule }),
+              ...(directive.diedAt === undefined ? {} : { diedAt: directive.diedAt })
             }),
             // The death chain: the survivors take the dead ranks' work.
             coordinator?.ranksDead(ranks, directive.cause) ?? Effect.void,
@@ -221,6 +232,23 @@ export const supervise = (env: RunEnv, wiring: SupervisionWiring): Effect.Effect
             announceStop(directive),
             record({ event: "decision", at: Date.now(), decision: directive._tag, detail: describeDirective(directive) })
           ], { discard: true })
+        }
+        case "Restart": {
+          // A death the policy carries by restarting: when it happened, as its exit was heard, for the recovery figures.
+          const seat = /^rank-(\d+)$/.exec(directive.id)
+          const rank = seat === null ? undefined : numbers([Number(seat[1])])[0]
+          const last = rank === undefined ? undefined : lastExits.get(rank)
+          return Effect.zipRight(
+            rank === undefined
+              ? Effect.void
+              : record({
+                event: "rank_restarting",
+                at: Date.now(),
+                rank,
+                ...(last === undefined ? {} : { diedAt: last.exit.at ?? last.at, kind: last.exit.cause ?? (last.exit._tag === "Signaled" ? "signal" : "exit") })
+              }),
+            record({ event: "decision", at: Date.now(), decision: directive._tag, detail: describeDirective(directive) })
+          )
         }
         default:
           return record({ event: "decision", at: Date.now(), decision: directive._tag, detail: describeDirective(directive) })

@@ -166,13 +166,14 @@ export const make = (
             case "RankExited": {
               const incarnation = find(message.rank, message.incarnation)
               if (incarnation === undefined) break
+              const at = message.at === undefined ? {} : { at: message.at }
               const exit = message.detail !== undefined
-                ? ChildExit.Crashed({ detail: message.detail })
+                ? ChildExit.Crashed({ detail: message.detail, ...at })
                 : message.signal !== null
-                ? ChildExit.Signaled({ signal: message.signal, ...(message.cause === undefined ? {} : { cause: message.cause }) })
+                ? ChildExit.Signaled({ signal: message.signal, ...at, ...(message.cause === undefined ? {} : { cause: message.cause }) })
                 : message.error !== undefined
-                ? ChildExit.Exited({ code: message.code ?? -1, cause: "exception", error: message.error })
-                : ChildExit.Exited({ code: message.code ?? -1, ...(message.cause === undefined ? {} : { cause: message.cause }) })
+                ? ChildExit.Exited({ code: message.code ?? -1, cause: "exception", error: message.error, ...at })
+                : ChildExit.Exited({ code: message.code ?? -1, ...at, ...(message.cause === undefined ? {} : { cause: message.cause }) })
               yield* endIncarnation(incarnation, exit)
               break
             }

@@ -9,6 +9,7 @@
  * no I/O.
  */
 import * as Inventory from "./Inventory.ts"
+import * as RecoveryFigures from "./RecoveryFigures.ts"
 
 export type Phase = "waiting" | "forming" | "training" | "done" | "failed"
 
@@ -127,6 +128,10 @@ export interface RunState {
    * ending what is left on remote hosts), while it does it; null otherwise. The verdict does not wait for it.
    */
   readonly cleanup?: Cleanup | null
+  /** Each death the policy carried (dropped or restarted) with its times to detect and recover (RecoveryFigures). */
+  readonly recovery?: RecoveryFigures.RecoveryState
+  /** When the verdict was said: the end of the run's wall time for its ETTR. */
+  readonly endedAt?: number | null
 }
 
 export interface Cleanup {
@@ -187,7 +192,15 @@ export type RunEvent =
     /** The cause as the failure rules name it, and the rule that decided it (absent: none did). */
     readonly kind?: string
     readonly rule?: string
+    /** When the death happened (its agent's clock, or a silent rank's last beat), for the time to detect it. */
+    readonly diedAt?: number
   }
+  /** The policy restarts a rank: a death it carries by restarting (the recovery figures). */
+  | { readonly event: "rank_restarting"; readonly at: number; readonly rank: number; readonly kind?: string; readonly rule?: string; readonly diedAt?: number }
+  /** The survivors hold a dead rank's remaining samples: that death's recovery. */
+  | { readonly event: "work_moved"; readonly at: number; readonly rank: number; readonly survivors: ReadonlyArray<number> }
+  /** A rank runs user code (an entry rank checked in, a command rank started). */
+  | { readonly event: "rank_running"; readonly at: number; readonly rank: number }
   | { readonly event: "decision"; readonly at: number; readonly decision: string; readonly detail: string }
   | { readonly event: "host_gone"; readonly at: number; readonly host: string; readonly reason: string }
   | { readonly event: "progress"; readonly at: number; readonly epoch: number; readonly epochs: number; readonly samplesDone: number; readonly datasetSize: number; readonly samplesPerSec: number | null; readonly metrics: Readonly<Record<string, number>> }
@@ -200,9 +213,12 @@ export type RunEvent =
   | { readonly event: "cleanup_started"; readonly at: number; readonly detail: string }
   | { readonly event: "cleanup_done"; readonly at: number }
 
-/** Events too frequent for the `--events` file: they only move the view. */
+/**
+ * Events too frequent for the `--events` file, or said from a link's reader without waiting for the file:
+ * they only move the view (a rank running again is a restart's recovery, in /state.json and /metrics).
+ */
 export const isEphemeral = (event: RunEvent): boolean =>
-  event.event === "progress" || event.event === "resources" || event.event === "join_window"
+  event.event === "progress" || event.event === "resources" || event.event === "join_window" || event.event === "rank_running"
 
 export const initial = (run: string, at: number): RunState => ({
   run,
@@ -226,7 +242,9 @@ export const initial = (run: string, at: number): RunState => ({
   joinedAfterFormation: 0,
   worldSizes: [],
   inventory: [],
-  cleanup: null
+  cleanup: null,
+  recovery: RecoveryFigures.empty,
+  endedAt: null
 })
 
 /** A rank the world has just been told of: not started yet. */
@@ -316,6 +334,10 @@ const step = (state: RunState, event: RunEvent): RunState => {
     case "decision":
     case "checkpoint":
       return state
+    case "rank_restarting":
+    case "work_moved":
+    case "rank_running":
+      return { ...state, recovery: RecoveryFigures.apply(state.recovery ?? RecoveryFigures.empty, event) }
     case "join_window":
       return state.phase === "waiting"
         ? {
@@ -359,6 +381,7 @@ const step = (state: RunState, event: RunEvent): RunState => {
         : state.ranks.map((rank) => (rank === replaced ? { ...rank, replacedBy: event.ranks[0] } : rank))
       return {
         ...state,
+        recovery: RecoveryFigures.apply(state.recovery ?? RecoveryFigures.empty, event),
         world: event.world,
         joinedAfterFormation: state.joinedAfterFormation + (replaced === undefined ? event.ranks.length : 0),
         ranks: [...ranks, ...joined].sort((a, b) => a.rank - b.rank),
@@ -395,6 +418,7 @@ const step = (state: RunState, event: RunEvent): RunState => {
         ranks: withRank(state, event.rank, (rank) => ({ ...ended(rank), state: event.clean ? "exited" : "dead", exit: event.exit, endedAt: event.at }))
       }
     case "rank_lost": {
+      const recovery = RecoveryFigures.apply(state.recovery ?? RecoveryFigures.empty, event)
       const deaths = event.ranks.map((rank): Death => {
         const slot = slotOf(state.ranks, rank)
         return {
@@ -411,6 +435,7 @@ const step = (state: RunState, event: RunEvent): RunState => {
       return {
         ...state,
         ranks: state.ranks.map((rank) => (lost.has(rank.rank) && rank.state !== "exited" ? { ...ended(rank), state: "dead" } : rank)),
+        recovery,
         deaths: [...state.deaths, ...deaths],
         worldSizes: withWorldSize(state, event.at, state.world, alive)
       }
@@ -467,7 +492,7 @@ const step = (state: RunState, event: RunEvent): RunState => {
       // The countdowns stop where they were: join_window events move them only while waiting.
       return { ...state, phase: event.phase }
     case "verdict":
-      return { ...state, phase: event.exitCode === 0 ? "done" : "failed", verdict: event.summary }
+      return { ...state, phase: event.exitCode === 0 ? "done" : "failed", verdict: event.summary, endedAt: event.at }
     case "cleanup_started":
       return { ...state, cleanup: { since: event.at, detail: event.detail } }
     case "cleanup_done":

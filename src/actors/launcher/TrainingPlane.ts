@@ -99,7 +99,7 @@ export const make = (env: RunEnv, wiring: TrainingWiring): Effect.Effect<Trainin
         return state === undefined ? undefined : stringifyState(state)
       },
       send: sendToRanks,
-      loseRanks: (ranks, reason, cause) => supervision.ifReady((ranksSupervision) => ranksSupervision.giveUp(ranks, reason, cause)),
+      loseRanks: (ranks, reason, cause, diedAt) => supervision.ifReady((ranksSupervision) => ranksSupervision.giveUp(ranks, reason, cause, diedAt)),
       onEvent: env.record,
       onLatency: (counts) => env.latency.add(counts),
       drained: supervision.ifReady((ranksSupervision) => ranksSupervision.drained),

@@ -138,8 +138,11 @@ export type Instruction = Data.TaggedEnum<{
   /** Joined ranks enter the cohort at `epoch`: comes before any order of that epoch (the data plane widens its rounds). */
   Enter: { readonly ranks: ReadonlyArray<number>; readonly epoch: number }
   /** Declare ranks lost that went silent or left with work (the supervisor counts them, their processes are killed). */
-  /** `cause` for the failure rules: silence is `heartbeat`, a return with work left an `exit`. */
-  LoseRanks: { readonly ranks: ReadonlyArray<number>; readonly reason: string; readonly cause: Cause }
+  /**
+   * `cause` for the failure rules: silence is `heartbeat`, a return with work left an `exit`. `diedAt`, rank
+   * by rank: its last beat (silence), when it went (a return): the deaths' moments, for the time to detect them.
+   */
+  LoseRanks: { readonly ranks: ReadonlyArray<number>; readonly reason: string; readonly cause: Cause; readonly diedAt: ReadonlyArray<number> }
   /** Every epoch is done: the ranks now leave on their own. */
   Drained: {}
   /**
@@ -554,7 +557,7 @@ class Step {
     const silent = watched.filter((rank) => at - (valueOf(lastSeen, rank) ?? formedAt ?? at) > timeout)
     if (silent.length === 0) return
     const reason = `no heartbeat for ${(timeout / 1000).toFixed(1)} s`
-    this.instructions.push(Instruction.LoseRanks({ ranks: silent, reason, cause: "heartbeat" }))
+    this.instructions.push(Instruction.LoseRanks({ ranks: silent, reason, cause: "heartbeat", diedAt: silent.map((rank) => valueOf(lastSeen, rank) ?? formedAt ?? at) }))
     this.markDead(silent, reason)
   }
 
@@ -605,7 +608,7 @@ class Step {
     const left = Ledger.lengthOf(Ledger.remainder(ledger, rank))
     if (left === 0 || this.epochs.finished || this.deaths.stopping || HashSet.has(this.deaths.ordered, rank) || HashSet.has(this.deaths.dead, rank)) return
     const reason = `${how} with ${left} sample(s) of epoch ${ledger.epoch} left`
-    this.instructions.push(Instruction.LoseRanks({ ranks: [rank], reason, cause: "exit" }))
+    this.instructions.push(Instruction.LoseRanks({ ranks: [rank], reason, cause: "exit", diedAt: [this.at] }))
     this.markDead([rank], reason)
   }
 
