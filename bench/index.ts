@@ -7,12 +7,15 @@ import { launchLatency } from "./launch-latency.ts"
 import { multihostFormation } from "./multihost-formation.ts"
 import { nativeKernels } from "./native-kernels.ts"
 import { orderlyStop } from "./orderly-stop.ts"
+import { recovery } from "./recovery.ts"
 import { scale } from "./scale.ts"
 
 console.log(`bun ${Bun.version}, ${navigator.hardwareConcurrency} cores, ${new Date().toISOString()}\n`)
 console.log(await failureReaction())
 console.log()
 console.log(await orderlyStop())
+console.log()
+console.log(await recovery())
 console.log()
 console.log(await frameThroughput())
 console.log()

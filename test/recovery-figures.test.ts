@@ -45,6 +45,19 @@ describe("deaths and their times", () => {
     expect(RecoveryFigures.times(state)).toEqual({ detect: [20, 5], recover: [900, 400] })
   })
 
+  test("in a training run a restart recovers when its new number enters the cohort, not when it merely runs", () => {
+    const state = fold([
+      { event: "rank_restarting", at: 1_010, rank: 1, diedAt: 1_000 },
+      { event: "world_grew", at: 1_100, ranks: [4], replaces: 1 },
+      { event: "rank_running", at: 1_300, rank: 4 },
+      { event: "ranks_entered", at: 2_000, ranks: [4] },
+      // A second entry of the same number (it cannot happen twice, but must not move the figure).
+      { event: "ranks_entered", at: 3_000, ranks: [4] }
+    ])
+    expect(state.deaths.map((death) => [death.recoveredAt, death.entered])).toEqual([[2_000, true]])
+    expect(RecoveryFigures.times(state).recover).toEqual([1_000])
+  })
+
   test("a rank given up for silence and then restarted is one death, carried by the restart", () => {
     const state = fold([
       { event: "rank_lost", at: 31_000, ranks: [2], kind: "heartbeat", diedAt: 1_000 },
@@ -69,6 +82,12 @@ describe("effective training ratio", () => {
     // Growth: 6 ranks with 6 alive counts whole again.
     expect(RecoveryFigures.effectiveTrainingRatio([...timeline, { at: 80, ranks: 6, alive: 6 }], 0, 100)).toBeCloseTo((40 + 30 * 0.75 + 20) / 100, 10)
     expect(RecoveryFigures.effectiveTrainingRatio([], 0, 100)).toBe(0)
+    // A restarted rank of the 4 is absent from its death at 20 to its recovery at 60: 40 × 1/4 = 10 less.
+    const restart = fold([{ event: "rank_restarting", at: 21, rank: 0, diedAt: 20 }, { event: "ranks_entered", at: 60, ranks: [0] }])
+    expect(RecoveryFigures.effectiveTrainingRatio([{ at: 10, ranks: 4, alive: 4 }], 0, 100, restart)).toBeCloseTo((90 - 10) / 100, 10)
+    // Not recovered by the end: absent to the end (100 − 20 = 80, a quarter of it).
+    const never = fold([{ event: "rank_restarting", at: 21, rank: 0, diedAt: 20 }])
+    expect(RecoveryFigures.effectiveTrainingRatio([{ at: 10, ranks: 4, alive: 4 }], 0, 100, never)).toBeCloseTo((90 - 20) / 100, 10)
     expect(RecoveryFigures.effectiveTrainingRatio(timeline, 100, 100)).toBeUndefined()
   })
 

@@ -191,7 +191,7 @@ export const summaryTable = (state: RunState): string => {
   const recovery = state.recovery ?? RecoveryFigures.empty
   const figures = recovery.deaths.length === 0
     ? undefined
-    : RecoveryFigures.describeFigures(recovery, RecoveryFigures.effectiveTrainingRatio(state.worldSizes, state.startedAt, state.endedAt ?? state.updatedAt))
+    : RecoveryFigures.describeFigures(recovery, RecoveryFigures.effectiveTrainingRatio(state.worldSizes, state.startedAt, state.endedAt ?? state.updatedAt, recovery))
   return [
     ...(inventory.length === 0 ? [] : [`inventory: ${Inventory.describe(inventory)}`]),
     format(header),

@@ -97,7 +97,7 @@ export const render = (
   const byRule = new Map<string, number>()
   for (const death of recovery.deaths) if (death.rule !== null) byRule.set(death.rule, (byRule.get(death.rule) ?? 0) + 1)
   for (const [rule, count] of byRule) lines.push(`cohort_failure_rule_matches_total{${run},rule="${label(rule)}"} ${count}`)
-  const ettr = RecoveryFigures.effectiveTrainingRatio(state.worldSizes, state.startedAt, state.endedAt ?? state.updatedAt)
+  const ettr = RecoveryFigures.effectiveTrainingRatio(state.worldSizes, state.startedAt, state.endedAt ?? state.updatedAt, recovery)
   family("cohort_effective_training_ratio", "gauge", "Time with every rank alive, plus time with fewer weighted by the share alive, over the run's wall time.")
   if (ettr !== undefined) lines.push(`cohort_effective_training_ratio{${run}} ${number(ettr)}`)
 

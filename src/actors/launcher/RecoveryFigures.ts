@@ -8,13 +8,16 @@
  * - Known (`knownAt`): when the policy reported it dead (`rank_lost`) or ordered its restart
  *   (`rank_restarting`). Time to detect = knownAt − diedAt.
  * - Recovered (`recoveredAt`): under elastic, when the coordinator handed its remaining samples to the
- *   survivors (`work_moved`); under restart, when its new incarnation runs user code again
- *   (`rank_running`, under its new number when it has one: `world_grew`'s `replaces`). Time to
+ *   survivors (`work_moved`); under restart, when its new incarnation trains again: it enters the
+ *   cohort at an epoch boundary (`ranks_entered`), or, in a run without training, runs user code
+ *   (`rank_running`); under its new number when it has one (`world_grew`'s `replaces`). Time to
  *   recover = recoveredAt − diedAt. A dropped rank with no work to hand on (no training, or between
  *   epochs) has none.
  * - ETTR: the time the cohort spent with every rank alive, plus the time with fewer weighted by the
- *   share alive, over the run's wall time (from its start to its end, or now): the join window and
- *   the time before a death is known count as they are, so 100% is never quite reached.
+ *   share alive, over the run's wall time (from its start to its end, or now). A restarted rank counts
+ *   as absent from its death to its recovery. The join window and the time before a death is known
+ *   count as they are, so 100% is never quite reached. Work done again (a group restarted from its
+ *   checkpoint) is not in it: the wall time to finish the same job tells that.
  */
 
 export interface DeathFigures {
@@ -26,6 +29,8 @@ export interface DeathFigures {
   readonly diedAt: number
   readonly knownAt: number
   readonly recoveredAt: number | null
+  /** A restart's recovery by entering the cohort (training again), final; by running user code, until it enters. */
+  readonly entered?: boolean
 }
 
 export interface RecoveryState {
@@ -43,6 +48,7 @@ export type RecoveryEvent =
   | { readonly event: "work_moved"; readonly at: number; readonly rank: number }
   | { readonly event: "world_grew"; readonly at: number; readonly ranks: ReadonlyArray<number>; readonly replaces?: number }
   | { readonly event: "rank_running"; readonly at: number; readonly rank: number }
+  | { readonly event: "ranks_entered"; readonly at: number; readonly ranks: ReadonlyArray<number> }
 
 /** The last death of `rank` carried as `how` and not recovered yet, by its position. */
 const openDeath = (deaths: ReadonlyArray<DeathFigures>, rank: number, how: DeathFigures["how"]): number => {
@@ -104,6 +110,14 @@ export const apply = (state: RecoveryState, event: RecoveryEvent): RecoveryState
       const rank = state.replacing[event.rank] ?? event.rank
       return recovered(state, openDeath(state.deaths, rank, "restarted"), event.at)
     }
+    case "ranks_entered":
+      // A restarted rank of a training run trains again only once it enters, at an epoch boundary.
+      return event.ranks.reduce((current, entering) => {
+        const rank = current.replacing[entering] ?? entering
+        const index = current.deaths.findLastIndex((death) => death.rank === rank && death.how === "restarted")
+        if (index === -1 || current.deaths[index]!.entered === true) return current
+        return { ...current, deaths: current.deaths.map((death, position) => (position === index ? { ...death, recoveredAt: event.at, entered: true } : death)) }
+      }, state)
   }
 }
 
@@ -122,9 +136,15 @@ export interface WorldPoint {
 
 /**
  * ETTR over [startedAt, endAt]: each stretch of the world's timeline counts its share alive (alive/ranks);
- * before the world formed nothing counts. undefined for a run of no length.
+ * before the world formed nothing counts; a restarted rank is one rank of the formed world absent from its
+ * death to its recovery (or the end). undefined for a run of no length.
  */
-export const effectiveTrainingRatio = (timeline: ReadonlyArray<WorldPoint>, startedAt: number, endAt: number): number | undefined => {
+export const effectiveTrainingRatio = (
+  timeline: ReadonlyArray<WorldPoint>,
+  startedAt: number,
+  endAt: number,
+  recovery: RecoveryState = empty
+): number | undefined => {
   const wall = endAt - startedAt
   if (wall <= 0) return undefined
   let weighted = 0
@@ -133,7 +153,13 @@ export const effectiveTrainingRatio = (timeline: ReadonlyArray<WorldPoint>, star
     const to = Math.min(timeline[index + 1]?.at ?? endAt, endAt)
     if (to > from && point.ranks > 0) weighted += (to - from) * Math.min(1, point.alive / point.ranks)
   })
-  return weighted / wall
+  const formed = timeline[0]?.ranks ?? 0
+  for (const death of recovery.deaths) {
+    if (death.how !== "restarted" || formed === 0) continue
+    const absent = Math.min(death.recoveredAt ?? endAt, endAt) - Math.max(death.diedAt, startedAt)
+    if (absent > 0) weighted -= absent / formed
+  }
+  return Math.max(0, weighted) / wall
 }
 
 /** "3 death(s): detected in 9/12/31 ms, recovered in 22/25/40 ms; effective training 97.4%". */

@@ -392,7 +392,7 @@ const step = (state: RunState, event: RunEvent): RunState => {
       }
     }
     case "ranks_entered":
-      return state
+      return { ...state, recovery: RecoveryFigures.apply(state.recovery ?? RecoveryFigures.empty, event) }
     case "rank_started":
       return {
         ...state,
