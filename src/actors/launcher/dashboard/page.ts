@@ -238,6 +238,10 @@ function render(s) {
   $("deaths").replaceChildren.apply($("deaths"), s.deaths.map(function (d) {
     return el("li", { "data-testid": "death", "data-rank": d.rank }, el("b", null, "r" + d.rank), " on " + d.host + " at " + clock(d.at) + ": " + d.cause);
   }));
+  var c = (s.recovery && s.recovery.deaths) || [], r = c.filter(function (d) { return d.recoveredAt !== null; });
+  var ms = function (l, k) { return l.map(function (d) { return Math.round(d[k] - d.diedAt); }).join("/") + " ms"; };
+  $("recovery").hidden = !c.length;
+  $("recovery").textContent = c.length + " death(s) carried: detected in " + ms(c, "knownAt") + ", recovered in " + (r.length ? ms(r, "recoveredAt") : "none yet");
   var gone = s.hosts.filter(function (h) { return h.state === "gone"; });
   $("gonebox").hidden = !gone.length;
   $("gone").replaceChildren.apply($("gone"), gone.map(function (h) {
@@ -297,7 +301,7 @@ const body = `
 <p id="chartnote" class="mut"></p>
 </section>
 <section><h2>Hosts and ranks</h2><div id="hosts" data-testid="hosts"></div></section>
-<section id="deathbox" hidden><h2>Deaths</h2><ul id="deaths" data-testid="deaths"></ul></section>
+<section id="deathbox" hidden><h2>Deaths</h2><ul id="deaths" data-testid="deaths"></ul><p id="recovery" class="mut" data-testid="recovery" hidden></p></section>
 <section id="gonebox" hidden><h2>Hosts gone</h2><ul id="gone" data-testid="hosts-gone"></ul></section>
 `
 
