@@ -181,6 +181,7 @@ describe("decide with failure rules", () => {
   test("fail: the run fails with the death as its root cause, naming the rule; the siblings get their grace", () => {
     const run = supervise(rules)
     expect(run.act(exited("r1", 2))).toEqual([
+      { _tag: "RuleMatched", rule: "user-bug", action: "fail", ranks: [1] },
       { _tag: "Terminate", ids: ["r3", "r2", "r0"], mode: "graceful", reason: "rank 1 of gpu-a exited with status 2 (rule user-bug): stopping every sibling" }
     ])
     for (const id of ["r0", "r2", "r3"]) run.step(signaled(id, "SIGTERM"))
@@ -195,7 +196,7 @@ describe("decide with failure rules", () => {
 
   test("ignore: not a death, not counted, not reported", () => {
     const run = supervise(rules, new Elastic({ maxFailure: new Count({ n: 1 }) }))
-    expect(run.act(signaled("r0", "SIGTERM"))).toEqual([])
+    expect(run.act(signaled("r0", "SIGTERM"))).toEqual([{ _tag: "RuleMatched", rule: "asked", action: "ignore", ranks: [0] }])
     expect(run.state.dead).toEqual([])
     expect(run.state.children.find((child) => child.spec.id === "r0")?.status).toBe("exited")
     for (const id of ["r1", "r2", "r3"]) run.step(exited(id, 0))
@@ -205,14 +206,16 @@ describe("decide with failure rules", () => {
   test("a lost host's ranks (cause host_lost) on a spot host: elastic by the rule; on another host the phase decides", () => {
     const lost = (id: string, host: string) => SupervisionEvent.ChildExited({ id, exit: ChildExit.Crashed({ detail: `lost the agent of ${host}`, cause: "host_lost" }) })
     const run = supervise(rules, new KillAll())
-    expect(run.act(lost("r2", "spot-1"))).toEqual([{ _tag: "ReportDead", ranks: [2], cause: "rank 2 of spot-1 exited with crash: lost the agent of spot-1 (rule spot)", kind: "host_lost", rule: "spot" }])
+    expect(run.act(lost("r2", "spot-1"))).toEqual([{ _tag: "RuleMatched", rule: "spot", action: "elastic", ranks: [2] }, { _tag: "ReportDead", ranks: [2], cause: "rank 2 of spot-1 exited with crash: lost the agent of spot-1 (rule spot)", kind: "host_lost", rule: "spot" }])
     const [stop] = run.act(lost("r0", "gpu-a"))
     expect(stop).toMatchObject({ _tag: "Terminate", mode: "graceful", reason: "rank 0 of gpu-a exited with crash: lost the agent of gpu-a: terminating every sibling (kill_all)" })
   })
 
   test("silence (RanksLost, heartbeat) matched by host: counted as the rule says, and the rank's exit after it is not judged again", () => {
     const run = supervise([rule("spot", { causes: ["heartbeat"], hosts: ["spot-*"] }, new DropRanks()), rule("sigkill", { signals: ["SIGKILL"] }, new FailRun())])
-    expect(run.act(SupervisionEvent.RanksLost({ ranks: [3], reason: "no heartbeat for 30.0 s", cause: "heartbeat" }))).toEqual([])
+    expect(run.act(SupervisionEvent.RanksLost({ ranks: [3], reason: "no heartbeat for 30.0 s", cause: "heartbeat" }))).toEqual([
+      { _tag: "RuleMatched", rule: "spot", action: "elastic", ranks: [3] }
+    ])
     expect(run.state.dead).toEqual([3])
     // Killed for its silence: the end of the loss the rule judged, not a SIGKILL to fail the run for.
     expect(run.act(signaled("r3", "SIGKILL"))).toEqual([])
@@ -227,10 +230,10 @@ describe("decide with failure rules", () => {
       expect(run.act(exited("r0", 3), at * 1_000)).toEqual([{ _tag: "Restart", id: "r0", after: 100 }])
       run.step(SupervisionEvent.RestartDue({ id: "r0" }), at * 1_000 + 100)
     }
-    expect(run.act(exited("r1", 137), 10_000)).toEqual([{ _tag: "Restart", id: "r1", after: 100 }])
+    expect(run.act(exited("r1", 137), 10_000)).toEqual([{ _tag: "RuleMatched", rule: "oom-ish", action: "restart", ranks: [1] }, { _tag: "Restart", id: "r1", after: 100 }])
     run.step(SupervisionEvent.RestartDue({ id: "r1" }), 10_100)
     // The rule's second restart within its window escalates, though the strategy still has room.
-    const escalated = run.act(exited("r1", 137), 11_000)
+    const escalated = run.act(exited("r1", 137), 11_000).filter((directive) => directive._tag !== "RuleMatched")
     expect(escalated[0]).toMatchObject({ _tag: "Escalate" })
     expect((escalated[0] as Extract<Directive, { _tag: "Escalate" }>).cause).toContain("(rule oom-ish); restart intensity exceeded: rank 1 of gpu-a would be restart 2 within 10m (max_restarts 1)")
   })

@@ -102,7 +102,7 @@ const emptyHistogram = (name: string, help: string) =>
 /** The recovery figures of a run that lost nobody: empty histograms, no rule matched, no ETTR yet (no wall time). */
 const noFailures = emptyHistogram("cohort_failure_detect_seconds", "From a death (its exit, a silent rank's last beat) to cohort knowing it.") +
   emptyHistogram("cohort_failure_recover_seconds", "From a death to the survivors holding its work, or its restart running user code again.") +
-  `# HELP cohort_failure_rule_matches_total Deaths a failure rule decided (dropped or restarted), by rule.
+  `# HELP cohort_failure_rule_matches_total Deaths a failure rule decided, whatever its action, by rule.
 # TYPE cohort_failure_rule_matches_total counter
 # HELP cohort_effective_training_ratio Time with every rank alive, plus time with fewer weighted by the share alive, over the run's wall time.
 # TYPE cohort_effective_training_ratio gauge
@@ -207,5 +207,30 @@ cohort_rank_gpu_memory_bytes{run="demo",rank="1",host="gpu1",device="1"} 1024
       ]
     }
     expect(Metrics.render(history, noLatency, new Map())).toContain('\ncohort_restarts_total{run="demo"} 3\n')
+  })
+})
+
+describe("the failure figures in /metrics", () => {
+  test("each rule's matches, its name escaped as a label; the ETTR over the run's wall time; a death's times in their buckets", () => {
+    const state: RunState = {
+      ...training(600, 12_500),
+      startedAt: 0,
+      updatedAt: 100_000,
+      endedAt: 100_000,
+      // Formed at 10 s with 2 ranks, one lost at 50 s: (40 + 50 × 0.5) / 100 = 0.65.
+      worldSizes: [{ at: 10_000, ranks: 2, alive: 2 }, { at: 50_000, ranks: 2, alive: 1 }],
+      ruleMatches: { "user-bug": 2, "say \"hi\"": 1 },
+      recovery: {
+        deaths: [{ rank: 1, kind: "signal", rule: null, how: "dropped", diedAt: 49_980, knownAt: 50_000, recoveredAt: 50_300 }],
+        replacing: {}
+      }
+    }
+    const text = Metrics.render(state, noLatency, new Map())
+    expect(text).toContain('\ncohort_failure_rule_matches_total{run="demo",rule="user-bug"} 2\ncohort_failure_rule_matches_total{run="demo",rule="say \\"hi\\""} 1\n')
+    expect(text).toContain('\ncohort_effective_training_ratio{run="demo"} 0.65\n')
+    // 20 ms to detect: not under 10 ms, under 25 ms; 320 ms to recover: under 0.5 s, not 0.25 s.
+    expect(text).toContain('cohort_failure_detect_seconds_bucket{run="demo",le="0.01"} 0\ncohort_failure_detect_seconds_bucket{run="demo",le="0.025"} 1\n')
+    expect(text).toContain('cohort_failure_recover_seconds_bucket{run="demo",le="0.25"} 0\ncohort_failure_recover_seconds_bucket{run="demo",le="0.5"} 1\n')
+    expect(text).toContain('\ncohort_failure_detect_seconds_sum{run="demo"} 0.02\ncohort_failure_detect_seconds_count{run="demo"} 1\n')
   })
 })

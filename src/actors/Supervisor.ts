@@ -147,6 +147,7 @@ export const start = (options: SupervisorOptions): Effect.Effect<Supervisor, nev
         LimitCrossed: ({ message }) => Effect.logDebug(message),
         // The verdict carries the cause to the operator; said here too, it would be read twice.
         Escalate: ({ cause }) => Effect.logDebug(`escalating: ${cause}`),
+        RuleMatched: () => Effect.void,
         Note: ({ message }) => Effect.logInfo(message),
         Verdict: ({ verdict: value }) => Deferred.succeed(verdict, value)
       })

@@ -73,6 +73,8 @@ export type Directive = Data.TaggedEnum<{
   /** Send `RestartDue { id }` after `after` milliseconds. */
   Restart: { readonly id: string; readonly after: number }
   Escalate: { readonly cause: string }
+  /** A failure rule decided a death (every match, whatever its action: the run's rule counts). */
+  RuleMatched: { readonly rule: string; readonly action: "fail" | "elastic" | "ignore" | "restart"; readonly ranks: ReadonlyArray<number> }
   /** A line for the operator. */
   Note: { readonly message: string }
   /** Everything has ended; emitted exactly once, last. */
@@ -103,6 +105,10 @@ export interface ChildState {
    */
   readonly ruledBy?: number | undefined
 }
+
+/** A rule's action as the file writes it. */
+const actionOf = (rule: FailureRule): "fail" | "elastic" | "ignore" | "restart" =>
+  rule.then._tag === "FailRun" ? "fail" : rule.then._tag === "DropRanks" ? "elastic" : rule.then._tag === "IgnoreExit" ? "ignore" : "restart"
 
 /** A death's cause as the rules name it, and the rule that decided it. */
 type DeathKind = { readonly kind?: Cause | undefined; readonly rule?: string | undefined; readonly diedAt?: number | undefined }
@@ -394,6 +400,7 @@ class Step {
   applyRule(child: ChildState, rule: FailureRule, index: number, what: string, death: Death): void {
     const id = child.spec.id
     const why = `${what} (rule ${rule.name})`
+    this.directives.push(Directive.RuleMatched({ rule: rule.name, action: actionOf(rule), ranks: child.spec.ranks }))
     switch (rule.then._tag) {
       case "FailRun":
         this.setChild(id, { status: "exited" })
@@ -416,6 +423,7 @@ class Step {
   /** Carry out a rule's action on ranks lost without an exit (silence, a lost host); their children's exits follow the rule. */
   applyLossRule(ranks: ReadonlyArray<number>, rule: FailureRule, index: number, what: string): void {
     const why = `${what} (rule ${rule.name})`
+    this.directives.push(Directive.RuleMatched({ rule: rule.name, action: actionOf(rule), ranks }))
     const carrying = this.state.children.filter((child) => child.spec.ranks.some((rank) => ranks.includes(rank)))
     for (const child of carrying) if (child.status === "running") this.setChild(child.spec.id, { ruledBy: index })
     switch (rule.then._tag) {

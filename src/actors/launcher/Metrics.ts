@@ -93,10 +93,8 @@ export const render = (
   }
   secondsHistogram("cohort_failure_detect_seconds", "From a death (its exit, a silent rank's last beat) to cohort knowing it.", detect)
   secondsHistogram("cohort_failure_recover_seconds", "From a death to the survivors holding its work, or its restart running user code again.", recover)
-  family("cohort_failure_rule_matches_total", "counter", "Deaths a failure rule decided (dropped or restarted), by rule.")
-  const byRule = new Map<string, number>()
-  for (const death of recovery.deaths) if (death.rule !== null) byRule.set(death.rule, (byRule.get(death.rule) ?? 0) + 1)
-  for (const [rule, count] of byRule) lines.push(`cohort_failure_rule_matches_total{${run},rule="${label(rule)}"} ${count}`)
+  family("cohort_failure_rule_matches_total", "counter", "Deaths a failure rule decided, whatever its action, by rule.")
+  for (const [rule, count] of Object.entries(state.ruleMatches ?? {})) lines.push(`cohort_failure_rule_matches_total{${run},rule="${label(rule)}"} ${count}`)
   const ettr = RecoveryFigures.effectiveTrainingRatio(state.worldSizes, state.startedAt, state.endedAt ?? state.updatedAt, recovery)
   family("cohort_effective_training_ratio", "gauge", "Time with every rank alive, plus time with fewer weighted by the share alive, over the run's wall time.")
   if (ettr !== undefined) lines.push(`cohort_effective_training_ratio{${run}} ${number(ettr)}`)

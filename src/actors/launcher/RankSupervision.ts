@@ -233,6 +233,8 @@ export const supervise = (env: RunEnv, wiring: SupervisionWiring): Effect.Effect
             record({ event: "decision", at: Date.now(), decision: directive._tag, detail: describeDirective(directive) })
           ], { discard: true })
         }
+        case "RuleMatched":
+          return record({ event: "rule_matched", at: Date.now(), rule: directive.rule, action: directive.action, ranks: numbers(directive.ranks) })
         case "Restart": {
           // A death the policy carries by restarting: when it happened, as its exit was heard, for the recovery figures.
           const seat = /^rank-(\d+)$/.exec(directive.id)

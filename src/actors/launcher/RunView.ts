@@ -132,6 +132,8 @@ export interface RunState {
   readonly recovery?: RecoveryFigures.RecoveryState
   /** When the verdict was said: the end of the run's wall time for its ETTR. */
   readonly endedAt?: number | null
+  /** How many deaths each failure rule decided, whatever its action. */
+  readonly ruleMatches?: Readonly<Record<string, number>>
 }
 
 export interface Cleanup {
@@ -197,6 +199,8 @@ export type RunEvent =
   }
   /** The policy restarts a rank: a death it carries by restarting (the recovery figures). */
   | { readonly event: "rank_restarting"; readonly at: number; readonly rank: number; readonly kind?: string; readonly rule?: string; readonly diedAt?: number }
+  /** A failure rule decided a death (`action` as the file writes it). */
+  | { readonly event: "rule_matched"; readonly at: number; readonly rule: string; readonly action: string; readonly ranks: ReadonlyArray<number> }
   /** The survivors hold a dead rank's remaining samples: that death's recovery. */
   | { readonly event: "work_moved"; readonly at: number; readonly rank: number; readonly survivors: ReadonlyArray<number> }
   /** A rank runs user code (an entry rank checked in, a command rank started). */
@@ -244,7 +248,8 @@ export const initial = (run: string, at: number): RunState => ({
   inventory: [],
   cleanup: null,
   recovery: RecoveryFigures.empty,
-  endedAt: null
+  endedAt: null,
+  ruleMatches: {}
 })
 
 /** A rank the world has just been told of: not started yet. */
@@ -334,6 +339,8 @@ const step = (state: RunState, event: RunEvent): RunState => {
     case "decision":
     case "checkpoint":
       return state
+    case "rule_matched":
+      return { ...state, ruleMatches: { ...state.ruleMatches, [event.rule]: (state.ruleMatches?.[event.rule] ?? 0) + 1 } }
     case "rank_restarting":
     case "work_moved":
     case "rank_running":
