@@ -31,6 +31,7 @@ export const targets: ReadonlyArray<Target> = [
   { name: "decide", mutate: "src/actors/decide.ts", tests: ["test/decide.table.test.ts", "test/decide.property.test.ts", "test/failure-rules.test.ts"] },
   { name: "FailureRules", mutate: "src/actors/FailureRules.ts", tests: ["test/failure-rules.test.ts"] },
   { name: "PolicyTable", mutate: "src/actors/PolicyTable.ts", tests: ["test/failure-rules.test.ts"] },
+  { name: "RecoveryFigures", mutate: "src/actors/launcher/RecoveryFigures.ts", tests: ["test/recovery-figures.test.ts", "test/metrics.test.ts"] },
   { name: "coordinate", mutate: "src/actors/launcher/coordinate.ts", tests: ["test/coordinate.table.test.ts", "test/coordinate.property.test.ts"] },
   { name: "Membership", mutate: "src/actors/launcher/Membership.ts", tests: ["test/membership.table.test.ts", "test/membership.property.test.ts"] }
 ]

@@ -54,7 +54,7 @@ if (systemNccl !== undefined) console.log(`nccl e2e: the no-NCCL test skipped: t
 /** The environment that makes the native library find the stand-ins. */
 const standIns = () => ({ COHORT_NCCL_LIB: stub, COHORT_CUDART_LIB: join(dir, "libcudart.so"), LD_LIBRARY_PATH: dir })
 
-const launch = (args: ReadonlyArray<string>, env: Record<string, string>) => {
+const launch = (args: ReadonlyArray<string>, env: Record<string, string>, rules = "[]") => {
   const file = join(dir, `cluster-${Math.random().toString(36).slice(2)}.yml`)
   writeFileSync(file, `
 workers:
@@ -69,7 +69,7 @@ failure_policy:
   after_formation:
     elastic: { max_failure: 2 }
   # A rank's exit 3 is the death the survivors re-rendezvous without, not a bug to fail the run for.
-  rules: []
+  rules: ${rules}
   grace: 2s
 `)
   return spawnLaunch(file, env)
@@ -112,6 +112,17 @@ describe("backend nccl", () => {
     expect(run.stdout.lines.filter((line) => line.includes("] communicator 1: async error 0")).map((line) => line.slice(0, line.indexOf("]") + 1)).sort())
       .toEqual(["[localhost:cpu:r0]", "[localhost:cpu:r1]"])
     expect(run.stderr.lines.at(-1)).toBe("cohort: run completed DEGRADED (1 of 3 ranks lost: rank 2 of localhost exited with status 3)")
+  }, 30_000)
+
+  test.skipIf(stubProblem !== undefined)("a rank whose code throws while its communicator holds NCCL's asynchronous error dies of cause nccl", async () => {
+    const trigger = join(dir, "go-nccl-error")
+    // The stand-in's communicators all report error 6 (ncclRemoteError), as a peer's failure makes them.
+    const run = launch(["communicator", "throw=1", `trigger=${trigger}`, "generations=2"], { ...standIns(), FAKE_NCCL_ASYNC_ERROR: "6" }, "[{ name: nccl, when: { cause: [nccl] }, then: fail }]")
+    await waitFor(() => run.stdout.lines.filter((line) => line.includes("] communicator 0: async error 6")).length === 3, "three communicators of generation 0", 15_000)
+    writeFileSync(trigger, "")
+    expect(await run.proc.exited).toBe(1)
+    await Promise.all([run.stdout.done, run.stderr.done])
+    expect(run.stderr.lines.at(-1)).toBe("cohort: run failed: rank 1 of localhost exited with status 1 (Error: rank 1: the all-reduce failed (NCCL asynchronous error 6)) (rule nccl)")
   }, 30_000)
 
   test.skipIf(stubProblem !== undefined)("growth: a late host's rank joins the rendezvous at once, and at its epoch boundary the whole cohort re-forms with it", async () => {

@@ -90,9 +90,10 @@ export class RankExited extends Schema.TaggedClass<RankExited>()("RankExited", {
   error: Schema.optional(Schema.String.pipe(Schema.maxLength(600))),
   /**
    * What the host saw that the status does not say: `oom`, a SIGKILL of the kernel's OOM killer;
-   * `relay_lost`, a rank stopped because its host's relay ended.
+   * `relay_lost`, a rank stopped because its host's relay ended; `nccl`, its code threw while a communicator
+   * held an asynchronous NCCL error.
    */
-  cause: Schema.optional(Schema.Literal("oom", "relay_lost")),
+  cause: Schema.optional(Schema.Literal("oom", "relay_lost", "nccl")),
   /** When the agent saw the rank end (ms since the epoch, its host's clock): the death's moment, for the time to detect it. */
   at: Schema.optional(Schema.Number)
 }) {}

@@ -203,6 +203,8 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
     const thrown = new Map<string, string>()
     /** The rank incarnations that said they lost their relay (by child id). */
     const lostTheirRelay = new Set<string>()
+    /** NCCL's asynchronous error a rank incarnation's communicator held when its code threw (by child id). */
+    const ncclFailed = new Map<string, number>()
     /** The agent is stopping everything: the launcher aborted, the run ended, or the link is gone. */
     let ending = false
     /** Why the host's ranks are being stopped, for the agent's line when the policy stops them. */
@@ -368,11 +370,13 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
         // An entry rank checks in over IPC when it runs user code; the channel closing is its link to us ending.
         ipc: program._tag === "Entry"
           ? (message) => {
-            const said = message as { _tag?: unknown; errorClass?: unknown; message?: unknown } | null
+            const said = message as { _tag?: unknown; errorClass?: unknown; message?: unknown; ncclError?: unknown } | null
             if (said?._tag === "Running") callbacks.fork(markRunning(rank, incarnation))
             // The user's code threw: kept for its exit's report (the failure rules' `exception`).
             if (said?._tag === "Threw" && typeof said.errorClass === "string" && typeof said.message === "string") {
               thrown.set(rankChildId(rank, incarnation), `${said.errorClass.slice(0, 80)}: ${said.message.slice(0, 500)}`)
+              // A communicator held an asynchronous NCCL error when the code threw: the death is NCCL's.
+              if (typeof said.ncclError === "number" && said.ncclError !== 0) ncclFailed.set(rankChildId(rank, incarnation), said.ncclError)
             }
             // It lost its relay and exits for that: reported as the relay's loss, even before this agent sees the relay end.
             if (said?._tag === "RelayLost") lostTheirRelay.add(rankChildId(rank, incarnation))
@@ -403,6 +407,7 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
           watchIn: scope,
           thrown: () => thrown.get(id),
           relayLost: () => relayLost || lostTheirRelay.has(id),
+          ncclError: () => ncclFailed.get(id),
           answered: (started) =>
             Effect.gen(function*() {
               unanswered.delete(id)

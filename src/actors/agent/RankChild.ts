@@ -45,6 +45,8 @@ export interface RankOptions {
   readonly thrown?: (() => string | undefined) | undefined
   /** Whether the host's relay has ended abnormally: a rank that ends after it was stopped for that. */
   readonly relayLost?: (() => boolean) | undefined
+  /** NCCL's asynchronous error its communicator held when its code threw, as it said. */
+  readonly ncclError?: (() => number | undefined) | undefined
 }
 
 /**
@@ -56,7 +58,7 @@ const THROWN_WAIT_MS = 200
 export const rankChild = (options: RankOptions): SupervisedChild => {
   const spec = rankSpec(options.host, options.rank, options.incarnation)
   const { incarnation, rank } = options
-  const exitReport = (exit: ChildExit, error: string | undefined, cause: "oom" | "relay_lost" | undefined, at: number) =>
+  const exitReport = (exit: ChildExit, error: string | undefined, cause: "oom" | "relay_lost" | "nccl" | undefined, at: number) =>
     new RankExited({
       at,
       rank,
@@ -99,8 +101,10 @@ export const rankChild = (options: RankOptions): SupervisedChild => {
           options.running.delete(spec.id)
           yield* saidBefore(exit)
           const oom = exit._tag === "Signaled" && exit.signal === "SIGKILL" && oomKillsAtStart !== undefined && (oomKillCount() ?? 0) > oomKillsAtStart
-          const cause = oom ? "oom" as const : options.relayLost?.() === true ? "relay_lost" as const : undefined
-          yield* options.report(exitReport(exit, options.thrown?.(), cause, endedAt))
+          const nccl = options.ncclError?.()
+          const cause = oom ? "oom" as const : options.relayLost?.() === true ? "relay_lost" as const : nccl !== undefined ? "nccl" as const : undefined
+          const error = options.thrown?.()
+          yield* options.report(exitReport(exit, nccl === undefined || error === undefined ? error : `${error} (NCCL asynchronous error ${nccl})`, cause, endedAt))
           yield* Deferred.succeed(reported, exit)
         }),
         options.watchIn

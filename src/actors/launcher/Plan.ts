@@ -127,17 +127,6 @@ const checkProgram = (config: ClusterConfig, worker: Worker, where: string): str
   return found ? undefined : `job.command: "${command}" is not found ${command.includes("/") ? `(looked in ${cwd})` : "on PATH"}; install it or give its full path`
 }
 
-/** What a failure rule asks that this version sees only in part: said at start, so that a rule is never silently narrower. */
-const ruleNotes = (config: ClusterConfig): ReadonlyArray<string> =>
-  (config.failurePolicy.strategy.rules ?? []).flatMap((rule, index) =>
-    rule.when.causes?.includes("nccl") === true
-      ? [
-        `failure_policy.rules[${index}] (${rule.name}): cause nccl matches a rank absent from its NCCL generation; ` +
-        "NCCL's own asynchronous errors are not told apart yet (they end the rank as an exit or a signal)"
-      ]
-      : []
-  )
-
 export const makePlan = (config: ClusterConfig): Either.Either<Plan, LaunchInputError> => {
   const problems: Array<string> = []
   const hosts: Array<HostPlan> = []
@@ -189,7 +178,6 @@ export const makePlan = (config: ClusterConfig): Either.Either<Plan, LaunchInput
     problems.push("workers: every worker declares devices: 0 or [] (runs nothing); give at least one worker devices to run ranks on")
   }
   if (problems.length > 0) return Either.left(new LaunchInputError({ problems }))
-  notes.push(...ruleNotes(config))
   const world = next
   const { minRanks, targetRanks } = config.controller.join
   if (world !== undefined && minRanks !== undefined && minRanks > world) {

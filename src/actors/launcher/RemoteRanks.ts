@@ -172,7 +172,7 @@ export const make = (
                 : message.signal !== null
                 ? ChildExit.Signaled({ signal: message.signal, ...at, ...(message.cause === undefined ? {} : { cause: message.cause }) })
                 : message.error !== undefined
-                ? ChildExit.Exited({ code: message.code ?? -1, cause: "exception", error: message.error, ...at })
+                ? ChildExit.Exited({ code: message.code ?? -1, cause: message.cause === "nccl" ? "nccl" : "exception", error: message.error, ...at })
                 : ChildExit.Exited({ code: message.code ?? -1, ...at, ...(message.cause === undefined ? {} : { cause: message.cause }) })
               yield* endIncarnation(incarnation, exit)
               break

@@ -50,6 +50,8 @@ export interface Rendezvous {
    */
   readonly communicator: () => Promise<RankCommunicator>
   readonly onReform: (listener: (generation: number, reason: string) => void) => void
+  /** The first asynchronous NCCL error of a communicator cohort built and has not aborted (0: none). */
+  readonly pendingError: () => Promise<number>
   readonly close: () => Promise<void>
 }
 

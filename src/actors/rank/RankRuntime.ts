@@ -25,8 +25,11 @@ export interface RuntimeOptions {
   readonly cwd: string
   /** Tell the agent the rank runs user code. */
   readonly checkIn: () => void
-  /** Tell the agent the user's code threw (its error's class and message), before the rank exits with status 1. */
-  readonly threw?: ((error: { readonly errorClass: string; readonly message: string }) => Promise<void>) | undefined
+  /**
+   * Tell the agent the user's code threw (its error's class and message, and NCCL's asynchronous error when a
+   * communicator cohort built holds one: the death is NCCL's), before the rank exits with status 1.
+   */
+  readonly threw?: ((error: { readonly errorClass: string; readonly message: string; readonly ncclError?: number }) => Promise<void>) | undefined
   /** Tell the agent the rank lost its relay, before it exits with status 1 for that. */
   readonly relayLost?: (() => Promise<void>) | undefined
 }
@@ -169,8 +172,9 @@ export const runRank = async (options: RuntimeOptions): Promise<number> => {
     return 0
   } catch (error) {
     console.error(`rank ${context.rank} failed: ${error instanceof Error ? error.stack ?? error.message : String(error)}`)
-    // Said before the exit, so the agent's report of it names an exception, not just a status.
-    await options.threw?.(thrownError(error))
+    // Said before the exit, so the agent's report of it names an exception (or NCCL's error), not just a status.
+    const ncclError = await rendezvous?.pendingError().catch(() => 0) ?? 0
+    await options.threw?.({ ...thrownError(error), ...(ncclError === 0 ? {} : { ncclError }) })
     return 1
   }
 }

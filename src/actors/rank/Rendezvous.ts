@@ -107,6 +107,13 @@ export const connect = async (options: RendezvousOptions): Promise<Rendezvous> =
       return communicator
     },
     onReform: (listener) => void reformListeners.push(listener),
+    pendingError: async () => {
+      for (const communicator of built.values()) {
+        const code = await communicator.asyncError().catch(() => 0)
+        if (code !== 0) return code
+      }
+      return 0
+    },
     close: async () => {
       for (const communicator of built.values()) await communicator.close()
       await Effect.runPromise(Scope.close(scope, Exit.void))
