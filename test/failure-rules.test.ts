@@ -18,12 +18,16 @@ import {
   ExitCodes,
   FailRun,
   FailureRule,
+  codesText,
   firstMatch,
   globMatches,
   IgnoreExit,
   matches,
+  matchesEverything,
+  RuleList,
   RuleWhen
 } from "../src/actors/FailureRules.ts"
+import * as Schema from "effect/Schema"
 import { policyTable } from "../src/actors/PolicyTable.ts"
 import { Backoff, Count, Elastic, KillAll, Percent, Phased, Restart, type Simple } from "../src/actors/Strategy.ts"
 import { encodeFailurePolicy, parseFailurePolicy } from "../src/config/FailurePolicy.ts"
@@ -350,5 +354,75 @@ describe("--dry-run's table", () => {
       "nccl        before     kill_all",
       "nccl        after      elastic (max_failure 25%)"
     ])
+  })
+})
+
+describe("the rules' smaller parts", () => {
+  test.each([
+    [[1, 2, 3, 7], "1-3, 7"],
+    [[1, 2], "1, 2"],
+    [[5], "5"],
+    [[], ""],
+    [[3, 4, 5, 6, 9, 10, 11], "3-6, 9-11"],
+    [[1, 3, 2], "1, 3, 2"],
+    [[0, 1, 2, 4, 5, 6, 255], "0-2, 4-6, 255"]
+  ] as const)("exit codes %p are written %p", (codes, text) => {
+    expect(codesText(codes)).toBe(text)
+  })
+
+  test("a when matches everything only with no field at all", () => {
+    expect(matchesEverything(new RuleWhen({}))).toBe(true)
+    for (const field of [
+      { exitCodes: new ExitCodes({ op: "in", values: [1] }) },
+      { signals: ["SIGTERM" as const] },
+      { causes: ["exit" as const] },
+      { ranks: ["0"] },
+      { hosts: ["a"] },
+      { phase: "after_formation" as const },
+      { log: "x" }
+    ]) expect(matchesEverything(new RuleWhen(field))).toBe(false)
+  })
+
+  test("the rule list refuses a rule after a catch-all, and only then", () => {
+    const catchAll = rule("all", {}, new FailRun())
+    const some = rule("some", { causes: ["exit"] }, new DropRanks())
+    const read = (rules: ReadonlyArray<FailureRule>) => Schema.decodeUnknownEither(RuleList)(rules)
+    expect(read([]) ._tag).toBe("Right")
+    expect(read([catchAll])._tag).toBe("Right")
+    expect(read([some, catchAll])._tag).toBe("Right")
+    const refused = read([some, catchAll, some])
+    expect(refused._tag === "Left" ? refused.left.message : "").toContain("rules after rules[1] can never match: its empty when matches every death")
+  })
+
+  test.each([
+    ["one of several signals", { signals: ["SIGTERM" as const, "SIGKILL" as const] }, death({ cause: "signal", exitCode: undefined, signal: "SIGKILL" }), true],
+    ["one of several rank globs", { ranks: ["0", "1?"] }, death({ ranks: [12] }), true],
+    ["one of several host globs", { hosts: ["a*", "spot-*"] }, death({ host: "spot-3" }), true]
+  ])("a list matches when %s does", (_, when, given, expected) => {
+    expect(matches(new RuleWhen(when), given)).toBe(expected)
+  })
+})
+
+describe("--dry-run's table, other forms", () => {
+  test("a single strategy for both phases, its words, and every kind of condition", () => {
+    const restartAll = new Restart({ maxRestarts: 4, within: 60_000, backoff: noJitter, scope: "all" })
+    expect(policyTable(restartAll)).toEqual([
+      "cause       formation  what happens",
+      ...["exit", "signal", "exception", "oom", "heartbeat", "host_lost", "relay_lost", "nccl"].map((cause) => `${cause.padEnd(10)}  both       restart (4 within 1m, all)`)
+    ])
+    const strategy = new Phased({
+      beforeFormation: new KillAll({ grace: 0 }),
+      afterFormation: new Elastic({ maxFailure: new Count({ n: 2 }) }),
+      rules: [
+        rule("odd", { exitCodes: new ExitCodes({ op: "not_in", values: [0, 143] }), ranks: ["1*"] }, new IgnoreExit()),
+        rule("loud", { signals: ["SIGINT", "SIGQUIT"], log: "panic" }, new FailRun())
+      ]
+    })
+    const rows = policyTable(strategy)
+    expect(rows).toContain("exit        before     exit_code not 0, 143 and ranks 1*: ignore [odd]; else kill_all (no grace)")
+    expect(rows).toContain("exit        after      exit_code not 0, 143 and ranks 1*: ignore [odd]; else elastic (max_failure 2)")
+    expect(rows).toContain("signal      before     signal SIGINT, SIGQUIT and log /panic/: fail [loud]; else kill_all (no grace)")
+    expect(rows).toContain("oom         before     signal SIGINT, SIGQUIT and log /panic/: fail [loud]; else kill_all (no grace)")
+    expect(rows).toContain("heartbeat   before     kill_all (no grace)")
   })
 })

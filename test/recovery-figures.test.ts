@@ -103,3 +103,58 @@ describe("effective training ratio", () => {
     expect(RecoveryFigures.describeFigures(RecoveryFigures.empty, 0.5)).toBe("effective training 50.0%")
   })
 })
+
+describe("whose death a later event closes", () => {
+  test("work moved closes the dropped death of that rank only: not another rank's, not a restarted one", () => {
+    const state = fold([
+      { event: "rank_lost", at: 10, ranks: [1], kind: "exit", rule: "r", diedAt: 5 },
+      { event: "rank_restarting", at: 20, rank: 2, diedAt: 15 },
+      { event: "rank_lost", at: 30, ranks: [3], diedAt: 25 },
+      { event: "work_moved", at: 40, rank: 2 },
+      { event: "work_moved", at: 50, rank: 3 }
+    ])
+    expect(state.deaths.map((death) => [death.rank, death.kind, death.rule, death.recoveredAt])).toEqual([[1, "exit", "r", null], [2, null, null, null], [3, null, null, 50]])
+  })
+
+  test("a rank's newest death is the open one: an older recovered death of the same rank is left as it was", () => {
+    const state = fold([
+      { event: "rank_lost", at: 10, ranks: [1], diedAt: 5 },
+      { event: "work_moved", at: 12, rank: 1 },
+      { event: "rank_lost", at: 30, ranks: [1], diedAt: 25 },
+      { event: "work_moved", at: 40, rank: 1 }
+    ])
+    expect(state.deaths.map((death) => death.recoveredAt)).toEqual([12, 40])
+  })
+
+  test("a restart's new number is told only by a world_grew that replaces; running or entering closes only restarted deaths", () => {
+    const state = fold([
+      { event: "rank_restarting", at: 10, rank: 1, diedAt: 5 },
+      { event: "world_grew", at: 11, ranks: [5] },
+      { event: "world_grew", at: 12, ranks: [], replaces: 1 },
+      { event: "rank_lost", at: 13, ranks: [2], diedAt: 13 },
+      { event: "rank_running", at: 14, rank: 5 },
+      { event: "rank_running", at: 15, rank: 2 },
+      { event: "ranks_entered", at: 16, ranks: [5, 2] }
+    ])
+    expect(state.replacing).toEqual({})
+    expect(state.deaths.map((death) => [death.rank, death.recoveredAt])).toEqual([[1, null], [2, null]])
+    const entered = fold([
+      { event: "rank_restarting", at: 10, rank: 1, diedAt: 5 },
+      { event: "rank_restarting", at: 20, rank: 3, diedAt: 18 },
+      { event: "ranks_entered", at: 30, ranks: [3] }
+    ])
+    expect(entered.deaths.map((death) => [death.rank, death.recoveredAt])).toEqual([[1, null], [3, 30]])
+  })
+
+  test("stretches of no length, of no ranks, or after the end count nothing", () => {
+    expect(RecoveryFigures.effectiveTrainingRatio([{ at: 10, ranks: 0, alive: 0 }], 0, 100)).toBe(0)
+    expect(RecoveryFigures.effectiveTrainingRatio([{ at: 10, ranks: 4, alive: 4 }, { at: 10, ranks: 4, alive: 2 }], 0, 100)).toBeCloseTo(0.45, 10)
+    expect(RecoveryFigures.effectiveTrainingRatio([{ at: 10, ranks: 4, alive: 4 }, { at: 200, ranks: 4, alive: 0 }], 0, 100)).toBeCloseTo(0.9, 10)
+    // More alive than ranks (a restart's new number counted before its old one is) is never more than whole.
+    expect(RecoveryFigures.effectiveTrainingRatio([{ at: 0, ranks: 4, alive: 5 }], 0, 100)).toBe(1)
+  })
+
+  test("no deaths and no ratio: nothing to say", () => {
+    expect(RecoveryFigures.describeFigures(RecoveryFigures.empty, undefined)).toBeUndefined()
+  })
+})

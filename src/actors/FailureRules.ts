@@ -173,7 +173,3 @@ export const firstMatch = (rules: ReadonlyArray<FailureRule>, death: Death): { r
   const index = rules.findIndex((rule) => matches(rule.when, death))
   return index === -1 ? undefined : { rule: rules[index]!, index }
 }
-
-/** "fail", "elastic", "ignore", "restart (max 2 within 10m)": a rule's action as a table cell says it. */
-export const actionWord = (action: RuleAction): string =>
-  action._tag === "FailRun" ? "fail" : action._tag === "DropRanks" ? "elastic" : action._tag === "IgnoreExit" ? "ignore" : "restart"
