@@ -62,43 +62,33 @@ const openDeath = (deaths: ReadonlyArray<DeathFigures>, rank: number, how: Death
 const recovered = (state: RecoveryState, index: number, at: number): RecoveryState =>
   index === -1 ? state : { ...state, deaths: state.deaths.map((death, position) => (position === index ? { ...death, recoveredAt: at } : death)) }
 
+/** A death as the policy carried it, known at the event's moment. */
+const newDeath = (
+  rank: number,
+  how: DeathFigures["how"],
+  event: { readonly at: number; readonly kind?: string; readonly rule?: string; readonly diedAt?: number }
+): DeathFigures => ({
+  rank,
+  kind: event.kind ?? null,
+  rule: event.rule ?? null,
+  how,
+  // Never after it was known: another host's clock may run ahead of the launcher's.
+  diedAt: Math.min(event.diedAt ?? event.at, event.at),
+  knownAt: event.at,
+  recoveredAt: null
+})
+
 export const apply = (state: RecoveryState, event: RecoveryEvent): RecoveryState => {
   switch (event.event) {
     case "rank_lost":
-      return {
-        ...state,
-        deaths: [
-          ...state.deaths,
-          ...event.ranks.map((rank): DeathFigures => ({
-            rank,
-            kind: event.kind ?? null,
-            rule: event.rule ?? null,
-            how: "dropped",
-            // Never after it was known: another host's clock may run ahead of the launcher's.
-            diedAt: Math.min(event.diedAt ?? event.at, event.at),
-            knownAt: event.at,
-            recoveredAt: null
-          }))
-        ]
-      }
+      return { ...state, deaths: [...state.deaths, ...event.ranks.map((rank) => newDeath(rank, "dropped", event))] }
     case "rank_restarting": {
       // A rank given up for silence and then restarted is one death, carried by the restart.
       const given = openDeath(state.deaths, event.rank, "dropped")
       if (given !== -1) {
         return { ...state, deaths: state.deaths.map((death, position) => (position === given ? { ...death, how: "restarted" as const } : death)) }
       }
-      return {
-        ...state,
-        deaths: [...state.deaths, {
-          rank: event.rank,
-          kind: event.kind ?? null,
-          rule: event.rule ?? null,
-          how: "restarted",
-          diedAt: Math.min(event.diedAt ?? event.at, event.at),
-          knownAt: event.at,
-          recoveredAt: null
-        }]
-      }
+      return { ...state, deaths: [...state.deaths, newDeath(event.rank, "restarted", event)] }
     }
     case "work_moved":
       return recovered(state, openDeath(state.deaths, event.rank, "dropped"), event.at)
