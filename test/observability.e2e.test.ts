@@ -518,6 +518,11 @@ describe("a live run seen from outside: /metrics, --events, /events, the termina
     const moved = first("work_moved", (event) => event.rank === VICTIM)
     expect(moved).toBeGreaterThan(lost - 1)
     expect((events[moved]!.survivors as Array<number>).sort()).toEqual([0, 1, 2].filter((rank) => rank !== VICTIM))
+    // And the death's figures, said once it recovered: known, then recovered, from its moment.
+    const figures = events[first("death_recovered", (event) => event.rank === VICTIM)]!
+    expect(figures).toMatchObject({ how: "dropped", kind: "signal", rule: null, recoveredAt: events[moved]!.at })
+    expect(figures.detectMs as number).toBe(events[lost]!.at - (events[lost]!.diedAt as number))
+    expect(figures.recoverMs as number).toBe(events[moved]!.at - (events[lost]!.diedAt as number))
     const story = [
       first("run_started"),
       first("listening"),

@@ -158,3 +158,14 @@ describe("whose death a later event closes", () => {
     expect(RecoveryFigures.describeFigures(RecoveryFigures.empty, undefined)).toBeUndefined()
   })
 })
+
+test("the deaths recovered between two states: each once, a restart again when it enters", () => {
+  const before = fold([{ event: "rank_lost", at: 10, ranks: [1], diedAt: 5 }, { event: "rank_restarting", at: 20, rank: 2, diedAt: 15 }])
+  const moved = RecoveryFigures.apply(before, { event: "work_moved", at: 30, rank: 1 })
+  expect(RecoveryFigures.recoveredSince(before, moved).map((death) => [death.rank, death.recoveredAt])).toEqual([[1, 30]])
+  expect(RecoveryFigures.recoveredSince(moved, moved)).toEqual([])
+  const running = RecoveryFigures.apply(moved, { event: "rank_running", at: 40, rank: 2 })
+  const entered = RecoveryFigures.apply(running, { event: "ranks_entered", at: 50, ranks: [2] })
+  expect(RecoveryFigures.recoveredSince(moved, running).map((death) => [death.rank, death.recoveredAt])).toEqual([[2, 40]])
+  expect(RecoveryFigures.recoveredSince(running, entered).map((death) => [death.rank, death.recoveredAt])).toEqual([[2, 50]])
+})

@@ -111,6 +111,10 @@ export const apply = (state: RecoveryState, event: RecoveryEvent): RecoveryState
   }
 }
 
+/** The deaths `after` has recovered (or recovered again, a restart entering) that `before` had not: said as they happen. */
+export const recoveredSince = (before: RecoveryState, after: RecoveryState): ReadonlyArray<DeathFigures> =>
+  after.deaths.filter((death, index) => death.recoveredAt !== null && before.deaths[index]?.recoveredAt !== death.recoveredAt)
+
 /** Times to detect and to recover, in ms, in the deaths' order (recoveries only for those that recovered). */
 export const times = (state: RecoveryState): { readonly detect: ReadonlyArray<number>; readonly recover: ReadonlyArray<number> } => ({
   detect: state.deaths.map((death) => death.knownAt - death.diedAt),

@@ -19,6 +19,7 @@ import * as Ref from "effect/Ref"
 import { LaunchInputError } from "./Plan.ts"
 import * as RunView from "./RunView.ts"
 import { appendPrivate, preparePrivateAppend } from "./PrivateFiles.ts"
+import * as RecoveryFigures from "./RecoveryFigures.ts"
 
 export interface RunJournal {
   readonly record: (event: RunView.RunEvent) => Effect.Effect<void>
@@ -64,8 +65,25 @@ export const make = (options: RunJournalOptions): Effect.Effect<RunJournal, Laun
       })
     const recordAll = (events: ReadonlyArray<RunView.RunEvent>) =>
       Effect.gen(function*() {
+        const before = yield* Ref.get(view)
         const state = yield* Ref.updateAndGet(view, (current) => RunView.applyAll(current, events))
         for (const event of events) yield* append(event)
+        // A death's recovery, with its times, after the events that made it, said as of the latest of them so
+        // that the file stays in order (the file alone: the view has it).
+        const saidAt = Math.max(...events.map((event) => event.at))
+        for (const death of RecoveryFigures.recoveredSince(before.recovery ?? RecoveryFigures.empty, state.recovery ?? RecoveryFigures.empty)) {
+          yield* append({
+            event: "death_recovered",
+            at: saidAt,
+            recoveredAt: death.recoveredAt!,
+            rank: death.rank,
+            how: death.how,
+            kind: death.kind,
+            rule: death.rule,
+            detectMs: death.knownAt - death.diedAt,
+            recoverMs: Math.max(0, death.recoveredAt! - death.diedAt)
+          })
+        }
         if (options.onEvent !== undefined) for (const event of events) yield* options.onEvent(event, state)
       })
     let gathered: Array<RunView.RunEvent> = []

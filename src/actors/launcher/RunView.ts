@@ -203,6 +203,21 @@ export type RunEvent =
   | { readonly event: "rule_matched"; readonly at: number; readonly rule: string; readonly action: string; readonly ranks: ReadonlyArray<number> }
   /** The survivors hold a dead rank's remaining samples: that death's recovery. */
   | { readonly event: "work_moved"; readonly at: number; readonly rank: number; readonly survivors: ReadonlyArray<number> }
+  /**
+   * A death the policy carried has recovered, with its times (`--events` only, said by the journal from the
+   * view's recovery figures).
+   */
+  | {
+    readonly event: "death_recovered"
+    readonly at: number
+    readonly recoveredAt: number
+    readonly rank: number
+    readonly how: string
+    readonly kind: string | null
+    readonly rule: string | null
+    readonly detectMs: number
+    readonly recoverMs: number
+  }
   /** A rank runs user code (an entry rank checked in, a command rank started). */
   | { readonly event: "rank_running"; readonly at: number; readonly rank: number }
   | { readonly event: "decision"; readonly at: number; readonly decision: string; readonly detail: string }
@@ -338,6 +353,7 @@ const step = (state: RunState, event: RunEvent): RunState => {
     case "listening":
     case "decision":
     case "checkpoint":
+    case "death_recovered":
       return state
     case "rule_matched":
       return { ...state, ruleMatches: { ...state.ruleMatches, [event.rule]: (state.ruleMatches?.[event.rule] ?? 0) + 1 } }
