@@ -62,6 +62,12 @@ describe("bun run launch, local cluster", () => {
     expect(result.outcome).toBe("degraded")
     expect(result.exitCode).toBe(0)
     expect(result.summary).toBe("run completed DEGRADED (1 of 4 ranks lost: rank 2 of localhost exited with status 3)")
+    // The recovery figures in the result: the one death, dropped, its moments in order; the run's ETTR below whole.
+    expect(result.recovery?.deaths.map((death) => [death.rank, death.how, death.kind])).toEqual([[2, "dropped", "exit"]])
+    const [death] = result.recovery!.deaths
+    expect(death!.diedAt).toBeLessThanOrEqual(death!.knownAt)
+    expect(result.recovery!.effectiveTraining).toBeGreaterThan(0)
+    expect(result.recovery!.effectiveTraining).toBeLessThan(1)
     for (const rank of [0, 1, 3]) expect(run.lines.map(({ line }) => line)).toContain(`[localhost:cpu:r${rank}] rank ${rank}: finished its work`)
     expect(result.ranks[2]!.exits).toEqual(["status 3"])
     await noSurvivor(run.pids())

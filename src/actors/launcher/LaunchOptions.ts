@@ -8,6 +8,7 @@ import type * as Coordinator from "./Coordinator.ts"
 import type { Inventory } from "./Inventory.ts"
 import type { RunEvent, RunState } from "./RunView.ts"
 import type * as StatusBoard from "./StatusBoard.ts"
+import type { DeathFigures } from "./RecoveryFigures.ts"
 
 export type Outcome = "completed" | "degraded" | "failed" | "interrupted"
 
@@ -42,6 +43,11 @@ export interface RunResult {
   readonly port: number
   /** The consensus checkpoint on disk for this run, when it has one: where `--resume` continues from. */
   readonly checkpoint?: { readonly path: string; readonly epoch: number } | undefined
+  /**
+   * The recovery figures (RecoveryFigures): each death the policy carried with its moments (times to detect
+   * and recover are `knownAt` and `recoveredAt` less `diedAt`), and the run's effective training ratio.
+   */
+  readonly recovery?: { readonly deaths: ReadonlyArray<DeathFigures>; readonly effectiveTraining: number | undefined } | undefined
 }
 
 export interface LaunchOptions {

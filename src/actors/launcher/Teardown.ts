@@ -19,6 +19,7 @@ import type { MembershipOwner } from "./MembershipOwner.ts"
 import { checkpointPath, sshWorkers } from "./Plan.ts"
 import { cleanupHosts } from "./RemoteCleanup.ts"
 import type { RunEnv } from "./RunEnv.ts"
+import * as RecoveryFigures from "./RecoveryFigures.ts"
 
 /** What is left to do once the verdict is out, in words for the status page and `--events`, and the doing of it. */
 export interface CleanUp {
@@ -63,7 +64,11 @@ export const endUnformed = (env: RunEnv): CleanUp | undefined => {
 }
 
 /** What the end of a run reads of its environment. */
-export type EndingEnv = Pick<RunEnv, "plan" | "enter" | "record"> & { readonly board: Pick<RunEnv["board"], "endStreams"> }
+export type EndingEnv = Pick<RunEnv, "plan" | "enter" | "record"> & {
+  readonly board: Pick<RunEnv["board"], "endStreams">
+  /** The run's view, for the recovery figures in the result (absent: none given). */
+  readonly journal?: Pick<RunEnv["journal"], "state">
+}
 
 export interface Ending {
   readonly verdict: Verdict
@@ -99,6 +104,7 @@ export const end = (env: EndingEnv, { checkpointEpoch, cleanUp, membership, port
       yield* env.record({ event: "cleanup_done", at: Date.now() })
     }
     const epoch = yield* checkpointEpoch
+    const view = env.journal === undefined ? undefined : yield* env.journal.state
     yield* env.board.endStreams
     // Read after the cleanup: a rank's last exit may come in while its agent leaves.
     const state = membership?.snapshot()
@@ -120,6 +126,10 @@ export const end = (env: EndingEnv, { checkpointEpoch, cleanUp, membership, port
       })),
       inventory: state === undefined ? [] : inventoryOf(state),
       port,
-      checkpoint: epoch === undefined ? undefined : { path: checkpointPath(config), epoch }
+      checkpoint: epoch === undefined ? undefined : { path: checkpointPath(config), epoch },
+      recovery: view === undefined ? undefined : {
+        deaths: (view.recovery ?? RecoveryFigures.empty).deaths,
+        effectiveTraining: RecoveryFigures.effectiveTrainingRatio(view.worldSizes, view.startedAt, view.endedAt ?? view.updatedAt, view.recovery)
+      }
     }
   })
