@@ -135,9 +135,9 @@ failure_policy:
       await death.waitFor({ timeout: waitMs })
       expect(await death.textContent()).toMatch(new RegExp(`^r${VICTIM} on localhost at [\\d:]+: rank ${VICTIM} of localhost exited with signal SIGKILL$`))
       // The recovery figures of that death: known at once, its samples with the survivors soon after.
-      const figures = page.getByTestId("recovery").filter({ hasText: /recovered in \d+ ms$/ })
+      const figures = page.getByTestId("recovery").filter({ hasText: /recovered in \d+ ms; effective training \d+\.\d%$/ })
       await figures.waitFor({ timeout: waitMs })
-      expect(await figures.textContent()).toMatch(/^1 death\(s\) carried: detected in \d+ ms, recovered in \d+ ms$/)
+      expect(await figures.textContent()).toMatch(/^1 death\(s\) carried: detected in \d+ ms, recovered in \d+ ms; effective training \d+\.\d%$/)
       expect(await textOf(page, `rank-${VICTIM}`)).toContain("signal SIGKILL")
       for (const rank of [0, 2]) expect(await page.locator(`[data-testid="rank-${rank}"]`).getAttribute("data-state")).toBe("running")
       await page.screenshot({ path: join(screenshots, "3-dead-rank.png"), fullPage: true })

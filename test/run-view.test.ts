@@ -207,3 +207,19 @@ describe("RunView", () => {
     expect(state.throughput.at(-1)).toEqual({ at: 3_000 + RunView.THROUGHPUT_POINTS + 9, samplesPerSec: RunView.THROUGHPUT_POINTS + 9 })
   })
 })
+
+test("the effective training ratio is said again at membership changes and training ticks, as of their moment", () => {
+  const events: ReadonlyArray<RunView.RunEvent> = [
+    { event: "run_started", at: 0, run: "ettr", hosts: [{ host: "a", ranks: 4 }] },
+    { event: "world_formed", at: 10, world: 4, hosts: [{ host: "a", ranks: [0, 1, 2, 3], devices: ["cpu", "cpu", "cpu", "cpu"], labels: ["cpu", "cpu", "cpu", "cpu"] }] },
+    { event: "rank_lost", at: 50, ranks: [3], cause: "rank 3 exited with signal SIGKILL", kind: "signal", diedAt: 49 }
+  ]
+  const lost = events.reduce(RunView.apply, RunView.initial("ettr", 0))
+  // As of the loss at 50: (50 − 10) × 1 over 50.
+  expect(lost.effectiveTraining).toBeCloseTo(40 / 50, 10)
+  const ticked = RunView.apply(lost, { event: "progress", at: 100, epoch: 1, epochs: 2, samplesDone: 10, datasetSize: 100, samplesPerSec: 5, metrics: {} })
+  // As of 100: 40 + 50 × 3/4 over 100.
+  expect(ticked.effectiveTraining).toBeCloseTo(0.775, 10)
+  // A host joining says nothing new of it.
+  expect(RunView.apply(ticked, { event: "host_joined", at: 120, host: "b", ranks: [] }).effectiveTraining).toBeCloseTo(0.775, 10)
+})

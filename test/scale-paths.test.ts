@@ -104,7 +104,8 @@ const byScan = (state: RunView.RunState, next: RunView.RunEvent): RunView.RunSta
           // Not rank updates: the world's size over time and the recovery figures are RunView's own (see
           // run-view.test.ts and recovery-figures.test.ts).
           worldSizes: RunView.apply(state, next).worldSizes,
-          recovery: RunView.apply(state, next).recovery
+          recovery: RunView.apply(state, next).recovery,
+          effectiveTraining: RunView.apply(state, next).effectiveTraining
         }
       case "resources": {
         const byRank = new Map(next.samples.map((sample) => [sample.rank, sample]))

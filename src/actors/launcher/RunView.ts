@@ -134,6 +134,8 @@ export interface RunState {
   readonly endedAt?: number | null
   /** How many deaths each failure rule decided, whatever its action. */
   readonly ruleMatches?: Readonly<Record<string, number>>
+  /** The effective training ratio as of the latest membership change, training tick or verdict (RecoveryFigures). */
+  readonly effectiveTraining?: number | null
 }
 
 export interface Cleanup {
@@ -264,7 +266,8 @@ export const initial = (run: string, at: number): RunState => ({
   cleanup: null,
   recovery: RecoveryFigures.empty,
   endedAt: null,
-  ruleMatches: {}
+  ruleMatches: {},
+  effectiveTraining: null
 })
 
 /** A rank the world has just been told of: not started yet. */
@@ -338,8 +341,19 @@ export const applyAll = (state: RunState, events: ReadonlyArray<RunEvent>): RunS
 /** The state after `event`. */
 export const apply = (state: RunState, event: RunEvent): RunState => {
   const next = step(state, event)
-  return next === state ? state : { ...next, updatedAt: Math.max(state.updatedAt, event.at) }
+  if (next === state) return state
+  const updatedAt = Math.max(state.updatedAt, event.at)
+  return ettrMoves.has(event.event) ? { ...next, updatedAt, effectiveTraining: ettrOf(next, updatedAt) } : { ...next, updatedAt }
 }
+
+/** The events after which the ETTR is said again: membership, recovery, training's ticks and the verdict. */
+const ettrMoves: ReadonlySet<RunEvent["event"]> = new Set<RunEvent["event"]>([
+  "world_formed", "world_grew", "rank_lost", "work_moved", "ranks_entered", "rank_restarting", "rank_running", "progress", "epoch_done", "verdict"
+])
+
+/** The run's effective training ratio as of `at` (RecoveryFigures), null before it can be said. */
+const ettrOf = (state: RunState, at: number): number | null =>
+  RecoveryFigures.effectiveTrainingRatio(state.worldSizes, state.startedAt, state.endedAt ?? at, state.recovery) ?? null
 
 const step = (state: RunState, event: RunEvent): RunState => {
   switch (event.event) {

@@ -241,7 +241,8 @@ function render(s) {
   var c = (s.recovery && s.recovery.deaths) || [], r = c.filter(function (d) { return d.recoveredAt !== null; });
   var ms = function (l, k) { return l.map(function (d) { return Math.round(d[k] - d.diedAt); }).join("/") + " ms"; };
   $("recovery").hidden = !c.length;
-  $("recovery").textContent = c.length + " death(s) carried: detected in " + ms(c, "knownAt") + ", recovered in " + (r.length ? ms(r, "recoveredAt") : "none yet");
+  var e = s.effectiveTraining;
+  $("recovery").textContent = c.length + " death(s) carried: detected in " + ms(c, "knownAt") + ", recovered in " + (r.length ? ms(r, "recoveredAt") : "none yet") + (e != null ? "; effective training " + (e * 100).toFixed(1) + "%" : "");
   var gone = s.hosts.filter(function (h) { return h.state === "gone"; });
   $("gonebox").hidden = !gone.length;
   $("gone").replaceChildren.apply($("gone"), gone.map(function (h) {
