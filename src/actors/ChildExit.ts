@@ -22,6 +22,9 @@ export type ChildExit = Data.TaggedEnum<{
 
 export const ChildExit = Data.taggedEnum<ChildExit>()
 
+/** A death's cause as the failure rules name it: what the exit's reporter said, else its form. */
+export const causeOf = (exit: ChildExit): Cause => exit.cause ?? (exit._tag === "Signaled" ? "signal" : "exit")
+
 /** A status of 0 with nothing said against it (a rank stopped for its relay's loss exits 0, and is lost). */
 export const isClean = (exit: ChildExit): boolean => exit._tag === "Exited" && exit.code === 0 && exit.cause === undefined
 

@@ -173,3 +173,7 @@ export const firstMatch = (rules: ReadonlyArray<FailureRule>, death: Death): { r
   const index = rules.findIndex((rule) => matches(rule.when, death))
   return index === -1 ? undefined : { rule: rules[index]!, index }
 }
+
+/** A rule's action as the file writes it: `fail`, `elastic`, `ignore` or `restart`. */
+export const actionName = (action: RuleAction): "fail" | "elastic" | "ignore" | "restart" =>
+  action._tag === "FailRun" ? "fail" : action._tag === "DropRanks" ? "elastic" : action._tag === "IgnoreExit" ? "ignore" : "restart"

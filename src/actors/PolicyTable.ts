@@ -4,7 +4,7 @@
  * with what it still asks of the death (`exit_code 1, 2`, `hosts spot-*`), up to the first that
  * takes every such death; if none does, the phase's strategy has the rest (`else elastic`).
  */
-import { type Cause, causes, codesText, type FailureRule, type PolicyPhase, type RuleAction, type RuleWhen } from "./FailureRules.ts"
+import { actionName, type Cause, causes, codesText, type FailureRule, type PolicyPhase, type RuleAction, type RuleWhen } from "./FailureRules.ts"
 import { formatDuration } from "../config/Duration.ts"
 import type { Simple, Strategy } from "./Strategy.ts"
 
@@ -26,14 +26,9 @@ export const strategyWords = (strategy: Simple): string => {
   }
 }
 
+/** A rule's action in the table: a restart with its intensity. */
 const actionWords = (action: RuleAction): string =>
-  action._tag === "FailRun"
-    ? "fail"
-    : action._tag === "DropRanks"
-    ? "elastic"
-    : action._tag === "IgnoreExit"
-    ? "ignore"
-    : `restart (${action.maxRestarts} within ${formatDuration(action.within)})`
+  action._tag === "Restart" ? `restart (${action.maxRestarts} within ${formatDuration(action.within)})` : actionName(action)
 
 /**
  * What a rule still asks of a death of this cause in this phase: undefined when it can never match one

@@ -14,7 +14,7 @@ import type { ChildExit } from "./ChildExit.ts"
 import { type ChildSpec, worldOf } from "./ChildSpec.ts"
 import { formatDuration } from "../config/Duration.ts"
 import { type Backoff, elasticLimit, inForce, killAllStop, type Restart, type Strategy } from "./Strategy.ts"
-import { type Cause, type Death, type FailureRule, firstMatch } from "./FailureRules.ts"
+import { actionName, type Cause, type Death, type FailureRule, firstMatch } from "./FailureRules.ts"
 import type { StopSignal } from "./StopRequests.ts"
 import { Verdict } from "./Verdict.ts"
 
@@ -105,10 +105,6 @@ export interface ChildState {
    */
   readonly ruledBy?: number | undefined
 }
-
-/** A rule's action as the file writes it. */
-const actionOf = (rule: FailureRule): "fail" | "elastic" | "ignore" | "restart" =>
-  rule.then._tag === "FailRun" ? "fail" : rule.then._tag === "DropRanks" ? "elastic" : rule.then._tag === "IgnoreExit" ? "ignore" : "restart"
 
 /** A death's cause as the rules name it, and the rule that decided it. */
 type DeathKind = { readonly kind?: Cause | undefined; readonly rule?: string | undefined; readonly diedAt?: number | undefined }
@@ -385,7 +381,7 @@ class Step {
   /** A child's abnormal exit as the rules see it: its cause (what the exit's reporter knew, else its form), ranks, host and phase. */
   deathOf(child: ChildState, exit: ChildExit): Death {
     return {
-      cause: exit.cause ?? (exit._tag === "Signaled" ? "signal" : "exit"),
+      cause: ChildExitModule.causeOf(exit),
       exitCode: exit._tag === "Exited" ? exit.code : undefined,
       signal: exit._tag === "Signaled" ? exit.signal : undefined,
       ranks: child.spec.ranks,
@@ -400,7 +396,7 @@ class Step {
   applyRule(child: ChildState, rule: FailureRule, index: number, what: string, death: Death): void {
     const id = child.spec.id
     const why = `${what} (rule ${rule.name})`
-    this.directives.push(Directive.RuleMatched({ rule: rule.name, action: actionOf(rule), ranks: child.spec.ranks }))
+    this.directives.push(Directive.RuleMatched({ rule: rule.name, action: actionName(rule.then), ranks: child.spec.ranks }))
     switch (rule.then._tag) {
       case "FailRun":
         this.setChild(id, { status: "exited" })
@@ -423,7 +419,7 @@ class Step {
   /** Carry out a rule's action on ranks lost without an exit (silence, a lost host); their children's exits follow the rule. */
   applyLossRule(ranks: ReadonlyArray<number>, rule: FailureRule, index: number, what: string): void {
     const why = `${what} (rule ${rule.name})`
-    this.directives.push(Directive.RuleMatched({ rule: rule.name, action: actionOf(rule), ranks }))
+    this.directives.push(Directive.RuleMatched({ rule: rule.name, action: actionName(rule.then), ranks }))
     const carrying = this.state.children.filter((child) => child.spec.ranks.some((rank) => ranks.includes(rank)))
     for (const child of carrying) if (child.status === "running") this.setChild(child.spec.id, { ruledBy: index })
     switch (rule.then._tag) {

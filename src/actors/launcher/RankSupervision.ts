@@ -23,7 +23,7 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Queue from "effect/Queue"
 import type * as Scope from "effect/Scope"
-import { type ChildExit, describe as describeExit, isClean } from "../ChildExit.ts"
+import { causeOf, type ChildExit, describe as describeExit, isClean } from "../ChildExit.ts"
 import { type Directive, SupervisionEvent, type SupervisorState } from "../decide.ts"
 import * as Supervisor from "../Supervisor.ts"
 import { WorldFormed } from "../../wire/JoinMessages.ts"
@@ -247,7 +247,7 @@ export const supervise = (env: RunEnv, wiring: SupervisionWiring): Effect.Effect
                 event: "rank_restarting",
                 at: Date.now(),
                 rank,
-                ...(last === undefined ? {} : { diedAt: last.exit.at ?? last.at, kind: last.exit.cause ?? (last.exit._tag === "Signaled" ? "signal" : "exit") })
+                ...(last === undefined ? {} : { diedAt: last.exit.at ?? last.at, kind: causeOf(last.exit) })
               }),
             record({ event: "decision", at: Date.now(), decision: directive._tag, detail: describeDirective(directive) })
           )
