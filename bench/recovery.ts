@@ -13,7 +13,7 @@
 import { existsSync, mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join, resolve } from "node:path"
-import type { RunState } from "../src/actors/launcher/RunView.ts"
+import { effectiveTrainingAt, type RunState } from "../src/actors/launcher/RunView.ts"
 import * as RecoveryFigures from "../src/actors/launcher/RecoveryFigures.ts"
 import { launch } from "../src/index.ts"
 import { median } from "./stats.ts"
@@ -86,7 +86,7 @@ const job = async (policy: Policy): Promise<Outcome> => {
       recover.push(...figures.recover)
       deaths += last?.recovery?.deaths.length ?? 0
       if (last !== undefined && policy !== "group restart") {
-        ettr = RecoveryFigures.effectiveTrainingRatio(last.worldSizes, last.startedAt, last.endedAt ?? last.updatedAt, last.recovery)
+        ettr = effectiveTrainingAt(last)
       }
       state = undefined
       if (result.outcome === "completed" || result.outcome === "degraded") break

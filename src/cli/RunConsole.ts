@@ -21,7 +21,7 @@ import { mkdirSync } from "node:fs"
 import { appendPrivate, preparePrivateAppend } from "../actors/launcher/PrivateFiles.ts"
 import { join } from "node:path"
 import * as Inventory from "../actors/launcher/Inventory.ts"
-import type { RunEvent, RunState } from "../actors/launcher/RunView.ts"
+import { effectiveTrainingAt, type RunEvent, type RunState } from "../actors/launcher/RunView.ts"
 import * as RecoveryFigures from "../actors/launcher/RecoveryFigures.ts"
 
 export interface RunConsoleOptions {
@@ -191,7 +191,7 @@ export const summaryTable = (state: RunState): string => {
   const recovery = state.recovery ?? RecoveryFigures.empty
   const figures = recovery.deaths.length === 0
     ? undefined
-    : RecoveryFigures.describeFigures(recovery, RecoveryFigures.effectiveTrainingRatio(state.worldSizes, state.startedAt, state.endedAt ?? state.updatedAt, recovery))
+    : RecoveryFigures.describeFigures(recovery, effectiveTrainingAt(state))
   return [
     ...(inventory.length === 0 ? [] : [`inventory: ${Inventory.describe(inventory)}`]),
     format(header),

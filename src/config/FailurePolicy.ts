@@ -92,8 +92,9 @@ export const defaultRules: ReadonlyArray<FailureRule> = [
   })
 ]
 
-/** The rules a policy gets when its file says none: the defaults under an elastic after_formation, else none. */
-const rulesByDefault = (afterFormation: Simple): ReadonlyArray<FailureRule> | undefined => (afterFormation._tag === "Elastic" ? defaultRules : undefined)
+/** The rules of a policy: its file's, else the defaults under an elastic after_formation, else none (no key). */
+const rulesOf = (written: ReadonlyArray<FailureRule> | undefined, afterFormation: Simple): { readonly rules?: ReadonlyArray<FailureRule> } =>
+  written !== undefined ? { rules: written } : afterFormation._tag === "Elastic" ? { rules: defaultRules } : {}
 
 export const defaultFailurePolicy: FailurePolicy = {
   strategy: new Phased({ beforeFormation: new KillAll(), afterFormation: new Elastic({}), rules: defaultRules }),
@@ -460,11 +461,7 @@ const FailurePolicyFromYaml = readInto(
       _tag: "Phased" as const,
       beforeFormation: phases.before_formation,
       afterFormation: phases.max_failure_base === undefined ? phases.after_formation : { ...phases.after_formation, base: phases.max_failure_base },
-      ...(rules.rules !== undefined
-        ? { rules: rules.rules }
-        : rulesByDefault(phases.after_formation) === undefined
-        ? {}
-        : { rules: rulesByDefault(phases.after_formation) })
+      ...rulesOf(rules.rules, phases.after_formation)
     },
     grace: timeouts.grace,
     heartbeatTimeout: timeouts.heartbeat_timeout,

@@ -405,7 +405,8 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
           running,
           report,
           watchIn: scope,
-          thrown: () => thrown.get(id),
+          // Only an entry rank says anything before it exits (over IPC): a command rank's exit is not waited on.
+          ...(spec.program._tag === "Entry" ? { thrown: () => thrown.get(id) } : {}),
           relayLost: () => relayLost || lostTheirRelay.has(id),
           ncclError: () => ncclFailed.get(id),
           answered: (started) =>

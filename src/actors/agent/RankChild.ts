@@ -72,7 +72,8 @@ export const rankChild = (options: RankOptions): SupervisedChild => {
   /** What the rank said before a status-1 exit (an exception, its relay's loss), waited for a moment when it has not been read yet. */
   const saidBefore = (exit: ChildExit): Effect.Effect<void> => {
     const said = () => options.thrown?.() !== undefined || options.relayLost?.() === true
-    if (exit._tag !== "Exited" || exit.code !== 1) return Effect.void
+    // A rank that cannot say anything (no IPC: a command rank) is not waited for.
+    if (options.thrown === undefined || exit._tag !== "Exited" || exit.code !== 1) return Effect.void
     return Effect.gen(function*() {
       for (let waited = 0; waited < THROWN_WAIT_MS && !said(); waited += 10) yield* Effect.sleep(10)
     })

@@ -13,7 +13,7 @@
  */
 import { ALLREDUCE_BUCKETS_S, type LatencyCounts } from "../../wire/LatencyBuckets.ts"
 import type { ChannelCounts } from "../../wire/WireCounters.ts"
-import type { RankState, RunState } from "./RunView.ts"
+import { effectiveTrainingAt, type RankState, type RunState } from "./RunView.ts"
 import * as RecoveryFigures from "./RecoveryFigures.ts"
 
 export interface LatencyHistogram {
@@ -95,7 +95,7 @@ export const render = (
   secondsHistogram("cohort_failure_recover_seconds", "From a death to the survivors holding its work, or its restart running user code again.", recover)
   family("cohort_failure_rule_matches_total", "counter", "Deaths a failure rule decided, whatever its action, by rule.")
   for (const [rule, count] of Object.entries(state.ruleMatches ?? {})) lines.push(`cohort_failure_rule_matches_total{${run},rule="${label(rule)}"} ${count}`)
-  const ettr = RecoveryFigures.effectiveTrainingRatio(state.worldSizes, state.startedAt, state.endedAt ?? state.updatedAt, recovery)
+  const ettr = effectiveTrainingAt(state)
   family("cohort_effective_training_ratio", "gauge", "Time with every rank alive, plus time with fewer weighted by the share alive, over the run's wall time.")
   if (ettr !== undefined) lines.push(`cohort_effective_training_ratio{${run}} ${number(ettr)}`)
 

@@ -70,8 +70,12 @@ export const make = (options: RunJournalOptions): Effect.Effect<RunJournal, Laun
         for (const event of events) yield* append(event)
         // A death's recovery, with its times, after the events that made it, said as of the latest of them so
         // that the file stays in order (the file alone: the view has it).
+        // Most batches (progress, resources) leave the figures as they were: nothing to look through.
+        const recovered = state.recovery === before.recovery
+          ? []
+          : RecoveryFigures.recoveredSince(before.recovery ?? RecoveryFigures.empty, state.recovery ?? RecoveryFigures.empty)
         const saidAt = Math.max(...events.map((event) => event.at))
-        for (const death of RecoveryFigures.recoveredSince(before.recovery ?? RecoveryFigures.empty, state.recovery ?? RecoveryFigures.empty)) {
+        for (const death of recovered) {
           yield* append({
             event: "death_recovered",
             at: saidAt,

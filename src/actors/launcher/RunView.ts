@@ -343,7 +343,7 @@ export const apply = (state: RunState, event: RunEvent): RunState => {
   const next = step(state, event)
   if (next === state) return state
   const updatedAt = Math.max(state.updatedAt, event.at)
-  return ettrMoves.has(event.event) ? { ...next, updatedAt, effectiveTraining: ettrOf(next, updatedAt) } : { ...next, updatedAt }
+  return ettrMoves.has(event.event) ? { ...next, updatedAt, effectiveTraining: effectiveTrainingAt(next, updatedAt) ?? null } : { ...next, updatedAt }
 }
 
 /** The events after which the ETTR is said again: membership, recovery, training's ticks and the verdict. */
@@ -351,9 +351,9 @@ const ettrMoves: ReadonlySet<RunEvent["event"]> = new Set<RunEvent["event"]>([
   "world_formed", "world_grew", "rank_lost", "work_moved", "ranks_entered", "rank_restarting", "rank_running", "progress", "epoch_done", "verdict"
 ])
 
-/** The run's effective training ratio as of `at` (RecoveryFigures), null before it can be said. */
-const ettrOf = (state: RunState, at: number): number | null =>
-  RecoveryFigures.effectiveTrainingRatio(state.worldSizes, state.startedAt, state.endedAt ?? at, state.recovery) ?? null
+/** The run's effective training ratio as of `at` (its verdict's moment once said; RecoveryFigures); undefined before it can be said. */
+export const effectiveTrainingAt = (state: RunState, at: number = state.updatedAt): number | undefined =>
+  RecoveryFigures.effectiveTrainingRatio(state.worldSizes, state.startedAt, state.endedAt ?? at, state.recovery)
 
 const step = (state: RunState, event: RunEvent): RunState => {
   switch (event.event) {

@@ -20,6 +20,7 @@ import { checkpointPath, sshWorkers } from "./Plan.ts"
 import { cleanupHosts } from "./RemoteCleanup.ts"
 import type { RunEnv } from "./RunEnv.ts"
 import * as RecoveryFigures from "./RecoveryFigures.ts"
+import * as RunView from "./RunView.ts"
 
 /** What is left to do once the verdict is out, in words for the status page and `--events`, and the doing of it. */
 export interface CleanUp {
@@ -129,7 +130,7 @@ export const end = (env: EndingEnv, { checkpointEpoch, cleanUp, membership, port
       checkpoint: epoch === undefined ? undefined : { path: checkpointPath(config), epoch },
       recovery: view === undefined ? undefined : {
         deaths: (view.recovery ?? RecoveryFigures.empty).deaths,
-        effectiveTraining: RecoveryFigures.effectiveTrainingRatio(view.worldSizes, view.startedAt, view.endedAt ?? view.updatedAt, view.recovery)
+        effectiveTraining: RunView.effectiveTrainingAt(view)
       }
     }
   })
