@@ -199,12 +199,11 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
         rankKeyHex: Buffer.from(rankKey(salt, rank)).toString("hex")
       })
     const running = new Map<string, RunningRank>()
-    /** What each rank incarnation's code threw, as it said before exiting (by child id). */
-    const thrown = new Map<string, string>()
-    /** The rank incarnations that said they lost their relay (by child id). */
-    const lostTheirRelay = new Set<string>()
-    /** NCCL's asynchronous error a rank incarnation's communicator held when its code threw (by child id). */
-    const ncclFailed = new Map<string, number>()
+    /**
+     * What each rank incarnation said over IPC before it exited (by child id): what its code threw, and NCCL's
+     * asynchronous error its communicator held then, or that it lost its relay.
+     */
+    const lastWords = new Map<string, { readonly error?: string; readonly ncclError?: number; readonly relayLost?: boolean }>()
     /** The agent is stopping everything: the launcher aborted, the run ended, or the link is gone. */
     let ending = false
     /** Why the host's ranks are being stopped, for the agent's line when the policy stops them. */
@@ -374,12 +373,14 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
             if (said?._tag === "Running") callbacks.fork(markRunning(rank, incarnation))
             // The user's code threw: kept for its exit's report (the failure rules' `exception`).
             if (said?._tag === "Threw" && typeof said.errorClass === "string" && typeof said.message === "string") {
-              thrown.set(rankChildId(rank, incarnation), `${said.errorClass.slice(0, 80)}: ${said.message.slice(0, 500)}`)
-              // A communicator held an asynchronous NCCL error when the code threw: the death is NCCL's.
-              if (typeof said.ncclError === "number" && said.ncclError !== 0) ncclFailed.set(rankChildId(rank, incarnation), said.ncclError)
+              lastWords.set(rankChildId(rank, incarnation), {
+                error: `${said.errorClass.slice(0, 80)}: ${said.message.slice(0, 500)}`,
+                // A communicator held an asynchronous NCCL error when the code threw: the death is NCCL's.
+                ...(typeof said.ncclError === "number" && said.ncclError !== 0 ? { ncclError: said.ncclError } : {})
+              })
             }
             // It lost its relay and exits for that: reported as the relay's loss, even before this agent sees the relay end.
-            if (said?._tag === "RelayLost") lostTheirRelay.add(rankChildId(rank, incarnation))
+            if (said?._tag === "RelayLost") lastWords.set(rankChildId(rank, incarnation), { relayLost: true })
           }
           : undefined,
         onLine: (line, stream) => childLine(prefix + line, stream),
@@ -406,9 +407,9 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
           report,
           watchIn: scope,
           // Only an entry rank says anything before it exits (over IPC): a command rank's exit is not waited on.
-          ...(spec.program._tag === "Entry" ? { thrown: () => thrown.get(id) } : {}),
-          relayLost: () => relayLost || lostTheirRelay.has(id),
-          ncclError: () => ncclFailed.get(id),
+          ...(spec.program._tag === "Entry" ? { thrown: () => lastWords.get(id)?.error } : {}),
+          relayLost: () => relayLost || lastWords.get(id)?.relayLost === true,
+          ncclError: () => lastWords.get(id)?.ncclError,
           answered: (started) =>
             Effect.gen(function*() {
               unanswered.delete(id)
