@@ -10,7 +10,8 @@
  * - `cuda`: device count, names, UUIDs and memory, and device buffers and
  *   streams whose lifetime is a Scope;
  * - `nccl`: version, unique ids, and communicators (a Scope destroys them;
- *   `abort` ends one at once after a peer's death);
+ *   `abort` ends one at once after a peer's death; `shrink`, where NCCL has
+ *   it, makes a smaller one from a parent without the dead);
  * - `nvml`: a GPU's memory in use and utilisation, read without a CUDA
  *   context (synchronous and cheap: the agent samples every few seconds).
  *
@@ -26,6 +27,7 @@ import * as Layer from "effect/Layer"
 import type * as Scope from "effect/Scope"
 import { ABI_VERSION, libraryPath, type OpenLibrary, openLibrary, status, type Symbols } from "./library.ts"
 import { portableKernels } from "./PortableKernels.ts"
+import { type ShrinkFlag, shrinkFlagCode } from "./ShrinkRules.ts"
 
 export class NativeLibraryMissing extends Data.TaggedError("NativeLibraryMissing")<{ readonly path: string; readonly reason: string }> {
   override get message(): string {
@@ -133,6 +135,13 @@ export interface Communicator {
   readonly asyncError: Effect.Effect<number, NcclError | NcclUnavailable>
   /** End it at once (a peer died); the Scope then has nothing left to destroy. */
   readonly abort: Effect.Effect<void, NcclError | NcclUnavailable>
+  /**
+   * ncclCommShrink (NCCL 2.27 or later: ask `Nccl.shrinkSupport` first): a child without the NCCL ranks
+   * `excluded`, every survivor calling it and the excluded not; the survivors keep their order. `flags`
+   * is `ShrinkFlags`' "default" or "abort" (the parent saw an error). The child is destroyed when the
+   * Scope closes unless aborted; this communicator stays the caller's to release (`parentRelease`).
+   */
+  readonly shrink: (excluded: ReadonlyArray<number>, flags: ShrinkFlag) => Effect.Effect<Communicator, NcclError | NcclUnavailable, Scope.Scope>
 }
 
 export interface Nccl {
@@ -143,6 +152,8 @@ export interface Nccl {
   readonly uniqueId: Effect.Effect<Uint8Array, NcclUnavailable | NcclError>
   /** Join the communicator of `id`; destroyed when the Scope closes unless aborted. */
   readonly communicator: (rank: number, worldSize: number, id: Uint8Array) => Effect.Effect<Communicator, NcclUnavailable | NcclError, Scope.Scope>
+  /** Whether `Communicator.shrink` can run: ncclCommShrink resolved, and NCCL 2.27 or later. */
+  readonly shrinkSupport: Effect.Effect<boolean, NcclUnavailable | NcclError>
 }
 
 export interface GpuSample {
@@ -303,6 +314,54 @@ export const fromLibrary = (library: OpenLibrary): NativeLibrary => {
       const nccl = /ncclResult_t (\d+)|code (\d+)/.exec(detail)
       return Effect.fail(new NcclError({ code: Number(nccl?.[1] ?? nccl?.[2] ?? code), detail }))
     })
+  /**
+   * A communicator `make` writes into its out-parameter, destroyed when the Scope closes unless aborted first
+   * (an aborted handle is freed: destroying it again would touch freed memory).
+   */
+  const owned = (rank: number, worldSize: number, make: (out: Pointer) => number): Effect.Effect<Communicator, NcclError | NcclUnavailable, Scope.Scope> =>
+    Effect.gen(function*() {
+      let aborted = false
+      const handle = yield* Effect.acquireRelease(
+        Effect.suspend(() => {
+          const out = out64()
+          return Effect.map(ncclCall(() => make(ptr(out))), () => out[0]!)
+        }),
+        (comm) => (aborted ? Effect.void : Effect.ignore(ncclCall(() => native.cohort_nccl_comm_destroy(comm))))
+      )
+      const communicator: Communicator = {
+        rank,
+        worldSize,
+        allReduce: (send, receive, element, op, stream) =>
+          ncclCall(() => native.cohort_nccl_all_reduce(
+            send.address,
+            receive.address,
+            BigInt(Math.floor(Math.min(send.bytes, receive.bytes) / (element === "f32" ? 4 : 2))),
+            element === "f32" ? 0 : 1,
+            op === "sum" ? 0 : 1,
+            handle,
+            stream
+          )),
+        asyncError: Effect.suspend(() => {
+          const code = new Int32Array(1)
+          return Effect.map(ncclCall(() => native.cohort_nccl_comm_get_async_error(handle, ptr(code))), () => code[0]!)
+        }),
+        abort: Effect.suspend(() => {
+          if (aborted) return Effect.void
+          aborted = true
+          return ncclCall(() => native.cohort_nccl_comm_abort(handle))
+        }),
+        shrink: (excluded, flags) => {
+          // Checked here too: bun:ffi cannot point at an empty array.
+          if (excluded.length === 0) return Effect.fail(new NcclError({ code: 4, detail: "a shrink needs at least one NCCL rank to exclude" }))
+          const list = new Int32Array(excluded)
+          // NCCL compacts the survivors in their old order: a rank moves down by the excluded ranks below it.
+          const below = excluded.filter((other) => other < rank).length
+          return owned(rank - below, worldSize - excluded.length, (out) =>
+            native.cohort_nccl_comm_shrink(out, handle, worldSize, ptr(list), list.length, shrinkFlagCode[flags]))
+        }
+      }
+      return communicator
+    })
   const nccl: Nccl = {
     libraryPath: Effect.suspend(() => {
       const path = text((out, capacity) => native.cohort_nccl_library_path(out, capacity), 4096)
@@ -320,41 +379,13 @@ export const fromLibrary = (library: OpenLibrary): NativeLibrary => {
       return Effect.as(ncclCall(() => native.cohort_nccl_get_unique_id(ptr(id))), id)
     }),
     communicator: (rank, worldSize, id) =>
-      Effect.gen(function*() {
-        if (id.length !== 128) return yield* new NcclError({ code: 4, detail: `a unique id has 128 bytes, got ${id.length}` })
-        let aborted = false
-        const handle = yield* Effect.acquireRelease(
-          Effect.suspend(() => {
-            const out = out64()
-            return Effect.map(ncclCall(() => native.cohort_nccl_comm_init_rank(ptr(out), worldSize, ptr(id), rank)), () => out[0]!)
-          }),
-          (comm) => (aborted ? Effect.void : Effect.ignore(ncclCall(() => native.cohort_nccl_comm_destroy(comm))))
-        )
-        const communicator: Communicator = {
-          rank,
-          worldSize,
-          allReduce: (send, receive, element, op, stream) =>
-            ncclCall(() => native.cohort_nccl_all_reduce(
-              send.address,
-              receive.address,
-              BigInt(Math.floor(Math.min(send.bytes, receive.bytes) / (element === "f32" ? 4 : 2))),
-              element === "f32" ? 0 : 1,
-              op === "sum" ? 0 : 1,
-              handle,
-              stream
-            )),
-          asyncError: Effect.suspend(() => {
-            const code = new Int32Array(1)
-            return Effect.map(ncclCall(() => native.cohort_nccl_comm_get_async_error(handle, ptr(code))), () => code[0]!)
-          }),
-          abort: Effect.suspend(() => {
-            if (aborted) return Effect.void
-            aborted = true
-            return ncclCall(() => native.cohort_nccl_comm_abort(handle))
-          })
-        }
-        return communicator
-      })
+      id.length !== 128
+        ? Effect.fail(new NcclError({ code: 4, detail: `a unique id has 128 bytes, got ${id.length}` }))
+        : owned(rank, worldSize, (out) => native.cohort_nccl_comm_init_rank(out, worldSize, ptr(id), rank)),
+    shrinkSupport: Effect.suspend(() => {
+      const support = new Int32Array(1)
+      return Effect.map(ncclCall(() => native.cohort_nccl_shrink_support(ptr(support))), () => support[0] === 1)
+    })
   }
 
   // Out-parameters allocated once: the calls are synchronous, and the agent samples every few seconds.

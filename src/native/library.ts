@@ -14,7 +14,7 @@ import { existsSync } from "node:fs"
 import { dirname, join } from "node:path"
 
 /** The ABI this binding speaks; the library's `cohort_abi_version` must say the same. */
-export const ABI_VERSION = 2
+export const ABI_VERSION = 3
 
 export const status = { ok: 0, invalid: -1, unavailable: -2, cuda: -3, nccl: -4, os: -5, nvml: -6 } as const
 
@@ -62,6 +62,9 @@ export const symbols = {
   cohort_nccl_all_reduce: { args: [u64, u64, u64, i32, i32, u64, u64], returns: i32 },
   cohort_nccl_comm_abort: { args: [u64], returns: i32 },
   cohort_nccl_comm_destroy: { args: [u64], returns: i32 },
+  // (out support), then (out comm, parent, parent's world size, exclude list, its length, flags).
+  cohort_nccl_shrink_support: { args: [pointer], returns: i32 },
+  cohort_nccl_comm_shrink: { args: [pointer, u64, i32, pointer, i32, i32], returns: i32 },
   cohort_nccl_comm_get_async_error: { args: [u64, pointer], returns: i32 },
   cohort_nccl_error_string: { args: [i32, pointer, usize], returns: i32 },
   // NVML, opened by the library at first use: (device, out used bytes, out total bytes, out utilisation percent).

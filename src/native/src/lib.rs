@@ -16,7 +16,7 @@ mod process;
 
 /// Bumped whenever the exports change (one added, removed or changed): the
 /// binding binds every symbol, so it refuses any other value.
-pub const ABI_VERSION: u32 = 2;
+pub const ABI_VERSION: u32 = 3;
 
 #[no_mangle]
 pub extern "C" fn cohort_abi_version() -> u32 {

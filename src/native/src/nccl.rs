@@ -22,6 +22,13 @@ const NCCL_SUM: c_int = 0;
 const NCCL_AVG: c_int = 4;
 /// NCCL_VERSION(2, 10, 0): the first with ncclAvg.
 const AVG_SINCE: c_int = 21000;
+/// NCCL_VERSION(2, 27, 0): the first with ncclCommShrink. The symbol alone is not
+/// trusted: a pre-release or a vendor build may export it with other semantics.
+const SHRINK_SINCE: c_int = 22700;
+/// ncclCommShrink's flags (nccl.h): NCCL_SHRINK_DEFAULT shrinks a healthy parent;
+/// NCCL_SHRINK_ABORT first ends the parent's pending work (after a peer's failure).
+const SHRINK_DEFAULT: c_int = 0;
+const SHRINK_ABORT: c_int = 1;
 
 type NcclResult = c_int;
 type Comm = *mut c_void;
@@ -136,6 +143,9 @@ struct Nccl {
     get_error_string: unsafe extern "C" fn(NcclResult) -> *const c_char,
     /// NCCL 2.13 and later.
     get_last_error: Option<unsafe extern "C" fn(Comm) -> *const c_char>,
+    /// ncclCommShrink(comm, excludeRanksList, excludeRanksCount, newcomm, config, shrinkFlags):
+    /// NCCL 2.27 and later; the config is passed as null (the child inherits the parent's).
+    comm_shrink: Option<unsafe extern "C" fn(Comm, *mut c_int, c_int, *mut Comm, *mut c_void, c_int) -> NcclResult>,
 }
 
 impl Nccl {
@@ -183,6 +193,7 @@ impl Nccl {
             comm_get_async_error: dl::function(lib, "ncclCommGetAsyncError")?,
             get_error_string: dl::function(lib, "ncclGetErrorString")?,
             get_last_error: dl::function(lib, "ncclGetLastError").ok(),
+            comm_shrink: dl::function(lib, "ncclCommShrink").ok(),
         })
     }
 
@@ -214,6 +225,36 @@ impl Nccl {
         )?;
         Ok(version)
     }
+}
+
+/// Whether a library of `version` that `has_symbol` (ncclCommShrink resolved) can shrink.
+fn shrink_usable(version: c_int, has_symbol: bool) -> bool {
+    has_symbol && version >= SHRINK_SINCE
+}
+
+/// The NCCL ranks to exclude, checked: each a rank of the parent's world, none twice,
+/// at least one, and at least one rank left.
+fn exclusions(excluded: &[c_int], world_size: c_int) -> Result<Vec<c_int>, String> {
+    if excluded.is_empty() {
+        return Err("ncclCommShrink needs at least one rank to exclude".into());
+    }
+    let mut seen: Vec<c_int> = Vec::with_capacity(excluded.len());
+    for &rank in excluded {
+        if !(0..world_size).contains(&rank) {
+            return Err(format!(
+                "cannot exclude NCCL rank {rank}: the parent's world of {world_size} has ranks 0 to {}",
+                world_size - 1
+            ));
+        }
+        if seen.contains(&rank) {
+            return Err(format!("NCCL rank {rank} is excluded twice"));
+        }
+        seen.push(rank);
+    }
+    if seen.len() as c_int >= world_size {
+        return Err(format!("excluding {} rank(s) of {world_size} leaves nobody", seen.len()));
+    }
+    Ok(seen)
 }
 
 fn nccl() -> Result<&'static Nccl, i32> {
@@ -368,6 +409,71 @@ pub extern "C" fn cohort_nccl_all_reduce(
             )
         };
         nccl.check(code, format_args!("ncclAllReduce({count} elements)"))
+    })
+}
+
+/// 1 into `*out` when the loaded NCCL can shrink a communicator (ncclCommShrink
+/// resolved and version 2.27 or later), else 0.
+#[no_mangle]
+pub unsafe extern "C" fn cohort_nccl_shrink_support(out: *mut i32) -> i32 {
+    run(|| {
+        if out.is_null() {
+            return invalid("cohort_nccl_shrink_support needs an output pointer");
+        }
+        let nccl = nccl()?;
+        let usable = shrink_usable(nccl.version()?, nccl.comm_shrink.is_some());
+        unsafe { out.write_unaligned(usable as i32) };
+        Ok(())
+    })
+}
+
+/// ncclCommShrink: the parent's survivors (every one calls it, the excluded
+/// ranks do not) get a child without the `count` NCCL ranks at `exclude` (of
+/// the parent's `parent_world_size`, checked here: NCCL's own refusal says less); the
+/// survivors keep their order. flags: 0 NCCL_SHRINK_DEFAULT, 1
+/// NCCL_SHRINK_ABORT (the parent saw an error). The parent is left to the
+/// caller to release (abort or destroy: which depends on the version).
+#[no_mangle]
+pub unsafe extern "C" fn cohort_nccl_comm_shrink(
+    out_comm: *mut u64,
+    parent: u64,
+    parent_world_size: i32,
+    exclude: *const i32,
+    count: i32,
+    flags: i32,
+) -> i32 {
+    run(|| {
+        if out_comm.is_null() {
+            return invalid("cohort_nccl_comm_shrink needs an output pointer");
+        }
+        let parent = communicator(parent, "ncclCommShrink")?;
+        if count < 1 || exclude.is_null() {
+            return invalid(format!("ncclCommShrink needs a list of ranks to exclude (got {count} and a {} list)", if exclude.is_null() { "null" } else { "non-null" }));
+        }
+        let flag = match flags {
+            0 => SHRINK_DEFAULT,
+            1 => SHRINK_ABORT,
+            _ => return invalid(format!("shrink flags {flags} are neither 0 (NCCL_SHRINK_DEFAULT) nor 1 (NCCL_SHRINK_ABORT)")),
+        };
+        let listed = unsafe { std::slice::from_raw_parts(exclude, count as usize) };
+        let mut excluded = exclusions(listed, parent_world_size).or_else(|why| invalid(why))?;
+        let nccl = nccl()?;
+        let version = nccl.version()?;
+        let shrink = match nccl.comm_shrink {
+            Some(shrink) if shrink_usable(version, true) => shrink,
+            _ => {
+                return invalid(format!(
+                    "{} is NCCL {}, which cannot shrink a communicator (ncclCommShrink needs 2.27 or later): build a new one",
+                    nccl.path,
+                    version_text(version)
+                ))
+            }
+        };
+        let mut child = std::ptr::null_mut();
+        let code = unsafe { shrink(parent, excluded.as_mut_ptr(), excluded.len() as c_int, &mut child, std::ptr::null_mut(), flag) };
+        nccl.check(code, format_args!("ncclCommShrink(excluding {excluded:?}, flags {flags})"))?;
+        unsafe { out_comm.write_unaligned(child as u64) };
+        Ok(())
     })
 }
 
@@ -563,6 +669,30 @@ mod tests {
     }
 
     #[test]
+    fn shrink_needs_the_symbol_and_2_27() {
+        assert!(!shrink_usable(22605, true));
+        assert!(shrink_usable(22700, true));
+        assert!(shrink_usable(23102, true));
+        assert!(!shrink_usable(22903, false));
+    }
+
+    #[test]
+    fn exclusions_are_checked() {
+        assert_eq!(exclusions(&[3, 1], 4), Ok(vec![3, 1]));
+        assert_eq!(exclusions(&[], 4), Err("ncclCommShrink needs at least one rank to exclude".to_string()));
+        assert_eq!(
+            exclusions(&[4], 4),
+            Err("cannot exclude NCCL rank 4: the parent's world of 4 has ranks 0 to 3".to_string())
+        );
+        assert_eq!(
+            exclusions(&[-1], 4),
+            Err("cannot exclude NCCL rank -1: the parent's world of 4 has ranks 0 to 3".to_string())
+        );
+        assert_eq!(exclusions(&[1, 1], 4), Err("NCCL rank 1 is excluded twice".to_string()));
+        assert_eq!(exclusions(&[0, 1], 2), Err("excluding 2 rank(s) of 2 leaves nobody".to_string()));
+    }
+
+    #[test]
     fn unique_id_is_passed_as_128_bytes() {
         assert_eq!(std::mem::size_of::<UniqueId>(), 128);
     }
@@ -610,6 +740,21 @@ mod tests {
         assert!(last_error().contains("op 2"));
         assert_eq!(cohort_nccl_all_reduce(0x1000, 0x1000, 4, 0, 0, 0, 0), status::INVALID);
         assert_eq!(cohort_nccl_all_reduce(0, 0x1000, 4, 1, 1, 0x2000, 0), status::INVALID);
+        unsafe {
+            let one = [1i32];
+            assert_eq!(cohort_nccl_shrink_support(null as *mut i32), status::INVALID);
+            assert_eq!(cohort_nccl_comm_shrink(null as *mut u64, 0x2000, 3, one.as_ptr(), 1, 0), status::INVALID);
+            assert_eq!(cohort_nccl_comm_shrink(&mut out, 0, 3, one.as_ptr(), 1, 0), status::INVALID);
+            assert_eq!(cohort_nccl_comm_shrink(&mut out, 0x2000, 3, std::ptr::null(), 1, 0), status::INVALID);
+            assert_eq!(cohort_nccl_comm_shrink(&mut out, 0x2000, 3, one.as_ptr(), 0, 0), status::INVALID);
+            assert_eq!(cohort_nccl_comm_shrink(&mut out, 0x2000, 3, one.as_ptr(), 1, 2), status::INVALID);
+            assert!(last_error().contains("shrink flags 2"));
+            let twice = [1i32, 1];
+            assert_eq!(cohort_nccl_comm_shrink(&mut out, 0x2000, 3, twice.as_ptr(), 2, 1), status::INVALID);
+            assert_eq!(last_error(), "NCCL rank 1 is excluded twice");
+            assert_eq!(cohort_nccl_comm_shrink(&mut out, 0x2000, 1, one.as_ptr(), 1, 1), status::INVALID);
+            assert_eq!(last_error(), "cannot exclude NCCL rank 1: the parent's world of 1 has ranks 0 to 0");
+        }
         assert_eq!(cohort_nccl_comm_abort(0), status::INVALID);
         assert_eq!(cohort_nccl_comm_destroy(0), status::INVALID);
     }
