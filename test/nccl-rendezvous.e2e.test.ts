@@ -9,7 +9,7 @@
  */
 import { describe, expect, test } from "bun:test"
 import { dlopen, FFIType } from "bun:ffi"
-import { copyFileSync, existsSync, mkdtempSync, writeFileSync } from "node:fs"
+import { copyFileSync, existsSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { listeningPort, repoRoot, spawnLaunch } from "./support/launch-scenario.ts"
@@ -50,6 +50,9 @@ const systemNccl = ((): string | undefined => {
   return undefined
 })()
 if (systemNccl !== undefined) console.log(`nccl e2e: the no-NCCL test skipped: this machine has an NCCL it cannot hide (${systemNccl})`)
+
+/** The calls the NCCL stand-in recorded (FAKE_NCCL_LOG), sorted: the ranks' order among themselves is theirs. */
+const callsIn = (log: string): ReadonlyArray<string> => readFileSync(log, "utf8").split("\n").filter((line) => line !== "").sort()
 
 /** The environment that makes the native library find the stand-ins. */
 const standIns = () => ({ COHORT_NCCL_LIB: stub, COHORT_CUDART_LIB: join(dir, "libcudart.so"), LD_LIBRARY_PATH: dir })
@@ -102,17 +105,87 @@ describe("backend nccl", () => {
     expect(run.stderr.lines.at(-1)).toBe("cohort: run completed DEGRADED (1 of 3 ranks lost: rank 1 of localhost exited with status 3)")
   }, 30_000)
 
-  test.skipIf(stubProblem !== undefined)("ctx.rendezvous.communicator(): cohort builds each generation's communicator, and aborts it when the generation dissolves", async () => {
+  test.skipIf(stubProblem !== undefined)("ctx.rendezvous.communicator() with an NCCL before 2.27: cohort builds each generation's communicator, and aborts it when the generation dissolves", async () => {
     const trigger = join(dir, "go-communicator")
-    const run = launch(["communicator", "fail=2", `trigger=${trigger}`, "generations=2"], standIns())
+    const calls = join(dir, "calls-2.26.txt")
+    const run = launch(["communicator", "fail=2", `trigger=${trigger}`, "generations=2"], { ...standIns(), FAKE_NCCL_VERSION: "22605", FAKE_NCCL_LOG: calls })
     await waitFor(() => run.stdout.lines.filter((line) => line.includes("] communicator 0: async error 0")).length === 3, "three communicators of generation 0", 15_000)
     writeFileSync(trigger, "")
     expect(await run.proc.exited).toBe(0)
     await Promise.all([run.stdout.done, run.stderr.done])
     expect(run.stdout.lines.filter((line) => line.includes("] communicator 1: async error 0")).map((line) => line.slice(0, line.indexOf("]") + 1)).sort())
       .toEqual(["[localhost:cpu:r0]", "[localhost:cpu:r1]"])
+    expect(run.stdout.lines.filter((line) => line.includes("] communicator 1: formed by ")).sort())
+      .toEqual(["[localhost:cpu:r0] communicator 1: formed by init", "[localhost:cpu:r1] communicator 1: formed by init"])
+    // The old path: generation 0's communicators aborted at the Reform, generation 1's built from its id.
+    expect(callsIn(calls)).toEqual(["abort 0/3", "abort 1/3", "destroy 0/2", "destroy 1/2", "init 0/2", "init 0/3", "init 1/2", "init 1/3", "init 2/3"])
     expect(run.stderr.lines.at(-1)).toBe("cohort: run completed DEGRADED (1 of 3 ranks lost: rank 2 of localhost exited with status 3)")
   }, 30_000)
+
+  describe("ncclCommShrink (NCCL 2.27 and later): after a death the survivors shrink the communicator they hold", () => {
+    // Rank 1 dies after generation 0; ranks 0 and 2 become NCCL ranks 0 and 1 of generation 1.
+    const scenarios = [
+      {
+        name: "NCCL 2.27.0, a healthy parent: NCCL_SHRINK_DEFAULT, no new init, the parent destroyed",
+        env: { FAKE_NCCL_VERSION: "22700" },
+        formedBy: "shrink",
+        calls: [
+          "destroy 0/2", "destroy 0/3", "destroy 1/2", "destroy 2/3", "init 0/3", "init 1/3", "init 2/3",
+          "shrink 0/3 exclude 1 flags 0 -> 0/2", "shrink 2/3 exclude 1 flags 0 -> 1/2"
+        ],
+        said: "shrank generation 0's NCCL communicator (excluded NCCL rank(s) 1, NCCL_SHRINK_DEFAULT = 0; parent destroyed)"
+      },
+      {
+        name: "NCCL 2.31.1, a parent that saw an error: NCCL_SHRINK_ABORT, the parent still destroyed",
+        env: { FAKE_NCCL_VERSION: "23101", FAKE_NCCL_ASYNC_ERROR: "6" },
+        formedBy: "shrink",
+        calls: [
+          "destroy 0/2", "destroy 0/3", "destroy 1/2", "destroy 2/3", "init 0/3", "init 1/3", "init 2/3",
+          "shrink 0/3 exclude 1 flags 1 -> 0/2", "shrink 2/3 exclude 1 flags 1 -> 1/2"
+        ],
+        said: "shrank generation 0's NCCL communicator (excluded NCCL rank(s) 1, NCCL_SHRINK_ABORT = 1; parent destroyed)"
+      },
+      {
+        name: "NCCL 2.31.2, a parent that saw an error: NCCL_SHRINK_ABORT, and the parent aborted, never destroyed (that blocks forever)",
+        env: { FAKE_NCCL_VERSION: "23102", FAKE_NCCL_ASYNC_ERROR: "6" },
+        formedBy: "shrink",
+        calls: [
+          "abort 0/3", "abort 2/3", "destroy 0/2", "destroy 1/2", "init 0/3", "init 1/3", "init 2/3",
+          "shrink 0/3 exclude 1 flags 1 -> 0/2", "shrink 2/3 exclude 1 flags 1 -> 1/2"
+        ],
+        said: "shrank generation 0's NCCL communicator (excluded NCCL rank(s) 1, NCCL_SHRINK_ABORT = 1; parent aborted)"
+      },
+      {
+        name: "a shrink that fails: the parent aborted, and a new communicator built from the generation's id",
+        env: { FAKE_NCCL_VERSION: "22700", FAKE_NCCL_SHRINK_FAIL: "1" },
+        formedBy: "init",
+        calls: [
+          "abort 0/3", "abort 2/3", "destroy 0/2", "destroy 1/2", "init 0/2", "init 0/3", "init 1/2", "init 1/3", "init 2/3",
+          "shrink 0/3 exclude 1 flags 0 failed", "shrink 2/3 exclude 1 flags 0 failed"
+        ],
+        said: "cannot shrink generation 0's NCCL communicator (NCCL error 3: ncclCommShrink(excluding [1], flags 0) failed: ncclResult_t 3 (fake nccl error)); building a new one from the generation's id"
+      }
+    ] as const
+    test.skipIf(stubProblem !== undefined).each(scenarios)("$name", async ({ env, formedBy, calls, said }) => {
+      const trigger = join(dir, `go-shrink-${env.FAKE_NCCL_VERSION}-${Object.keys(env).length}`)
+      const log = join(dir, `calls-${env.FAKE_NCCL_VERSION}-${Object.keys(env).length}.txt`)
+      const run = launch(["communicator", "fail=1", `trigger=${trigger}`, "generations=2"], { ...standIns(), ...env, FAKE_NCCL_LOG: log })
+      await waitFor(() => run.stdout.lines.filter((line) => line.includes("] communicator 0: formed by init")).length === 3, "three communicators of generation 0", 15_000)
+      writeFileSync(trigger, "")
+      expect(await run.proc.exited).toBe(0)
+      await Promise.all([run.stdout.done, run.stderr.done])
+      // The survivors carry on in generation 1, as NCCL ranks 0 and 1 of 2.
+      expect(run.stdout.lines.filter((line) => line.includes("] generation 1:")).map((line) => line.replace(/ id \w+$/, "")).sort()).toEqual([
+        "[localhost:cpu:r0] generation 1: nccl rank 0/2 members 0,2",
+        "[localhost:cpu:r2] generation 1: nccl rank 1/2 members 0,2"
+      ])
+      expect(run.stdout.lines.filter((line) => line.includes("] communicator 1: formed by ")).sort())
+        .toEqual([`[localhost:cpu:r0] communicator 1: formed by ${formedBy}`, `[localhost:cpu:r2] communicator 1: formed by ${formedBy}`])
+      expect(callsIn(log)).toEqual([...calls])
+      for (const rank of [0, 2]) expect(run.stderr.lines.some((line) => line.includes(`cohort rank ${rank}: generation 1: ${said}`)), run.stderr.lines.join("\n")).toBe(true)
+      expect(run.stderr.lines.at(-1)).toBe("cohort: run completed DEGRADED (1 of 3 ranks lost: rank 1 of localhost exited with status 3)")
+    }, 30_000)
+  })
 
   test.skipIf(stubProblem !== undefined)("a rank whose code throws while its communicator holds NCCL's asynchronous error dies of cause nccl", async () => {
     const trigger = join(dir, "go-nccl-error")

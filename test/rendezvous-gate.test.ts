@@ -81,6 +81,8 @@ describe("RendezvousGate growth", () => {
         const ready = yield* member.next
         expect(ready).toMatchObject({ _tag: "Ready", generation: 1, members: [0, 2, 3] })
         expect(ready._tag === "Ready" && [...ready.id]).toEqual([...idOf(2)])
+        // Growth is no shrink: the members build the new communicator from its id.
+        expect(ready._tag === "Ready" && ready.shrinkOf).toBeUndefined()
       }
       expect(failures).toEqual([])
     }), 10_000)
@@ -159,8 +161,12 @@ describe("RendezvousGate", () => {
       // Rank 0 is gone: the lowest survivor generates the next id.
       expect(yield* ranks[1]!.next).toMatchObject({ _tag: "ProvideId", generation: 1 })
       yield* ranks[1]!.link.send(new IdProvided({ generation: 1, id: idOf(2) }))
-      for (const member of [ranks[1]!, ranks[2]!]) expect(yield* member.next).toMatchObject({ _tag: "Ready", generation: 1, members: [1, 2] })
+      // The survivors are told who left generation 0, so that they may shrink its communicator.
+      for (const member of [ranks[1]!, ranks[2]!]) {
+        expect(yield* member.next).toMatchObject({ _tag: "Ready", generation: 1, members: [1, 2], shrinkOf: { generation: 0, left: [0] } })
+      }
       expect((yield* gate.history).map(({ members }) => members)).toEqual([[0, 1, 2], [1, 2]])
+      expect((yield* gate.history).map(({ shrinkOf }) => shrinkOf)).toEqual([undefined, { generation: 0, left: [0] }])
     }), 10_000)
 
   effect.live("a member whose link ends (its process died) and comes back as a restart gets a new generation", () =>
@@ -177,7 +183,10 @@ describe("RendezvousGate", () => {
       const again = yield* rank(1, 1)
       expect(yield* r0.next).toMatchObject({ _tag: "ProvideId", generation: 1 })
       yield* r0.link.send(new IdProvided({ generation: 1, id: idOf(3) }))
-      expect(yield* again.next).toMatchObject({ _tag: "Ready", generation: 1, members: [0, 1] })
+      const ready = yield* again.next
+      expect(ready).toMatchObject({ _tag: "Ready", generation: 1, members: [0, 1] })
+      // Rank 1 is a new process without generation 0's communicator: no shrink, everyone builds anew.
+      expect(ready._tag === "Ready" && ready.shrinkOf).toBeUndefined()
     }), 10_000)
 
   effect.live("a generator that cannot make an id fails the rendezvous with its reason", () =>

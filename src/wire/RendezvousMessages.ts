@@ -5,6 +5,8 @@
  * hands it, with the members in ascending global order, to every member.
  * When membership changes (a death, a restart), the launcher tells the
  * members to drop their communicator (`Reform`) and a new generation follows.
+ * When the new generation is the old one less the dead, `Ready` says so
+ * (`shrinkOf`), and the survivors may shrink the old communicator instead.
  */
 import * as Schema from "effect/Schema"
 import * as Codec from "./Codec.ts"
@@ -25,11 +27,24 @@ export class IdProvided extends Schema.TaggedClass<IdProvided>()("IdProvided", {
 /** The generator could not make an id (NCCL missing, …): the run cannot form. */
 export class IdFailed extends Schema.TaggedClass<IdFailed>()("IdFailed", { generation: Generation, reason: Schema.String }) {}
 
-/** Every member builds its communicator: its NCCL rank is its position in `members`. */
+/**
+ * A generation that is an earlier one less the members that left, each survivor the same process as
+ * then: its members may shrink that generation's communicator (ncclCommShrink) instead of building
+ * one from `id`. `left` are global ranks, ascending.
+ */
+export const ShrinkOf = Schema.Struct({ generation: Generation, left: Schema.Array(Rank).pipe(Schema.minItems(1)) })
+export type ShrinkOf = typeof ShrinkOf.Type
+
+/**
+ * Every member builds its communicator: its NCCL rank is its position in `members`. With `shrinkOf`, a
+ * member may shrink that generation's communicator instead; `id` is always there, for a member that
+ * cannot shrink (no parent communicator, an NCCL before 2.27, a shrink that failed).
+ */
 export class Ready extends Schema.TaggedClass<Ready>()("Ready", {
   generation: Generation,
   id: UniqueId,
-  members: Schema.Array(Rank)
+  members: Schema.Array(Rank),
+  shrinkOf: Schema.optional(ShrinkOf)
 }) {}
 
 /** Membership changed: abort the communicator of `generation`; the next `Ready` brings its successor. */

@@ -11,6 +11,11 @@
  * its process did) end the generation: the survivors are told to abort
  * their communicator (`Reform`), and a new generation forms from whoever
  * lives and has joined, so the survivors carry on with a smaller world.
+ * When that generation is the last one less those who left, each survivor
+ * still the process it was (the same link), its `Ready` says so
+ * (`shrinkOf`): where NCCL can (2.27 and later) the survivors shrink the
+ * old communicator rather than build one from the new id, which comes all
+ * the same (for a rank that cannot shrink).
  *
  * Growth goes the same way: ranks that joined the formed cohort may dial in
  * at once (`admit`), but become members only at their epoch boundary
@@ -27,7 +32,7 @@ import { makeNoiseLog } from "./NoiseLog.ts"
 import type { Accepted } from "./PortMux.ts"
 import { rankKey } from "../../wire/Keys.ts"
 import * as Link from "../../wire/Link.ts"
-import { ProvideId, Ready, Reform, rendezvousCodec, type RendezvousMessage } from "../../wire/RendezvousMessages.ts"
+import { ProvideId, Ready, Reform, rendezvousCodec, type RendezvousMessage, type ShrinkOf } from "../../wire/RendezvousMessages.ts"
 
 
 type RendezvousLink = Link.Link<RendezvousMessage, RendezvousMessage>
@@ -36,6 +41,28 @@ export interface Generation {
   readonly generation: number
   readonly members: ReadonlyArray<number>
   readonly generator: number
+  /** Present when the generation is an earlier one less those who left (see `shrinkOf`). */
+  readonly shrinkOf?: ShrinkOf
+}
+
+/** A generation as it formed: its members and the link each joined it with (which process it was). */
+export interface Formed<L> {
+  readonly generation: number
+  readonly members: ReadonlyArray<number>
+  readonly links: ReadonlyMap<number, L>
+}
+
+/**
+ * Whether the generation of `members` (ascending), whose members are now on `links`, may be formed by
+ * shrinking `parent`: someone left, nobody entered, and every member is still on the link it joined the
+ * parent with. A member that came back (a restart) is a new process without the parent's communicator:
+ * then every member builds anew, since a shrink is collective.
+ */
+export const shrinkOf = <L>(parent: Formed<L> | undefined, members: ReadonlyArray<number>, links: ReadonlyMap<number, L>): ShrinkOf | undefined => {
+  if (parent === undefined) return undefined
+  const stayed = members.every((rank) => parent.links.has(rank) && parent.links.get(rank) === links.get(rank))
+  const left = parent.members.filter((rank) => !members.includes(rank))
+  return stayed && left.length > 0 ? { generation: parent.generation, left } : undefined
 }
 
 export interface RendezvousGateOptions {
@@ -93,6 +120,8 @@ export const make = (options: RendezvousGateOptions): Effect.Effect<RendezvousGa
     const links = new Map<number, RendezvousLink>()
     const history: Array<Generation> = []
     let formed: Generation | undefined
+    /** The last generation that formed, with its members' links: the parent a shrink would start from. */
+    let lastFormed: Formed<RendezvousLink> | undefined
     let forming: { readonly generation: number; readonly id: Deferred.Deferred<Uint8Array, string> } | undefined
     let next = 0
     let failed = false
@@ -149,10 +178,13 @@ export const make = (options: RendezvousGateOptions): Effect.Effect<RendezvousGa
               forming = undefined
               // Someone left or entered while the id was made: this generation is stillborn; start over.
               if (membershipChanged(members)) return yield* advance
-              formed = { generation, members, generator }
+              const shrink = shrinkOf(lastFormed, members, links)
+              formed = shrink === undefined ? { generation, members, generator } : { generation, members, generator, shrinkOf: shrink }
+              lastFormed = { generation, members, links: new Map(members.map((rank) => [rank, links.get(rank)!])) }
               history.push(formed)
-              yield* Effect.logInfo(`rendezvous generation ${generation}: ${members.length} rank(s), id from rank ${generator}`)
-              yield* broadcast(new Ready({ generation, id: bytes, members }), members)
+              const shrinking = shrink === undefined ? "" : `; generation ${shrink.generation} less rank(s) ${shrink.left.join(", ")}: its survivors may shrink its communicator`
+              yield* Effect.logInfo(`rendezvous generation ${generation}: ${members.length} rank(s), id from rank ${generator}${shrinking}`)
+              yield* broadcast(new Ready({ generation, id: bytes, members, shrinkOf: shrink }), members)
             }))
         })
       )

@@ -22,6 +22,12 @@ export interface NcclMembership {
   /** This rank's NCCL rank: its position in `members`. */
   readonly rank: number
   readonly worldSize: number
+  /**
+   * Present when this generation is generation `generation` less the global ranks `left`, every member
+   * the same process as then: its members may shrink that generation's communicator (ncclCommShrink)
+   * instead of building one from `id` (`Rendezvous.communicator` does, where NCCL is 2.27 or later).
+   */
+  readonly shrinkOf?: { readonly generation: number; readonly left: ReadonlyArray<number> } | undefined
 }
 
 /**
@@ -30,9 +36,14 @@ export interface NcclMembership {
  * ends (a member died or came back): abort its communicator, then call
  * `next()` again and carry on with the survivors.
  */
-/** A communicator of one generation, built by cohort; aborted by cohort when the generation dissolves. */
+/**
+ * A communicator of one generation, built by cohort; aborted by cohort when the generation dissolves (or,
+ * where NCCL can shrink, kept until the next generation shrinks it or it is aborted).
+ */
 export interface RankCommunicator {
   readonly membership: NcclMembership
+  /** How cohort made it: ncclCommInitRank from the generation's id, or ncclCommShrink of the last one's. */
+  readonly formedBy: "init" | "shrink"
   /** The native communicator (see `src/native/Native.ts`): all-reduce on device buffers, as Effects. */
   readonly communicator: import("../../native/Native.ts").Communicator
   /** NCCL's asynchronous error of this communicator (0: none): poll it, a dead peer shows here, not as a hang. */
@@ -45,8 +56,13 @@ export interface Rendezvous {
   readonly next: () => Promise<NcclMembership>
   /**
    * The next generation with this rank's NCCL communicator already built on
-   * its device (ncclCommInitRank); when the generation dissolves, cohort
-   * aborts it before telling `onReform`.
+   * its device: ncclCommInitRank from the generation's id, or, when the
+   * generation is the last one less the dead (`shrinkOf`) and NCCL is 2.27
+   * or later, ncclCommShrink of the last one's communicator (which cohort
+   * then releases: destroyed, or aborted after an NCCL_SHRINK_ABORT shrink
+   * from 2.31.2). When the generation dissolves, cohort aborts its
+   * communicator before telling `onReform`, except where it can shrink: then
+   * it keeps it until the next generation says whether to shrink it.
    */
   readonly communicator: () => Promise<RankCommunicator>
   readonly onReform: (listener: (generation: number, reason: string) => void) => void

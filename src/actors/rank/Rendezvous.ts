@@ -2,7 +2,9 @@
  * A rank's end of the rendezvous channel (backend `nccl`): it joins, makes
  * a unique id when the launcher asks it to (it is then the generator), and
  * hands the rank's code each generation it is a member of, and each
- * dissolution (`Reform`: abort the communicator, wait for the next one).
+ * dissolution (`Reform`: abort the communicator, wait for the next one; or,
+ * where NCCL can shrink, keep it until the next generation says whether it
+ * is to be shrunk: see `GenerationCommunicator`).
  *
  * Loaded only by `nccl` ranks: it brings effect and the wire with it.
  */
@@ -18,6 +20,7 @@ import { scopedKeyFromHex } from "../../wire/Keys.ts"
 import * as Link from "../../wire/Link.ts"
 import { IdFailed, IdProvided, Join, rendezvousCodec } from "../../wire/RendezvousMessages.ts"
 import type { HostEnvelope } from "../agent/Envelope.ts"
+import { build, type Built, discard } from "./GenerationCommunicator.ts"
 import type { NcclMembership, RankCommunicator, Rendezvous } from "./RankContext.ts"
 
 export interface RendezvousOptions {
@@ -46,8 +49,18 @@ export const connect = async (options: RendezvousOptions): Promise<Rendezvous> =
   }).pipe(Scope.extend(scope)))
   const generations = Effect.runSync(Queue.unbounded<NcclMembership>())
   const reformListeners: Array<(generation: number, reason: string) => void> = []
-  // Communicators cohort built, by generation: aborted when their generation dissolves.
-  const built = new Map<number, RankCommunicator>()
+  // Communicators cohort built, by generation: aborted when their generation dissolves, unless shrinkable.
+  const built = new Map<number, Built>()
+  /** A dissolved generation's communicator, kept (not aborted) for the next generation to shrink. */
+  let held: RankCommunicator | undefined
+  /** Abort what was held for a shrink that will not come (its generation is over, its peers may be dead). */
+  const letGo = async () => {
+    const previous = held
+    held = undefined
+    if (previous !== undefined) await discard(previous)
+  }
+  /** What the rank's stderr says of its communicators (the shrink's line is what gpu-check looks for). */
+  const say = (line: string) => console.error(`cohort rank ${options.rank}: ${line}`)
   const ended = Effect.runSync(Deferred.make<never, Error>())
 
   const serve = Effect.gen(function*() {
@@ -70,15 +83,22 @@ export const connect = async (options: RendezvousOptions): Promise<Rendezvous> =
               id: message.id,
               members: message.members,
               rank: position,
-              worldSize: message.members.length
+              worldSize: message.members.length,
+              shrinkOf: message.shrinkOf
             })
           }
           break
         }
         case "Reform": {
-          const communicator = built.get(message.generation)
+          const dissolved = built.get(message.generation)
           built.delete(message.generation)
-          if (communicator !== undefined) yield* Effect.ignore(communicator.communicator.abort)
+          if (dissolved?.shrinkable === true) {
+            // Kept for the next generation: if it is this one less the dead, the survivors shrink it.
+            yield* Effect.promise(letGo)
+            held = dissolved.communicator
+          } else if (dissolved !== undefined) {
+            yield* Effect.ignore(dissolved.communicator.communicator.abort)
+          }
           for (const listener of reformListeners) listener(message.generation, message.reason)
           break
         }
@@ -102,43 +122,25 @@ export const connect = async (options: RendezvousOptions): Promise<Rendezvous> =
     next,
     communicator: async () => {
       const membership = await next()
-      const communicator = await buildCommunicator(membership)
-      built.set(membership.generation, communicator)
-      return communicator
+      const parent = held
+      held = undefined
+      const made = await build(membership, parent, say)
+      built.set(membership.generation, made)
+      return made.communicator
     },
     onReform: (listener) => void reformListeners.push(listener),
     pendingError: async () => {
-      for (const communicator of built.values()) {
+      for (const { communicator } of built.values()) {
         const code = await communicator.asyncError().catch(() => 0)
         if (code !== 0) return code
       }
       return 0
     },
     close: async () => {
-      for (const communicator of built.values()) await communicator.close()
+      for (const { communicator } of built.values()) await communicator.close()
+      await letGo()
       await Effect.runPromise(Scope.close(scope, Exit.void))
     }
-  }
-}
-
-/** ncclCommInitRank for a membership, on this rank's device (the only one it sees: index 0). */
-const buildCommunicator = async (membership: NcclMembership): Promise<RankCommunicator> => {
-  const Native = await import("../../native/Native.ts")
-  const scope = Effect.runSync(Scope.make(ExecutionStrategy.sequential))
-  const made = await Effect.runPromise(Effect.either(Effect.gen(function*() {
-    const native = yield* Native.load()
-    yield* native.cuda.setDevice(0)
-    return yield* native.nccl.communicator(membership.rank, membership.worldSize, membership.id).pipe(Scope.extend(scope))
-  })))
-  if (made._tag === "Left") {
-    await Effect.runPromise(Scope.close(scope, Exit.void))
-    throw new Error(`cannot build the NCCL communicator of generation ${membership.generation}: ${made.left.message}`)
-  }
-  return {
-    membership,
-    communicator: made.right,
-    asyncError: () => Effect.runPromise(Effect.orDie(made.right.asyncError)),
-    close: () => Effect.runPromise(Scope.close(scope, Exit.void))
   }
 }
 
