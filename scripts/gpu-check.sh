@@ -16,9 +16,11 @@
 #
 # which builds the native library if it is missing and packs what the GPU
 # check needs (Bun's binary and the .bin/bun link; effect's package.json,
-# dist/esm and its own node_modules; @standard-schema; fast-check; pure-rand)
-# into node_modules/.cohort-gpu-carry.tar.xz, xz-compressed: 39 MiB (40 MiB
-# travelling in all with the 0.5 MiB library and the 1 MiB working tree).
+# dist/esm and its own node_modules; @standard-schema; fast-check; pure-rand;
+# and for the shrink check's launcher, agent and ranks: yaml, cbor-x and what
+# it loads, a few MiB more)
+# into node_modules/.cohort-gpu-carry.tar.xz, xz-compressed: 39 MiB (42 MiB
+# travelling in all with the 0.5 MiB library and the 2 MiB working tree).
 # node_modules/ is ignored by git, so it travels only as carried. It prints
 # what will travel in all (tracked and untracked files plus the carry) and
 # refuses if that is over 64 MiB.
@@ -27,7 +29,11 @@
 # rebuilds the native library with cargo only if it is missing and cargo
 # exists; finds libcudart and NCCL (the torch venv's wheel) when the library's
 # own search does not; runs the native tests (GPU, kernels, errors); runs
-# bench/nccl-allreduce.ts. Everything goes to stdout and to $OUT/gpu-check.txt.
+# bench/nccl-allreduce.ts; and, with 2 or more GPUs and NCCL 2.27 or later, a
+# `backend: nccl` job on every GPU whose rank 1 dies: the survivors must say
+# they shrank their communicator (ncclCommShrink) rather than build a new one
+# (skipped, saying why, with one GPU or an older NCCL).
+# Everything goes to stdout and to $OUT/gpu-check.txt.
 # A failing step is recorded and the next one runs; the exit status is 1 when
 # any step failed. Every step has a time limit inside an overall budget.
 set -u
@@ -49,6 +55,8 @@ prepare() {
     node_modules/bun/bin/bun.exe node_modules/bun/package.json node_modules/.bin/bun
     node_modules/effect/package.json node_modules/effect/dist/esm node_modules/effect/node_modules
     node_modules/@standard-schema node_modules/fast-check node_modules/pure-rand
+    node_modules/yaml node_modules/cbor-x node_modules/cbor-extract node_modules/@cbor-extract
+    node_modules/detect-libc node_modules/node-gyp-build-optional-packages
   )
   local part
   for part in "${parts[@]}"; do
@@ -187,6 +195,67 @@ except Exception:
   timeout 30 "$BUN" bench/nccl-allreduce.ts --probe
 }
 
+# A death in a `backend: nccl` job on every GPU: the survivors shrink the communicator they hold
+# (test/fixtures/nccl-rank-fixture.ts builds one per generation through ctx.rendezvous.communicator()).
+nccl_shrink() {
+  local gpus version
+  gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+  if [ "$gpus" -lt 2 ]; then
+    echo "SKIP: the shrink check needs 2 or more GPUs (a death must leave a survivor); this machine has $gpus"
+    return 0
+  fi
+  version=$(timeout 30 "$BUN" bench/nccl-allreduce.ts --probe | sed -n 's/^NCCL: \([0-9][0-9]*\) from .*/\1/p')
+  if [ -z "$version" ]; then
+    echo "the shrink check cannot run: no NCCL found (see the locate step)"
+    return 1
+  fi
+  if [ "$version" -lt 22700 ]; then
+    echo "SKIP: NCCL $version is older than 2.27 (22700): it has no ncclCommShrink, and cohort re-forms with ncclCommInitRank"
+    return 0
+  fi
+  local dir=$OUT/nccl-shrink
+  mkdir -p "$dir"
+  rm -f "$dir/go" "$dir/launch.txt"
+  cat >"$dir/cluster.yml" <<YAML
+workers:
+  - { host: localhost, devices: all, path: $ROOT }
+job:
+  entry: test/fixtures/nccl-rank-fixture.ts
+  backend: nccl
+  args: ["communicator", "fail=1", "trigger=$dir/go", "generations=2"]
+failure_policy:
+  after_formation:
+    elastic: { max_failure: $gpus }
+  rules: []
+  grace: 5s
+YAML
+  timeout -k 5 150 "$BUN" src/cli/launch.ts "$dir/cluster.yml" >"$dir/launch.txt" 2>&1 &
+  local launcher=$! waited=0
+  # Every rank holds generation 0's communicator before rank 1 dies.
+  until [ "$(grep -c '\] communicator 0: formed by init' "$dir/launch.txt")" -ge "$gpus" ]; do
+    if ! kill -0 "$launcher" 2>/dev/null || [ "$waited" -ge 90 ]; then
+      echo "generation 0 never formed on $gpus GPUs within ${waited}s:"
+      tail -40 "$dir/launch.txt"
+      kill "$launcher" 2>/dev/null
+      return 1
+    fi
+    sleep 1
+    waited=$((waited + 1))
+  done
+  touch "$dir/go"
+  wait "$launcher"
+  local rc=$? shrank formed
+  shrank=$(grep -c "generation 1: shrank generation 0's NCCL communicator" "$dir/launch.txt")
+  formed=$(grep -c '\] communicator 1: formed by shrink' "$dir/launch.txt")
+  grep -E "shrank|cannot shrink|communicator 1:|run completed|run failed" "$dir/launch.txt"
+  if [ "$rc" -ne 0 ] || [ "$shrank" -ne $((gpus - 1)) ] || [ "$formed" -ne $((gpus - 1)) ]; then
+    echo "expected the launch to complete and $((gpus - 1)) survivor(s) to shrink; exit $rc, $shrank said they shrank, $formed communicator(s) formed by shrink:"
+    tail -60 "$dir/launch.txt"
+    return 1
+  fi
+  echo "NCCL $version: the $((gpus - 1)) survivor(s) shrank generation 0's communicator after rank 1 died"
+}
+
 main() {
   # NCCL says why, if it fails.
   export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
@@ -198,6 +267,7 @@ main() {
   step "locate libcudart and NCCL" 150 locate_libraries
   step "bun test (native GPU, kernels, errors)" 240 "$BUN" test test/native.gpu.test.ts test/native-kernels.test.ts test/native-errors.test.ts
   step "NCCL all-reduce benchmark" 180 "$BUN" bench/nccl-allreduce.ts
+  step "NCCL shrink after a death (2+ GPUs, NCCL 2.27+)" 170 nccl_shrink
   echo
   echo "=== summary (${SECONDS}s) ==="
   printf '%s\n' "${RESULTS[@]}"
