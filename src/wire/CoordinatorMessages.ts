@@ -14,8 +14,20 @@ export type SampleRange = typeof SampleRange.Type
 
 // Rank → coordinator.
 
-/** The rank is connected and ready for plans. */
-export class Attach extends Schema.TaggedClass<Attach>()("Attach", {}) {}
+/** Where a rank's process-group store listens (a `command:` rank of the Python client): the address its peers dial. */
+export const GroupStore = Schema.Struct({
+  addr: Schema.String.pipe(Schema.minLength(1), Schema.maxLength(255)),
+  port: Schema.Int.pipe(Schema.between(1, 65_535))
+})
+export type GroupStore = typeof GroupStore.Type
+
+/**
+ * The rank is connected and ready for plans. `store`: it keeps its own process group's members in step (the
+ * Python client, torch.distributed) and hosts a store there for the groups it may lead (`Group`).
+ */
+export class Attach extends Schema.TaggedClass<Attach>()("Attach", {
+  store: Schema.optional(GroupStore)
+}) {}
 export class Heartbeat extends Schema.TaggedClass<Heartbeat>()("Heartbeat", {}) {}
 /** The rank's all-reduce calls since its previous report: a count per bucket (LatencyBuckets) and their total seconds. */
 export const LatencyCounts = Schema.Struct({
@@ -84,5 +96,17 @@ export class Stop extends Schema.TaggedClass<Stop>()("Stop", { reason: Schema.St
 /** The run is stopping mid-`epoch`: at the next step boundary offer your state and done work (`CutOffer`), then train no further. */
 export class OfferCut extends Schema.TaggedClass<OfferCut>()("OfferCut", { epoch: Count }) {}
 
-export const CoordinatorOrder = Schema.Union(Welcome, EpochStart, EpochExtend, EpochEnd, TrainingDone, CheckpointSaved, CoordinatorBeat, Stop, OfferCut)
+/**
+ * The members of the ranks' process group from now on (ranks that attached with a `store`): `generation` counts
+ * up with every change (a death, a rank back from a restart, newcomers entering), `members` are global ranks
+ * ascending (a member's rank in the group is its position), and `store` is the lowest member's, where the
+ * group's rendezvous takes place. Survivors tear the old group down and form this one in-process.
+ */
+export class Group extends Schema.TaggedClass<Group>()("Group", {
+  generation: Schema.Int.pipe(Schema.positive()),
+  members: Schema.Array(Count),
+  store: GroupStore
+}) {}
+
+export const CoordinatorOrder = Schema.Union(Welcome, EpochStart, EpochExtend, EpochEnd, TrainingDone, CheckpointSaved, CoordinatorBeat, Stop, OfferCut, Group)
 export type CoordinatorOrder = typeof CoordinatorOrder.Type

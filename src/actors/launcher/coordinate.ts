@@ -78,6 +78,7 @@ import {
   EpochEnd,
   EpochExtend,
   EpochStart,
+  Group,
   OfferCut,
   type RankReport,
   Stop,
@@ -87,6 +88,7 @@ import {
 import type { LatencyCounts } from "../../wire/LatencyBuckets.ts"
 import { type Coverage, describeCoverage, type SaveReason } from "./CheckpointFile.ts"
 import * as Ledger from "./EpochLedger.ts"
+import * as Groups from "./ProcessGroups.ts"
 import type { RunEvent } from "./RunView.ts"
 
 /** Progress goes to the journal (and so the terminal and the page) no more often than this. */
@@ -307,6 +309,8 @@ export interface CoordinatorState {
   readonly growth: Growth
   readonly epochs: Epochs
   readonly progress: ProgressTold
+  /** The ranks' own process groups (ranks that attached with a store): the generation announced and its members. */
+  readonly groups: Groups.ProcessGroups
 }
 
 export const initialState = (settings: CoordinatorSettings): CoordinatorState => ({
@@ -327,7 +331,8 @@ export const initialState = (settings: CoordinatorSettings): CoordinatorState =>
     metrics: new Map(),
     sums: new Map()
   },
-  progress: { samplesBefore: 0, last: undefined }
+  progress: { samplesBefore: 0, last: undefined },
+  groups: Groups.noGroups
 })
 
 /** The first epoch this run trains: the one after --resume's (the one it is inside of, for a mid-epoch one), or 1. */
@@ -352,6 +357,7 @@ export const coordinate = (
     CheckpointWritten: ({ coverage, epoch, failure, reason }) => step.checkpointWritten(epoch, reason, coverage, failure),
     Ending: () => step.ending()
   })
+  step.announceGroup()
   return [step.instructions, step.result()]
 }
 
@@ -406,6 +412,7 @@ class Step {
   private readonly growth: Mutable<Growth>
   private readonly epochs: Mutable<Epochs>
   private readonly progress: Mutable<ProgressTold>
+  private groups: Groups.ProcessGroups
 
   constructor(state: CoordinatorState, private readonly at: number) {
     this.settings = state.settings
@@ -416,6 +423,7 @@ class Step {
     this.growth = { ...state.growth }
     this.epochs = { ...state.epochs }
     this.progress = { ...state.progress }
+    this.groups = state.groups
   }
 
   result(): CoordinatorState {
@@ -427,7 +435,8 @@ class Step {
       consensus: this.consensus,
       growth: this.growth,
       epochs: this.epochs,
-      progress: this.progress
+      progress: this.progress,
+      groups: this.groups
     }
   }
 
@@ -441,6 +450,10 @@ class Step {
       this.deaths.dead = HashSet.remove(this.deaths.dead, rank)
       this.members.alive = HashSet.add(this.members.alive, rank)
       this.liveness.exiting = HashSet.remove(this.liveness.exiting, rank)
+    }
+    // Its store is kept whatever becomes of the attach: a joiner's is its group's once it enters.
+    if (report._tag === "Attach" && report.store !== undefined && HashSet.has(this.members.everyone, rank)) {
+      this.groups = Groups.withStore(this.groups, rank, report.store)
     }
     const waiting = this.growth.joining.get(rank)
     if (waiting !== undefined) return this.joinerReported(rank, waiting, report)
@@ -526,6 +539,20 @@ class Step {
     if (why === undefined) return
     this.consensus.stopAwaitingWrite = undefined
     this.announceStop(why, failure === undefined ? { epoch, coverage } : undefined)
+  }
+
+  /**
+   * After every step: when the members of the ranks' process group changed (a death, a restarted rank back, newcomers
+   * entering), the new generation goes to its members. Not before every live rank has attached (the first group is
+   * the formed cohort's), and not once the run is ending: ranks that leave then form nothing.
+   */
+  announceGroup(): void {
+    if (this.groups.stores.size === 0 || this.deaths.stopping || this.epochs.finished || !this.everyLiveAttached()) return
+    const { exiting } = this.liveness
+    const group = Groups.nextGroup(this.groups, this.live().filter((rank) => !HashSet.has(exiting, rank)))
+    if (group === undefined) return
+    this.groups = Groups.announced(this.groups, group)
+    this.send(group.members, new Group({ generation: group.generation, members: group.members, store: group.store }))
   }
 
   // -------------------------------------------------------------------------
