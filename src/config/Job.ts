@@ -7,7 +7,7 @@
  *   entry: examples/train.ts   # or command: [python3, train.py] (any program)
  *   args: []
  *   backend: cpu_sync          # cpu_sync | cpu_cadence | cpu_async | nccl
- *   dataset_size: 50000        # samples per epoch, split by the coordinator
+ *   dataset_size: 50000        # samples per epoch, split by the coordinator (a command: the Python client's `ctx.epochs()`)
  *   epochs: 10
  *   cadence: 8                 # cpu_cadence: steps between averages
  *   outer_optimizer: { kind: diloco, lr: 0.7, momentum: 0.9 }   # cpu_cadence / cpu_async, optional
@@ -41,7 +41,7 @@ export interface Job {
   readonly program: JobProgram
   readonly args: ReadonlyArray<string>
   readonly backend: Backend
-  /** Samples one epoch covers; 0 when the job does not use `ctx.epochs()`. */
+  /** Samples one epoch covers; 0 when the job does not use `ctx.epochs()` (for a `command:`, the Python client's). */
   readonly datasetSize: number
   readonly epochs: number
   /** `cpu_cadence`: steps between averages. */
@@ -53,6 +53,13 @@ export interface Job {
   /** `cpu_async`: how far a rank and the centre move toward each other per exchange (EASGD's α). */
   readonly asyncAlpha: number
 }
+
+/**
+ * Whether the job's ranks attach to a coordinator (epochs, liveness, checkpoints, elastic membership): every
+ * `entry:` job, and a `command:` job that plans epochs (`dataset_size`), whose program then runs the Python
+ * client (`python/cohort`: `cohort.init()`). A plain torchrun-style command never attaches and has none.
+ */
+export const isCoordinated = (job: Pick<Job, "program" | "datasetSize">): boolean => job.program._tag === "Entry" || job.datasetSize > 0
 
 const text = (what: string) => Schema.NonEmptyString.pipe(expecting(what))
 

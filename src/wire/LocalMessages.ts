@@ -12,8 +12,8 @@ import * as Schema from "effect/Schema"
 
 const Count = Schema.Int.pipe(Schema.nonNegative())
 
-/** First, once: which rank this connection speaks for. */
-export const LocalHello = Schema.Struct({ t: Schema.Literal("hello"), rank: Count })
+/** First, once: which rank this connection speaks for, and the protocol version it speaks (LOCAL_PROTOCOL_VERSION). */
+export const LocalHello = Schema.Struct({ t: Schema.Literal("hello"), rank: Count, version: Schema.optional(Count) })
 
 /** `sum`/`avg` for allreduce, `sync` for a model sync round, `elastic` for a `cpu_async` exchange. */
 export const RelayOp = Schema.Literal("sum", "avg", "sync", "elastic")

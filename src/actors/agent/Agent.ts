@@ -44,9 +44,10 @@ import { hostKey, OPEN_SALT, rankKey, saltFromHex } from "../../wire/Keys.ts"
 import * as Link from "../../wire/Link.ts"
 import { printable } from "../../wire/Printable.ts"
 import { OPEN_KEY_ID } from "../../wire/Trust.ts"
-import { rankEntry, relayEntry } from "../../cli/entryPoints.ts"
+import { pythonClientRoot, rankEntry, relayEntry } from "../../cli/entryPoints.ts"
 import { deviceIndex, deviceTag, type HostDevices } from "./Devices.ts"
 import { type HostEnvelope, toEnvironment } from "./Envelope.ts"
+import { LOCAL_PROTOCOL_VERSION } from "../../wire/LocalFrames.ts"
 import { hostStrategy, isRankChild, rankChildId, relayHasEnded, RUN_END_WAIT } from "./HostPolicy.ts"
 import { rankChild, type RunningRank } from "./RankChild.ts"
 import { RelayEnd, relayChild } from "./RelayChild.ts"
@@ -171,6 +172,7 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
       (path) => Effect.sync(() => rmSync(path, { recursive: true, force: true }))
     )
     const envelope: HostEnvelope = {
+      protocol: LOCAL_PROTOCOL_VERSION,
       run: spec.run,
       host,
       groupRank: Math.max(0, world.hosts.findIndex((member) => member.host === host)),
@@ -336,11 +338,13 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
     // The world has formed (this runs after WorldFormed): ranks may join the host from now on.
     yield* supervisor.send(SupervisionEvent.CohortFormed())
 
+    const withClientPath = (path: string | undefined) => (path === undefined || path === "" ? pythonClientRoot : `${pythonClientRoot}:${path}`)
+
     /** A rank's process, as its StartRank asks. */
     const rankProcess = ({ incarnation, rank, worldSize }: StartRank, slot: number, device: RankDevice): ProcessSpec => {
       const prefix = `[${host}:${deviceTag(device)}:r${rank}] `
       const program = spec.program
-      const env = rankEnvironment({
+      const merged = rankEnvironment({
         inherited: options.inheritedEnv,
         clusterEnv: spec.env,
         hostEnv: {},
@@ -361,6 +365,8 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
           command: program._tag === "Command"
         })
       })
+      // A command rank finds the Python client (`import cohort`) ahead of anything else of that name.
+      const env = program._tag === "Command" ? { ...merged, PYTHONPATH: withClientPath(merged.PYTHONPATH) } : merged
       return {
         cmd: program._tag === "Entry" ? [process.execPath, rankEntry] : [...program.command, ...spec.args],
         cwd,

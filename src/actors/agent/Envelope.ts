@@ -21,6 +21,8 @@ export interface Endpoint {
 }
 
 export interface HostEnvelope {
+  /** The rank ↔ relay protocol's version (LocalFrames.LOCAL_PROTOCOL_VERSION): a client checks it before it dials. */
+  readonly protocol: number
   readonly run: string
   readonly host: string
   /** The host's position among the hosts: torchrun's GROUP_RANK. */
@@ -102,6 +104,7 @@ const hostEnvelope = (value: unknown): HostEnvelope => {
   const devices = list(fields.devices, "devices", device)
   if (devices.length !== ranks.length) throw new Invalid(`devices must have one entry per rank (${ranks.length}), got ${devices.length}`)
   return {
+    protocol: count(fields.protocol, "protocol", 1),
     run: string(fields.run, "run"),
     host: string(fields.host, "host"),
     groupRank: count(fields.groupRank, "groupRank"),

@@ -17,6 +17,7 @@ import * as Effect from "effect/Effect"
 import * as Ref from "effect/Ref"
 import type * as Scope from "effect/Scope"
 import * as Agent from "../agent/Agent.ts"
+import { isCoordinated } from "../../config/Job.ts"
 import { deadlines, netTimeoutScale, scaled } from "../../config/NetTimeouts.ts"
 import { newSalt, startToken } from "../../wire/Keys.ts"
 import { type Admission, admission as admissionFor } from "../../wire/Trust.ts"
@@ -87,8 +88,8 @@ export const prepare = (
     const token = startToken(salt)
     const openedAt = Date.now()
     const checkpoint = checkpointPath(config)
-    // Only an entry job's coordinator writes checkpoints: a command job (torchrun-style) claims none.
-    const writesCheckpoints = config.job.program._tag === "Entry"
+    // Only a coordinator writes checkpoints: a plain command job (torchrun-style) claims none.
+    const writesCheckpoints = isCoordinated(config.job)
     // Before the checkpoint is read or any agent starts: a second run of the file must not take it over.
     const registration = yield* RunRegistry.claim({
       run: config.name,

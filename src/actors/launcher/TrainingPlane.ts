@@ -1,16 +1,18 @@
 /**
- * The training plane of an `entry:` job: the Coordinator (epochs, liveness,
+ * The training plane of a coordinated job: the Coordinator (epochs, liveness,
  * checkpoints) and the Controller (folds across hosts, the model root).
  *
  * Orders for ranks go down their host's relay link, routed by membership.
  * Ranks that join the formed cohort enter at an epoch boundary: their hosts
  * join the controller's rounds of that epoch, every relay learns that its
- * rounds from then on are shared, and NCCL re-forms with them. A job without
- * epochs (a `command:` job) has no training plane.
+ * rounds from then on are shared, and NCCL re-forms with them. A plain
+ * `command:` job (torchrun-style) has no training plane; one that plans
+ * epochs runs the Python client and has (see `Job.isCoordinated`).
  */
 import * as Effect from "effect/Effect"
 import type * as Scope from "effect/Scope"
 import * as Native from "../../native/Native.ts"
+import { isCoordinated } from "../../config/Job.ts"
 import type { CoordinatorOrder } from "../../wire/CoordinatorMessages.ts"
 import { ToRanks, WorldGrown } from "../../wire/ControlMessages.ts"
 import { parseState, stringifyState } from "../../wire/StateJson.ts"
@@ -42,7 +44,7 @@ export interface TrainingWiring {
 export const make = (env: RunEnv, wiring: TrainingWiring): Effect.Effect<TrainingPlane | undefined, never, Scope.Scope> =>
   Effect.gen(function*() {
     const { config } = env.plan
-    if (config.job.program._tag !== "Entry") return undefined
+    if (!isCoordinated(config.job)) return undefined
     const { control, membership, rendezvous, supervision } = wiring
     // Without the native library the controller reduces with the TypeScript kernels (and so do the relays):
     // the run works, slower, and says so once. NCCL jobs reduce on their GPUs: the controller's CPU rounds are

@@ -15,7 +15,7 @@
  * Effect-free on purpose: it is on every rank's start-up path.
  */
 import { join } from "node:path"
-import { encodeLocal, LocalFrameReader } from "../../wire/LocalFrames.ts"
+import { encodeLocal, LOCAL_PROTOCOL_VERSION, LocalFrameReader } from "../../wire/LocalFrames.ts"
 // Types only: the schemas are the relay's to check with; loading them would slow every rank's start.
 import type { RankToRelay, RelayOp, RelayToRank } from "../../wire/LocalMessages.ts"
 import { createSegment, floats, segmentCapacity, SegmentMaps } from "../../wire/Segments.ts"
@@ -102,7 +102,7 @@ export const connectRelay = async (options: RelayClientOptions): Promise<RelayCl
   const send = (message: RankToRelay) => {
     if (!closing) socket.write(encodeLocal(message))
   }
-  send({ t: "hello", rank: options.rank })
+  send({ t: "hello", rank: options.rank, version: LOCAL_PROTOCOL_VERSION })
 
   const timer = setInterval(() => {
     send({ t: "report", report: { _tag: "Heartbeat" } })

@@ -38,7 +38,7 @@ import * as Native from "../../native/Native.ts"
 import { CoordinatorOrder, RankReport } from "../../wire/CoordinatorMessages.ts"
 import { controlCodec, ElasticPush, FromRank, HostBeats, HostFold, HostIdle, type Reduced, RelayHello } from "../../wire/ControlMessages.ts"
 import * as Link from "../../wire/Link.ts"
-import { encodeLocal, LocalFrameReader } from "../../wire/LocalFrames.ts"
+import { encodeLocal, LOCAL_PROTOCOL_VERSION, LocalFrameReader } from "../../wire/LocalFrames.ts"
 import { floats, SegmentMaps } from "../../wire/Segments.ts"
 import type { RelaySpec } from "../agent/Envelope.ts"
 import { FoldBarrier, mismatch, roundEpoch } from "./FoldBarrier.ts"
@@ -178,8 +178,8 @@ export const run = (spec: RelaySpec, hostKey: Uint8Array, handshakeMs: number): 
       }
     }
 
-    const refuse = (socket: Socket<RankSocket>, claimed: unknown) => {
-      const refused: RelayToRank = { t: "refused", reason: `rank ${String(claimed)} is not a rank of ${spec.host} awaiting its relay` }
+    const refuse = (socket: Socket<RankSocket>, claimed: unknown, reason = `rank ${String(claimed)} is not a rank of ${spec.host} awaiting its relay`) => {
+      const refused: RelayToRank = { t: "refused", reason }
       socket.write(encodeLocal(refused))
       socket.end()
     }
@@ -198,6 +198,15 @@ export const run = (spec: RelaySpec, hostKey: Uint8Array, handshakeMs: number): 
       const message = decoded.right
       if (message.t === "hello") {
         const claimed = message.rank
+        // A client of another protocol would misread what comes next: refused, with both numbers, before it is counted in.
+        if (message.version !== undefined && message.version !== LOCAL_PROTOCOL_VERSION) {
+          return refuse(
+            socket,
+            claimed,
+            `rank ${claimed} speaks version ${message.version} of the rank-relay protocol and this relay speaks ${LOCAL_PROTOCOL_VERSION}: ` +
+              "use the client that comes with this cohort (python/cohort in its checkout)"
+          )
+        }
         // Only this host's agent starts processes that can reach the socket (the run directory is private); a
         // number the host was not admitted with is a rank restarted under a new number.
         if (rank !== undefined || sockets.has(claimed)) return refuse(socket, claimed)
