@@ -16,6 +16,7 @@
  */
 import { join } from "node:path"
 import { encodeLocal, LOCAL_PROTOCOL_VERSION, LocalFrameReader } from "../../wire/LocalFrames.ts"
+import { PendingWrites } from "../../wire/PendingWrites.ts"
 // Types only: the schemas are the relay's to check with; loading them would slow every rank's start.
 import type { RankToRelay, RelayOp, RelayToRank } from "../../wire/LocalMessages.ts"
 import { createSegment, floats, segmentCapacity, SegmentMaps } from "../../wire/Segments.ts"
@@ -71,6 +72,7 @@ export const connectRelay = async (options: RelayClientOptions): Promise<RelayCl
   let waiting: { resolve: (message: Reduced) => void; reject: (error: Error) => void } | undefined
   let closing = false
   let lastHeard = Date.now()
+  const writes = new PendingWrites()
 
   const lost = (reason: string) => {
     if (closing) return
@@ -96,11 +98,13 @@ export const connectRelay = async (options: RelayClientOptions): Promise<RelayCl
         }
       }
     },
+    // A checkpoint larger than the socket's buffer is written in parts.
+    drain: (socket) => writes.drain(socket),
     close: () => lost("lost the host's relay"),
     error: () => {}
   })
   const send = (message: RankToRelay) => {
-    if (!closing) socket.write(encodeLocal(message))
+    if (!closing) writes.write(socket, encodeLocal(message))
   }
   send({ t: "hello", rank: options.rank, version: LOCAL_PROTOCOL_VERSION })
 
@@ -154,7 +158,7 @@ export const connectRelay = async (options: RelayClientOptions): Promise<RelayCl
     close: () => {
       closing = true
       clearInterval(timer)
-      socket.end()
+      writes.end(socket)
     }
   }
 }

@@ -39,6 +39,7 @@ import { CoordinatorOrder, RankReport } from "../../wire/CoordinatorMessages.ts"
 import { controlCodec, ElasticPush, FromRank, HostBeats, HostFold, HostIdle, type Reduced, RelayHello } from "../../wire/ControlMessages.ts"
 import * as Link from "../../wire/Link.ts"
 import { encodeLocal, LOCAL_PROTOCOL_VERSION, LocalFrameReader } from "../../wire/LocalFrames.ts"
+import { PendingWrites } from "../../wire/PendingWrites.ts"
 import { floats, SegmentMaps } from "../../wire/Segments.ts"
 import type { RelaySpec } from "../agent/Envelope.ts"
 import { FoldBarrier, mismatch, roundEpoch } from "./FoldBarrier.ts"
@@ -55,6 +56,8 @@ export class RelayError extends Data.TaggedError("RelayError")<{ readonly reason
 interface RankSocket {
   rank: number | undefined
   readonly reader: LocalFrameReader
+  /** What the socket has not taken yet (a checkpoint in a welcome is larger than its buffer). */
+  readonly writes: PendingWrites
 }
 
 const encodeOrder = Schema.encodeSync(CoordinatorOrder)
@@ -118,7 +121,8 @@ export const run = (spec: RelaySpec, hostKey: Uint8Array, handshakeMs: number): 
     const beatAt = new Map<number, number>()
 
     const tell = (rank: number, message: RelayToRank) => {
-      sockets.get(rank)?.write(encodeLocal(message))
+      const socket = sockets.get(rank)
+      socket?.data.writes.write(socket, encodeLocal(message))
     }
 
     const fail = (round: Round, reason: string) => {
@@ -180,8 +184,8 @@ export const run = (spec: RelaySpec, hostKey: Uint8Array, handshakeMs: number): 
 
     const refuse = (socket: Socket<RankSocket>, claimed: unknown, reason = `rank ${String(claimed)} is not a rank of ${spec.host} awaiting its relay`) => {
       const refused: RelayToRank = { t: "refused", reason }
-      socket.write(encodeLocal(refused))
-      socket.end()
+      socket.data.writes.write(socket, encodeLocal(refused))
+      socket.data.writes.end(socket)
     }
 
     const fromRank = (socket: Socket<RankSocket>, raw: unknown) => {
@@ -253,8 +257,9 @@ export const run = (spec: RelaySpec, hostKey: Uint8Array, handshakeMs: number): 
       unix: spec.socket,
       socket: {
         open: (socket) => {
-          socket.data = { rank: undefined, reader: new LocalFrameReader() }
+          socket.data = { rank: undefined, reader: new LocalFrameReader(), writes: new PendingWrites() }
         },
+        drain: (socket) => socket.data.writes.drain(socket),
         data: (socket, chunk) => {
           try {
             for (const message of socket.data.reader.push(chunk)) fromRank(socket, message)
