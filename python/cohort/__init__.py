@@ -1,0 +1,124 @@
+"""cohort's Python client: PyTorch ranks in an elastic cohort.
+
+    import cohort
+    ctx = cohort.init()                      # from the environment cohort set; a clear error outside cohort
+    ctx.watch(model, optimizer)              # what to keep in step, and re-synchronise after a re-form
+    for plan in ctx.epochs():                # one plan per epoch, from the coordinator
+        for batch in plan.batches(64):       # lists of sample indices; grows when a rank dies
+            loss = train_step(batch)         # forward, backward, optimizer.step()
+            ctx.progress(len(batch), loss=float(loss))
+        ctx.checkpoint.save({"model": model.state_dict(), "epoch": plan.epoch})
+
+When a member dies, the survivors' next step re-forms torch.distributed's groups without it, in-process: the
+coordinator names the new members and the store, the survivors copy the lowest survivor's model and optimizer
+state, and the step whose all-reduce failed is taken again. No survivor restarts, and every sample is reported
+once. The standard library and torch are all it needs; `docs/python.md` says more.
+"""
+import atexit
+import signal
+import socket
+import sys
+import threading
+from typing import Optional
+
+from ._context import Checkpoint, Context, Plan
+from ._envelope import PROTOCOL_VERSION, Envelope, read_envelope
+from ._errors import CohortError, Stopped
+from ._groups import GroupKeeper
+from ._relay import Orders, RelayLink
+
+__all__ = ["init", "Context", "Plan", "Checkpoint", "CohortError", "Stopped", "PROTOCOL_VERSION"]
+__version__ = "0.1.0"
+
+_context: Optional[Context] = None
+
+
+def _one_line_errors() -> None:
+    """An uncaught CohortError is a mistake to fix, said in one line (no traceback); anything else as Python says it."""
+    previous = sys.excepthook
+
+    def hook(kind, value, traceback):
+        if issubclass(kind, CohortError):
+            print(f"cohort: {value}", file=sys.stderr, flush=True)
+        else:
+            previous(kind, value, traceback)
+
+    sys.excepthook = hook
+
+
+_one_line_errors()
+
+
+def _address_toward(host: str, port: int) -> str:
+    """This host's address on the way to the controller: the one its peers reach it at (no packet is sent)."""
+    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        probe.connect((host, port))
+        return probe.getsockname()[0]
+    except OSError:
+        return "127.0.0.1"
+    finally:
+        probe.close()
+
+
+def init() -> Context:
+    """Join the cohort this process was started in: read the environment, reach the host's relay, and form
+    torch.distributed's default group with the current members. Called once; again returns the same context."""
+    global _context
+    if _context is not None:
+        return _context
+    envelope = read_envelope()
+    orders = Orders()
+
+    def lost(reason: str) -> None:
+        # Nobody keeps a device after the launcher is gone: the same end as the TypeScript rank's.
+        if threading.current_thread() is not threading.main_thread():
+            print(f"cohort rank {envelope.rank}: {reason}; exiting", file=sys.stderr, flush=True)
+            import os
+
+            os._exit(1)
+
+    groups = GroupKeeper(envelope.rank, envelope.backend, orders, _address_toward(envelope.controller_host, envelope.controller_port))
+    link = RelayLink(envelope, orders, lost)
+    link.report({"_tag": "Attach", "store": groups.store})
+    orders.wait(lambda: orders.welcome is not None or orders.refused is not None)
+    if orders.refused is not None:
+        raise CohortError(f"the relay refused rank {envelope.rank}: {orders.refused}")
+    ctx = Context(envelope, orders, link, groups)
+    _install_stops(ctx, orders)
+    if not orders.finished:
+        orders.wait(lambda: orders.group is not None and envelope.rank in orders.group["members"] or orders.finished)
+        ctx._check_alive()
+        if orders.group is not None:
+            groups.catch_up(2 * envelope.heartbeat_timeout_s + 5)
+    _context = ctx
+    return ctx
+
+
+def _install_stops(ctx: Context, orders: Orders) -> None:
+    failed = {"value": False}
+    previous_hook = sys.excepthook
+
+    def hook(kind, value, traceback):
+        failed["value"] = True
+        previous_hook(kind, value, traceback)
+
+    sys.excepthook = hook
+
+    def leave() -> None:
+        # Said only on a normal end: a rank that raised is a death, and its silence from now on says so.
+        if not failed["value"]:
+            ctx._link.report({"_tag": "Exiting"})
+        ctx._link.close()
+
+    atexit.register(leave)
+
+    def on_term(signum, frame):
+        with orders.changed:
+            orders.stop_reason = orders.stop_reason or "cohort is stopping this rank (SIGTERM)"
+            orders.changed.notify_all()
+        ctx.stopping.set()
+        raise Stopped(orders.stop_reason)
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, on_term)

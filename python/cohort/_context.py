@@ -1,0 +1,318 @@
+"""The rank's context: who it is, the coordinator's epochs, and the training steps that keep the group in step.
+
+Every member of the group takes the same steps. Before each step the members agree, in one small collective,
+whether anyone has a batch, whether everyone has seen the epoch end, and which generation is the newest anyone
+knows of. A member with no batch left (its share is done while the others still have some) takes the step
+without one: it joins the gradients' all-reduce with nothing to add, and steps its optimizer with the others'
+mean, so that every member keeps the same weights. A step whose all-reduce failed (a member died) is not
+counted: the optimizer skips it, its samples are not reported, and after the group re-forms the same batch
+comes again. Every sample is then reported once: by the rank that finished its step."""
+import io
+import json
+import signal
+import threading
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+
+from ._envelope import Envelope
+from ._errors import CohortError, Stopped
+from ._groups import GroupKeeper, trace
+from ._relay import Orders, RelayLink
+
+_WAIT_FOR_WORK_S = 0.05
+
+
+def take(ranges: Sequence[Tuple[int, int]], skip: int, count: int) -> List[int]:
+    """Up to `count` sample indices of `ranges` (in order), after the first `skip` of them."""
+    out: List[int] = []
+    for start, end in ranges:
+        length = end - start
+        if skip >= length:
+            skip -= length
+            continue
+        first = start + skip
+        skip = 0
+        last = min(end, first + count - len(out))
+        out.extend(range(first, last))
+        if len(out) == count:
+            break
+    return out
+
+
+def _encode_state(state: Any) -> str:
+    """A checkpoint as the coordinator keeps it (a string): torch.save's bytes, base64, in a JSON object of its own."""
+    import base64
+
+    import torch
+
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    return json.dumps({"$torch": base64.b64encode(buffer.getvalue()).decode("ascii")})
+
+
+def _decode_state(text: str) -> Any:
+    import base64
+
+    value = json.loads(text)
+    if isinstance(value, dict) and list(value) == ["$torch"]:
+        import torch
+
+        data = io.BytesIO(base64.b64decode(value["$torch"]))
+        # The run's own state, written by its own ranks (an optimizer's state_dict holds more than weights only's
+        # unpickler reads, and torch 2.6 makes that the default): loaded as it was saved.
+        try:
+            return torch.load(data, weights_only=False)
+        except TypeError:  # a torch before 1.13 has no weights_only
+            return torch.load(data)
+    return value
+
+
+class Checkpoint:
+    def __init__(self, ctx: "Context") -> None:
+        self._ctx = ctx
+
+    def save(self, state: Any) -> None:
+        """Offer `state` (torch.save-able: state_dicts, tensors, numbers) as the consensus checkpoint of the epoch just
+        trained. Every rank may offer; the coordinator keeps the first and writes it to job.checkpoint."""
+        ctx = self._ctx
+        ctx._check_alive()
+        epoch = ctx._epoch if ctx._epoch is not None else max(0, ctx._first_epoch - 1)
+        ctx._link.report({"_tag": "CheckpointSave", "epoch": epoch, "state": _encode_state(state)})
+        ctx._orders.wait(lambda: epoch in ctx._orders.saved)
+        ctx._check_alive()
+
+    def load(self) -> Any:
+        """The state to start from, or None: the checkpoint a --resume run resumed from, or, for a rank restarted or
+        entering mid-run, the latest consensus."""
+        text = (self._ctx._orders.welcome or {}).get("checkpoint")
+        return None if text is None else _decode_state(text)
+
+
+class Plan:
+    """One epoch of this rank's work: the sample ranges the coordinator assigned, growing when a rank dies."""
+
+    def __init__(self, ctx: "Context", epoch: int) -> None:
+        self._ctx = ctx
+        self.epoch = epoch
+
+    @property
+    def ranges(self) -> List[Tuple[int, int]]:
+        return list(self._ctx._orders.epochs[self.epoch]["ranges"])
+
+    def batches(self, size: int) -> Iterator[List[int]]:
+        """This rank's sample indices in batches of up to `size`, in plan order, in step with the other members (see
+        the module's header). Take one optimizer step per batch (`ctx.watch`'s optimizer), then `ctx.progress`."""
+        if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+            raise CohortError(f"batches(size) needs a whole number of at least 1, got {size!r}")
+        return self._ctx._steps(self.epoch, size)
+
+
+class Context:
+    def __init__(self, envelope: Envelope, orders: Orders, link: RelayLink, groups: GroupKeeper) -> None:
+        self._envelope = envelope
+        self._orders = orders
+        self._link = link
+        self._groups = groups
+        self.run = envelope.run
+        self.host = envelope.host
+        #: cohort's global rank: stable for the run, shown in every log and view.
+        self.rank = envelope.rank
+        self.local_rank = envelope.local_rank
+        self.local_world_size = envelope.local_world_size
+        self.restart_count = envelope.restart_count
+        self.backend = envelope.backend
+        self.dataset_size = envelope.dataset_size
+        self.epoch_count = envelope.epochs
+        #: Set when cohort stops this rank (the run ends or fails, or SIGTERM): wind down and return.
+        self.stopping = threading.Event()
+        self.checkpoint = Checkpoint(self)
+        self._first_epoch = int((orders.welcome or {}).get("firstEpoch", 1))
+        self._epoch: Optional[int] = None
+        self._done = 0
+        self._models: List[Any] = []
+        self._optimizers: List[Any] = []
+        #: The batch of the step under way (its size weighs this rank's gradients), and whether its all-reduce failed.
+        self._step_samples: Optional[int] = None
+        self._step_failed = False
+
+    # ------------------------------------------------------------------ who
+
+    @property
+    def world_size(self) -> int:
+        """The members of the current group (the survivors, after a death)."""
+        return len(self._groups.members)
+
+    @property
+    def members(self) -> List[int]:
+        """The current group's members: global ranks, ascending; torch's rank of each is its position."""
+        return list(self._groups.members)
+
+    @property
+    def group_rank(self) -> int:
+        """This rank's rank in the current group (torch.distributed's `get_rank()`)."""
+        return self._groups.position
+
+    @property
+    def generation(self) -> int:
+        """How many times the group has formed: 1 for the cohort's first, one more for each death or return."""
+        return self._groups.generation
+
+    # ------------------------------------------------------------------ what to keep in step
+
+    def watch(self, model: Any, optimizer: Any) -> None:
+        """Keep `model` and `optimizer` in step across the group: the optimizer's `step()` first averages the
+        gradients over the members (weighted by each one's batch), and a re-formed group starts from a survivor's
+        model and optimizer state. A DistributedDataParallel model's own all-reduce is turned off: the client's
+        replaces it, since a DDP instance pins the group it was made with."""
+        torch = self._groups.torch
+        if isinstance(model, torch.nn.parallel.DistributedDataParallel):
+            def local_only(_state, bucket):
+                future = torch.futures.Future()
+                future.set_result(bucket.buffer())
+                return future
+
+            model.register_comm_hook(None, local_only)
+            model = model.module
+        if not hasattr(optimizer, "step") or not hasattr(optimizer, "state_dict"):
+            raise CohortError(f"watch(model, optimizer) needs a torch optimizer, got {type(optimizer).__name__}")
+        self._models.append(model)
+        self._optimizers.append(optimizer)
+        step = optimizer.step
+
+        def synced_step(*args: Any, **kwargs: Any) -> Any:
+            if not self._sync_gradients(model, self._step_samples or 0):
+                # A member died during the all-reduce: no update; the batch comes again once the group re-forms.
+                self._step_failed = True
+                return None
+            return step(*args, **kwargs)
+
+        optimizer.step = synced_step
+        self._shadow = getattr(self, "_shadow", [])
+        self._shadow.append((model, step))
+
+    def _sync_gradients(self, model: Any, weight: int) -> bool:
+        torch = self._groups.torch
+        params = [p for p in model.parameters() if p.requires_grad]
+        grads = [(p.grad if p.grad is not None else torch.zeros_like(p)).detach().reshape(-1) for p in params]
+        flat = torch.cat(grads + [torch.ones(1, dtype=grads[0].dtype)]) * float(weight)
+        if not self._groups.allreduce(flat):
+            return False
+        total = float(flat[-1].item())
+        offset = 0
+        for p in params:
+            n = p.numel()
+            mean = flat[offset:offset + n].view_as(p) / total if total > 0 else torch.zeros_like(p)
+            if p.grad is None:
+                p.grad = mean.clone()
+            else:
+                p.grad.copy_(mean)
+            offset += n
+        return True
+
+    def _watched_tensors(self) -> List[Any]:
+        return [t for model in self._models for t in list(model.parameters()) + list(model.buffers())]
+
+    # ------------------------------------------------------------------ epochs and steps
+
+    def epochs(self) -> Iterator[Plan]:
+        """The run's epochs, from the coordinator: after the resumed checkpoint's epoch, until the last."""
+        if self.dataset_size == 0:
+            raise CohortError("ctx.epochs() needs job.dataset_size in the cluster file: the number of samples an epoch covers")
+        epoch = self._first_epoch
+        while True:
+            self._orders.wait(lambda: self._orders.finished or epoch in self._orders.epochs)
+            self._check_alive()
+            if epoch not in self._orders.epochs:
+                return
+            self._epoch = epoch
+            self._done = 0
+            self._link.report({"_tag": "Progress", "epoch": epoch, "done": 0})
+            yield Plan(self, epoch)
+            epoch += 1
+
+    def _steps(self, epoch: int, size: int) -> Iterator[List[int]]:
+        groups = self._groups
+        torch = groups.torch
+        state = self._orders.epochs[epoch]
+        handed = 0
+        again: Optional[List[int]] = None
+        patience = 2 * self._envelope.heartbeat_timeout_s + 5
+        while True:
+            self._check_alive()
+            if epoch in self._orders.cut_asked:
+                self._offer_cut(epoch)
+            # Only a broken group is re-formed here: a newer generation that leaves no one out is formed by all
+            # members together, once the step's agreement shows someone knows of it (below).
+            if groups.is_broken():
+                groups.catch_up(patience)
+            if groups.needs_sync and not groups.sync_state(self._watched_tensors(), self._optimizers):
+                continue
+            with self._orders.changed:
+                batch = again if again is not None else take(state["ranges"], handed, size)
+                ended = state["ended"]
+            flags = torch.tensor([1.0 if batch else 0.0, 0.0 if ended else 1.0, float(groups.known_generation())], dtype=torch.float64)
+            if not groups.allreduce(flags, "max"):
+                continue
+            anyone_has_work, anyone_before_end, newest = (float(v) for v in flags.tolist())
+            trace(f"rank {self.rank} epoch {epoch} gen {groups.generation}: batch {len(batch)} flags {flags.tolist()}")
+            if not anyone_has_work and not anyone_before_end:
+                # Every member saw the epoch end. A newer group waits for the next epoch: a rank entering at the
+                # boundary is welcomed once this epoch's checkpoint is offered, after this loop.
+                return
+            if newest > groups.generation:
+                # A member knows of a newer group: everyone forms it at the top of the next step.
+                self._orders.wait(lambda: groups.known_generation() >= newest, patience)
+                groups.failure = groups.failure or f"generation {int(newest)} was announced"
+                continue
+            if anyone_has_work:
+                if batch:
+                    if again is None:
+                        handed += len(batch)
+                    self._step_samples, self._step_failed = len(batch), False
+                    yield batch
+                    again = batch if self._step_failed else None
+                    self._step_samples = None
+                else:
+                    self._step_without_batch()
+                continue
+            self._orders.wait(lambda: False, _WAIT_FOR_WORK_S)
+
+    def _step_without_batch(self) -> None:
+        """The others step: join their all-reduce with nothing to add, and take the same optimizer step."""
+        for (model, step), optimizer in zip(getattr(self, "_shadow", []), self._optimizers):
+            for p in model.parameters():
+                if p.grad is not None:
+                    p.grad.zero_()
+            if self._sync_gradients(model, 0):
+                step()
+
+    def _offer_cut(self, epoch: int) -> None:
+        # A mid-epoch cut needs a state between two steps (TypeScript's checkpoint.provide): this client offers none,
+        # so the stop keeps the last epoch's consensus, at once rather than after a timeout.
+        self._orders.cut_asked.discard(epoch)
+        self._link.report({"_tag": "CutOffer", "epoch": epoch, "done": self._done, "rounds": 0, "steady": False})
+
+    def progress(self, samples: int, **metrics: float) -> bool:
+        """`samples` more samples of the current plan are done (after the step that learnt from them); `metrics` are
+        shown with the run's progress. False when the step did not count (a member died during its all-reduce:
+        the optimizer skipped it, and the same batch comes again once the group re-forms); True otherwise."""
+        if self._epoch is None:
+            raise CohortError("ctx.progress() is for samples of an epoch plan: call it inside `for plan in ctx.epochs()`")
+        if not isinstance(samples, int) or isinstance(samples, bool) or samples < 0:
+            raise CohortError(f"progress(samples) needs a whole number of at least 0, got {samples!r}")
+        if self._step_failed:
+            return False
+        self._done += samples
+        report: Dict[str, Any] = {"_tag": "Progress", "epoch": self._epoch, "done": self._done}
+        if metrics:
+            report["metrics"] = {k: float(v) for k, v in metrics.items()}
+        self._link.report(report)
+        return True
+
+    # ------------------------------------------------------------------ stopping
+
+    def _check_alive(self) -> None:
+        if self._orders.stop_reason is not None:
+            self.stopping.set()
+            raise Stopped(self._orders.stop_reason)
+        if self._orders.lost is not None:
+            raise CohortError(self._orders.lost)

@@ -1,0 +1,278 @@
+"""The rank's torch.distributed groups, one generation at a time, as the coordinator's `Group` orders say.
+
+Each generation has two groups over the same members, formed at the store of its lowest member:
+- the client's own (`ProcessGroupGloo`, or NCCL's for `backend: nccl`), which carries every collective the client
+  makes: the per-step agreement, the gradients, the state a re-form copies. No one else holds it, and the client
+  never blocks inside it: each collective is started asynchronously and waited for alongside the coordinator's
+  orders, so when a member dies the survivors drop the collective the moment the new generation is announced,
+  instead of waiting out gloo's timeout (a survivor that is not the dead rank's neighbour in the ring hears of
+  the death from nobody else);
+- torch's default group (`init_process_group`), for the user's own calls (`dist.get_rank()`, an evaluation's
+  all_reduce). Those are not protected: a death during one waits for the group's timeout.
+
+Forming a generation also runs in a thread, so a member that dies while the others wait for it at the store
+costs one more generation, not the store's timeout."""
+import io
+import os
+import threading
+from datetime import timedelta
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+from ._errors import CohortError, Stopped
+from ._relay import Orders
+
+
+def _torch():
+    try:
+        import torch
+        import torch.distributed as dist
+    except ImportError as error:
+        raise CohortError(f"cohort's Python client needs torch for its process groups ({error}): install torch for this python") from None
+    if not dist.is_available():
+        raise CohortError("this torch was built without torch.distributed: cohort's Python client needs it")
+    return torch, dist
+
+
+def group_timeout_s() -> float:
+    """How long a collective or a rendezvous may take (COHORT_GROUP_TIMEOUT_S, default 600 s): deaths are not
+    found this way (the coordinator says), only a member that hangs."""
+    text = os.environ.get("COHORT_GROUP_TIMEOUT_S", "600")
+    try:
+        value = float(text)
+    except ValueError:
+        raise CohortError(f"COHORT_GROUP_TIMEOUT_S is {text!r}: give seconds, like 600") from None
+    if value <= 0:
+        raise CohortError(f"COHORT_GROUP_TIMEOUT_S is {text}: give a number of seconds above 0")
+    return value
+
+
+_TRACE = os.environ.get("COHORT_LOG_LEVEL", "").lower() in ("debug", "trace")
+
+
+def trace(message: str) -> None:
+    """A line for someone finding out what the client did (COHORT_LOG_LEVEL=debug, or `bun run launch -v`)."""
+    if _TRACE:
+        import sys
+
+        print(f"cohort client: {message}", file=sys.stderr, flush=True)
+
+
+class Abandoned(Exception):
+    """A collective or a rendezvous given up on: a newer generation was announced meanwhile."""
+
+
+class GroupKeeper:
+    def __init__(self, rank: int, backend: str, orders: Orders, store_addr: str) -> None:
+        self.torch, self.dist = _torch()
+        self.rank = rank
+        self.backend = "nccl" if backend == "nccl" else "gloo"
+        self.orders = orders
+        self.timeout = timedelta(seconds=group_timeout_s())
+        # This rank's store: the rendezvous of every generation it leads (it is then the lowest member).
+        self.server = self.dist.TCPStore(store_addr, 0, None, True, self.timeout, wait_for_workers=False)
+        self.store = {"addr": store_addr, "port": int(self.server.port)}
+        self.generation = 0
+        self.members: List[int] = []
+        self.pg = None
+        #: The generation whose state this rank holds (0: none yet: a newcomer's weights are not the group's).
+        self.trained = 0
+        #: The state of the group just formed has yet to be copied to every member.
+        self.needs_sync = False
+        #: Why the last collective failed, when it did (the group is then broken until the next generation).
+        self.failure: Optional[str] = None
+
+    # ------------------------------------------------------------------ generations
+
+    def known_generation(self) -> int:
+        group = self.orders.group
+        return 0 if group is None else int(group["generation"])
+
+    def is_current(self) -> bool:
+        return self.pg is not None and self.failure is None and self.generation == self.known_generation()
+
+    def is_broken(self) -> bool:
+        """No group to use: none formed yet, or the last collective failed or was given up."""
+        return self.pg is None or self.failure is not None
+
+    def _someone_left(self, generation: int, members: Sequence[int]) -> bool:
+        """A generation newer than `generation` leaves out one of `members`: one of them died (or was counted out),
+        and a collective or a rendezvous that waits for it would wait for the group's timeout. A newer generation
+        that only adds members (a restart, an entry) leaves the current group whole: it is formed together, at the
+        next step (see _context), not by giving up on the one at work."""
+        group = self.orders.group
+        return group is not None and int(group["generation"]) > generation and not set(members) <= set(group["members"])
+
+    def catch_up(self, patience_s: float) -> None:
+        """Form the newest generation this rank belongs to, when it has not: after a death, a restart, an entry, or
+        a failed collective (which waits up to `patience_s` for the generation a death brings, and otherwise is an
+        error of the job's own)."""
+        while not self.is_current():
+            self._check_alive()
+            group = self.orders.group
+            if group is None or int(group["generation"]) == self.generation:
+                # Broken, and no newer generation yet: a death is announced within a moment; anything else is the job's.
+                failure = self.failure
+                if not self.orders.wait(lambda: self.known_generation() > self.generation, patience_s):
+                    self._check_alive()
+                    raise CohortError(f"a collective failed and no member of the group was lost: {failure}")
+                continue
+            if self.rank not in group["members"]:
+                # Counted out (silent too long): cohort ends this process; wait for that, or for a group with it.
+                self.orders.wait(lambda: self.known_generation() > int(group["generation"]))
+                continue
+            try:
+                self._form(group)
+            except Abandoned:
+                continue
+            except RuntimeError as error:
+                # A member died while the others waited for it at the store: the next generation follows.
+                self.failure = f"{error}".splitlines()[0]
+                self.generation = int(group["generation"])
+
+    def _form(self, group: Dict[str, Any]) -> None:
+        generation = int(group["generation"])
+        members = [int(m) for m in group["members"]]
+        position = members.index(self.rank)
+        trace(f"rank {self.rank} forms generation {generation} with {members} at {group['store']['addr']}:{group['store']['port']}")
+        self._drop()
+        store = group["store"]
+
+        def make():
+            client = self.dist.TCPStore(store["addr"], int(store["port"]), None, False, self.timeout, wait_for_workers=False)
+            prefix = self.dist.PrefixStore(f"cohort/{generation}/client", client)
+            if self.backend == "nccl":
+                return client, self.dist.ProcessGroupNCCL(prefix, position, len(members))
+            return client, self.dist.ProcessGroupGloo(prefix, position, len(members), self.timeout)
+
+        client, pg = self._in_thread(make, generation, members)
+        # The user's default group, over the same members: formed now that every member is known to be there.
+        self.dist.init_process_group(
+            self.backend, store=self.dist.PrefixStore(f"cohort/{generation}/default", client),
+            rank=position, world_size=len(members), timeout=self.timeout,
+        )
+        self.pg, self.generation, self.members = pg, generation, members
+        self.failure = None
+        self.needs_sync = True
+        trace(f"rank {self.rank} formed generation {generation}")
+
+    def _drop(self) -> None:
+        self.pg = None
+        if self.dist.is_initialized():
+            try:
+                self.dist.destroy_process_group()
+            except RuntimeError:
+                pass
+
+    def _in_thread(self, make: Callable[[], Any], generation: int, members: Sequence[int]) -> Any:
+        """`make()` in a thread of its own, waited for alongside the orders: given up on when a newer generation
+        leaves out one of `members` (it would wait for the dead one)."""
+        box: Dict[str, Any] = {}
+
+        def run():
+            try:
+                box["value"] = make()
+            except BaseException as error:  # noqa: BLE001: told to the waiting thread
+                box["error"] = error
+            self.orders.notify()
+
+        threading.Thread(target=run, name=f"cohort-form-{generation}", daemon=True).start()
+        self.orders.wait(lambda: bool(box) or self._someone_left(generation, members))
+        self._check_alive()
+        if "value" in box:
+            return box["value"]
+        if "error" in box:
+            raise box["error"]
+        raise Abandoned()
+
+    def _check_alive(self) -> None:
+        if self.orders.stop_reason is not None:
+            raise Stopped(self.orders.stop_reason)
+        if self.orders.lost is not None:
+            raise CohortError(self.orders.lost)
+
+    # ------------------------------------------------------------------ collectives
+
+    @property
+    def position(self) -> int:
+        return self.members.index(self.rank)
+
+    def _wait(self, work) -> bool:
+        """True once `work` is done; False when it failed or was given up for a newer generation (the group is then broken)."""
+        generation, members = self.generation, self.members
+        # The future, not the work: the future completes (and calls back) before the work says it has.
+        future = work.get_future()
+        future.add_done_callback(lambda _: self.orders.notify())
+        self.orders.wait(lambda: future.done() or self._someone_left(generation, members))
+        self._check_alive()
+        if not future.done():
+            self.failure = f"given up for generation {self.known_generation()}"
+            trace(f"rank {self.rank}: {self.failure}")
+            return False
+        try:
+            future.wait()
+        except RuntimeError as error:
+            self.failure = f"{error}".splitlines()[0]
+            trace(f"rank {self.rank}: a collective of generation {generation} failed: {self.failure}")
+            return False
+        return True
+
+    def allreduce(self, tensor, op: str = "sum") -> bool:
+        """Reduce `tensor` in place over the group (sum or max); False when the group broke meanwhile."""
+        if self.is_broken():
+            return False
+        options = self.dist.AllreduceOptions()
+        options.reduceOp = self.dist.ReduceOp.MAX if op == "max" else self.dist.ReduceOp.SUM
+        try:
+            return self._wait(self.pg.allreduce([tensor], options))
+        except RuntimeError as error:
+            self.failure = f"{error}".splitlines()[0]
+            return False
+
+    def broadcast(self, tensor, root: int) -> bool:
+        if self.is_broken():
+            return False
+        options = self.dist.BroadcastOptions()
+        options.rootRank = root
+        try:
+            return self._wait(self.pg.broadcast([tensor], options))
+        except RuntimeError as error:
+            self.failure = f"{error}".splitlines()[0]
+            return False
+
+    # ------------------------------------------------------------------ the state a re-form copies
+
+    def sync_state(self, tensors: Sequence[Any], optimizers: Sequence[Any]) -> bool:
+        """Copy the group's state to every member: from the lowest member that held the previous generation's (a
+        survivor; at the first formation, the lowest rank), its tensors (parameters, buffers) and its optimizers'
+        state. False when the group broke meanwhile."""
+        torch = self.torch
+        held = torch.zeros(len(self.members), dtype=torch.float64)
+        held[self.position] = float(self.trained)
+        if not self.allreduce(held):
+            return False
+        source = int(torch.argmax(held).item())  # the first of the most recent holders
+        trace(f"rank {self.rank}: generation {self.generation} takes its state from rank {self.members[source]} (held {held.tolist()})")
+        for tensor in tensors:
+            data = tensor.data if hasattr(tensor, "data") else tensor
+            staged = data.detach().clone()
+            if not self.broadcast(staged, source):
+                return False
+            if self.position != source:
+                data.copy_(staged)
+        for optimizer in optimizers:
+            blob = None
+            if self.position == source:
+                buffer = io.BytesIO()
+                torch.save(optimizer.state_dict(), buffer)
+                blob = torch.frombuffer(bytearray(buffer.getvalue()), dtype=torch.uint8)
+            length = torch.tensor([0 if blob is None else blob.numel()], dtype=torch.int64)
+            if not self.broadcast(length, source):
+                return False
+            received = blob.clone() if blob is not None else torch.zeros(int(length.item()), dtype=torch.uint8)
+            if not self.broadcast(received, source):
+                return False
+            if self.position != source:
+                optimizer.load_state_dict(torch.load(io.BytesIO(received.numpy().tobytes())))
+        self.trained = self.generation
+        self.needs_sync = False
+        return True
