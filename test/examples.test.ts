@@ -97,6 +97,21 @@ const examples: Readonly<Record<string, Example>> = {
     world: 4,
     hosts: 1,
     dryRun: [`[localhost:cpu:r0] in ${root}: python3 examples/torch_ddp.py --steps 60`, "MASTER_ADDR=127.0.0.1", "WORLD_SIZE=4", "GLOO_SOCKET_IFNAME=lo"]
+  },
+  "torch.yml": {
+    decodes: {
+      name: "torch-elastic",
+      workers: [{ host: "localhost", devices: { _tag: "Count", count: 4 }, env: { OMP_NUM_THREADS: "1", GLOO_SOCKET_IFNAME: "lo" } }],
+      job: { program: { _tag: "Command", command: ["/usr/bin/python3", "examples/torch_elastic.py"] }, datasetSize: 30_000, epochs: 4 }
+    },
+    strategy: withDefaultRules(new Phased({ beforeFormation: new KillAll(), afterFormation: new Elastic({ maxFailure: new Percent({ p: 50 }) }) })),
+    world: 4,
+    hosts: 1,
+    dryRun: [
+      `[localhost:cpu:r3] in ${root}: /usr/bin/python3 examples/torch_elastic.py`,
+      "30000 samples × 4 epoch(s); checkpoint .cohort/checkpoints/torch-elastic.json",
+      `PYTHONPATH=${join(root, "python")}`
+    ]
   }
 }
 

@@ -43,3 +43,10 @@ test("an entry: job on a CPU slot gets no torchrun variables, no inherited devic
   })
   expect(env).toEqual({ HOME: "/root", COHORT_ROLE: "rank", COHORT_LOCAL_SLOT: "1" })
 })
+
+test("a command: rank finds the Python client first on PYTHONPATH, ahead of the user's own entries", () => {
+  const base = { clusterEnv: {}, hostEnv: {}, placement: { ...placement, device: { kind: "cpu" as const, slot: 1 } } }
+  expect(rankEnvironment({ ...base, inherited: {}, pythonClient: "/opt/cohort/python" }).PYTHONPATH).toBe("/opt/cohort/python")
+  expect(rankEnvironment({ ...base, inherited: { PYTHONPATH: "/home/me/lib" }, pythonClient: "/opt/cohort/python" }).PYTHONPATH).toBe("/opt/cohort/python:/home/me/lib")
+  expect(rankEnvironment({ ...base, inherited: { PYTHONPATH: "/home/me/lib" } }).PYTHONPATH).toBe("/home/me/lib")
+})

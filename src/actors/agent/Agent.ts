@@ -338,13 +338,11 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
     // The world has formed (this runs after WorldFormed): ranks may join the host from now on.
     yield* supervisor.send(SupervisionEvent.CohortFormed())
 
-    const withClientPath = (path: string | undefined) => (path === undefined || path === "" ? pythonClientRoot : `${pythonClientRoot}:${path}`)
-
     /** A rank's process, as its StartRank asks. */
     const rankProcess = ({ incarnation, rank, worldSize }: StartRank, slot: number, device: RankDevice): ProcessSpec => {
       const prefix = `[${host}:${deviceTag(device)}:r${rank}] `
       const program = spec.program
-      const merged = rankEnvironment({
+      const env = rankEnvironment({
         inherited: options.inheritedEnv,
         clusterEnv: spec.env,
         hostEnv: {},
@@ -363,10 +361,9 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
           slot,
           incarnation,
           command: program._tag === "Command"
-        })
+        }),
+        pythonClient: program._tag === "Command" ? pythonClientRoot : undefined
       })
-      // A command rank finds the Python client (`import cohort`) ahead of anything else of that name.
-      const env = program._tag === "Command" ? { ...merged, PYTHONPATH: withClientPath(merged.PYTHONPATH) } : merged
       return {
         cmd: program._tag === "Entry" ? [process.execPath, rankEntry] : [...program.command, ...spec.args],
         cwd,

@@ -75,16 +75,23 @@ export interface RankEnvironmentInput {
   readonly torchrun?: { readonly addr: string; readonly port: number } | undefined
   /** cohort's own variables for the rank runtime (identity, envelope). */
   readonly internal?: Readonly<Record<string, string>> | undefined
+  /** Set for `command:` jobs: the Python client's folder, put first on PYTHONPATH (`import cohort`). */
+  readonly pythonClient?: string | undefined
 }
 
-export const rankEnvironment = (input: RankEnvironmentInput): Record<string, string> => ({
-  ...scrub(input.inherited),
-  ...input.clusterEnv,
-  ...input.hostEnv,
-  ...deviceEnvironment(input.placement.device),
-  ...(input.torchrun === undefined ? {} : torchrunEnvironment(input.placement, input.torchrun)),
-  ...input.internal
-})
+export const rankEnvironment = (input: RankEnvironmentInput): Record<string, string> => {
+  const env: Record<string, string> = {
+    ...scrub(input.inherited),
+    ...input.clusterEnv,
+    ...input.hostEnv,
+    ...deviceEnvironment(input.placement.device),
+    ...(input.torchrun === undefined ? {} : torchrunEnvironment(input.placement, input.torchrun)),
+    ...input.internal
+  }
+  // Ahead of the user's own entries: the client must be the launcher's, whose protocol version it speaks.
+  if (input.pythonClient !== undefined) env.PYTHONPATH = env.PYTHONPATH ? `${input.pythonClient}:${env.PYTHONPATH}` : input.pythonClient
+  return env
+}
 
 /** cohort's own variables for a rank: its host envelope, its slot and its restart count (torchrun's name too, for commands). */
 export const internalEnvironment = (input: {

@@ -20,7 +20,7 @@ import { policyTable } from "../PolicyTable.ts"
 import { isLoopbackAddress } from "../../wire/Trust.ts"
 import { deviceTag, type HostDevices, resolveDevices } from "../agent/Devices.ts"
 import { internalEnvironment, rankEnvironment } from "../agent/RankEnvironment.ts"
-import { rankEntry } from "../../cli/entryPoints.ts"
+import { pythonClientRoot, rankEntry } from "../../cli/entryPoints.ts"
 
 /** A mistake in what the user gave (file, arguments, environment): exit status 2. */
 export class LaunchInputError extends Data.TaggedError("LaunchInputError")<{ readonly problems: ReadonlyArray<string> }> {
@@ -267,7 +267,8 @@ export const describePlan = (plan: Plan): string => {
         hostEnv: worker.env,
         placement: { rank: rank ?? 0, localRank: slot, worldSize: plan.world ?? 0, localWorldSize: devices.devices.length, groupRank: plan.hosts.findIndex((host) => host.worker === worker), device },
         torchrun: program._tag === "Command" ? { addr: plan.dialAddress, port: 1 } : undefined,
-        internal: internalEnvironment({ envelope: "<host envelope>", slot, incarnation: 0, command: program._tag === "Command" })
+        internal: internalEnvironment({ envelope: "<host envelope>", slot, incarnation: 0, command: program._tag === "Command" }),
+        pythonClient: program._tag === "Command" ? pythonClientRoot : undefined
       })
       if (env.MASTER_PORT !== undefined) env.MASTER_PORT = "<a free port, picked at start>"
       // Only the variables this program gets (a command's torchrun set), shown as not known yet.
