@@ -59,6 +59,11 @@ def read_envelope(environ: Optional[Mapping[str, str]] = None) -> Envelope:
     if not isinstance(fields, dict):
         raise CohortError(f"{variable} is not a valid cohort envelope: expected a JSON object")
     protocol = fields.get("protocol")
+    if protocol is None:
+        raise CohortError(
+            f"the cohort that started this rank names no rank-relay protocol version (it is older than this Python "
+            f"client, which speaks {PROTOCOL_VERSION}): use the client that comes with the launcher (its python/ folder)"
+        )
     if protocol != PROTOCOL_VERSION:
         raise CohortError(
             f"this cohort speaks version {protocol} of the rank-relay protocol and this Python client speaks "

@@ -1,0 +1,129 @@
+/**
+ * The Python client's own parts, without torch and without a launch: the one-line errors a user sees when the
+ * script runs outside cohort, with a broken environment, or with another version's client; how a plan's ranges
+ * are cut into batches; and the relay's frames read back from a stream cut anywhere. Run with the python3 on
+ * PATH (any 3.9+: none of this imports torch). Expected values are literals.
+ */
+import { describe, expect, test } from "bun:test"
+import { join, resolve } from "node:path"
+
+const root = resolve(import.meta.dir, "..")
+const python = Bun.which("python3") ?? "/usr/bin/python3"
+
+const runPython = (code: string, env: Record<string, string> = {}) => {
+  const child = Bun.spawnSync([python, "-c", code], {
+    env: { PATH: process.env.PATH ?? "/usr/bin:/bin", PYTHONPATH: join(root, "python"), ...env },
+    stdout: "pipe",
+    stderr: "pipe"
+  })
+  return { code: child.exitCode, stdout: child.stdout.toString(), stderr: child.stderr.toString() }
+}
+
+const initOnly = "import cohort\ncohort.init()"
+
+/** An envelope as the agent writes one, with `changes` applied. */
+const envelope = (changes: Record<string, unknown> = {}) =>
+  JSON.stringify({
+    protocol: 1,
+    run: "r",
+    host: "localhost",
+    groupRank: 0,
+    worldSize: 2,
+    ranks: [0, 1],
+    devices: [{ kind: "cpu", slot: 0 }, { kind: "cpu", slot: 1 }],
+    controller: { host: "127.0.0.1", port: 29400 },
+    rankKeyHex: "00".repeat(32),
+    args: [],
+    backend: "cpu_sync",
+    dir: "/nonexistent",
+    socket: "/nonexistent/relay.sock",
+    datasetSize: 10,
+    epochs: 1,
+    cadence: 1,
+    heartbeatTimeoutMs: 300,
+    ...changes
+  })
+
+describe("cohort.init() says what is wrong in one line, without a traceback", () => {
+  const cases: ReadonlyArray<[string, Record<string, string>, string]> = [
+    [
+      "outside cohort",
+      {},
+      "cohort: cohort.init() runs inside a rank that cohort started, and COHORT_RANK_ENVELOPE is not set: launch the script with " +
+        "`bun run launch cluster.yml` (job.command: [python3, your_script.py], job.dataset_size: the samples of an epoch), or run it without cohort.init()"
+    ],
+    [
+      "an envelope that is not JSON",
+      { COHORT_RANK_ENVELOPE: "{ranks: [0", COHORT_LOCAL_SLOT: "0" },
+      "cohort: COHORT_RANK_ENVELOPE is not JSON: it is set by cohort for its own processes; do not set it by hand"
+    ],
+    [
+      "another version's launcher",
+      { COHORT_RANK_ENVELOPE: envelope({ protocol: 2 }), COHORT_LOCAL_SLOT: "0" },
+      "cohort: this cohort speaks version 2 of the rank-relay protocol and this Python client speaks 1: use the client that comes with " +
+        "the launcher (its python/ folder, which cohort puts on PYTHONPATH), not another copy"
+    ],
+    [
+      "an envelope from before versions",
+      { COHORT_RANK_ENVELOPE: envelope({ protocol: undefined }), COHORT_LOCAL_SLOT: "0" },
+      "cohort: the cohort that started this rank names no rank-relay protocol version (it is older than this Python client, which speaks 1): " +
+        "use the client that comes with the launcher (its python/ folder)"
+    ],
+    [
+      "a slot past the host's ranks",
+      { COHORT_RANK_ENVELOPE: envelope(), COHORT_LOCAL_SLOT: "2" },
+      "cohort: COHORT_LOCAL_SLOT 2 is out of range: host localhost has 2 slot(s)"
+    ],
+    [
+      "a slot that is not a number",
+      { COHORT_RANK_ENVELOPE: envelope(), COHORT_LOCAL_SLOT: "one" },
+      "cohort: COHORT_LOCAL_SLOT is 'one', not a whole number: it is set by cohort; do not set it by hand"
+    ],
+    [
+      "an envelope missing a field",
+      { COHORT_RANK_ENVELOPE: envelope({ socket: undefined }), COHORT_LOCAL_SLOT: "0" },
+      "cohort: COHORT_RANK_ENVELOPE is not a valid cohort envelope: socket is missing or not a str; it is set by cohort for its own processes, do not set it by hand"
+    ]
+  ]
+  for (const [name, env, line] of cases) {
+    test(name, () => {
+      const ran = runPython(initOnly, env)
+      expect(ran.code).toBe(1)
+      expect(ran.stderr).toBe(`${line}\n`)
+    })
+  }
+})
+
+describe("the client's pure parts", () => {
+  test("batches are cut from the ranges in plan order, skipping what was handed out", () => {
+    const ran = runPython(
+      [
+        "from cohort._context import take",
+        "r = [(0, 5), (10, 13)]",
+        "print(take(r, 0, 4)); print(take(r, 3, 4)); print(take(r, 7, 4)); print(take(r, 8, 4)); print(take([], 0, 4))"
+      ].join("\n")
+    )
+    expect(ran.stderr).toBe("")
+    expect(ran.stdout.trim().split("\n")).toEqual(["[0, 1, 2, 3]", "[3, 4, 10, 11]", "[12]", "[]", "[]"])
+  })
+
+  test("frames cut anywhere are read back whole, in order; an oversized length is refused", () => {
+    const ran = runPython(
+      [
+        "from cohort._relay import FrameReader, encode_frame",
+        "from cohort import CohortError",
+        "data = encode_frame({'t': 'order', 'order': {'_tag': 'EpochEnd', 'epoch': 3}}) + encode_frame({'t': 'refused', 'reason': 'x'})",
+        "reader = FrameReader(); out = []",
+        "for i in range(len(data)): out += reader.push(data[i:i + 1])",
+        "print(out)",
+        "try: FrameReader().push(b'\\xff\\xff\\xff\\x7f')",
+        "except CohortError as e: print(e)"
+      ].join("\n")
+    )
+    expect(ran.stderr).toBe("")
+    expect(ran.stdout.trim().split("\n")).toEqual([
+      "[{'t': 'order', 'order': {'_tag': 'EpochEnd', 'epoch': 3}}, {'t': 'refused', 'reason': 'x'}]",
+      "the relay announced a frame of 2147483647 bytes, more than 268435456"
+    ])
+  })
+})
