@@ -193,14 +193,15 @@ class Context:
         torch = self._groups.torch
         params = [p for p in model.parameters() if p.requires_grad]
         grads = [(p.grad if p.grad is not None else torch.zeros_like(p)).detach().reshape(-1) for p in params]
-        flat = torch.cat(grads + [torch.ones(1, dtype=grads[0].dtype)]) * float(weight)
+        # On the CPU: the client's group is gloo's (a GPU's gradients make the trip; NCCL's path is not done).
+        flat = torch.cat([g.cpu() for g in grads] + [torch.ones(1, dtype=grads[0].dtype)]) * float(weight)
         if not self._groups.allreduce(flat):
             return False
         total = float(flat[-1].item())
         offset = 0
         for p in params:
             n = p.numel()
-            mean = flat[offset:offset + n].view_as(p) / total if total > 0 else torch.zeros_like(p)
+            mean = (flat[offset:offset + n].view(p.shape) / total if total > 0 else torch.zeros(p.shape)).to(p.device)
             if p.grad is None:
                 p.grad = mean.clone()
             else:

@@ -1,13 +1,13 @@
 """The rank's torch.distributed groups, one generation at a time, as the coordinator's `Group` orders say.
 
 Each generation has two groups over the same members, formed at the store of its lowest member:
-- the client's own (`ProcessGroupGloo`, or NCCL's for `backend: nccl`), which carries every collective the client
+- the client's own (`ProcessGroupGloo`, on CPU tensors whatever the job's backend), which carries every collective the client
   makes: the per-step agreement, the gradients, the state a re-form copies. No one else holds it, and the client
   never blocks inside it: each collective is started asynchronously and waited for alongside the coordinator's
   orders, so when a member dies the survivors drop the collective the moment the new generation is announced,
   instead of waiting out gloo's timeout (a survivor that is not the dead rank's neighbour in the ring hears of
   the death from nobody else);
-- torch's default group (`init_process_group`), for the user's own calls (`dist.get_rank()`, an evaluation's
+- torch's default group (`init_process_group`, gloo or, for `backend: nccl`, NCCL), for the user's own calls (`dist.get_rank()`, an evaluation's
   all_reduce). Those are not protected: a death during one waits for the group's timeout.
 
 Forming a generation also runs in a thread, so a member that dies while the others wait for it at the store
@@ -140,8 +140,7 @@ class GroupKeeper:
         def make():
             client = self.dist.TCPStore(store["addr"], int(store["port"]), None, False, self.timeout, wait_for_workers=False)
             prefix = self.dist.PrefixStore(f"cohort/{generation}/client", client)
-            if self.backend == "nccl":
-                return client, self.dist.ProcessGroupNCCL(prefix, position, len(members))
+            # Gloo whatever the job's backend: its collectives are CPU tensors (a GPU's gradients are copied).
             return client, self.dist.ProcessGroupGloo(prefix, position, len(members), self.timeout)
 
         client, pg = self._in_thread(make, generation, members)
@@ -254,7 +253,7 @@ class GroupKeeper:
         trace(f"rank {self.rank}: generation {self.generation} takes its state from rank {self.members[source]} (held {held.tolist()})")
         for tensor in tensors:
             data = tensor.data if hasattr(tensor, "data") else tensor
-            staged = data.detach().clone()
+            staged = data.detach().cpu().clone()
             if not self.broadcast(staged, source):
                 return False
             if self.position != source:
