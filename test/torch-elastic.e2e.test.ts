@@ -119,12 +119,14 @@ describe("PyTorch ranks under the Python client, a rank SIGKILLed mid-epoch", ()
     expect(ran.stdout).toContain("reached the target 0.95")
   }, 180_000)
 
-  test.skipIf(torchProblem !== undefined)("restart: the rank comes back as a new process (rank 4) at the next epoch and joins the survivors' group; each sample once, equal weights", async () => {
+  test.skipIf(torchProblem !== undefined)("restart: the rank comes back as a new process (rank 4) at an epoch boundary and joins the survivors' group; each sample once, equal weights", async () => {
     const ran = await run("restart")
     expect(ran.code, ran.transcript).toBe(0)
     // cohort restarts a rank under the next free number, entering at the epoch boundary: rank 2 comes back as rank 4.
     expect(ran.stderr, ran.transcript).toContain("cohort: rank 2 of localhost restarts as rank 4")
-    expect(ran.stderr, ran.transcript).toContain("cohort: rank(s) 4 enter the cohort at epoch 3: 4 rank(s) train it")
+    // At the first epoch boundary after it attached: 3, or 4 when python and torch took longer to load than epoch 2 to end.
+    const entered = Number(/cohort: rank\(s\) 4 enter the cohort at epoch (\d): 4 rank\(s\) train it/.exec(ran.stderr)?.[1])
+    expect([3, 4], ran.transcript).toContain(entered)
     expect(lastLine(ran.stderr), ran.transcript).toBe("cohort: run completed")
     expect(notExactlyOnce(ran.steps).slice(0, 5), ran.transcript).toEqual([])
     const end = finals(ran.stdout)
@@ -134,7 +136,7 @@ describe("PyTorch ranks under the Python client, a rank SIGKILLed mid-epoch", ()
     const [diedAs] = pidsOf(ran.steps.get(DYING)!)
     expect(pidsOf(ran.steps.get(4)!)).toEqual([end.get(4)!.pid])
     expect(end.get(4)!.pid).not.toBe(diedAs)
-    expect(Math.min(...ran.steps.get(4)!.map((step) => step.epoch))).toBe(3)
+    expect(Math.min(...ran.steps.get(4)!.map((step) => step.epoch))).toBe(entered)
     for (const survivor of [0, 1, 3]) expect(pidsOf(ran.steps.get(survivor)!), ran.transcript).toEqual([end.get(survivor)!.pid])
     for (const rank of [0, 1, 3, 4]) {
       expect(end.get(rank)!.members).toBe(4)

@@ -15,6 +15,7 @@ state, and the step whose all-reduce failed is taken again. No survivor restarts
 once. The standard library and torch are all it needs; `docs/python.md` says more.
 """
 import atexit
+import os
 import signal
 import socket
 import sys
@@ -23,7 +24,7 @@ from typing import Optional
 
 from ._context import Checkpoint, Context, Plan
 from ._envelope import PROTOCOL_VERSION, Envelope, read_envelope
-from ._errors import CohortError, Stopped
+from ._errors import CohortError, Stopped, exit_status
 from ._groups import GroupKeeper
 from ._relay import Orders, RelayLink
 
@@ -96,20 +97,39 @@ def init() -> Context:
 
 
 def _install_stops(ctx: Context, orders: Orders) -> None:
-    failed = {"value": False}
+    """How the rank ends. Its exit status is kept as it is decided (sys.exit's code, 1 for an uncaught exception,
+    143 for cohort's stop left uncaught), and the process ends with it straight after the interpreter's own exit
+    handlers (os._exit): torch's groups are not torn down at finalisation, where gloo's threads abort the
+    process (SIGABRT) when the peers have already gone, as they have when a run stops or a member dies."""
+    status = exit_status
     previous_hook = sys.excepthook
+    previous_exit = sys.exit
 
     def hook(kind, value, traceback):
-        failed["value"] = True
+        status["failed"], status["code"] = True, 1
         previous_hook(kind, value, traceback)
 
+    def exit_with(code=None):
+        status["code"] = code
+        previous_exit(code)
+
     sys.excepthook = hook
+    sys.exit = exit_with
 
     def leave() -> None:
         # Said only on a normal end: a rank that raised is a death, and its silence from now on says so.
-        if not failed["value"]:
+        if not status["failed"] and orders.stop_reason is None:
             ctx._link.report({"_tag": "Exiting"})
         ctx._link.close()
+        code = status["code"]
+        if code is None:
+            code = 0
+        elif not isinstance(code, int):
+            print(code, file=sys.stderr)  # sys.exit("message"), as Python prints it
+            code = 1
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
     atexit.register(leave)
 
