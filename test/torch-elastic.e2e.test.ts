@@ -15,6 +15,7 @@ import { mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join, resolve } from "node:path"
 import { debianTorchProblem, lastLine, python, runCommand } from "./support/debian-torch.ts"
+import { collectLines, waitFor } from "./support/processes.ts"
 
 const root = resolve(import.meta.dir, "..")
 const launch = join(root, "src", "cli", "launch.ts")
@@ -144,4 +145,27 @@ describe("PyTorch ranks under the Python client, a rank SIGKILLed mid-epoch", ()
     }
     expect(new Set([...end.values()].map((each) => each.weights)).size, ran.transcript).toBe(1)
   }, 180_000)
+
+  test.skipIf(torchProblem !== undefined)("Ctrl-C mid-run: every Python rank is stopped in order and exits 143 (no rank aborts)", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "cohort-torch-stop-"))
+    const launcher = Bun.spawn(
+      [process.execPath, launch, join(root, "examples", "torch.yml"), "--set", `job.checkpoint=${join(dir, "checkpoint.json")}`, "--set", "name=torch-stop"],
+      { cwd: root, stdout: "pipe", stderr: "pipe" }
+    )
+    const stderr = collectLines(launcher.stderr)
+    const stdout = collectLines(launcher.stdout)
+    try {
+      await waitFor(() => stderr.lines.some((line) => line.startsWith("cohort: epoch 1/4 done")), "epoch 1 to end", 90_000)
+      launcher.kill("SIGINT")
+      const code = await launcher.exited
+      await Promise.all([stderr.done, stdout.done])
+      const transcript = `--- stdout ---\n${stdout.lines.join("\n")}\n--- stderr ---\n${stderr.lines.join("\n")}`
+      expect(code, transcript).toBe(130)
+      expect(stderr.lines.at(-1), transcript).toBe("cohort: run failed: aborted: received SIGINT")
+      const exits = [0, 1, 2, 3].map((rank) => stdout.lines.concat(stderr.lines).map((line) => new RegExp(`^localhost\\s+${rank}\\s+cpu\\s+(\\S+)`).exec(line)?.[1]).find(Boolean))
+      expect(exits, transcript).toEqual(["143", "143", "143", "143"])
+    } finally {
+      launcher.kill("SIGKILL")
+    }
+  }, 120_000)
 })
