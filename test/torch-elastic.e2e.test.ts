@@ -168,4 +168,24 @@ describe("PyTorch ranks under the Python client, a rank SIGKILLed mid-epoch", ()
       launcher.kill("SIGKILL")
     }
   }, 120_000)
+
+  test.skipIf(torchProblem !== undefined)("ctx.watch refuses a DistributedDataParallel wrapper, saying to pass the module", async () => {
+    const code = [
+      "import tempfile, torch, torch.distributed as dist",
+      "from cohort._context import Context",
+      "from cohort import CohortError",
+      "dist.init_process_group('gloo', init_method='file://' + tempfile.mktemp(), rank=0, world_size=1)",
+      "ddp = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(2, 1))",
+      "ctx = Context.__new__(Context)",
+      "ctx._groups = type('Groups', (), {'torch': torch})()",
+      "try: ctx.watch(ddp, torch.optim.SGD(ddp.parameters(), lr=0.1))",
+      "except CohortError as error: print(error)"
+    ].join("\n")
+    const ran = await runCommand([python, "-c", code], 60_000, { PYTHONPATH: join(root, "python") })
+    expect(ran.stdout.trim(), ran.stderr).toBe(
+      "ctx.watch(model, optimizer) takes the module itself, not a DistributedDataParallel: cohort averages the gradients at " +
+        "optimizer.step() over the current members (DDP would pin the first group, and a rank joining later would wait in DDP's " +
+        "set-up for the others). Pass model.module, or drop the wrapper"
+    )
+  }, 60_000)
 })

@@ -161,17 +161,17 @@ class Context:
     def watch(self, model: Any, optimizer: Any) -> None:
         """Keep `model` and `optimizer` in step across the group: the optimizer's `step()` first averages the
         gradients over the members (weighted by each one's batch), and a re-formed group starts from a survivor's
-        model and optimizer state. A DistributedDataParallel model's own all-reduce is turned off: the client's
-        replaces it, since a DDP instance pins the group it was made with."""
+        model and optimizer state. This is DistributedDataParallel's job done so that groups can change: pass the
+        module itself, not a DDP wrapper."""
         torch = self._groups.torch
         if isinstance(model, torch.nn.parallel.DistributedDataParallel):
-            def local_only(_state, bucket):
-                future = torch.futures.Future()
-                future.set_result(bucket.buffer())
-                return future
-
-            model.register_comm_hook(None, local_only)
-            model = model.module
+            # DDP pins the group it was made with, and making one is a collective: a rank that joins a running group
+            # would wait in it for members that are not making one. ctx.watch averages the gradients instead.
+            raise CohortError(
+                "ctx.watch(model, optimizer) takes the module itself, not a DistributedDataParallel: cohort averages "
+                "the gradients at optimizer.step() over the current members (DDP would pin the first group, and a "
+                "rank joining later would wait in DDP's set-up for the others). Pass model.module, or drop the wrapper"
+            )
         if not hasattr(optimizer, "step") or not hasattr(optimizer, "state_dict"):
             raise CohortError(f"watch(model, optimizer) needs a torch optimizer, got {type(optimizer).__name__}")
         self._models.append(model)
