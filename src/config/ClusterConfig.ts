@@ -313,8 +313,12 @@ export const decodeCluster = (root: Field, fallbackName: string): ClusterConfig 
   )
   // Read from the file, not the decoded sections: a mistake elsewhere in either must not hide this one.
   const growth = controller?.join.present === true ? controller.join.get("after_formation") : undefined
-  if (growth?.scalar === "accept" && top.job.get("command").present) {
-    growth.report("a command job (torchrun-style) has a fixed world: growth needs an entry job, or after_formation: reject")
+  // A command job that plans epochs runs the Python client, whose groups take newcomers at an epoch boundary.
+  if (growth?.scalar === "accept" && top.job.get("command").present && !top.job.get("dataset_size").present) {
+    growth.report(
+      "a plain command job (torchrun-style) has a fixed world: growth needs an entry job, or a command that uses the Python client " +
+        "(with job.dataset_size), or after_formation: reject"
+    )
   }
   return {
     name: top.name.readOr(runName, plainName(fallbackName)),
