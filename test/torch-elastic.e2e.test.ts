@@ -1,7 +1,8 @@
 /**
  * PyTorch ranks in an elastic cohort, end to end: `bun run launch` of examples/torch_elastic.py (the Python
  * client, a real MLP trained with gloo on CPU, 4 ranks on one host), one rank SIGKILLed mid-epoch by its own
- * hand at a known step (test/fixtures/torch_elastic_fixture.py), under `elastic` and under `restart`.
+ * hand at a known step (test/fixtures/torch_elastic_fixture.py), under `elastic` and under `restart`; a third
+ * rank's agent started mid-run (growth); Ctrl-C mid-run; and ctx.watch refusing a DDP wrapper.
  *
  * The oracle is what the processes did, not what cohort says: each rank appends every step that counted to
  * its own file (epoch, pid, sample indices), and prints its held-out accuracy and a digest of its weights at
@@ -101,7 +102,7 @@ failure_policy:
 
 const pidsOf = (steps: ReadonlyArray<Step>) => [...new Set(steps.map((step) => step.pid))]
 
-describe("PyTorch ranks under the Python client, a rank SIGKILLed mid-epoch", () => {
+describe("PyTorch ranks under the Python client", () => {
   test.skipIf(torchProblem !== undefined)("elastic: the survivors re-form in-process and carry its samples; each sample once, equal weights, the accuracy reached", async () => {
     const ran = await run("elastic")
     // DEGRADED: a rank was lost; elastic's default exit status for it is 0.
@@ -188,4 +189,64 @@ describe("PyTorch ranks under the Python client, a rank SIGKILLed mid-epoch", ()
         "set-up for the others). Pass model.module, or drop the wrapper"
     )
   }, 60_000)
+
+  test.skipIf(torchProblem !== undefined)("growth: a rank whose agent is started mid-run enters at an epoch boundary, joins the group, and trains its share", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "cohort-torch-grow-"))
+    const records = join(dir, "records")
+    await Bun.write(join(records, ".keep"), "")
+    const file = join(dir, "grow.yml")
+    const env = `{ OMP_NUM_THREADS: "1", GLOO_SOCKET_IFNAME: lo }`
+    writeFileSync(
+      file,
+      `name: torch-grow
+controller: { host: 127.0.0.1, port: 0, join: { min_ranks: 2, target_ranks: 2, after_formation: accept } }
+workers:
+  - { host: localhost, devices: 2, path: ${JSON.stringify(root)}, env: ${env} }
+  - { host: late, devices: 1, agent: self, path: ${JSON.stringify(root)}, env: ${env} }
+job:
+  command: [${python}, ${join(root, "examples", "torch_elastic.py")}]
+  args: [--record, ${JSON.stringify(records)}]
+  dataset_size: ${DATASET}
+  epochs: ${EPOCHS}
+  checkpoint: ${JSON.stringify(join(dir, "checkpoint.json"))}
+failure_policy: { after_formation: elastic, grace: 5s }
+`
+    )
+    const launcher = Bun.spawn([process.execPath, launch, file], { cwd: root, stdout: "pipe", stderr: "pipe" })
+    const stderr = collectLines(launcher.stderr)
+    const stdout = collectLines(launcher.stdout)
+    let agent: Bun.Subprocess | undefined
+    try {
+      await waitFor(() => stderr.lines.some((line) => line.startsWith("cohort: epoch 1/4 done")), "epoch 1 to end", 90_000)
+      const port = Number(/listening on [\d.]+:(\d+)/.exec(stderr.lines.find((line) => line.includes("listening on"))!)![1])
+      // The salt the launcher left for a self-started agent, as an operator would pass it.
+      const salt = join(root, ".cohort", "salts", `${launcher.pid}-late.salt`)
+      agent = Bun.spawn([process.execPath, "src/cli/agent.ts", "--controller", `127.0.0.1:${port}`, "--host", "late", "--devices", "1", "--salt-file", salt], {
+        cwd: root,
+        stdout: "ignore",
+        stderr: "ignore"
+      })
+      const code = await launcher.exited
+      await Promise.all([stderr.done, stdout.done])
+      const transcript = `--- stdout ---\n${stdout.lines.join("\n")}\n--- stderr ---\n${stderr.lines.join("\n")}`
+      expect(code, transcript).toBe(0)
+      expect(stderr.lines.at(-1), transcript).toBe("cohort: run completed")
+      const entered = Number(/cohort: rank\(s\) 2 enter the cohort at epoch (\d)/.exec(stderr.lines.join("\n"))?.[1])
+      expect([2, 3, 4], transcript).toContain(entered)
+      const steps = readSteps(records)
+      expect(notExactlyOnce(steps).slice(0, 5), transcript).toEqual([])
+      // The newcomer's steps start at its boundary, and it does a share of each epoch from then on.
+      const late = steps.get(2)!
+      expect(Math.min(...late.map((step) => step.epoch))).toBe(entered)
+      for (let epoch = entered; epoch <= EPOCHS; epoch++) expect(late.filter((step) => step.epoch === epoch).length).toBeGreaterThan(0)
+      const end = finals(stdout.lines.join("\n"))
+      expect([...end.keys()].sort(), transcript).toEqual([0, 1, 2])
+      for (const rank of [0, 1, 2]) expect(end.get(rank)!.members).toBe(3)
+      expect(new Set([...end.values()].map((each) => each.weights)).size, transcript).toBe(1)
+      expect(end.get(0)!.accuracy).toBeGreaterThanOrEqual(0.95)
+    } finally {
+      launcher.kill("SIGKILL")
+      agent?.kill("SIGKILL")
+    }
+  }, 150_000)
 })
