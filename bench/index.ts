@@ -9,6 +9,7 @@ import { nativeKernels } from "./native-kernels.ts"
 import { orderlyStop } from "./orderly-stop.ts"
 import { recovery } from "./recovery.ts"
 import { scale } from "./scale.ts"
+import { torchRecovery } from "./torch-recovery.ts"
 
 console.log(`bun ${Bun.version}, ${navigator.hardwareConcurrency} cores, ${new Date().toISOString()}\n`)
 console.log(await failureReaction())
@@ -16,6 +17,8 @@ console.log()
 console.log(await orderlyStop())
 console.log()
 console.log(await recovery())
+console.log()
+console.log(await torchRecovery())
 console.log()
 console.log(await frameThroughput())
 console.log()
