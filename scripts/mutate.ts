@@ -33,7 +33,10 @@ export const targets: ReadonlyArray<Target> = [
   { name: "PolicyTable", mutate: "src/actors/PolicyTable.ts", tests: ["test/failure-rules.test.ts"] },
   { name: "RecoveryFigures", mutate: "src/actors/launcher/RecoveryFigures.ts", tests: ["test/recovery-figures.test.ts", "test/metrics.test.ts"] },
   { name: "coordinate", mutate: "src/actors/launcher/coordinate.ts", tests: ["test/coordinate.table.test.ts", "test/coordinate.property.test.ts"] },
-  { name: "Membership", mutate: "src/actors/launcher/Membership.ts", tests: ["test/membership.table.test.ts", "test/membership.property.test.ts"] }
+  { name: "Membership", mutate: "src/actors/launcher/Membership.ts", tests: ["test/membership.table.test.ts", "test/membership.property.test.ts"] },
+  { name: "ProcessGroups", mutate: "src/actors/launcher/ProcessGroups.ts", tests: ["test/process-groups.test.ts", "test/coordinate.table.test.ts"] },
+  { name: "ShrinkRules", mutate: "src/native/ShrinkRules.ts", tests: ["test/nccl-shrink.table.test.ts"] },
+  { name: "ShrinkPlan", mutate: "src/actors/rank/ShrinkPlan.ts", tests: ["test/nccl-shrink.table.test.ts"] }
 ]
 
 const bun = process.execPath

@@ -777,6 +777,13 @@ describe("the ranks' own process groups (ranks that attach with a store)", () =>
     expect(back.filter((line) => line.includes("Group"))).toEqual(["0,1 ← Group 3 [0,1] at 10.0.0.1:9100"])
   })
 
+  test("a member that leaves on its own with its share done is no longer in the group", () => {
+    const run = coordinator(settingsOf([0, 1, 2], 9, 1))
+    for (const rank of [0, 1, 2]) run.say(rank, withStore(rank))
+    run.say(2, progress(1, 3), 10) // its [6, 9) done
+    expect(run.say(2, new Exiting(), 20).filter((line) => line.includes("Group"))).toEqual(["0,1 ← Group 2 [0,1] at 10.0.0.1:9000"])
+  })
+
   test("ranks without a store (entry ranks, plain commands) are never sent a group", () => {
     const run = coordinator(settingsOf([0, 1], 4, 1))
     run.say(0, new Attach())

@@ -29,6 +29,12 @@ describe("nextGroup", () => {
     expect(nextGroup(groups, [0, 1, 2])).toEqual({ generation: 3, members: [0, 1, 2], store: store(7100) })
   })
 
+  test("as many members as before, but not the same ones (one left, one entered in the same step): a new generation", () => {
+    let groups = withStores(0, 1, 2)
+    groups = announced(groups, nextGroup(groups, [0, 1])!)
+    expect(nextGroup(groups, [0, 2])).toEqual({ generation: 2, members: [0, 2], store: store(7000) })
+  })
+
   test("every member lost: nothing is announced, and the generation count waits for the next group", () => {
     let groups = withStores(0)
     groups = announced(groups, nextGroup(groups, [0])!)
