@@ -61,6 +61,13 @@ export interface Job {
  */
 export const isCoordinated = (job: Pick<Job, "program" | "datasetSize">): boolean => job.program._tag === "Entry" || job.datasetSize > 0
 
+/**
+ * Whether the launcher opens NCCL's rendezvous: `backend: nccl` entry jobs, whose ranks dial it. A command's ranks
+ * (torchrun's, or the Python client's, whose groups the coordinator forms) never would, and a member that never
+ * dials in is counted absent and killed.
+ */
+export const usesRendezvous = (job: Pick<Job, "program" | "backend">): boolean => job.backend === "nccl" && job.program._tag === "Entry"
+
 const text = (what: string) => Schema.NonEmptyString.pipe(expecting(what))
 
 /** A list of words, each said as the list is: a person reads the list, not its items. */

@@ -17,6 +17,7 @@ import * as Queue from "effect/Queue"
 import type * as Scope from "effect/Scope"
 import { SupervisionEvent } from "../decide.ts"
 import { beatEveryMs } from "../../config/FailurePolicy.ts"
+import { usesRendezvous } from "../../config/Job.ts"
 import { deadlines, scaled } from "../../config/NetTimeouts.ts"
 import { VERSION } from "../../version.ts"
 import * as ControlGate from "./ControlGate.ts"
@@ -116,7 +117,7 @@ export const listen = (env: RunEnv, later: Later): Effect.Effect<Listening, Port
       },
       onClosed: (host) => training.ifReady((plane) => plane?.controller.leave(host) ?? Effect.void)
     })
-    const rendezvous = config.job.backend === "nccl"
+    const rendezvous = usesRendezvous(config.job)
       ? yield* RendezvousGate.make({
         salt: env.salt,
         handshakeMs: env.handshakeMs,
