@@ -70,6 +70,12 @@ describe("cohort.init() says what is wrong in one line, without a traceback", ()
         "use the client that comes with the launcher (its python/ folder)"
     ],
     [
+      "a backend the client does not offer",
+      { COHORT_RANK_ENVELOPE: envelope({ backend: "cpu_cadence" }), COHORT_LOCAL_SLOT: "0" },
+      "cohort: job.backend is cpu_cadence: the Python client averages the gradients at every step, which is cpu_sync (gloo) or nccl; " +
+        "local steps between averages (cpu_cadence, cpu_async) are for entry: jobs only"
+    ],
+    [
       "a slot past the host's ranks",
       { COHORT_RANK_ENVELOPE: envelope(), COHORT_LOCAL_SLOT: "2" },
       "cohort: COHORT_LOCAL_SLOT 2 is out of range: host localhost has 2 slot(s)"

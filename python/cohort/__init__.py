@@ -69,6 +69,11 @@ def init() -> Context:
     if _context is not None:
         return _context
     envelope = read_envelope()
+    if envelope.backend not in ("cpu_sync", "nccl"):
+        raise CohortError(
+            f"job.backend is {envelope.backend}: the Python client averages the gradients at every step, which is "
+            "cpu_sync (gloo) or nccl; local steps between averages (cpu_cadence, cpu_async) are for entry: jobs only"
+        )
     orders = Orders()
 
     def lost(reason: str) -> None:
