@@ -25,7 +25,8 @@ describe("cluster.yml", () => {
       controller: {
         host: "127.0.0.1",
         port: 0,
-        join: { minRanks: 4, targetRanks: 4, timeoutMs: 60_000, maxTimeoutMs: 120_000, openAdmission: false, start: "auto", afterFormation: "reject", maxRanks: undefined }
+        join: { minRanks: 4, targetRanks: 4, timeoutMs: 60_000, maxTimeoutMs: 120_000, openAdmission: false, start: "auto", afterFormation: "reject", maxRanks: undefined },
+        encrypt: false
       },
       workers: [{ host: "localhost", devices: { _tag: "Count", count: 4 }, path: ".", env: { OMP_NUM_THREADS: "1" }, ssh: undefined, tunnel: false, agent: undefined }],
       env: {},
@@ -47,6 +48,11 @@ describe("cluster.yml", () => {
         degradedExit: 0
       }
     })
+  })
+
+  test("controller.encrypt: false unless asked for", async () => {
+    expect((await decode(minimal("  - { host: a, devices: 2 }"))).controller.encrypt).toBe(false)
+    expect((await decode(`controller: { encrypt: true }\n${minimal("  - { host: a, devices: 2 }")}`)).controller.encrypt).toBe(true)
   })
 
   test("join knobs default from capacity; a devices: all host leaves them to the probe", async () => {
@@ -105,6 +111,8 @@ describe("cluster.yml", () => {
     ["reserved env key", minimal("  - { host: a, devices: 2, env: { CUDA_VISIBLE_DEVICES: '0' } }"), "CUDA_VISIBLE_DEVICES is reserved: device scoping belongs in `devices:`"],
     ["bad ssh port", minimal("  - { host: a, devices: 2, ssh: { port: 70000 } }"), "workers[0].ssh.port (line 2, col 41): expected an ssh port from 1 to 65535, got 70000"],
     ["tunnel not a boolean", minimal("  - { host: a, devices: 2, tunnel: yes please }"), "workers[0].tunnel (line 2, col 36): expected true or false"],
+    ["encrypt not a boolean", `controller: { encrypt: yes please }\n${minimal(w)}`, "controller.encrypt (line 1, col 24): expected true or false"],
+    ["unknown controller key", `controller: { encrypted: true }\n${minimal(w)}`, `controller (line 1, col 15): unknown key "encrypted" (did you mean "encrypt"?); known keys: host, port, join, encrypt`],
     ["bad port", `controller: { port: 99999 }\n${minimal(w)}`, "controller.port (line 1, col 21): expected a port from 0 to 65535 (0 picks a free one), got 99999"],
     ["target below min", `controller: { join: { min_ranks: 2, target_ranks: 1 } }\n${minimal(w)}`, "controller.join.target_ranks (line 1, col 51): expected at least min_ranks (2), got 1"],
     ["min above capacity", `controller: { join: { min_ranks: 5 } }\n${minimal(w)}`, "controller.join.min_ranks (line 1, col 34): expected at most the 2 ranks the workers declare, got 5"],

@@ -156,7 +156,7 @@ describe("JoinGate", () => {
     new DataView(header.buffer).setUint32(0, length, true)
     header[4] = 1
     // Magic, nonce, an empty key id (the salt's), then a frame's header and a few of its bytes.
-    return new Uint8Array([...new TextEncoder().encode("CoJ1"), ...new Uint8Array(16).fill(7), 0, ...header, 1, 2, 3])
+    return new Uint8Array([...new TextEncoder().encode("CoJ2"), ...new Uint8Array(16).fill(7), 0, ...header, 1, 2, 3])
   }
   /** Milliseconds until the launcher closes a connection that sent `bytes` (none: still open after 6 s). */
   const closedAfter = (port: number, bytes: Uint8Array) =>

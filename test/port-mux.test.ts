@@ -25,7 +25,7 @@ import * as Codec from "../src/wire/Codec.ts"
 import type { Connection } from "../src/wire/Connection.ts"
 import { FrameDecoder, FrameError, frameBytes, HEADER_BYTES, MAC_BYTES, MAX_LENGTH } from "../src/wire/Frame.ts"
 import { Abort, Hello, JoinMessage } from "../src/wire/JoinMessages.ts"
-import { type ConnectionKeys, deriveKeys, NONCE_BYTES, newSalt } from "../src/wire/Keys.ts"
+import { deriveKeys, type FrameKeys, NONCE_BYTES, newSalt } from "../src/wire/Keys.ts"
 import * as Link from "../src/wire/Link.ts"
 import { echoOwner as linkOwner } from "./support/echo-owner.ts"
 import { effect, eventually } from "./support/effect.ts"
@@ -33,14 +33,14 @@ import { effect, eventually } from "./support/effect.ts"
 const join = Codec.make("join", JoinMessage)
 const hello = new Hello({ host: "node-a", devices: [0, 1], deviceLabels: ["cpu", "cpu"], pid: 42, version: "0.1.0" })
 
-/** A join owner that answers each Hello with Abort{reason: host}. */
-const echoOwner = (salt: Uint8Array) =>
+/** A join owner that answers each Hello with Abort{reason: host}; `encrypt`: its links encrypt every frame. */
+const echoOwner = (salt: Uint8Array, encrypt = false) =>
   Actor.spawn<PortMux.Accepted, Scope.Scope>({
     name: "join-owner",
     handlers: {
       Accepted: ({ connection }) =>
         Effect.gen(function*() {
-          const link = yield* Link.accept(connection, { channel: "join", keyFor: Link.unnamedKey(salt), inbound: join, outbound: join })
+          const link = yield* Link.accept(connection, { channel: "join", keyFor: Link.unnamedKey(salt), encrypt, inbound: join, outbound: join })
           const message = yield* link.receive
           if (message._tag === "Hello") yield* link.send(new Abort({ reason: `hello ${message.host}` }))
         }).pipe(Effect.ignore, Effect.forkScoped, Effect.asVoid)
@@ -305,6 +305,8 @@ const FUZZ_HEAP_BOUND = 16 * 2 ** 20
 const helloKind = join.encode(hello).kind
 const helloPayload = join.encode(hello).payload
 /** What the owners answer to `hello`, framed. */
+/** The listener's side of the handshake: its nonce, then the frame mode's byte. */
+const LISTENER_ANSWER_BYTES = NONCE_BYTES + 1
 const abortFrameBytes = HEADER_BYTES + join.encode(new Abort({ reason: "hello node-a" })).payload.length + MAC_BYTES
 const cbor = new Encoder({ useRecords: false })
 
@@ -319,6 +321,8 @@ type BadMac =
   | "other-channel"
   | "random-mac"
   | "empty-payload"
+  /** Sealed under the keys of the encrypted mode, its flag cleared: a downgrade the keys' label catches. */
+  | "other-mode"
 type BadSequence = "replay" | "reorder" | "skip"
 type Undecodable = "unknown-kind" | "wrong-kind" | "random-payload" | "bad-fields" | "empty"
 
@@ -405,10 +409,11 @@ const planFor = (channel: ChannelName): fc.Arbitrary<Plan> => {
           "other-connection",
           "other-channel",
           "random-mac",
-          "empty-payload"
+          "empty-payload",
+          "other-mode"
         ),
         at,
-        bytes: fc.uint8Array({ minLength: 32, maxLength: 32 })
+        bytes: fc.uint8Array({ minLength: MAC_BYTES, maxLength: MAC_BYTES })
       })
     },
     {
@@ -467,7 +472,7 @@ const flipBit = (bytes: Uint8Array, bit: number) => {
 
 const otherChannel: Record<ChannelName, ChannelName> = { join: "control", control: "rendezvous", rendezvous: "data", data: "join" }
 
-const script = (plan: Plan, channel: ChannelName, salt: Uint8Array, keys: ConnectionKeys, listenerNonce: Uint8Array): Script => {
+const script = (plan: Plan, channel: ChannelName, salt: Uint8Array, keys: FrameKeys, listenerNonce: Uint8Array): Script => {
   if (plan.kind === "garbage" || plan.kind === "short-nonce") throw new Error("not a post-handshake plan")
   const prefix = plan.kind === "bad-sequence" && plan.how === "replay" ? Math.max(1, plan.prefix) : plan.prefix
   const helloAt = (sequence: number | bigint, key = keys.dialer) => frameBytes(key, helloKind, BigInt(sequence), helloPayload)
@@ -544,6 +549,10 @@ const script = (plan: Plan, channel: ChannelName, salt: Uint8Array, keys: Connec
           break
         case "random-mac":
           bad = concat(frame.subarray(0, macAt), plan.bytes)
+          break
+        case "other-mode":
+          bad = helloAt(next, deriveKeys(salt, magic[channel], plan.nonce, listenerNonce, true).dialer)
+          bad[5] = 0
           break
         case "empty-payload": {
           const empty = frameBytes(keys.dialer, helloKind, next, new Uint8Array(0))
@@ -721,7 +730,7 @@ const runCase = async (
   const entry = await peers.register(peer)
   try {
     let outcome: { readonly end: boolean; readonly expect: Link.LinkErrorReason }
-    let keys: ConnectionKeys | undefined
+    let keys: FrameKeys | undefined
     let hellos = 0
     if (plan.kind === "garbage" || plan.kind === "short-nonce") {
       const after = plan.kind === "garbage" ? plan.bytes : plan.nonce.subarray(0, plan.length)
@@ -732,14 +741,16 @@ const runCase = async (
       if ((await within(entry.taken.promise, 5_000)) === TIMED_OUT) return "never handed to its owner"
     } else {
       raw.write(concat(magic[channel], plan.nonce, new Uint8Array([0])))
-      if (!(await raw.until(() => raw.received >= NONCE_BYTES, 5_000))) return "no listener nonce within 5 s"
+      // The listener answers its nonce and the frame mode (0: authenticated; the echo owner does not encrypt).
+      if (!(await raw.until(() => raw.received >= LISTENER_ANSWER_BYTES, 5_000))) return "no listener nonce within 5 s"
+      if (raw.bytes()[NONCE_BYTES] !== 0) return `frame mode ${raw.bytes()[NONCE_BYTES]}, expected 0`
       const listenerNonce = raw.bytes().subarray(0, NONCE_BYTES)
       keys = deriveKeys(salt, magic[channel], plan.nonce, listenerNonce)
       const steps = script(plan, channel, salt, keys, listenerNonce)
       outcome = steps
       hellos = steps.hellos
       await raw.trickle(steps.bytes, plan.chunk)
-      const answered = NONCE_BYTES + steps.answers * abortFrameBytes
+      const answered = LISTENER_ANSWER_BYTES + steps.answers * abortFrameBytes
       if (!(await raw.until(() => raw.received >= answered, 5_000))) return `fewer than ${steps.answers} answers within 5 s`
     }
     if (outcome.end) raw.end()
@@ -751,7 +762,7 @@ const runCase = async (
     if (ended.reason !== outcome.expect) return `expected ${outcome.expect}, the owner saw ${ended.reason}: ${ended.detail}`
     if (keys !== undefined) {
       // What came back: only valid answers to valid Hellos; a bad frame is never answered.
-      const answers = new FrameDecoder(keys.listener, 1 << 20).push(raw.bytes().subarray(NONCE_BYTES))
+      const answers = new FrameDecoder(keys.listener, 1 << 20).push(raw.bytes().subarray(LISTENER_ANSWER_BYTES))
       if (answers instanceof FrameError) return `the owner sent a bad frame: ${answers.message}`
       if (answers.length > hellos) return `${answers.length} answers to ${hellos} Hellos`
     }
@@ -784,6 +795,33 @@ describe("PortMux", () => {
       const link = yield* Link.dial({ host: "127.0.0.1", port: mux.port, channel: "join", salt, inbound: join, outbound: join })
       yield* link.send(hello)
       expect(yield* link.receive).toEqual(new Abort({ reason: "hello node-a" }))
+    }), 10_000)
+
+  effect.live("an encrypting listener tells its dialer: both ends encrypt, and no message crosses in the clear", () =>
+    Effect.gen(function*() {
+      const salt = newSalt()
+      const mux = yield* PortMux.start({ address: "127.0.0.1", port: 0, magicDeadlineMs: 1_000, owners: { join: yield* echoOwner(salt, true) } })
+      // cohort's dialer learns the mode from the handshake, with nothing configured.
+      const link = yield* Link.dial({ host: "127.0.0.1", port: mux.port, channel: "join", salt, inbound: join, outbound: join })
+      expect(link.encrypted).toBe(true)
+      yield* link.send(hello)
+      expect(yield* link.receive).toEqual(new Abort({ reason: "hello node-a" }))
+
+      // By hand: the listener's answer ends with mode 1, and both directions' frames are ciphertext.
+      const raw = yield* connect(mux.port)
+      const dialerNonce = new Uint8Array(NONCE_BYTES).fill(5)
+      raw.write(concat(magic.join, dialerNonce, new Uint8Array([0])))
+      expect(yield* Effect.promise(() => raw.until(() => raw.received >= LISTENER_ANSWER_BYTES, 5_000))).toBe(true)
+      expect(raw.bytes()[NONCE_BYTES]).toBe(1)
+      const keys = deriveKeys(salt, magic.join, dialerNonce, raw.bytes().slice(0, NONCE_BYTES), true)
+      const sent = frameBytes(keys.dialer, helloKind, 0n, helloPayload)
+      raw.write(sent)
+      expect(yield* Effect.promise(() => raw.until(() => raw.received > LISTENER_ANSWER_BYTES + HEADER_BYTES + MAC_BYTES, 5_000))).toBe(true)
+      const answers = new FrameDecoder(keys.listener, 1 << 20).push(raw.bytes().subarray(LISTENER_ANSWER_BYTES))
+      expect(Array.isArray(answers) && answers.length).toBe(1)
+      const visible = (bytes: Uint8Array, text: string) => Buffer.from(bytes).includes(Buffer.from(text))
+      expect([visible(sent, "node-a"), visible(raw.bytes(), "hello node-a")]).toEqual([false, false])
+      raw.terminate()
     }), 10_000)
 
   effect.live("a dialer with the wrong salt is dropped without a reply", () =>
@@ -823,7 +861,7 @@ describe("PortMux", () => {
           const strangers: Array<Raw> = []
           for (let i = 0; i < 3; i++) {
             const raw = yield* connect(mux.port)
-            raw.write("CoJ1")
+            raw.write(magic.join)
             strangers.push(raw)
           }
           yield* eventually(Effect.map(mux.stats, (stats) => stats.routed["join channel"] === 3), "three strangers handed to the join owner")
@@ -838,7 +876,7 @@ describe("PortMux", () => {
           yield* agent.send(hello)
           expect(yield* agent.receive).toEqual(new Abort({ reason: "hello node-a" }))
           const another = yield* connect(mux.port)
-          another.write("CoJ1")
+          another.write(magic.join)
           const overLimit = yield* connect(mux.port)
           expect(yield* closedWithin(overLimit, 1_000)).toBe(true)
           expect(another.closed).toBe(false)
@@ -916,6 +954,36 @@ describe("PortMux", () => {
     )
 
     effect.live(
+      "a peer of wire protocol 1 (CoJ1, CoC1) is reset at its magic, with a warning naming both protocols and what to do",
+      () => {
+        const logs = captureLogs()
+        return Effect.gen(function*() {
+          const salt = newSalt()
+          const mux = yield* PortMux.start({ address: "127.0.0.1", port: 0, magicDeadlineMs: 3_000, owners: { join: yield* linkOwner("join", salt) } })
+          const joinV1 = yield* connect(mux.port)
+          // What a cohort of protocol 1 sent: its magic, its nonce and an empty key id.
+          joinV1.write(concat(ascii("CoJ1"), new Uint8Array(NONCE_BYTES), new Uint8Array([0])))
+          const controlV1 = yield* connect(mux.port)
+          controlV1.write("CoC1")
+          expect(yield* closedWithin(joinV1, 1_000)).toBe(true)
+          expect(yield* closedWithin(controlV1, 1_000)).toBe(true)
+          // Nothing was answered: a protocol-1 dialer reads its failure as a closed handshake.
+          expect(joinV1.received).toBe(0)
+          const joinReason = "a join connection in cohort's wire protocol 1 (magic CoJ1); this launcher speaks protocol 2 (CoJ2): " +
+            "run the same cohort version on every host (update cohort on the dialing host)"
+          const controlReason = "a control connection in cohort's wire protocol 1 (magic CoC1); this launcher speaks protocol 2 (CoC2): " +
+            "run the same cohort version on every host (update cohort on the dialing host)"
+          yield* eventually(Effect.map(mux.stats, (stats) => total(stats.dropped) >= 2), "two drops counted")
+          expect((yield* mux.stats).dropped).toEqual({ [joinReason]: 1, [controlReason]: 1 })
+          expect(logs.warnings(joinReason).length).toBe(1)
+          // A protocol-2 join on the same port is unaffected.
+          yield* joinRoundTrip(mux.port, salt)
+        }).pipe(Effect.provide(logs.layer))
+      },
+      10_000
+    )
+
+    effect.live(
       "20 unknown-magic connections from 127.0.0.1 are all closed and counted, and logged once, naming the peer",
       () => {
         const logs = captureLogs()
@@ -962,7 +1030,10 @@ describe("PortMux", () => {
           const elapsed = performance.now() - started
           expect(error).toBeInstanceOf(Link.LinkError)
           expect(error.reason).toBe("handshake")
-          expect(error.detail).toBe("closed during the handshake")
+          expect(error.detail).toBe(
+            "closed during the handshake (a launcher closes a dial it does not take: a key it does not know, a channel this run " +
+              "does not serve, or another wire protocol than this cohort's 2, for which run the same cohort version on every host)"
+          )
           // Refused at once, not at the magic deadline: any time well short of the deadline proves it, so the
           // bound is half of it, which a loaded machine's slow dial does not reach.
           expect(elapsed).toBeLessThan(deadline / 2)

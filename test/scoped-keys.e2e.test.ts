@@ -4,7 +4,9 @@
  * with the salt file the launcher wrote, so it knows the salt. Its ranks run
  * test/fixtures/key-thief-fixture.ts, which tries to act as its relay and its
  * host with the key it was given. While they wait, the test reads every
- * process's environment and argv.
+ * process's environment and argv. The run encrypts its frames
+ * (`controller.encrypt: true`), so its join and control links
+ * run encrypted from end to end here, with no option given to the agent.
  */
 import { afterAll, describe, expect, test } from "bun:test"
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
@@ -32,7 +34,7 @@ describe("scoped keys", () => {
     const file = join(dir, "cluster.yml")
     writeFileSync(file, `
 name: keys
-controller: { host: 127.0.0.1, port: 0 }
+controller: { host: 127.0.0.1, port: 0, encrypt: true }
 workers:
   - { host: keyhost, devices: 2, agent: self, path: ${repoRoot} }
 job: { entry: test/fixtures/key-thief-fixture.ts, args: ["out=${dir}"] }
@@ -78,6 +80,7 @@ failure_policy: { grace: 2s }
       expect(await launch.proc.exited).toBe(0)
       await launch.stderr.done
       expect(launch.stderr.lines.at(-1)).toBe("cohort: run completed")
+      expect(launch.stderr.lines.some((line) => line.includes("every link's frames are encrypted (controller.encrypt: true)"))).toBe(true)
       // The tries were dropped as noise: none of them reached the relay's or the run's bookkeeping.
       expect(agentOut.lines.filter((line) => /refused|rejected/i.test(line))).toEqual([])
     } finally {

@@ -1,14 +1,17 @@
 /**
- * Frames: round trips across any chunking, and every kind of tampering
- * rejected with its reason.
+ * Frames: round trips across any chunking, in both modes (authenticated,
+ * encrypted), and every kind of tampering rejected with its reason.
  */
 import { describe, expect, test } from "bun:test"
 import * as fc from "fast-check"
 import { FrameDecoder, FrameError, frameBytes, HEADER_BYTES, MAC_BYTES } from "../src/wire/Frame.ts"
+import { type FrameKey, frameKey } from "../src/wire/FrameCipher.ts"
 import { deriveKeys, newNonce, newSalt } from "../src/wire/Keys.ts"
 import { magic } from "../src/wire/Channel.ts"
 
-const key = new Uint8Array(32).fill(7)
+const key = frameKey(new Uint8Array(16).fill(7), false)
+const encrypting = frameKey(new Uint8Array(16).fill(7), true)
+const modes: ReadonlyArray<readonly [string, FrameKey]> = [["authenticated", key], ["encrypted", encrypting]]
 const seeded = (seed: number, numRuns = 200) => ({ seed, numRuns })
 
 /** Split `bytes` at the given cut points (any order, duplicates allowed). */
@@ -36,49 +39,80 @@ const feed = (decoder: FrameDecoder, pieces: ReadonlyArray<Uint8Array>) => {
 const payloads = fc.array(fc.uint8Array({ maxLength: 300 }), { minLength: 1, maxLength: 6 })
 
 describe("frames", () => {
-  test("a sequence of frames survives any split of the byte stream", () => {
-    fc.assert(
-      fc.property(payloads, fc.array(fc.nat(), { maxLength: 20 }), fc.nat(255), (bodies, cuts, kind) => {
-        const stream = Buffer.concat(bodies.map((body, index) => frameBytes(key, kind, BigInt(index), body)))
-        const frames = feed(new FrameDecoder(key, 1 << 20), split(new Uint8Array(stream), cuts))
-        expect(frames).toEqual(bodies.map((payload, index) => ({ kind, sequence: BigInt(index), payload })))
-      }),
-      seeded(1)
-    )
+  for (const [mode, modeKey] of modes) {
+    test(`a sequence of ${mode} frames survives any split of the byte stream`, () => {
+      fc.assert(
+        fc.property(payloads, fc.array(fc.nat(), { maxLength: 20 }), fc.nat(255), (bodies, cuts, kind) => {
+          const stream = Buffer.concat(bodies.map((body, index) => frameBytes(modeKey, kind, BigInt(index), body)))
+          const frames = feed(new FrameDecoder(modeKey, 1 << 20), split(new Uint8Array(stream), cuts))
+          expect(frames).toEqual(bodies.map((payload, index) => ({ kind, sequence: BigInt(index), payload })))
+        }),
+        seeded(1)
+      )
+    })
+  }
+
+  test("an encrypted frame does not carry its payload in the clear; an authenticated one does", () => {
+    const payload = new TextEncoder().encode("a secret that is long enough to spot")
+    const hidden = frameBytes(encrypting, 1, 0n, payload)
+    const clear = frameBytes(key, 1, 0n, payload)
+    expect(Buffer.from(clear).includes(Buffer.from(payload))).toBe(true)
+    expect(Buffer.from(hidden).includes(Buffer.from(payload.subarray(0, 8)))).toBe(false)
+    // Same length: GCM adds nothing but the tag. The flags byte says which.
+    expect([hidden.length, hidden[5], clear[5]]).toEqual([clear.length, 1, 0])
+  })
+
+  test("a frame of the other mode is refused from its header, saying so", () => {
+    const refused = (decoderKey: FrameKey, frame: Uint8Array) => {
+      const out = new FrameDecoder(decoderKey, 1024).push(frame.subarray(0, HEADER_BYTES))
+      return out instanceof FrameError ? `${out.reason}: ${out.detail}` : "accepted"
+    }
+    expect(refused(key, frameBytes(encrypting, 1, 0n, new Uint8Array([1])))).toBe("bad-header: an encrypted frame on a link that only authenticates")
+    expect(refused(encrypting, frameBytes(key, 1, 0n, new Uint8Array([1])))).toBe("bad-header: an authenticated frame on a link that encrypts every frame")
+  })
+
+  test("a large encrypted frame streams through 4 MiB blocks and back, in pieces of any size", () => {
+    const payload = new Uint8Array(9 << 20 | 13).map((_, index) => (index * 31) & 0xff)
+    const frame = frameBytes(encrypting, 2, 0n, payload)
+    const decoder = new FrameDecoder(encrypting, 1 << 30)
+    const frames = feed(decoder, split(frame, [65_536, 4 << 20, (4 << 20) + 7, 8 << 20, (9 << 20) + 20]))
+    expect(Array.isArray(frames) && frames.length === 1 && Buffer.from(frames[0]!.payload).equals(Buffer.from(payload))).toBe(true)
   })
 
   test("a reader that stops after a frame gets exactly that frame's bytes used, and the rest later", () => {
-    // Frames of 3, 0 and 5 payload bytes: 51, 48 and 53 bytes on the wire (16-byte header, 32-byte MAC).
+    // Frames of 3, 0 and 5 payload bytes: 35, 32 and 37 bytes on the wire (16-byte header, 16-byte tag).
     const bodies = [new Uint8Array([1, 2, 3]), new Uint8Array(0), new Uint8Array([9, 8, 7, 6, 5])]
     const stream = new Uint8Array(Buffer.concat(bodies.map((body, index) => frameBytes(key, 4, BigInt(index), body))))
     const decoder = new FrameDecoder(key, 1 << 20)
     const seen: Array<number> = []
     // Stop after the first frame.
-    expect(decoder.pushWhile(stream, (frame) => seen.push(frame.payload.length) < 1)).toBe(51)
+    expect(decoder.pushWhile(stream, (frame) => seen.push(frame.payload.length) < 1)).toBe(35)
     expect([seen, decoder.betweenFrames]).toEqual([[3], true])
     // Then take the rest in pieces, one of which ends inside a header: not between frames there.
-    expect(decoder.pushWhile(stream.subarray(51, 60), () => true)).toBe(9)
+    expect(decoder.pushWhile(stream.subarray(35, 44), () => true)).toBe(9)
     expect(decoder.betweenFrames).toBe(false)
-    expect(decoder.pushWhile(stream.subarray(60), (frame) => seen.push(frame.payload.length) > 0)).toBe(152 - 60)
+    expect(decoder.pushWhile(stream.subarray(44), (frame) => seen.push(frame.payload.length) > 0)).toBe(104 - 44)
     expect([seen, decoder.betweenFrames, decoder.error]).toEqual([[3, 0, 5], true, undefined])
   })
 
-  test("every single-bit flip of a frame is rejected", () => {
-    fc.assert(
-      fc.property(fc.uint8Array({ maxLength: 64 }), (body) => {
-        const frame = frameBytes(key, 3, 0n, body)
-        for (let bit = 0; bit < frame.length * 8; bit++) {
-          const flipped = frame.slice()
-          flipped[bit >> 3]! ^= 1 << (bit & 7)
-          const out = new FrameDecoder(key, 1 << 20).push(flipped)
-          // A flip in the length field may leave the frame incomplete instead: still nothing is accepted.
-          const accepted = Array.isArray(out) ? out.length : 0
-          expect({ bit, accepted }).toEqual({ bit, accepted: 0 })
-        }
-      }),
-      seeded(2, 60)
-    )
-  })
+  for (const [mode, modeKey] of modes) {
+    test(`every single-bit flip of an ${mode} frame is rejected`, () => {
+      fc.assert(
+        fc.property(fc.uint8Array({ maxLength: 64 }), (body) => {
+          const frame = frameBytes(modeKey, 3, 0n, body)
+          for (let bit = 0; bit < frame.length * 8; bit++) {
+            const flipped = frame.slice()
+            flipped[bit >> 3]! ^= 1 << (bit & 7)
+            const out = new FrameDecoder(modeKey, 1 << 20).push(flipped)
+            // A flip in the length field may leave the frame incomplete instead: still nothing is accepted.
+            const accepted = Array.isArray(out) ? out.length : 0
+            expect({ bit, accepted }).toEqual({ bit, accepted: 0 })
+          }
+        }),
+        seeded(2, 60)
+      )
+    })
+  }
 
   test("a length over the ceiling is refused from the header alone, before any payload arrives", () => {
     const decoder = new FrameDecoder(key, 1024)
@@ -125,14 +159,29 @@ describe("frames", () => {
     expect(reason(f0, f2)).toBe("bad-sequence")
   })
 
-  test("a frame from another connection or the other direction fails the MAC", () => {
+  for (const encrypt of [false, true]) {
+    test(`a frame from another connection, channel or direction fails the tag (${encrypt ? "encrypted" : "authenticated"})`, () => {
+      const salt = newSalt()
+      const [dialerNonce, listenerNonce] = [newNonce(), newNonce()]
+      const a = deriveKeys(salt, magic.join, dialerNonce, listenerNonce, encrypt)
+      const b = deriveKeys(salt, magic.join, newNonce(), newNonce(), encrypt)
+      const control = deriveKeys(salt, magic.control, dialerNonce, listenerNonce, encrypt)
+      const frame = frameBytes(a.dialer, 1, 0n, new Uint8Array([42]))
+      expect((new FrameDecoder(b.dialer, 1024).push(frame) as FrameError).reason).toBe("bad-mac")
+      expect((new FrameDecoder(a.listener, 1024).push(frame) as FrameError).reason).toBe("bad-mac")
+      expect((new FrameDecoder(control.dialer, 1024).push(frame) as FrameError).reason).toBe("bad-mac")
+      expect(new FrameDecoder(a.dialer, 1024).push(frame)).toEqual([{ kind: 1, sequence: 0n, payload: new Uint8Array([42]) }])
+    })
+  }
+
+  test("the same connection's keys differ by mode: a frame whose flag is cleared on the way fails its tag", () => {
     const salt = newSalt()
-    const a = deriveKeys(salt, magic.join, newNonce(), newNonce())
-    const b = deriveKeys(salt, magic.join, newNonce(), newNonce())
-    const frame = frameBytes(a.dialer, 1, 0n, new Uint8Array([42]))
-    expect((new FrameDecoder(b.dialer, 1024).push(frame) as FrameError).reason).toBe("bad-mac")
-    expect((new FrameDecoder(a.listener, 1024).push(frame) as FrameError).reason).toBe("bad-mac")
-    expect(new FrameDecoder(a.dialer, 1024).push(frame)).toEqual([{ kind: 1, sequence: 0n, payload: new Uint8Array([42]) }])
+    const [dialerNonce, listenerNonce] = [newNonce(), newNonce()]
+    const encrypted = deriveKeys(salt, magic.join, dialerNonce, listenerNonce, true)
+    const authenticated = deriveKeys(salt, magic.join, dialerNonce, listenerNonce, false)
+    const frame = frameBytes(encrypted.dialer, 1, 0n, new Uint8Array([42]))
+    frame[5] = 0
+    expect((new FrameDecoder(authenticated.dialer, 1024).push(frame) as FrameError).reason).toBe("bad-mac")
   })
 
   test("after one bad frame the decoder stays closed", () => {
@@ -143,7 +192,9 @@ describe("frames", () => {
     expect(decoder.push(frameBytes(key, 1, 0n, new Uint8Array([1])))).toBeInstanceOf(FrameError)
   })
 
-  test("frame overhead is a 16-byte header and a 32-byte MAC", () => {
-    expect(frameBytes(key, 0, 0n, new Uint8Array(10)).length).toBe(10 + HEADER_BYTES + MAC_BYTES)
+  test("frame overhead is a 16-byte header and a 16-byte tag, in both modes", () => {
+    expect([HEADER_BYTES, MAC_BYTES]).toEqual([16, 16])
+    expect(frameBytes(key, 0, 0n, new Uint8Array(10)).length).toBe(42)
+    expect(frameBytes(encrypting, 0, 0n, new Uint8Array(10)).length).toBe(42)
   })
 })

@@ -8,6 +8,7 @@
  *   port: 0                  # the mux port; 0 picks a free one
  *   join: { min_ranks: 4, target_ranks: 4, timeout: 30s, max_timeout: 120s, open_admission: false, start: auto }
  *   # join: { …, after_formation: accept, max_ranks: 16 }   # grow: agents that dial in later join at the next epoch
+ *   encrypt: false           # true: every frame's payload encrypted too, not only authenticated (networks you do not trust)
  * workers:
  *   - host: localhost
  *     devices: 4             # N CPU ranks, [0, 1] GPU indices, or "all"; 0 or []: declared, runs nothing
@@ -82,7 +83,16 @@ export interface Worker {
 
 export interface ClusterConfig {
   readonly name: string
-  readonly controller: { readonly host: string; readonly port: number; readonly join: JoinWindow }
+  readonly controller: {
+    readonly host: string
+    readonly port: number
+    readonly join: JoinWindow
+    /**
+     * Encrypt every frame's payload, not only authenticate it (AES-128-GCM, the frame keys): for networks you
+     * do not trust. Each link's listener (the launcher) tells its dialer in the handshake (`Link`). Absent: false.
+     */
+    readonly encrypt?: boolean | undefined
+  }
   readonly workers: ReadonlyArray<Worker>
   readonly env: Readonly<Record<string, string>>
   readonly job: Job
@@ -307,7 +317,7 @@ export const decodeCluster = (root: Field, fallbackName: string): ClusterConfig 
     if (first !== undefined) item.get("host").report(`host "${host}" is already workers[${first}]: give each host one entry`)
     else seen.set(host, index)
   })
-  const controller = top.controller.attempt(() => top.controller.map(["host", "port", "join"]))
+  const controller = top.controller.attempt(() => top.controller.map(["host", "port", "join", "encrypt"]))
   const job = top.job.attempt(() =>
     top.job.present ? decodeJob(top.job) : top.job.fail("expected a job section with entry or command")
   )
@@ -325,6 +335,7 @@ export const decodeCluster = (root: Field, fallbackName: string): ClusterConfig 
     controller: {
       host: controller?.host.readOr((f) => f.string("the address workers dial, like 127.0.0.1"), "127.0.0.1") ?? "127.0.0.1",
       port: controller?.port.readOr((f) => f.int(0, 65_535, "a port from 0 to 65535 (0 picks a free one)"), 0) ?? 0,
+      encrypt: controller?.encrypt.readOr((f) => boolean(f), false) ?? false,
       join: (controller === undefined ? undefined : controller.join.attempt(() => decodeJoin(withFlodlKeys(controller.join, joinAliases, notes), declaredRanks(workers)))) ??
         unreadableJoin
     },

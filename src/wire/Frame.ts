@@ -1,34 +1,41 @@
 /**
- * Frames: how every message crosses a cohort connection.
+ * Frames: how every message crosses a cohort connection (wire protocol 2).
  *
  * ```
  *  0  u32 LE  payload length
  *  4  u8      kind          (which message of the channel's union)
- *  5  u8[3]   reserved, 0
+ *  5  u8      flags         (bit 0: the payload is encrypted; the other bits 0)
+ *  6  u8[2]   reserved, 0
  *  8  u64 LE  sequence      (per direction, from 0, +1 per frame)
- * 16  payload (CBOR)
- *  …  32-byte MAC: HMAC-SHA256(direction key, header ‖ payload)
+ * 16  payload (CBOR; its ciphertext when the link encrypts)
+ *  …  16-byte tag: AES-128-GCM(direction key, nonce = sequence) over header ‖ payload (`FrameCipher`)
  * ```
  *
- * The MAC is a trailer so both ends can hash while the bytes move: the
+ * The tag is a trailer so both ends can hash while the bytes move: the
  * sender as it writes, the receiver as it reads, never holding a second copy.
  * The direction key is derived per connection (see `Keys`), and the sequence
  * must be exactly the next one, so a frame cannot be replayed, reordered, or
- * moved to another connection or direction.
+ * moved to another connection or direction. The flags say in the clear what
+ * the link's keys already fix (a link encrypts every frame or none): a frame
+ * of the other mode is refused from its header with a reason, before any
+ * cryptography.
  *
  * The length is checked against the channel's ceiling before anything is
  * allocated, and a large payload is kept as the chunks that arrived, so
  * memory follows the bytes actually received.
  */
-import { createHmac, timingSafeEqual } from "node:crypto"
 import * as Data from "effect/Data"
+import { type FrameKey, type FrameOpener, opener, sealer, TAG_BYTES } from "./FrameCipher.ts"
 
 export const HEADER_BYTES = 16
 /** A large payload is received into blocks of this size, allocated as bytes arrive. */
 const BLOCK_BYTES = 4 << 20
 /** Blocks a decoder keeps for reuse after a large frame: up to 64 MiB. */
 const MAX_SPARE_BLOCKS = 16
-export const MAC_BYTES = 32
+/** The trailer: GCM's tag. */
+export const MAC_BYTES = TAG_BYTES
+/** Bit 0 of the flags byte: the payload is encrypted. */
+export const ENCRYPTED = 0x01
 /** The largest length the header can carry. */
 export const MAX_LENGTH = 0xffff_ffff
 
@@ -49,54 +56,52 @@ export interface Frame {
   readonly payload: Uint8Array
 }
 
-const header = (kind: number, sequence: bigint, length: number): Uint8Array => {
+const header = (key: FrameKey, kind: number, sequence: bigint, length: number): Uint8Array => {
+  if (length > MAX_LENGTH) throw new RangeError(`payload of ${length} bytes exceeds the frame limit`)
   const bytes = new Uint8Array(HEADER_BYTES)
   const view = new DataView(bytes.buffer)
   view.setUint32(0, length, true)
   view.setUint8(4, kind)
+  view.setUint8(5, key.encrypt ? ENCRYPTED : 0)
   view.setBigUint64(8, sequence, true)
   return bytes
 }
 
 /**
- * The pieces of one frame, ready to write in order: header, payload, MAC.
- * The payload is not copied.
+ * The pieces of one frame, ready to write in order: header, payload, tag.
+ * An authenticated payload is not copied; an encrypted one is its ciphertext.
  */
-export const encodeFrame = (key: Uint8Array, kind: number, sequence: bigint, payload: Uint8Array): [Uint8Array, Uint8Array, Uint8Array] => {
-  if (payload.length > MAX_LENGTH) throw new RangeError(`payload of ${payload.length} bytes exceeds the frame limit`)
-  const head = header(kind, sequence, payload.length)
-  const mac = createHmac("sha256", key).update(head).update(payload).digest()
-  return [head, payload, new Uint8Array(mac.buffer, mac.byteOffset, mac.byteLength)]
+export const encodeFrame = (key: FrameKey, kind: number, sequence: bigint, payload: Uint8Array): [Uint8Array, Uint8Array, Uint8Array] => {
+  const head = header(key, kind, sequence, payload.length)
+  const cipher = sealer(key, sequence, head)
+  const body = cipher.payload(payload)
+  return [head, body, cipher.tag()]
 }
 
 /**
  * The pieces of one frame for streaming: the header, the payload in
- * `chunkBytes` slices, then the MAC. Each slice is hashed only when it is
- * pulled, so a sender that writes a slice before pulling the next one hashes
- * while the kernel moves the previous slice.
+ * `chunkBytes` slices, then the tag. Each slice is hashed (or encrypted) only
+ * when it is pulled, so a sender that writes a slice before pulling the next
+ * one hashes while the kernel moves the previous slice.
  */
 export function* frameParts(
-  key: Uint8Array,
+  key: FrameKey,
   kind: number,
   sequence: bigint,
   payload: Uint8Array,
   chunkBytes = 4 << 20
 ): Generator<Uint8Array> {
-  if (payload.length > MAX_LENGTH) throw new RangeError(`payload of ${payload.length} bytes exceeds the frame limit`)
-  const head = header(kind, sequence, payload.length)
-  const hmac = createHmac("sha256", key).update(head)
+  const head = header(key, kind, sequence, payload.length)
+  const cipher = sealer(key, sequence, head)
   yield head
   for (let at = 0; at < payload.length; at += chunkBytes) {
-    const slice = payload.subarray(at, Math.min(payload.length, at + chunkBytes))
-    hmac.update(slice)
-    yield slice
+    yield cipher.payload(payload.subarray(at, Math.min(payload.length, at + chunkBytes)))
   }
-  const mac = hmac.digest()
-  yield new Uint8Array(mac.buffer, mac.byteOffset, mac.byteLength)
+  yield cipher.tag()
 }
 
 /** One frame as a single buffer (tests, small control messages). */
-export const frameBytes = (key: Uint8Array, kind: number, sequence: bigint, payload: Uint8Array): Uint8Array =>
+export const frameBytes = (key: FrameKey, kind: number, sequence: bigint, payload: Uint8Array): Uint8Array =>
   concat(encodeFrame(key, kind, sequence, payload), payload.length + HEADER_BYTES + MAC_BYTES)
 
 type Stage = "header" | "payload" | "mac"
@@ -117,7 +122,7 @@ export class FrameDecoder {
   private chunks: Array<Uint8Array> = []
   private blockFilled = 0
   private spare: Array<Uint8Array> = []
-  private hmac: ReturnType<typeof createHmac> | undefined
+  private cipher: FrameOpener | undefined
   private expected = 0n
   private failed: FrameError | undefined
 
@@ -125,10 +130,10 @@ export class FrameDecoder {
    * `ceiling` bounds every frame; `firstCeiling` (at most `ceiling`) bounds frames until one has
    * authenticated: a listener's guard against strangers who announce large frames and never send them.
    */
-  constructor(private key: Uint8Array, private readonly ceiling: number, private readonly firstCeiling = ceiling) {}
+  constructor(private key: FrameKey, private readonly ceiling: number, private readonly firstCeiling = ceiling) {}
 
   /** Verify the frames after the current one with another key (open admission switches to the run's salt). */
-  setKey(key: Uint8Array): void {
+  setKey(key: FrameKey): void {
     this.key = key
   }
 
@@ -188,7 +193,7 @@ export class FrameDecoder {
         }
       } else if (this.stage === "payload") {
         // Copy into blocks allocated as the bytes come (the caller may reuse
-        // its buffer); each block is hashed once it is full.
+        // its buffer); each block is hashed (or decrypted) once it is full.
         let block = this.chunks[this.chunks.length - 1]
         if (block === undefined || this.blockFilled === block.length) {
           const size = Math.min(BLOCK_BYTES, this.length - this.filled)
@@ -203,7 +208,7 @@ export class FrameDecoder {
         this.blockFilled += take
         this.filled += take
         at += take
-        if (this.blockFilled === block.length) this.hmac!.update(block)
+        if (this.blockFilled === block.length) this.absorb(block)
         if (this.filled === this.length) {
           this.stage = "mac"
           this.filled = 0
@@ -230,13 +235,31 @@ export class FrameDecoder {
     return at + take
   }
 
+  /** A full block of the payload: into the tag, and, when the link encrypts, swapped for its plaintext. */
+  private absorb(block: Uint8Array): void {
+    const plain = this.cipher!.payload(block)
+    if (plain === block) return
+    this.chunks[this.chunks.length - 1] = plain
+    // The ciphertext's block can take the next one's bytes.
+    if (block.buffer.byteLength === BLOCK_BYTES && this.spare.length < MAX_SPARE_BLOCKS) this.spare.push(new Uint8Array(block.buffer))
+  }
+
   private startPayload(): FrameError | undefined {
     const view = new DataView(this.head.buffer)
     this.length = view.getUint32(0, true)
     this.kind = view.getUint8(4)
     this.sequence = view.getBigUint64(8, true)
-    if (view.getUint8(5) !== 0 || view.getUint16(6, true) !== 0) {
-      return new FrameError({ reason: "bad-header", detail: "reserved header bytes are not zero" })
+    const flags = view.getUint8(5)
+    if ((flags & ~ENCRYPTED) !== 0 || view.getUint16(6, true) !== 0) {
+      return new FrameError({ reason: "bad-header", detail: "reserved header bits are not zero" })
+    }
+    if (((flags & ENCRYPTED) !== 0) !== this.key.encrypt) {
+      return new FrameError({
+        reason: "bad-header",
+        detail: this.key.encrypt
+          ? "an authenticated frame on a link that encrypts every frame"
+          : "an encrypted frame on a link that only authenticates"
+      })
     }
     // `expected` moves past 0 once a frame has authenticated.
     const limit = this.expected === 0n ? Math.min(this.firstCeiling, this.ceiling) : this.ceiling
@@ -246,7 +269,7 @@ export class FrameDecoder {
         detail: `frame of ${this.length} bytes exceeds ${this.expected === 0n && limit < this.ceiling ? "the ceiling before authentication" : "this channel's ceiling"} of ${limit} bytes`
       })
     }
-    this.hmac = createHmac("sha256", this.key).update(this.head)
+    this.cipher = opener(this.key, this.sequence, this.head)
     this.chunks = []
     this.filled = 0
     this.stage = this.length === 0 ? "mac" : "payload"
@@ -254,11 +277,11 @@ export class FrameDecoder {
   }
 
   private finish(): Frame | FrameError {
-    const digest = this.hmac!.digest()
-    this.hmac = undefined
+    const verified = this.cipher!.verify(this.mac)
+    this.cipher = undefined
     this.stage = "header"
     this.filled = 0
-    if (!timingSafeEqual(digest, this.mac)) {
+    if (!verified) {
       return new FrameError({ reason: "bad-mac", detail: `frame ${this.sequence} failed authentication` })
     }
     if (this.sequence !== this.expected) {
@@ -284,7 +307,7 @@ export class FrameDecoder {
   private fail(error: FrameError): FrameError {
     this.failed = error
     this.chunks = []
-    this.hmac = undefined
+    this.cipher = undefined
     return error
   }
 }

@@ -4,12 +4,17 @@
  * One 128-bit session salt per launch, from the OS CSPRNG. It reaches agents
  * out of band (ssh stdin, a file, an environment variable), never argv.
  * Every connection opens with a nonce from each side; each direction of the
- * connection gets its own key, HMAC-SHA256(salt, label ‖ channel ‖ direction ‖
- * nonces). A frame recorded on one connection, or in one direction, therefore
- * fails the MAC anywhere else, and a replayed conversation fails as soon as
- * the listener's fresh nonce differs.
+ * connection gets its own frame key (AES-128, see `FrameCipher`): HKDF-SHA256
+ * of the key the dialer named (the salt or a scoped key), salted with both
+ * nonces, under a label that names the direction, the frame mode and the
+ * channel. A frame recorded on one connection, or in one direction, therefore
+ * fails its tag anywhere else, and a replayed conversation fails as soon as
+ * the listener's fresh nonce differs. The mode is in the label so that a mode
+ * changed on the way (the listener announces it, `Link`) gives keys that
+ * authenticate nothing.
  */
-import { createHmac, hkdfSync } from "node:crypto"
+import { hkdfSync } from "node:crypto"
+import { FRAME_KEY_BYTES, type FrameKey, frameKey } from "./FrameCipher.ts"
 
 export const SALT_BYTES = 16
 export const NONCE_BYTES = 16
@@ -23,34 +28,35 @@ export const newNonce = (): Uint8Array => crypto.getRandomValues(new Uint8Array(
 export const OPEN_SALT: Uint8Array = new Uint8Array(SALT_BYTES)
 
 export interface ConnectionKeys {
-  /** Frames the dialer sends. */
+  /** What the dialer sends. */
   readonly dialer: Uint8Array
-  /** Frames the listener sends. */
+  /** What the listener sends. */
   readonly listener: Uint8Array
 }
 
-const label = new TextEncoder().encode("cohort/1 frame key")
-
-const derive = (salt: Uint8Array, magic: Uint8Array, direction: number, dialerNonce: Uint8Array, listenerNonce: Uint8Array) => {
-  const mac = createHmac("sha256", salt)
-    .update(label)
-    .update(magic)
-    .update(new Uint8Array([direction]))
-    .update(dialerNonce)
-    .update(listenerNonce)
-    .digest()
-  return new Uint8Array(mac.buffer, mac.byteOffset, mac.byteLength)
+/** A connection's frame keys, one per direction. */
+export interface FrameKeys {
+  readonly dialer: FrameKey
+  readonly listener: FrameKey
 }
 
+/**
+ * The frame keys of one connection: HKDF-SHA256(ikm: `salt`, salt: dialer nonce ‖ listener nonce,
+ * info: "cohort/2 frame key <dialer|listener> <authenticated|encrypted> " ‖ channel magic), 16 bytes each.
+ */
 export const deriveKeys = (
   salt: Uint8Array,
   magic: Uint8Array,
   dialerNonce: Uint8Array,
-  listenerNonce: Uint8Array
-): ConnectionKeys => ({
-  dialer: derive(salt, magic, 0, dialerNonce, listenerNonce),
-  listener: derive(salt, magic, 1, dialerNonce, listenerNonce)
-})
+  listenerNonce: Uint8Array,
+  encrypt = false
+): FrameKeys => {
+  const nonces = Buffer.concat([dialerNonce, listenerNonce])
+  const mode = encrypt ? "encrypted" : "authenticated"
+  const key = (direction: string) =>
+    frameKey(new Uint8Array(hkdfSync("sha256", salt, nonces, Buffer.concat([Buffer.from(`cohort/2 frame key ${direction} ${mode} `), magic]), FRAME_KEY_BYTES)), encrypt)
+  return { dialer: key("dialer"), listener: key("listener") }
+}
 
 /**
  * The keys that encrypt a connection's secret-bearing messages (`Seal`), one per direction: HKDF-SHA256 of

@@ -5,11 +5,15 @@
  * key it holds (one length byte, then the id: empty for the salt itself, a
  * host's name or a rank's number for the scoped keys of `Keys`); the listener
  * looks the key up, resets a connection naming one it does not know, answers
- * with its own nonce, and both derive the per-direction keys from that key.
- * From then on every message is a frame (`Frame`) carrying one message of
- * the channel's union (`Codec`). The first bad frame, undecodable message or
- * EOF ends the link with a `LinkError` that says which and names the peer; a
- * bad MAC is never answered.
+ * with its own nonce and one byte for the frame mode (0: authenticated, 1:
+ * encrypted; the launcher's `controller.encrypt`), and both derive the
+ * per-direction keys from that key, the nonces and the mode. The dialer
+ * takes the mode it is told: the mode is in the keys' label, so one changed
+ * on the way gives keys under which no frame authenticates, and the link
+ * ends at its first frame. From then on every message is a frame (`Frame`)
+ * carrying one message of the channel's union (`Codec`). The first bad frame,
+ * undecodable message or EOF ends the link with a `LinkError` that says which
+ * and names the peer; a bad tag is never answered.
  *
  * The inbox is bounded (`InboxBound`, per channel by default: `defaultInbox`).
  * A socket callback cannot wait, so the bound is kept before decoding: frames
@@ -28,7 +32,7 @@ import * as Exit from "effect/Exit"
 import * as Mailbox from "effect/Mailbox"
 import type * as Scope from "effect/Scope"
 import type { Socket } from "bun"
-import { type ChannelName, defaultCeiling, magic, UNAUTHENTICATED_CEILING } from "./Channel.ts"
+import { type ChannelName, defaultCeiling, magic, UNAUTHENTICATED_CEILING, WIRE_PROTOCOL } from "./Channel.ts"
 import type { Codec } from "./Codec.ts"
 import { Connection, forwardingHandlers, type SocketData } from "./Connection.ts"
 import { encodeFrame, type Frame, FrameDecoder, type FrameErrorReason, HEADER_BYTES, MAC_BYTES } from "./Frame.ts"
@@ -53,6 +57,8 @@ export interface Link<In, Out> {
   readonly peer: string
   /** The key id the dialer named (empty: the salt): what the peer's first message must agree with. */
   readonly keyId: string
+  /** Whether frames' payloads are encrypted (the listener's choice, `AcceptOptions.encrypt`), not only authenticated. */
+  readonly encrypted: boolean
   readonly send: (message: Out) => Effect.Effect<void, LinkError>
   /** The next message; fails once the link has ended. */
   readonly receive: Effect.Effect<In, LinkError>
@@ -134,14 +140,19 @@ export interface LinkOptions<In, Out> {
   readonly inbox?: Partial<InboxBound> | undefined
 }
 
-/** Both nonces, the key they are used with and this end's role: everything needed to derive the keys. */
+/** Both nonces, the key they are used with, the frame mode and this end's role: everything needed to derive the keys. */
 interface Agreement {
   readonly dialerNonce: Uint8Array
   readonly listenerNonce: Uint8Array
   readonly role: "dialer" | "listener"
   readonly key: Uint8Array
   readonly keyId: string
+  readonly encrypt: boolean
 }
+
+/** The listener's last handshake byte: the frame mode. */
+const AUTHENTICATED_MODE = 0
+const ENCRYPTED_MODE = 1
 
 /** A key id is at most this many bytes of UTF-8 (one length byte; host names stop at 253 characters). */
 export const MAX_KEY_ID_BYTES = 253
@@ -172,7 +183,7 @@ const open = <In, Out>(
     // bound is kept before decoding (`hasRoom`) and the socket is paused instead.
     const inbox = yield* Mailbox.make<Received<In>, LinkError>()
     const keysFor = (salt: Uint8Array) => {
-      const keys = deriveKeys(salt, magic[channel], agreement.dialerNonce, agreement.listenerNonce)
+      const keys = deriveKeys(salt, magic[channel], agreement.dialerNonce, agreement.listenerNonce, agreement.encrypt)
       return agreement.role === "dialer"
         ? { send: keys.dialer, receive: keys.listener }
         : { send: keys.listener, receive: keys.dialer }
@@ -334,6 +345,7 @@ const open = <In, Out>(
     const link: Link<In, Out> = {
       peer,
       keyId: agreement.keyId,
+      encrypted: agreement.encrypt,
       send: (message) =>
         Effect.suspend(() => {
           if (connection.isClosed) {
@@ -381,18 +393,29 @@ const expect = (
   n: number,
   options: { readonly channel: ChannelName; readonly handshakeMs?: number | undefined },
   peer: string,
-  what: string
+  what: string,
+  onClose = "closed during the handshake"
 ): Effect.Effect<Uint8Array, LinkError> =>
   Effect.flatMap(Effect.promise(() => connection.take(n, options.handshakeMs ?? 10_000)), (bytes) => {
     if (bytes instanceof Uint8Array) return Effect.succeed(bytes)
     connection.reset()
-    const detail = bytes === "closed" ? "closed during the handshake" : `no ${what} within ${options.handshakeMs ?? 10_000} ms`
+    const detail = bytes === "closed" ? onClose : `no ${what} within ${options.handshakeMs ?? 10_000} ms`
     return Effect.fail(new LinkError({ channel: options.channel, peer, reason: "handshake", detail }))
   })
+
+/**
+ * What a dialer is told when the listener closes before its nonce: a launcher resets a dial it does not take,
+ * and one of another wire protocol does not know this magic (the likelier cause when every dial fails).
+ */
+const closedBeforeNonce =
+  "closed during the handshake (a launcher closes a dial it does not take: a key it does not know, a channel this run " +
+  `does not serve, or another wire protocol than this cohort's ${WIRE_PROTOCOL}, for which run the same cohort version on every host)`
 
 export interface AcceptOptions<In, Out> extends LinkOptions<In, Out> {
   /** The key of each key id this listener knows (`unnamedKey(salt)`: the salt alone); undefined: unknown, reset. */
   readonly keyFor: (keyId: string) => Uint8Array | undefined
+  /** Encrypt every frame's payload both ways, not only authenticate it (`controller.encrypt`; default false). The dialer is told. */
+  readonly encrypt?: boolean | undefined
 }
 
 const utf8 = new TextDecoder("utf-8", { fatal: true })
@@ -421,8 +444,9 @@ export const accept = <In, Out>(
     // Unknown ids are not echoed: a stranger's bytes are not printed.
     if (key === undefined) return yield* refuse(keyId === "" ? "no key id, and this channel takes only scoped keys" : "a key id this launcher does not know")
     const listenerNonce = newNonce()
-    yield* Effect.promise(() => connection.write(listenerNonce))
-    return yield* open(connection, options, { dialerNonce, listenerNonce, role: "listener", key, keyId })
+    const encrypt = options.encrypt === true
+    yield* Effect.promise(() => connection.write(listenerNonce, new Uint8Array([encrypt ? ENCRYPTED_MODE : AUTHENTICATED_MODE])))
+    return yield* open(connection, options, { dialerNonce, listenerNonce, role: "listener", key, keyId, encrypt })
   })
 
 export interface DialOptions<In, Out> extends LinkOptions<In, Out> {
@@ -464,8 +488,19 @@ export const dial = <In, Out>(options: DialOptions<In, Out>): Effect.Effect<Link
         return yield* new LinkError({ channel: options.channel, peer: where, reason: "handshake", detail: `the key id is ${idBytes.length} bytes (at most ${MAX_KEY_ID_BYTES})` })
       }
       yield* Effect.promise(() => connection.write(magic[options.channel], dialerNonce, new Uint8Array([idBytes.length]), idBytes))
-      const listenerNonce = yield* expect(connection, NONCE_BYTES, options, where, "nonce")
-      return yield* open(connection, options, { dialerNonce, listenerNonce, role: "dialer", key: options.salt, keyId })
+      const answer = yield* expect(connection, NONCE_BYTES + 1, options, where, "nonce", closedBeforeNonce)
+      const listenerNonce = answer.slice(0, NONCE_BYTES)
+      const mode = answer[NONCE_BYTES]!
+      if (mode !== AUTHENTICATED_MODE && mode !== ENCRYPTED_MODE) {
+        connection.reset()
+        return yield* new LinkError({
+          channel: options.channel,
+          peer: where,
+          reason: "handshake",
+          detail: `the launcher asked for frame mode ${mode}, which this cohort (wire protocol ${WIRE_PROTOCOL}) does not know: run the same cohort version on every host`
+        })
+      }
+      return yield* open(connection, options, { dialerNonce, listenerNonce, role: "dialer", key: options.salt, keyId, encrypt: mode === ENCRYPTED_MODE })
     }),
     (link) => link.close
   )

@@ -48,6 +48,8 @@ export interface ControlGate {
 
 export interface ControlGateOptions {
   readonly salt: Uint8Array
+  /** Encrypt every frame's payload on this channel's links, not only authenticate it (`controller.encrypt`; default false). */
+  readonly encrypt?: boolean | undefined
   /** The ranks a host's relay speaks for (undefined: the host is not in the world). Asked once per relay hello. */
   readonly ranksOf: (host: string) => Effect.Effect<ReadonlyArray<number> | undefined>
   readonly handshakeMs: number
@@ -113,7 +115,7 @@ export const make = (options: ControlGateOptions): Effect.Effect<ControlGate, ne
     const noise = makeNoiseLog("control")
     const serve = (connection: Accepted["connection"]) =>
       Effect.gen(function*() {
-        const link = yield* Link.accept(connection, { channel: "control", keyFor: hostKeyFor, inbound: controlCodec, outbound: controlCodec })
+        const link = yield* Link.accept(connection, { channel: "control", keyFor: hostKeyFor, encrypt: options.encrypt, inbound: controlCodec, outbound: controlCodec })
         const hello = yield* link.receiveWithin(options.handshakeMs, "RelayHello")
         if (hello._tag !== "RelayHello") return yield* refuse(link, `expected RelayHello first, got ${hello._tag}`)
         // The key a relay holds is its host's: it speaks for that host and no other.

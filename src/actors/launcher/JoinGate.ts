@@ -70,6 +70,8 @@ export interface JoinGateOptions {
   /** What an admitted host runs (its env included). */
   readonly specFor: (host: string) => HostRunSpec
   readonly salt: Uint8Array
+  /** Encrypt every frame's payload on this channel's links, not only authenticate it (`controller.encrypt`; default false). */
+  readonly encrypt?: boolean | undefined
   readonly version: string
   /** Time a connection has to send its Hello (already scaled). */
   readonly handshakeMs: number
@@ -301,7 +303,13 @@ export const make = (options: JoinGateOptions): Effect.Effect<JoinGate, never, S
 
     const serve = (connection: Accepted["connection"]) =>
       Effect.gen(function*() {
-        const link = yield* Link.accept(connection, { channel: "join", keyFor: joinKeyFor(options.admission, options.salt), inbound: joinCodec, outbound: joinCodec })
+        const link = yield* Link.accept(connection, {
+          channel: "join",
+          keyFor: joinKeyFor(options.admission, options.salt),
+          encrypt: options.encrypt,
+          inbound: joinCodec,
+          outbound: joinCodec
+        })
         if (options.admission.mode === "pre-shared" && link.keyId === OPEN_KEY_ID) {
           yield* refuseSaltless(link)
           return yield* Effect.sync(() => connection.reset())

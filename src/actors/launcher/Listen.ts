@@ -82,6 +82,7 @@ export const listen = (env: RunEnv, later: Later): Effect.Effect<Listening, Port
       admission: env.admission,
       specFor: (host) => hostRunSpec(config, host, env.heartbeatTimeoutMs),
       salt: env.salt,
+      encrypt: config.controller.encrypt,
       version: VERSION,
       handshakeMs: env.handshakeMs,
       onJoined: (host, ranks) => record({ event: "host_joined", at: Date.now(), host, ranks }),
@@ -95,6 +96,7 @@ export const listen = (env: RunEnv, later: Later): Effect.Effect<Listening, Port
     const training = later.training
     const control = yield* ControlGate.make({
       salt: env.salt,
+      encrypt: config.controller.encrypt,
       // Relays register once the world has formed; until then no host is anyone's.
       ranksOf: (host) => Effect.map(later.membership.poll, (owner) => owner._tag === "None" ? undefined : ranksOf(owner.value.snapshot(), host)),
       handshakeMs: env.handshakeMs,
@@ -120,6 +122,7 @@ export const listen = (env: RunEnv, later: Later): Effect.Effect<Listening, Port
     const rendezvous = usesRendezvous(config.job)
       ? yield* RendezvousGate.make({
         salt: env.salt,
+        encrypt: config.controller.encrypt,
         handshakeMs: env.handshakeMs,
         idTimeoutMs: scaled(deadlines.rendezvousIdMs, env.scale),
         onFailure: (reason) => later.supervision.ifReady(({ supervisor }) => supervisor.send(SupervisionEvent.CoordinatorFailed({ reason }))),
@@ -144,6 +147,10 @@ export const listen = (env: RunEnv, later: Later): Effect.Effect<Listening, Port
       `${config.name}: listening on ${plan.bindAddress}:${mux.port} (run ${env.runId}; live page: ${page} ; bun run status); ` +
         `waiting for ${worldText(plan)} on ${plan.hosts.length} host(s)`
     )
+    if (config.controller.encrypt === true) {
+      // Said once: the dialers learn it in each link's handshake, and nobody else would know.
+      yield* Effect.logInfo("every link's frames are encrypted (controller.encrypt: true), not only authenticated")
+    }
     yield* record({ event: "listening", at: Date.now(), address: plan.bindAddress, port: mux.port })
     yield* env.registration.listening({ address: plan.dialAddress, port: mux.port, page })
     // The window's countdowns move while it is open; its time is the gate's (one clock, the one its deadlines use).

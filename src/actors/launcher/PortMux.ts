@@ -6,7 +6,9 @@
  * magic, to the actor that owns that channel in this run, as an `Accepted`
  * message. HTTP goes to the status server straight from the socket callback,
  * never queued behind the control plane's work (a big run's formation keeps
- * thousands of fibers busy). A connection with an unknown
+ * thousands of fibers busy). A connection in another wire protocol (a
+ * cohort of another version: `CoJ1` against this `CoJ2`) is reset and logged
+ * with both protocols and what to do. A connection with an unknown
  * magic, that closes early or that misses the deadline is closed and logged
  * (once per peer address and reason); one for a channel nobody owns is reset
  * at once, so its dialer fails fast instead of waiting. Nothing a connection
@@ -23,7 +25,7 @@ import * as Effect from "effect/Effect"
 import type * as Scope from "effect/Scope"
 import type { Socket } from "bun"
 import * as Actor from "../Actor.ts"
-import { type ChannelName, MAGIC_BYTES, type Route, route } from "../../wire/Channel.ts"
+import { type ChannelName, MAGIC_BYTES, otherProtocol, type Route, route } from "../../wire/Channel.ts"
 import { Connection, forwardingHandlers, type SocketData } from "../../wire/Connection.ts"
 import * as CallbackFibers from "../CallbackFibers.ts"
 
@@ -134,6 +136,10 @@ export const start = (options: PortMuxOptions): Effect.Effect<PortMux, BindError
           switch (where._tag) {
             case "Channel":
               return hand(connection, options.owners[where.channel], `${where.channel} channel`)
+            case "OtherProtocol":
+              // Its frames could never authenticate here: say why now, not with a tag that fails later.
+              connection.reset()
+              return dropOnce(connection.address, connection.peer, otherProtocol(where.channel, where.protocol))
             case "Http":
               // Served from `sniff`; a run without a status server resets it here.
               return hand(connection, undefined, "status (HTTP)")

@@ -67,6 +67,8 @@ export const shrinkOf = <L>(parent: Formed<L> | undefined, members: ReadonlyArra
 
 export interface RendezvousGateOptions {
   readonly salt: Uint8Array
+  /** Encrypt every frame's payload on this channel's links, not only authenticate it (`controller.encrypt`; default false). */
+  readonly encrypt?: boolean | undefined
   readonly handshakeMs: number
   /** How long the generator has to provide an id. */
   readonly idTimeoutMs: number
@@ -215,7 +217,13 @@ export const make = (options: RendezvousGateOptions): Effect.Effect<RendezvousGa
     const noise = makeNoiseLog("rendezvous")
     const serve = (connection: Accepted["connection"]) =>
       Effect.gen(function*() {
-        const link = yield* Link.accept(connection, { channel: "rendezvous", keyFor: rankKeyFor, inbound: rendezvousCodec, outbound: rendezvousCodec })
+        const link = yield* Link.accept(connection, {
+          channel: "rendezvous",
+          keyFor: rankKeyFor,
+          encrypt: options.encrypt,
+          inbound: rendezvousCodec,
+          outbound: rendezvousCodec
+        })
         const first = yield* link.receiveWithin(options.handshakeMs, "Join")
         const refuse = (why: string) => Effect.zipRight(link.close, Effect.logWarning(`refused a rendezvous from ${link.peer}: ${why}`))
         if (first._tag !== "Join") return yield* refuse(`expected Join, got ${first._tag}`)
