@@ -8,6 +8,8 @@ export const wallClock = () => performance.timeOrigin + performance.now()
 /** cohort's own stderr lines that mark its phases. */
 export const PHASES = [
   ["listening", / listening on /],
+  // The first host's agent has joined (on one host: the launcher's own, in-process).
+  ["agent joined", /^cohort: \S+ joined with rank/],
   ["world formed", /^cohort: world formed/],
   ["cohort formed", /^cohort: cohort formed/]
 ] as const

@@ -30,21 +30,25 @@ process.on("disconnect", () => process.exit(1))
 process.on("SIGTERM", () => process.exit(0))
 
 const handshakeMs = scaled(deadlines.handshakeMs, netTimeoutScale())
-const hostKey = await new Promise<Uint8Array | { readonly problem: string }>((resolve) => {
-  const timer = setTimeout(() => resolve({ problem: `no host key from the agent within ${handshakeMs} ms` }), handshakeMs)
-  process.once("message", (message) => {
-    clearTimeout(timer)
-    resolve(readHostKeyMessage(message))
+// Not top-level await: the bundle's relay.js is a CommonJS file with bytecode (see bundle.ts), which has none.
+const main = async (): Promise<never> => {
+  const hostKey = await new Promise<Uint8Array | { readonly problem: string }>((resolve) => {
+    const timer = setTimeout(() => resolve({ problem: `no host key from the agent within ${handshakeMs} ms` }), handshakeMs)
+    process.once("message", (message) => {
+      clearTimeout(timer)
+      resolve(readHostKeyMessage(message))
+    })
   })
-})
-if (!(hostKey instanceof Uint8Array)) {
-  console.error(`cohort relay: ${hostKey.problem}`)
-  process.exit(2)
+  if (!(hostKey instanceof Uint8Array)) {
+    console.error(`cohort relay: ${hostKey.problem}`)
+    process.exit(2)
+  }
+  const program = Relay.run(spec, hostKey, handshakeMs).pipe(
+    Effect.scoped,
+    Effect.as(0),
+    Effect.catchAll((error) => Effect.as(Effect.logError(error.message), 1)),
+    Effect.provide(Log.layer(relayLogLevel(requestedLogLevelOr(LogLevel.Warning)), ""))
+  )
+  process.exit(await Effect.runPromise(program))
 }
-const program = Relay.run(spec, hostKey, handshakeMs).pipe(
-  Effect.scoped,
-  Effect.as(0),
-  Effect.catchAll((error) => Effect.as(Effect.logError(error.message), 1)),
-  Effect.provide(Log.layer(relayLogLevel(requestedLogLevelOr(LogLevel.Warning)), ""))
-)
-process.exit(await Effect.runPromise(program))
+void main()
