@@ -67,13 +67,7 @@ export interface FailurePolicy {
   readonly degradedExit: number
 }
 
-/**
- * How often liveness crosses the network for a heartbeat timeout: each relay's `HostBeats` and the
- * coordinator's beats down to the ranks. A sixth of the timeout, between 1 s and 5 s: every silence is
- * seen within a few beats, and at the default 30 s a 1,000-host world sends 400 beat frames a second
- * instead of 2,000. (Ranks still beat to their relay every second: that stays on the host.)
- */
-export const beatEveryMs = (heartbeatTimeoutMs: number): number => Math.min(5_000, Math.max(1_000, Math.round(heartbeatTimeoutMs / 6)))
+export { beatEveryMs } from "./Heartbeat.ts"
 
 /**
  * The rules a file gets when it says none and its `after_formation` is elastic: a rank whose code threw,
