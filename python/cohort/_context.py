@@ -128,8 +128,8 @@ class Context:
         self._first_epoch = int((orders.welcome or {}).get("firstEpoch", 1))
         self._epoch: Optional[int] = None
         self._done = 0
-        self._models: List[Any] = []
-        self._optimizers: List[Any] = []
+        #: What ctx.watch keeps in step: each model, its optimizer, and the optimizer's own step (unsynced).
+        self._watched: List[Tuple[Any, Any, Any]] = []
         #: The batch of the step under way (its size weighs this rank's gradients), and whether its all-reduce failed.
         self._step_samples: Optional[int] = None
         self._step_failed = False
@@ -174,9 +174,8 @@ class Context:
             )
         if not hasattr(optimizer, "step") or not hasattr(optimizer, "state_dict"):
             raise CohortError(f"watch(model, optimizer) needs a torch optimizer, got {type(optimizer).__name__}")
-        self._models.append(model)
-        self._optimizers.append(optimizer)
         step = optimizer.step
+        self._watched.append((model, optimizer, step))
 
         def synced_step(*args: Any, **kwargs: Any) -> Any:
             if not self._sync_gradients(model, self._step_samples or 0):
@@ -186,8 +185,6 @@ class Context:
             return step(*args, **kwargs)
 
         optimizer.step = synced_step
-        self._shadow = getattr(self, "_shadow", [])
-        self._shadow.append((model, step))
 
     def _sync_gradients(self, model: Any, weight: int) -> bool:
         torch = self._groups.torch
@@ -210,7 +207,7 @@ class Context:
         return True
 
     def _watched_tensors(self) -> List[Any]:
-        return [t for model in self._models for t in list(model.parameters()) + list(model.buffers())]
+        return [t for model, _, _ in self._watched for t in list(model.parameters()) + list(model.buffers())]
 
     # ------------------------------------------------------------------ epochs and steps
 
@@ -245,7 +242,7 @@ class Context:
             # members together, once the step's agreement shows someone knows of it (below).
             if groups.is_broken():
                 groups.catch_up(patience)
-            if groups.needs_sync and not groups.sync_state(self._watched_tensors(), self._optimizers):
+            if groups.needs_sync and not groups.sync_state(self._watched_tensors(), [optimizer for _, optimizer, _ in self._watched]):
                 continue
             with self._orders.changed:
                 batch = again if again is not None else take(state["ranges"], handed, size)
@@ -279,7 +276,7 @@ class Context:
 
     def _step_without_batch(self) -> None:
         """The others step: join their all-reduce with nothing to add, and take the same optimizer step."""
-        for (model, step), optimizer in zip(getattr(self, "_shadow", []), self._optimizers):
+        for model, _, step in self._watched:
             for p in model.parameters():
                 if p.grad is not None:
                     p.grad.zero_()

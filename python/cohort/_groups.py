@@ -215,28 +215,26 @@ class GroupKeeper:
             return False
         return True
 
-    def allreduce(self, tensor, op: str = "sum") -> bool:
-        """Reduce `tensor` in place over the group (sum or max); False when the group broke meanwhile."""
+    def _collective(self, start: Callable[[], Any]) -> bool:
+        """Run the collective `start()` begins on the current group; False when the group is or became broken."""
         if self.is_broken():
             return False
-        options = self.dist.AllreduceOptions()
-        options.reduceOp = self.dist.ReduceOp.MAX if op == "max" else self.dist.ReduceOp.SUM
         try:
-            return self._wait(self.pg.allreduce([tensor], options))
+            return self._wait(start())
         except RuntimeError as error:
             self.failure = f"{error}".splitlines()[0]
             return False
 
+    def allreduce(self, tensor, op: str = "sum") -> bool:
+        """Reduce `tensor` in place over the group (sum or max); False when the group broke meanwhile."""
+        options = self.dist.AllreduceOptions()
+        options.reduceOp = self.dist.ReduceOp.MAX if op == "max" else self.dist.ReduceOp.SUM
+        return self._collective(lambda: self.pg.allreduce([tensor], options))
+
     def broadcast(self, tensor, root: int) -> bool:
-        if self.is_broken():
-            return False
         options = self.dist.BroadcastOptions()
         options.rootRank = root
-        try:
-            return self._wait(self.pg.broadcast([tensor], options))
-        except RuntimeError as error:
-            self.failure = f"{error}".splitlines()[0]
-            return False
+        return self._collective(lambda: self.pg.broadcast([tensor], options))
 
     # ------------------------------------------------------------------ the state a re-form copies
 
