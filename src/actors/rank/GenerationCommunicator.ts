@@ -91,14 +91,12 @@ export const build = async (membership: NcclMembership, held: RankCommunicator |
     // Asked of the library, never assumed: an NCCL that cannot answer cannot shrink either.
     const shrinkable = yield* Effect.orElseSucceed(native.nccl.shrinkSupport, () => false)
     if (held !== undefined) {
-      const shrunk = yield* Effect.either(
-        shrinkable && membership.shrinkOf !== undefined
-          ? shrink(native, held, membership, say)
-          : Effect.fail(undefined)
-      )
-      if (shrunk._tag === "Right") return { communicator: shrunk.right, shrinkable }
-      // Said only when a shrink was meant to run: a generation that is no shrink simply builds anew.
-      if (shrunk.left !== undefined) say(`generation ${membership.generation}: cannot shrink generation ${held.membership.generation}'s NCCL communicator (${shrunk.left}); building a new one from the generation's id`)
+      // A generation that is no shrink simply builds anew; a shrink that fails says why first.
+      if (shrinkable && membership.shrinkOf !== undefined) {
+        const shrunk = yield* Effect.either(shrink(native, held, membership, say))
+        if (shrunk._tag === "Right") return { communicator: shrunk.right, shrinkable }
+        say(`generation ${membership.generation}: cannot shrink generation ${held.membership.generation}'s NCCL communicator (${shrunk.left}); building a new one from the generation's id`)
+      }
       yield* Effect.promise(() => discard(held))
     }
     return { communicator: yield* init(native, membership), shrinkable }
