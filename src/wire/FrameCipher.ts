@@ -47,13 +47,31 @@ export const frameKey = (key: Uint8Array, encrypt: boolean): FrameKey => {
 const ALGORITHM = "aes-128-gcm"
 
 /** The 96-bit GCM nonce of a frame: 4 zero bytes, then its sequence number, big-endian. */
-export const nonceOf = (sequence: bigint): Uint8Array => {
+const nonceOf = (sequence: bigint): Uint8Array => {
   const nonce = new Uint8Array(12)
   new DataView(nonce.buffer).setBigUint64(4, sequence, false)
   return nonce
 }
 
 const bytesOf = (buffer: Buffer): Uint8Array => new Uint8Array(buffer.buffer, buffer.byteOffset, buffer.byteLength)
+
+/** What both ends have of GCM: a cipher and a decipher alike. */
+interface Gcm {
+  setAAD(data: Uint8Array): unknown
+  update(data: Uint8Array): Buffer
+}
+
+/**
+ * What one frame's cipher (or decipher) does with each slice of the payload, chosen once per frame:
+ * authenticated, adds it to the additional data and passes it on; encrypted, `update`.
+ */
+const payloadOf = (gcm: Gcm, encrypt: boolean): (slice: Uint8Array) => Uint8Array =>
+  encrypt
+    ? (slice) => bytesOf(gcm.update(slice))
+    : (slice) => {
+      gcm.setAAD(slice)
+      return slice
+    }
 
 /** The sending end of one frame: the payload's slices in order, then the tag. */
 export interface FrameSealer {
@@ -68,13 +86,7 @@ export const sealer = (key: FrameKey, sequence: bigint, header: Uint8Array): Fra
   const cipher = createCipheriv(ALGORITHM, key.key, nonceOf(sequence))
   cipher.setAAD(header)
   return {
-    payload: (slice) => {
-      if (!key.encrypt) {
-        cipher.setAAD(slice)
-        return slice
-      }
-      return bytesOf(cipher.update(slice))
-    },
+    payload: payloadOf(cipher, key.encrypt),
     tag: () => {
       // Encrypted: GCM (CTR underneath) has no block left over, so `final` adds nothing.
       cipher.final()
@@ -95,13 +107,7 @@ export const opener = (key: FrameKey, sequence: bigint, header: Uint8Array): Fra
   const decipher = createDecipheriv(ALGORITHM, key.key, nonceOf(sequence))
   decipher.setAAD(header)
   return {
-    payload: (slice) => {
-      if (!key.encrypt) {
-        decipher.setAAD(slice)
-        return slice
-      }
-      return bytesOf(decipher.update(slice))
-    },
+    payload: payloadOf(decipher, key.encrypt),
     verify: (tag) => {
       if (tag.length !== TAG_BYTES) return false
       decipher.setAuthTag(tag)
