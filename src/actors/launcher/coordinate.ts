@@ -69,7 +69,7 @@ import * as HashSet from "effect/HashSet"
 import * as Option from "effect/Option"
 import type { Mutable } from "effect/Types"
 import type { Job } from "../../config/ClusterConfig.ts"
-import { beatEveryMs } from "../../config/FailurePolicy.ts"
+import { beatEveryMs } from "../../config/Heartbeat.ts"
 import {
   CheckpointSaved,
   CoordinatorBeat,
@@ -414,16 +414,16 @@ class Step {
   private readonly progress: Mutable<ProgressTold>
   private groups: Groups.ProcessGroups
 
-  constructor(state: CoordinatorState, private readonly at: number) {
-    this.settings = state.settings
-    this.members = { ...state.members }
-    this.liveness = { ...state.liveness }
-    this.deaths = { ...state.deaths }
-    this.consensus = { ...state.consensus }
-    this.growth = { ...state.growth }
-    this.epochs = { ...state.epochs }
-    this.progress = { ...state.progress }
-    this.groups = state.groups
+  constructor(private readonly before: CoordinatorState, private readonly at: number) {
+    this.settings = before.settings
+    this.members = { ...before.members }
+    this.liveness = { ...before.liveness }
+    this.deaths = { ...before.deaths }
+    this.consensus = { ...before.consensus }
+    this.growth = { ...before.growth }
+    this.epochs = { ...before.epochs }
+    this.progress = { ...before.progress }
+    this.groups = before.groups
   }
 
   result(): CoordinatorState {
@@ -547,7 +547,13 @@ class Step {
    * the formed cohort's), and not once the run is ending: ranks that leave then form nothing.
    */
   announceGroup(): void {
-    if (this.groups.stores.size === 0 || this.deaths.stopping || this.epochs.finished || !this.everyLiveAttached()) return
+    if (this.groups.stores.size === 0 || this.deaths.stopping || this.epochs.finished) return
+    // Only who is in, attached, leaving or has a store decides the group: a step that changed none of them (a beat,
+    // a progress report: nearly every step) changed no group. The collections are replaced, never written through.
+    const { before } = this
+    const unchanged = before.members.alive === this.members.alive && before.members.attached === this.members.attached &&
+      before.liveness.exiting === this.liveness.exiting && before.groups === this.groups
+    if (unchanged || !this.everyLiveAttached()) return
     const { exiting } = this.liveness
     const group = Groups.nextGroup(this.groups, this.live().filter((rank) => !HashSet.has(exiting, rank)))
     if (group === undefined) return
