@@ -45,7 +45,8 @@ import type { Subprocess } from "bun"
 import { cpuSeconds, listenOverflows, vmMiB } from "./scale/procfs.ts"
 import { wallClock } from "./phase-lines.ts"
 import { median, percentile } from "./stats.ts"
-import { beatEveryMs, defaultFailurePolicy } from "../src/config/FailurePolicy.ts"
+import { defaultFailurePolicy } from "../src/config/FailurePolicy.ts"
+import { beatEveryMs } from "../src/config/Heartbeat.ts"
 
 const HOSTS = Number(process.env.SCALE_HOSTS ?? 1000)
 const DEVICES = Number(process.env.SCALE_DEVICES ?? 8)

@@ -1,7 +1,8 @@
 import { describe, expect, test } from "bun:test"
 import * as Effect from "effect/Effect"
 import { Backoff, Count, Elastic, KillAll, Percent, Phased, Restart } from "../src/actors/Strategy.ts"
-import { beatEveryMs, defaultFailurePolicy, parseFailurePolicy } from "../src/config/FailurePolicy.ts"
+import { defaultFailurePolicy, parseFailurePolicy } from "../src/config/FailurePolicy.ts"
+import { beatEveryMs } from "../src/config/Heartbeat.ts"
 import { formatDuration, parseDuration } from "../src/config/Duration.ts"
 import { readmeDefaultRules, withDefaultRules } from "./support/default-rules.ts"
 

@@ -67,8 +67,6 @@ export interface FailurePolicy {
   readonly degradedExit: number
 }
 
-export { beatEveryMs } from "./Heartbeat.ts"
-
 /**
  * The rules a file gets when it says none and its `after_formation` is elastic: a rank whose code threw,
  * or that exited with a status from 1 to 127, met a bug every rank will meet, and the run fails with it
