@@ -35,9 +35,12 @@ const wrap = (membership: NcclMembership, formedBy: RankCommunicator["formedBy"]
   close: () => Effect.runPromise(Scope.close(scope, Exit.void))
 })
 
-/** Abort a communicator held for nothing (its generation is over, its peers may be dead), then free its Scope. */
-export const discard = (held: RankCommunicator): Promise<void> =>
-  Effect.runPromise(Effect.ignore(held.communicator.abort)).then(held.close)
+/**
+ * Abort a communicator held for nothing (its generation is over, its peers may be dead), then free its Scope
+ * (a failure to, a defect, is the caller's to see).
+ */
+export const discard = (held: RankCommunicator): Effect.Effect<void> =>
+  Effect.zipRight(Effect.ignore(held.communicator.abort), Effect.promise(held.close))
 
 /**
  * The NCCL flag names, for the line a shrink prints (`scripts/gpu-check.sh` looks for it).
@@ -97,7 +100,7 @@ export const build = async (membership: NcclMembership, held: RankCommunicator |
         if (shrunk._tag === "Right") return { communicator: shrunk.right, shrinkable }
         say(`generation ${membership.generation}: cannot shrink generation ${held.membership.generation}'s NCCL communicator (${shrunk.left}); building a new one from the generation's id`)
       }
-      yield* Effect.promise(() => discard(held))
+      yield* discard(held)
     }
     return { communicator: yield* init(native, membership), shrinkable }
   })))

@@ -54,11 +54,11 @@ export const connect = async (options: RendezvousOptions): Promise<Rendezvous> =
   /** A dissolved generation's communicator, kept (not aborted) for the next generation to shrink. */
   let held: RankCommunicator | undefined
   /** Abort what was held for a shrink that will not come (its generation is over, its peers may be dead). */
-  const letGo = async () => {
+  const letGo = Effect.suspend(() => {
     const previous = held
     held = undefined
-    if (previous !== undefined) await discard(previous)
-  }
+    return previous === undefined ? Effect.void : discard(previous)
+  })
   /** What the rank's stderr says of its communicators (the shrink's line is what gpu-check looks for). */
   const say = (line: string) => console.error(`cohort rank ${options.rank}: ${line}`)
   const ended = Effect.runSync(Deferred.make<never, Error>())
@@ -94,7 +94,7 @@ export const connect = async (options: RendezvousOptions): Promise<Rendezvous> =
           built.delete(message.generation)
           if (dissolved?.shrinkable === true) {
             // Kept for the next generation: if it is this one less the dead, the survivors shrink it.
-            yield* Effect.promise(letGo)
+            yield* letGo
             held = dissolved.communicator
           } else if (dissolved !== undefined) {
             yield* Effect.ignore(dissolved.communicator.communicator.abort)
@@ -138,7 +138,7 @@ export const connect = async (options: RendezvousOptions): Promise<Rendezvous> =
     },
     close: async () => {
       for (const { communicator } of built.values()) await communicator.close()
-      await letGo()
+      await Effect.runPromise(letGo)
       await Effect.runPromise(Scope.close(scope, Exit.void))
     }
   }
