@@ -74,6 +74,8 @@ const bytecodePrograms = ["launchMain", "relay"]
 const modulePrograms = ["agentMain", "rank"]
 /** What a whole bundle holds. */
 const outputs = [...bytecodePrograms.flatMap((name) => [`${name}.js`, `${name}.js.jsc`]), ...modulePrograms.map((name) => `${name}.js`)]
+/** A bundle folder with every program in it. */
+const isComplete = (folder: string): boolean => outputs.every((output) => existsSync(join(folder, output)))
 
 const build = async (target: string): Promise<boolean> => {
   const scratch = `${target}.building-${process.pid}`
@@ -111,7 +113,7 @@ const build = async (target: string): Promise<boolean> => {
       rmSync(join(home, entry), { recursive: true, force: true })
     }
   }
-  return outputs.every((output) => existsSync(join(target, output)))
+  return isComplete(target)
 }
 
 /** The bundle's folder, built if need be; undefined where it cannot be had. */
@@ -119,7 +121,7 @@ const bundleFolder = async (): Promise<string | undefined> => {
   if (process.env.COHORT_NO_BUNDLE === "1") return undefined
   try {
     const target = join(home, `bundle-${bundleKey()}`)
-    if (outputs.every((output) => existsSync(join(target, output)))) return target
+    if (isComplete(target)) return target
     // 0700: the launcher checks that `.cohort` is this user's alone (see PrivateFiles).
     mkdirSync(home, { recursive: true, mode: 0o700 })
     return await buildOnce(target) ? target : undefined
