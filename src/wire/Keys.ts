@@ -34,6 +34,21 @@ export interface ConnectionKeys {
   readonly listener: Uint8Array
 }
 
+/** One key per direction of a connection: HKDF-SHA256(ikm: `salt`, salt: dialer nonce ‖ listener nonce, info: label ‖ channel magic). */
+const perDirection = (
+  salt: Uint8Array,
+  magic: Uint8Array,
+  dialerNonce: Uint8Array,
+  listenerNonce: Uint8Array,
+  label: (direction: "dialer" | "listener") => string,
+  bytes: number
+): ConnectionKeys => {
+  const nonces = Buffer.concat([dialerNonce, listenerNonce])
+  const key = (direction: "dialer" | "listener") =>
+    new Uint8Array(hkdfSync("sha256", salt, nonces, Buffer.concat([Buffer.from(label(direction)), magic]), bytes))
+  return { dialer: key("dialer"), listener: key("listener") }
+}
+
 /** A connection's frame keys, one per direction. */
 export interface FrameKeys {
   readonly dialer: FrameKey
@@ -51,11 +66,9 @@ export const deriveKeys = (
   listenerNonce: Uint8Array,
   encrypt = false
 ): FrameKeys => {
-  const nonces = Buffer.concat([dialerNonce, listenerNonce])
   const mode = encrypt ? "encrypted" : "authenticated"
-  const key = (direction: string) =>
-    frameKey(new Uint8Array(hkdfSync("sha256", salt, nonces, Buffer.concat([Buffer.from(`cohort/2 frame key ${direction} ${mode} `), magic]), FRAME_KEY_BYTES)), encrypt)
-  return { dialer: key("dialer"), listener: key("listener") }
+  const keys = perDirection(salt, magic, dialerNonce, listenerNonce, (direction) => `cohort/2 frame key ${direction} ${mode} `, FRAME_KEY_BYTES)
+  return { dialer: frameKey(keys.dialer, encrypt), listener: frameKey(keys.listener, encrypt) }
 }
 
 /**
@@ -68,12 +81,7 @@ export const deriveSealKeys = (
   magic: Uint8Array,
   dialerNonce: Uint8Array,
   listenerNonce: Uint8Array
-): ConnectionKeys => {
-  const nonces = Buffer.concat([dialerNonce, listenerNonce])
-  const key = (direction: string) =>
-    new Uint8Array(hkdfSync("sha256", salt, nonces, Buffer.concat([Buffer.from(`cohort/1 seal ${direction} `), magic]), 32))
-  return { dialer: key("dialer"), listener: key("listener") }
-}
+): ConnectionKeys => perDirection(salt, magic, dialerNonce, listenerNonce, (direction) => `cohort/1 seal ${direction} `, 32)
 
 /**
  * The token of `POST /start`: derived from the salt (HKDF-SHA256, its own label), so it opens the join
