@@ -11,9 +11,6 @@
 export type ShrinkFlag = "default" | "abort"
 export const shrinkFlagCode: Readonly<Record<ShrinkFlag, 0 | 1>> = { default: 0, abort: 1 }
 
-/** The first NCCL with ncclCommShrink. */
-export const SHRINK_SINCE = 22700
-
 /**
  * From 2.31.2, ncclCommDestroy of a parent that an NCCL_SHRINK_ABORT shrink left behind never returns:
  * the survivors must ncclCommAbort it instead.
