@@ -18,12 +18,14 @@ export const WIRE_PROTOCOL = 2
 
 const letters: Readonly<Record<ChannelName, string>> = { join: "J", rendezvous: "R", data: "D", control: "C" }
 
+const magicText = (channel: ChannelName, protocol: number) => `Co${letters[channel]}${protocol}`
+
 /** Readable in a packet capture: "CoJ2" is cohort's join channel, protocol 2. */
 export const magic: Readonly<Record<ChannelName, Uint8Array>> = {
-  join: ascii(`CoJ${WIRE_PROTOCOL}`),
-  rendezvous: ascii(`CoR${WIRE_PROTOCOL}`),
-  data: ascii(`CoD${WIRE_PROTOCOL}`),
-  control: ascii(`CoC${WIRE_PROTOCOL}`)
+  join: ascii(magicText("join", WIRE_PROTOCOL)),
+  rendezvous: ascii(magicText("rendezvous", WIRE_PROTOCOL)),
+  data: ascii(magicText("data", WIRE_PROTOCOL)),
+  control: ascii(magicText("control", WIRE_PROTOCOL))
 }
 
 export const MAGIC_BYTES = 4
@@ -41,9 +43,9 @@ const same = (a: Uint8Array, b: Uint8Array) => a.length === b.length && a.every(
 
 /** Where the first four bytes of a connection send it. */
 export const route = (first: Uint8Array): Route => {
+  const digit = first[3] ?? 0
   for (const [channel, bytes] of Object.entries(magic) as Array<[ChannelName, Uint8Array]>) {
     if (same(first, bytes)) return { _tag: "Channel", channel }
-    const digit = first[3] ?? 0
     // "0".."9": the same channel, another protocol.
     if (same(first.subarray(0, 3), bytes.subarray(0, 3)) && digit >= 0x30 && digit <= 0x39) {
       return { _tag: "OtherProtocol", channel, protocol: digit - 0x30 }
@@ -54,8 +56,8 @@ export const route = (first: Uint8Array): Route => {
 
 /** Why a peer of another protocol is refused, and what to do: said on the listener's side. */
 export const otherProtocol = (channel: ChannelName, protocol: number): string =>
-  `a ${channel} connection in cohort's wire protocol ${protocol} (magic Co${letters[channel]}${protocol}); this launcher speaks ` +
-  `protocol ${WIRE_PROTOCOL} (Co${letters[channel]}${WIRE_PROTOCOL}): run the same cohort version on every host ` +
+  `a ${channel} connection in cohort's wire protocol ${protocol} (magic ${magicText(channel, protocol)}); this launcher speaks ` +
+  `protocol ${WIRE_PROTOCOL} (${magicText(channel, WIRE_PROTOCOL)}): run the same cohort version on every host ` +
   `(${protocol < WIRE_PROTOCOL ? "update cohort on the dialing host" : "update this launcher's cohort"})`
 
 /**
