@@ -47,7 +47,7 @@ export const frameKey = (key: Uint8Array, encrypt: boolean): FrameKey => {
 const ALGORITHM = "aes-128-gcm"
 
 /** The 96-bit GCM nonce of a frame: 4 zero bytes, then its sequence number, big-endian. */
-const nonceOf = (sequence: bigint): Uint8Array => {
+export const nonceOf = (sequence: bigint): Uint8Array => {
   const nonce = new Uint8Array(12)
   new DataView(nonce.buffer).setBigUint64(4, sequence, false)
   return nonce
