@@ -777,6 +777,13 @@ describe("the ranks' own process groups (ranks that attach with a store)", () =>
     expect(back.filter((line) => line.includes("Group"))).toEqual(["0,1 ← Group 3 [0,1] at 10.0.0.1:9100"])
   })
 
+  test("a rank that joined the formed cohort is in no group until it enters: its attach, store and all, changes none", () => {
+    const run = coordinator(settingsOf([0, 1], 8, 2))
+    for (const rank of [0, 1]) run.say(rank, withStore(rank))
+    run.step(CoordinatorEvent.Joined({ ranks: [2], at: 5 }))
+    expect(run.say(2, withStore(2), 10).filter((line) => line.includes("Group"))).toEqual([])
+  })
+
   test("a member that leaves on its own with its share done is no longer in the group", () => {
     const run = coordinator(settingsOf([0, 1, 2], 9, 1))
     for (const rank of [0, 1, 2]) run.say(rank, withStore(rank))
