@@ -14,7 +14,7 @@ import { existsSync } from "node:fs"
 import { dirname, join } from "node:path"
 
 /** The ABI this binding speaks; the library's `cohort_abi_version` must say the same. */
-export const ABI_VERSION = 3
+export const ABI_VERSION = 4
 
 export const status = { ok: 0, invalid: -1, unavailable: -2, cuda: -3, nccl: -4, os: -5, nvml: -6 } as const
 
@@ -30,6 +30,14 @@ export const symbols = {
   cohort_set_parent_death_signal: { args: [i32, i32], returns: i32 },
   cohort_getppid: { args: [], returns: i32 },
   cohort_monotonic_ns: { args: [], returns: f64 },
+  // A host's board (small all-reduces in shared memory): (board, …) — see board.rs.
+  cohort_board_bytes: { args: [u32, u32], returns: u64 },
+  cohort_board_init: { args: [pointer, usize, u32, u32], returns: i32 },
+  cohort_board_enable: { args: [pointer, u64], returns: i32 },
+  cohort_board_disable: { args: [pointer], returns: i32 },
+  cohort_board_state: { args: [pointer], returns: u32 },
+  cohort_board_arrive: { args: [pointer, u32, pointer, u32, u32, f64], returns: i32 },
+  cohort_board_wait: { args: [pointer, u32, pointer, u32, u32, u32], returns: i32 },
   // CPU kernels: (inputs: pointer to N pointers, N, length, out) and friends.
   cohort_sum_f32: { args: [pointer, usize, usize, pointer], returns: i32 },
   cohort_average_f32: { args: [pointer, usize, usize, pointer], returns: i32 },

@@ -6,6 +6,7 @@
 //! links against CUDA, NCCL or NVML: each is opened with `dlopen` when first
 //! used, so the library loads, and its CPU half works, on machines without a GPU.
 
+mod board;
 mod cuda;
 mod dl;
 mod error;
@@ -16,7 +17,7 @@ mod process;
 
 /// Bumped whenever the exports change (one added, removed or changed): the
 /// binding binds every symbol, so it refuses any other value.
-pub const ABI_VERSION: u32 = 3;
+pub const ABI_VERSION: u32 = 4;
 
 #[no_mangle]
 pub extern "C" fn cohort_abi_version() -> u32 {
