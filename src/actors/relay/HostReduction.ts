@@ -44,9 +44,12 @@ export class HostReduction {
     if (bytes === 0) return out
     const weight = round.reduce((sum, contribution) => sum + contribution.weight, 0)
     const average = final && op === "avg"
-    if (average && round.every((contribution) => contribution.weight === 1)) this.kernels.average("f32", inputs, out)
+    // Weights of one: the kernel's mean. Any others (even ones that add up to the number of ranks): the
+    // contributions come weighted, so their sum over the weights' sum, as the controller divides across hosts.
+    const unweighted = round.every((contribution) => contribution.weight === 1)
+    if (average && unweighted) this.kernels.average("f32", inputs, out)
     else this.kernels.sum("f32", inputs, out)
-    if (average && weight !== round.length) this.kernels.scale("f32", out, 1 / weight)
+    if (average && !unweighted && weight > 0) this.kernels.scale("f32", out, 1 / weight)
     return out
   }
 
