@@ -11,11 +11,11 @@ import { existsSync, mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { Board, BOARD_SLOT_BYTES, boardBytes } from "../src/native/Board.ts"
-import { openLibrary } from "../src/native/library.ts"
+import { openBoardLibrary } from "../src/native/library.ts"
 import { createSegment } from "../src/wire/Segments.ts"
 
-const library = openLibrary()
-if (!("symbols" in library)) throw new Error(`the native library is needed: ${JSON.stringify(library)}`)
+const library = openBoardLibrary()
+if (library === undefined) throw new Error("the native library is needed: bun run build:native")
 const dir = mkdtempSync(join(existsSync("/dev/shm") ? "/dev/shm" : tmpdir(), "cohort-board-"))
 afterAll(() => rmSync(dir, { recursive: true, force: true }))
 

@@ -13,10 +13,14 @@
  * Effect-free on purpose: a rank loads it on its start-up path.
  */
 import { ptr } from "bun:ffi"
-import type { OpenLibrary } from "./library.ts"
+import type { BoardLibrary } from "./library.ts"
 
-/** The largest all-reduce the board takes, in bytes: above it the relay's path (and its kernel threads) is faster. */
-export const BOARD_SLOT_BYTES = 64 * 1024
+/**
+ * The largest all-reduce the board takes, in bytes. At 1 MiB and N = 4 the board measured 0.49 ms against the
+ * relay's 1.07–1.25 ms (bench/README.md); above it the relay's kernel threads and `ctx.tensor`'s in-place
+ * reduction win, and a slot per rank of more would weigh on a small /dev/shm.
+ */
+export const BOARD_SLOT_BYTES = 1024 * 1024
 /** Slots on a host's board: ranks past it use the relay's path (the native side keeps members in one u64). */
 export const BOARD_SLOTS = 64
 
@@ -24,11 +28,11 @@ const ops = { sum: 0, avg: 1 } as const
 const outcomes = ["done", "fallback", "pending"] as const
 export type BoardOutcome = (typeof outcomes)[number]
 
-type Symbols = OpenLibrary["symbols"]
+type Symbols = BoardLibrary["symbols"]
 
 const pointerTo = (buffer: Float32Array) => (buffer.length === 0 ? null : ptr(buffer))
 
-const read = (code: number, library: OpenLibrary): BoardOutcome => {
+const read = (code: number, library: BoardLibrary): BoardOutcome => {
   const outcome = outcomes[code]
   if (outcome === undefined) throw new Error(`the board refused the call: ${library.lastError()}`)
   return outcome
@@ -42,7 +46,7 @@ export class Board {
   private readonly at: ReturnType<typeof ptr>
 
   /** `bytes`: the mapped segment (`Bun.mmap`), kept referenced as long as the board is used. */
-  constructor(private readonly library: OpenLibrary, readonly bytes: Uint8Array) {
+  constructor(private readonly library: BoardLibrary, readonly bytes: Uint8Array) {
     this.at = ptr(bytes)
   }
 

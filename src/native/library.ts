@@ -142,6 +142,43 @@ export const openLibrary = (path: string = libraryPath()): OpenLibrary | OpenFai
   return { path, symbols: opened.symbols, lastError }
 }
 
+export const boardSymbols = {
+  cohort_abi_version: symbols.cohort_abi_version,
+  cohort_last_error: symbols.cohort_last_error,
+  cohort_board_bytes: symbols.cohort_board_bytes,
+  cohort_board_init: symbols.cohort_board_init,
+  cohort_board_enable: symbols.cohort_board_enable,
+  cohort_board_disable: symbols.cohort_board_disable,
+  cohort_board_state: symbols.cohort_board_state,
+  cohort_board_arrive: symbols.cohort_board_arrive,
+  cohort_board_wait: symbols.cohort_board_wait
+} as const
+
+export interface BoardLibrary {
+  readonly symbols: ReturnType<typeof dlopen<typeof boardSymbols>>["symbols"]
+  readonly lastError: () => string
+}
+
+/**
+ * The library's board half alone (a rank's start-up binds nothing else), or undefined where the library is
+ * missing or of another ABI: collectives then take the relay's path. Never throws.
+ */
+export const openBoardLibrary = (path: string = libraryPath()): BoardLibrary | undefined => {
+  if (!existsSync(path)) return undefined
+  try {
+    const opened = dlopen(path, boardSymbols)
+    if (opened.symbols.cohort_abi_version() !== ABI_VERSION) return undefined
+    const text = new Uint8Array(1024)
+    const lastError = () => {
+      const length = Number(opened.symbols.cohort_last_error(ptr(text), text.length))
+      return new TextDecoder().decode(text.subarray(0, Math.min(length, text.length - 1)))
+    }
+    return { symbols: opened.symbols, lastError }
+  } catch {
+    return undefined
+  }
+}
+
 const parentDeathSymbols = {
   cohort_abi_version: symbols.cohort_abi_version,
   cohort_set_parent_death_signal: symbols.cohort_set_parent_death_signal

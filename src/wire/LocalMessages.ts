@@ -12,8 +12,11 @@ import * as Schema from "effect/Schema"
 
 const Count = Schema.Int.pipe(Schema.nonNegative())
 
-/** First, once: which rank this connection speaks for, and the protocol version it speaks (LOCAL_PROTOCOL_VERSION). */
-export const LocalHello = Schema.Struct({ t: Schema.Literal("hello"), rank: Count, version: Schema.optional(Count) })
+/**
+ * First, once: which rank this connection speaks for, the protocol version it speaks (LOCAL_PROTOCOL_VERSION),
+ * and whether it can take part in the host's board (small all-reduces in shared memory; `LocalBoard`).
+ */
+export const LocalHello = Schema.Struct({ t: Schema.Literal("hello"), rank: Count, version: Schema.optional(Count), board: Schema.optional(Schema.Boolean) })
 
 /** `sum`/`avg` for allreduce, `sync` for a model sync round, `elastic` for a `cpu_async` exchange. */
 export const RelayOp = Schema.Literal("sum", "avg", "sync", "elastic")
@@ -58,5 +61,11 @@ export const LocalOrder = Schema.Struct({ t: Schema.Literal("order"), order: Sch
 /** The relay will not serve this connection (a rank it does not know, or one already connected); it closes. */
 export const LocalRefused = Schema.Struct({ t: Schema.Literal("refused"), reason: Schema.String })
 
-export const RelayToRank = Schema.Union(LocalReduced, LocalOrder, LocalRefused)
+/**
+ * The answer to a hello that asked for the board: the board's segment and this rank's slot on it. Small `sum`
+ * and `avg` all-reduces then go through the board while the relay has it on, and through `reduce` otherwise.
+ */
+export const LocalBoard = Schema.Struct({ t: Schema.Literal("board"), seg: Schema.String, slot: Count })
+
+export const RelayToRank = Schema.Union(LocalReduced, LocalOrder, LocalRefused, LocalBoard)
 export type RelayToRank = typeof RelayToRank.Type

@@ -7,6 +7,10 @@
  *   made by `tensor()` lives in its own segment and is reduced where it is;
  *   any other buffer is copied into the rank's staging segment and back. One
  *   collective at a time, in call order.
+ * - A small `sum` or `avg` goes through the host's board instead while the
+ *   relay has it on (every member in every round, the host alone in the
+ *   world): no socket round trip, microseconds. A round the board cancels (a
+ *   member died or left) is redone through the relay.
  * - Reports go up to the coordinator; orders come back to `onOrder`.
  * - Every second the rank beats; a coordinator silent for the heartbeat
  *   timeout, or a relay that hangs up, ends the process: nobody keeps a
@@ -15,6 +19,8 @@
  * Effect-free on purpose: it is on every rank's start-up path.
  */
 import { join } from "node:path"
+import { Board, BOARD_SLOT_BYTES, type BoardOutcome } from "../../native/Board.ts"
+import { openBoardLibrary } from "../../native/library.ts"
 import { encodeLocal, LOCAL_PROTOCOL_VERSION, LocalFrameReader } from "../../wire/LocalFrames.ts"
 import { PendingWrites } from "../../wire/PendingWrites.ts"
 // Types only: the schemas are the relay's to check with; loading them would slow every rank's start.
@@ -52,6 +58,15 @@ export interface RelayClient {
 
 const HEARTBEAT_MS = 1_000
 
+/**
+ * Waiting on the board: first spin this long (yielding the core, for ranks outnumber cores on a CPU host), then
+ * sleep on the futex in slices this long, the event loop (orders, beats, signals) getting its turn between slices.
+ */
+const BOARD_SPIN_US = 50
+const BOARD_SLICE_US = 1_000
+
+const nextTurn = () => new Promise<void>((resolve) => setImmediate(resolve))
+
 const dial = async (path: string, deadline: number, handlers: Parameters<typeof Bun.connect>[0]["socket"]) => {
   let lastError: unknown
   while (Date.now() < deadline) {
@@ -73,6 +88,9 @@ export const connectRelay = async (options: RelayClientOptions): Promise<RelayCl
   let closing = false
   let lastHeard = Date.now()
   const writes = new PendingWrites()
+  // The board needs the native library; without it every collective takes the relay's path.
+  const boardLibrary = openBoardLibrary()
+  let board: { readonly board: Board; readonly slot: number } | undefined
 
   const lost = (reason: string) => {
     if (closing) return
@@ -93,6 +111,8 @@ export const connectRelay = async (options: RelayClientOptions): Promise<RelayCl
           // Only the coordinator's word counts as its being alive: a lone host's relay answers reductions without it.
           lastHeard = Date.now()
           options.onOrder(message.order as Order)
+        } else if (message.t === "board") {
+          if (boardLibrary !== undefined) board = { board: new Board(boardLibrary, Bun.mmap(message.seg)), slot: message.slot }
         } else if (message.t === "refused") {
           lost(`the relay refused this rank: ${String(message.reason)}`)
         }
@@ -106,7 +126,7 @@ export const connectRelay = async (options: RelayClientOptions): Promise<RelayCl
   const send = (message: RankToRelay) => {
     if (!closing) writes.write(socket, encodeLocal(message))
   }
-  send({ t: "hello", rank: options.rank, version: LOCAL_PROTOCOL_VERSION })
+  send({ t: "hello", rank: options.rank, version: LOCAL_PROTOCOL_VERSION, ...(boardLibrary === undefined ? {} : { board: true }) })
 
   const timer = setInterval(() => {
     send({ t: "report", report: { _tag: "Heartbeat" } })
@@ -127,11 +147,26 @@ export const connectRelay = async (options: RelayClientOptions): Promise<RelayCl
     return segment
   }
 
+  /** A round on the board: "done" (the result is in `buffer`) or "fallback" (redo it through the relay). */
+  const onBoard = async (on: { board: Board; slot: number }, buffer: Float32Array, op: "sum" | "avg", weight: number): Promise<BoardOutcome> => {
+    let outcome = on.board.arrive(on.slot, buffer, op, weight)
+    if (outcome === "pending") outcome = on.board.wait(on.slot, buffer, BOARD_SPIN_US, BOARD_SLICE_US)
+    while (outcome === "pending") {
+      if (closing) throw new RankCallError("the rank has lost its relay")
+      await nextTurn()
+      outcome = on.board.wait(on.slot, buffer, 0, BOARD_SLICE_US)
+    }
+    return outcome
+  }
+
   // Collectives run one at a time, in call order.
   let queue: Promise<unknown> = Promise.resolve()
   const reduceNow = async (buffer: Float32Array, op: RelayOp, weight: number, epoch: number): Promise<void> => {
     if (closing) throw new RankCallError("the rank has lost its relay")
     const bytes = buffer.byteLength
+    if (board !== undefined && (op === "sum" || op === "avg") && bytes <= BOARD_SLOT_BYTES) {
+      if (await onBoard(board, buffer, op, weight) === "done") return
+    }
     const shared = options.tensors.locate(buffer)
     // A tensor in shared memory is reduced in place; anything else goes through the staging segment.
     const staged = shared === undefined ? floats(ownSegment(bytes).bytes, bytes) : buffer

@@ -43,6 +43,7 @@ import { PendingWrites } from "../../wire/PendingWrites.ts"
 import { floats, SegmentMaps } from "../../wire/Segments.ts"
 import type { RelaySpec } from "../agent/Envelope.ts"
 import { FoldBarrier, mismatch, roundEpoch } from "./FoldBarrier.ts"
+import { HostBoard } from "./HostBoard.ts"
 import { HostReduction, type Round, type Source } from "./HostReduction.ts"
 import { RankToRelay, type RelayToRank } from "../../wire/LocalMessages.ts"
 import { printable } from "../../wire/Printable.ts"
@@ -111,6 +112,11 @@ export const run = (spec: RelaySpec, hostKey: Uint8Array, handshakeMs: number): 
     const barrier = new FoldBarrier<Source>(spec.ranks)
     const reduction = new HostReduction(kernels, spec.dir)
     const segments = new SegmentMaps()
+    // Small all-reduces among this host's ranks in shared memory, while every member takes part in every round.
+    const board = yield* Effect.try(() => HostBoard.create(spec.dir, spec.ranks.length)).pipe(
+      Effect.tapError((error) => Effect.logDebug(`no board for small all-reduces: ${String(error.error)}`)),
+      Effect.orElseSucceed(() => undefined)
+    )
     let awaitingController: Deferred.Deferred<Reduced> | undefined
     let toldIdle = false
     /** The last epoch whose end was passed on: an idle from before it is stale (it crossed the EpochEnd on the way). */
@@ -174,7 +180,15 @@ export const run = (spec: RelaySpec, hostKey: Uint8Array, handshakeMs: number): 
         }
         try {
           if (problem !== undefined) fail(round, problem)
-          else deliver(round, reduction.fold(round, true))
+          else {
+            const out = reduction.fold(round, true)
+            // Every member was in this round and waits for its answer: nothing of theirs is on the way, so the
+            // board can take the next rounds (turned on before the answers go, so that they find it on).
+            if (board !== undefined && aloneBefore === Number.POSITIVE_INFINITY && round.length === barrier.live.length) {
+              board.onFor(round.map(({ rank }) => rank))
+            }
+            deliver(round, out)
+          }
         } catch (error) {
           fail(round, `the relay could not reduce: ${(error as Error).message}`)
         }
@@ -216,6 +230,10 @@ export const run = (spec: RelaySpec, hostKey: Uint8Array, handshakeMs: number): 
         if (rank !== undefined || sockets.has(claimed)) return refuse(socket, claimed)
         socket.data.rank = claimed
         sockets.set(claimed, socket)
+        // A member the board's rounds do not count yet: off until the barrier has made a round with it.
+        board?.off()
+        const slot = message.board === true ? board?.assign(claimed) : undefined
+        if (slot !== undefined) tell(claimed, { t: "board", seg: board!.path, slot })
         // A restarted rank takes its place in the barrier again; one under a new number waits for its epoch (WorldGrown).
         barrier.join(claimed, spec.ranks.includes(claimed))
         return
@@ -223,6 +241,8 @@ export const run = (spec: RelaySpec, hostKey: Uint8Array, handshakeMs: number): 
       if (rank === undefined) return socket.end()
       switch (message.t) {
         case "reduce": {
+          // Through the socket: the board's rounds would miss this rank (and a cancelled round is redone here).
+          board?.off()
           const { bytes, epoch, offset, op, seg, tensor, weight } = message
           const mapped = bytes === 0 ? new Uint8Array(0) : segments.map(rank, seg)
           if (offset + bytes > mapped.length) return tell(rank, { t: "reduced", error: `a tensor of ${bytes} bytes at ${offset} is past the end of its segment` })
@@ -237,6 +257,7 @@ export const run = (spec: RelaySpec, hostKey: Uint8Array, handshakeMs: number): 
         }
         case "idle":
           if (message.epoch <= endedEpoch) return
+          board?.off()
           barrier.idle(rank)
           return advance()
         case "report": {
@@ -272,6 +293,9 @@ export const run = (spec: RelaySpec, hostKey: Uint8Array, handshakeMs: number): 
           const { rank } = socket.data
           if (rank === undefined || sockets.get(rank) !== socket) return
           sockets.delete(rank)
+          // Whoever waits on the board for this rank is told at once, and redoes the round without it.
+          board?.off()
+          board?.release(rank)
           beatAt.delete(rank)
           segments.forget(rank)
           barrier.leave(rank)
@@ -315,6 +339,7 @@ export const run = (spec: RelaySpec, hostKey: Uint8Array, handshakeMs: number): 
         } else if (received._tag === "WorldGrown") {
           // Ranks entered. Another host's: from their first epoch on, this host's rounds are no longer its own to
           // finish. One of this host's (restarted under a new number): its rounds wait for it from then.
+          board?.off()
           const own = received.ranks.filter((rank) => sockets.has(rank))
           for (const rank of own) barrier.enter(rank, received.fromEpoch)
           if (own.length < received.ranks.length) aloneBefore = Math.min(aloneBefore, received.fromEpoch)

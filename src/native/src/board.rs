@@ -227,31 +227,46 @@ fn agreed(board: &Board, mask: u64) -> Option<(usize, u32)> {
     shape
 }
 
-/// Fold every member's slot into the result: the weighted sum, divided by the weights' sum for an average.
+/// Fold every member's slot into the result: the weighted sum, divided by the weights' sum for an average. In
+/// chunks that stay in registers and L1, so the result is written once, not once per member.
 fn fold(board: &Board, mask: u64, count: usize, op: u32) {
+    const CHUNK: usize = 512;
+    let members: Vec<(*const f32, f32)> = (0..SLOT_LIMIT)
+        .filter(|slot| mask >> slot & 1 == 1)
+        .map(|slot| (board.data(slot) as *const f32, unsafe { *(board.header(slot).add(H_WEIGHT) as *const f64) } as f32))
+        .collect();
+    let total_weight: f64 = (0..SLOT_LIMIT)
+        .filter(|slot| mask >> slot & 1 == 1)
+        .map(|slot| unsafe { *(board.header(slot).add(H_WEIGHT) as *const f64) })
+        .sum();
+    // Weights that add up to nothing leave the sum as it is, as the relay's and the controller's folds do.
+    let average = op == OP_AVG && total_weight > 0.0;
+    let scale = if average { (1.0 / total_weight) as f32 } else { 1.0 };
     let result = unsafe { std::slice::from_raw_parts_mut(board.result(), count) };
-    result.fill(0.0);
-    let mut total_weight = 0.0f64;
-    for slot in (0..SLOT_LIMIT).filter(|slot| mask >> slot & 1 == 1) {
-        let weight = unsafe { *(board.header(slot).add(H_WEIGHT) as *const f64) };
-        total_weight += weight;
-        let input = unsafe { std::slice::from_raw_parts(board.data(slot), count) };
-        if weight == 1.0 {
-            for (out, value) in result.iter_mut().zip(input) {
-                *out += *value;
-            }
-        } else {
-            let weight = weight as f32;
-            for (out, value) in result.iter_mut().zip(input) {
-                *out += *value * weight;
+    let mut start = 0;
+    while start < count {
+        let length = CHUNK.min(count - start);
+        let mut chunk = [0.0f32; CHUNK];
+        let chunk = &mut chunk[..length];
+        for &(data, weight) in &members {
+            let input = unsafe { std::slice::from_raw_parts(data.add(start), length) };
+            if weight == 1.0 {
+                for (out, value) in chunk.iter_mut().zip(input) {
+                    *out += *value;
+                }
+            } else {
+                for (out, value) in chunk.iter_mut().zip(input) {
+                    *out += *value * weight;
+                }
             }
         }
-    }
-    if op == OP_AVG {
-        let scale = (1.0 / total_weight) as f32;
-        for out in result.iter_mut() {
-            *out *= scale;
+        if average {
+            for value in chunk.iter_mut() {
+                *value *= scale;
+            }
         }
+        result[start..start + length].copy_from_slice(chunk);
+        start += length;
     }
 }
 
