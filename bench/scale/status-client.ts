@@ -3,14 +3,18 @@
  * connection per request (the board answers `Connection: close`), fired on
  * an open-loop schedule (a slow answer does not delay the next request), timed
  * from the moment the connection is asked for until the server has closed it
- * after the whole body. It asks for gzip, as real clients do.
+ * after the whole body. It asks for gzip, as real clients do. It dials from
+ * 127.0.0.2, not the simulated hosts' 127.0.0.1: a source address of its own.
  *
  * `bun bench/scale/status-client.ts RATE`; starts once stdin gives the port
  * (so its own start-up is over by then), runs until stdin says `stop` (or
  * closes), then prints one JSON line: every request's start (wall clock),
  * latency in ms, status and bytes.
  */
-import type { Socket } from "bun"
+import { connect } from "node:net"
+
+/** The address the requests come from (`SCALE_STATUS_SOURCE`; any 127.x.y.z reaches a launcher bound to every interface). */
+const SOURCE = process.env.SCALE_STATUS_SOURCE ?? "127.0.0.2"
 
 const interval = 1000 / Number(process.argv[2] ?? 200)
 const wallClock = () => performance.timeOrigin + performance.now()
@@ -40,19 +44,17 @@ const fire = () => {
     inFlight -= 1
     samples.push({ at, ms: performance.now() - t0, status, bytes })
   }
-  Bun.connect<undefined>({
-    hostname: "127.0.0.1",
-    port,
-    socket: {
-      open: (socket: Socket<undefined>) => void socket.write(request),
-      data: (_socket, chunk) => {
-        bytes += chunk.length
-        if (head.length < 16) head += new TextDecoder().decode(chunk.subarray(0, 16))
-      },
-      close: () => finish(Number(/^HTTP\/1\.1 (\d{3})/.exec(head)?.[1] ?? 0)),
-      error: () => finish(0)
-    }
-  }).catch(() => finish(0))
+  // node:net, for its localAddress: the client dials from an address of its own (127.0.0.2), as an operator's
+  // poller is not on one of the hosts; from 127.0.0.1 its connections counted against the launcher's cap on
+  // unauthenticated connections per source address (1,024) together with 1,000 hosts dialing at once.
+  const socket = connect({ host: "127.0.0.1", port, localAddress: SOURCE })
+  socket.on("connect", () => void socket.write(request))
+  socket.on("data", (chunk: Buffer) => {
+    bytes += chunk.length
+    if (head.length < 16) head += new TextDecoder().decode(chunk.subarray(0, 16))
+  })
+  socket.on("close", () => finish(Number(/^HTTP\/1\.1 (\d{3})/.exec(head)?.[1] ?? 0)))
+  socket.on("error", () => finish(0))
 }
 
 const input = Bun.stdin.stream().getReader()
