@@ -168,6 +168,25 @@ export class Connection {
     })
   }
 
+  /**
+   * The next `n` bytes if they have already arrived and no receiver is set (a parked connection: what the mux
+   * read past the magic), else undefined. What `take` gives, without a Promise and a timer: a dialer sends its
+   * opening with the magic, so the listener nearly always has it by then.
+   */
+  takeNow(n: number): Uint8Array | undefined {
+    if (this.receiver !== undefined || this.earlyBytes < n) return undefined
+    const all = this.early.length === 1 ? this.early[0]! : new Uint8Array(Buffer.concat(this.early))
+    this.early = []
+    this.earlyBytes = 0
+    this.parkedFull = false
+    if (all.length > n) {
+      this.early.push(all.subarray(n))
+      this.keptEarly(all.length - n)
+    }
+    this.applyReading()
+    return all.subarray(0, n)
+  }
+
   /** Queue bytes for sending; resolves once the kernel has taken all of them. */
   write(...parts: ReadonlyArray<Uint8Array>): Promise<void> {
     return this.send(...parts) ? Promise.resolve() : this.drained()

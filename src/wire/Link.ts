@@ -80,6 +80,12 @@ export interface Link<In, Out> {
   readonly rekey: (salt: Uint8Array) => Effect.Effect<void>
   /** What the link holds for its owner and whether it is reading: for diagnostics and tests. */
   readonly backlog: Effect.Effect<LinkBacklog>
+  /**
+   * Have `watch` called once, from the socket's callback, when the link ends (the peer closed, a bad frame, an
+   * abort), whatever its inbox still holds; at once if it has ended. Returns what stops the watch. For an owner
+   * that only needs to hear of the end (the join window, until it forms) without a fiber reading the link.
+   */
+  readonly whenEnded: (watch: (ended: LinkError) => void) => () => void
 }
 
 /** How much a link's inbox holds before it stops reading from its socket. */
@@ -223,9 +229,21 @@ const open = <In, Out>(
     let closedBehind: LinkError | undefined
     let authenticated = false
 
+    /** The first ending seen, told to `whenEnded`'s watchers: a close behind undecoded bytes counts at once. */
+    let endSeen: LinkError | undefined
+    const watchers = new Set<(ended: LinkError) => void>()
+    const seeEnd = (error: LinkError) => {
+      if (endSeen !== undefined) return
+      endSeen = error
+      const told = [...watchers]
+      watchers.clear()
+      for (const watch of told) watch(error)
+    }
+
     let ended: LinkError | undefined
     const end = (error: LinkError) => {
       if (ended !== undefined) return
+      seeEnd(error)
       ended = error
       undecoded = []
       undecodedBytes = 0
@@ -325,7 +343,10 @@ const open = <In, Out>(
       close: () => {
         const closed = new LinkError({ channel, peer, reason: "closed", detail: "the peer closed the connection" })
         if (undecoded.length === 0) end(closed)
-        else closedBehind = closed
+        else {
+          closedBehind = closed
+          seeEnd(closed)
+        }
       }
     })
 
@@ -363,10 +384,13 @@ const open = <In, Out>(
         }),
       receive,
       receiveWithin: (ms, what) =>
-        Effect.timeoutFail(receive, {
-          duration: Duration.millis(ms),
-          onTimeout: () => new LinkError({ channel, peer, reason: "handshake", detail: `no ${what} within ${ms} ms` })
-        }),
+        Effect.suspend(() =>
+          // A message already waiting (or an ending) is taken at once: a deadline is a race of two fibers.
+          queued > 0 || ended !== undefined ? receive : Effect.timeoutFail(receive, {
+            duration: Duration.millis(ms),
+            onTimeout: () => new LinkError({ channel, peer, reason: "handshake", detail: `no ${what} within ${ms} ms` })
+          })
+        ),
       close: Effect.sync(() => connection.end()),
       abort: (detail) =>
         Effect.sync(() => {
@@ -374,6 +398,14 @@ const open = <In, Out>(
           connection.reset()
         }),
       rekey: (salt) => Effect.sync(() => switchTo(salt)),
+      whenEnded: (watch) => {
+        if (endSeen !== undefined) {
+          watch(endSeen)
+          return () => {}
+        }
+        watchers.add(watch)
+        return () => void watchers.delete(watch)
+      },
       backlog: Effect.sync(() => ({
         messages: queued,
         bytes: queuedBytes,
@@ -395,13 +427,17 @@ const expect = (
   peer: string,
   what: string,
   onClose = "closed during the handshake"
-): Effect.Effect<Uint8Array, LinkError> =>
-  Effect.flatMap(Effect.promise(() => connection.take(n, options.handshakeMs ?? 10_000)), (bytes) => {
+): Effect.Effect<Uint8Array, LinkError> => {
+  // Already here (the usual case on the listener): no Promise, timer or suspension.
+  const now = connection.takeNow(n)
+  if (now !== undefined) return Effect.succeed(now)
+  return Effect.flatMap(Effect.promise(() => connection.take(n, options.handshakeMs ?? 10_000)), (bytes) => {
     if (bytes instanceof Uint8Array) return Effect.succeed(bytes)
     connection.reset()
     const detail = bytes === "closed" ? onClose : `no ${what} within ${options.handshakeMs ?? 10_000} ms`
     return Effect.fail(new LinkError({ channel: options.channel, peer, reason: "handshake", detail }))
   })
+}
 
 /**
  * What a dialer is told when the listener closes before its nonce: a launcher resets a dial it does not take,
@@ -445,7 +481,8 @@ export const accept = <In, Out>(
     if (key === undefined) return yield* refuse(keyId === "" ? "no key id, and this channel takes only scoped keys" : "a key id this launcher does not know")
     const listenerNonce = newNonce()
     const encrypt = options.encrypt === true
-    yield* Effect.promise(() => connection.write(listenerNonce, new Uint8Array([encrypt ? ENCRYPTED_MODE : AUTHENTICATED_MODE])))
+    // Waiting only when the kernel's buffer is full, as `send` does.
+    if (!connection.send(listenerNonce, new Uint8Array([encrypt ? ENCRYPTED_MODE : AUTHENTICATED_MODE]))) yield* Effect.promise(() => connection.drained())
     return yield* open(connection, options, { dialerNonce, listenerNonce, role: "listener", key, keyId, encrypt })
   })
 

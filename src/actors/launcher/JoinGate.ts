@@ -32,6 +32,7 @@ import * as Effect from "effect/Effect"
 import * as Ref from "effect/Ref"
 import type * as Scope from "effect/Scope"
 import * as Actor from "../Actor.ts"
+import * as CallbackFibers from "../CallbackFibers.ts"
 import { makeNoiseLog } from "./NoiseLog.ts"
 import type { Accepted } from "./PortMux.ts"
 import { Accept, Hello, type HostRunSpec, joinCodec, type JoinMessage, Reject } from "../../wire/JoinMessages.ts"
@@ -124,6 +125,29 @@ export const make = (options: JoinGateOptions): Effect.Effect<JoinGate, never, S
     const openedAt = yield* Clock.currentTimeMillis
     const window = yield* Ref.make<Window>({ members: [], joinedRanks: 0, nextRank: 0, rejected: 0, armed: false, outcome: undefined })
     const outcome = yield* Deferred.make<Formation>()
+    /**
+     * The hosts of `members`, kept beside them (admissions are one at a time: `admitting`): the duplicate check
+     * and the quorum's count of declared hosts in are a lookup each, not a scan of every member per join.
+     */
+    const joinedHosts = new Set<string>()
+    let declaredIn = 0
+    const hostJoined = (host: string) => {
+      if (joinedHosts.has(host)) return
+      joinedHosts.add(host)
+      if (options.declared.has(host)) declaredIn += 1
+    }
+    const hostLeft = (host: string, members: ReadonlyArray<Member>) => {
+      if (!joinedHosts.has(host) || members.some((member) => member.host === host)) return
+      joinedHosts.delete(host)
+      if (options.declared.has(host)) declaredIn -= 1
+    }
+    /** Ends the watch on each member's link at the outcome (see `admit`). */
+    const unwatch: Array<() => void> = []
+    const callbacks = yield* CallbackFibers.make("join gate")
+    /** The declared hosts not in yet, in the cluster file's order: only a failed quorum names them. */
+    const missingHosts = () => [...options.declared.keys()].filter((host) => !joinedHosts.has(host))
+    /** Stands for a non-empty `missing` where only its emptiness can matter (a verdict that is not a failure). */
+    const SOME_MISSING: ReadonlyArray<string> = ["…"]
 
     /** Take the verdict now; a final one is recorded once and announced. */
     const settle = Effect.gen(function*() {
@@ -131,10 +155,12 @@ export const make = (options: JoinGateOptions): Effect.Effect<JoinGate, never, S
       const state = yield* Ref.get(window)
       if (state.outcome !== undefined) return
       const { joinedRanks } = state
-      // The declared hosts not in yet: a failed quorum names them.
-      const joinedHosts = new Set(state.members.map((member) => member.host))
-      const missing = [...options.declared.keys()].filter((host) => !joinedHosts.has(host))
-      const verdict = joinVerdict({ ...rules, floodLimit }, { joinedRanks, rejected: state.rejected, startArmed: state.armed, elapsedMs: now - openedAt, missing })
+      const progress = { joinedRanks, rejected: state.rejected, startArmed: state.armed, elapsedMs: now - openedAt }
+      // The verdict reads `missing` for its emptiness, and a failed quorum names the hosts in it: the list is
+      // built only for a failure (a thousand joins must not each list the declared hosts).
+      const someMissing = declaredIn < options.declared.size
+      const first = joinVerdict({ ...rules, floodLimit }, { ...progress, missing: someMissing ? SOME_MISSING : [] })
+      const verdict = first._tag === "Failed" && someMissing ? joinVerdict({ ...rules, floodLimit }, { ...progress, missing: missingHosts() }) : first
       if (verdict._tag === "Open") return
       yield* conclude(verdict._tag === "Formed"
         ? { _tag: "Formed", members: state.members, worldSize: joinedRanks }
@@ -146,7 +172,12 @@ export const make = (options: JoinGateOptions): Effect.Effect<JoinGate, never, S
       Effect.flatMap(
         Ref.modify(window, (state) =>
           state.outcome === undefined ? [true, { ...state, outcome: formation }] as const : [false, state] as const),
-        (first) => (first ? Deferred.succeed(outcome, formation) : Effect.succeed(false))
+        (first) => {
+          if (!first) return Effect.succeed(false)
+          // From now on the members' links are whoever runs the cohort's.
+          for (const stop of unwatch.splice(0)) stop()
+          return Deferred.succeed(outcome, formation)
+        }
       )
 
     /**
@@ -190,7 +221,7 @@ export const make = (options: JoinGateOptions): Effect.Effect<JoinGate, never, S
       if (hello.version !== options.version) {
         return `version skew: the launcher runs cohort ${options.version}, this agent ${printable(hello.version, 32)}`
       }
-      if (state.members.some((member) => member.host === hello.host) && !(late && options.canRejoin?.(hello.host) === true)) {
+      if (joinedHosts.has(hello.host) && !(late && options.canRejoin?.(hello.host) === true)) {
         return `host ${hello.host} has already joined`
       }
       const declared = options.declared.get(hello.host)
@@ -225,14 +256,14 @@ export const make = (options: JoinGateOptions): Effect.Effect<JoinGate, never, S
         yield* Effect.logInfo(`${hello.host} joined with ranks ${member.ranks.join(", ")}${late ? " (after formation)" : ""}`)
         if (options.onJoined !== undefined) yield* options.onJoined(hello.host, member.ranks)
         if (late) return yield* options.onLateJoin?.(member) ?? Effect.void
+        // Until the window closes, the member's link ending fails it at once. The watch is a callback on the
+        // link, not a fiber reading it (a fiber per host, and a thousand interruptions at formation); it stops at
+        // the outcome: from then on the link belongs to whoever runs the cohort, and what the member sent waits for them.
+        const stop = link.whenEnded((ended) =>
+          callbacks.fork(conclude({ _tag: "Failed", reason: `${hello.host} left before the cohort formed: ${ended.detail}` })))
+        if ((yield* Ref.get(window)).outcome === undefined) unwatch.push(stop)
+        else stop()
         yield* settle
-        // Until the window closes, the member's link ending fails it at once. The
-        // watch stops at the outcome: from then on the link belongs to whoever runs the cohort.
-        yield* Effect.forkScoped(Effect.raceFirst(
-          Effect.flatMap(Effect.flip(Effect.forever(link.receive)), (ended) =>
-            conclude({ _tag: "Failed", reason: `${hello.host} left before the cohort formed: ${ended.detail}` })),
-          Deferred.await(outcome)
-        ))
       })
 
     const admitOne = (link: JoinLink, hello: Hello, now: number) =>
@@ -259,6 +290,7 @@ export const make = (options: JoinGateOptions): Effect.Effect<JoinGate, never, S
         })
         if (typeof admitted === "string") return yield* Effect.as(refuse(link, admitted), undefined)
         const { late, member } = admitted
+        hostJoined(member.host)
         // Built unchecked: the codec checks it as it encodes it.
         const accepted = yield* Effect.either(link.send(
           new Accept({
@@ -271,12 +303,13 @@ export const make = (options: JoinGateOptions): Effect.Effect<JoinGate, never, S
         ))
         if (accepted._tag === "Left") {
           // The Accept never left: the admission is rolled back, ranks and all (they were the last taken).
-          yield* Ref.update(window, (state) => ({
+          const rolledBack = yield* Ref.updateAndGet(window, (state) => ({
             ...state,
             members: state.members.filter((other) => other !== member),
             joinedRanks: state.joinedRanks - member.ranks.length,
             nextRank: state.nextRank - member.ranks.length
           }))
+          hostLeft(member.host, rolledBack.members)
           return undefined
         }
         return admitted

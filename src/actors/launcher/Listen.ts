@@ -70,6 +70,9 @@ export const listen = (env: RunEnv, later: Later): Effect.Effect<Listening, Port
     const { config } = plan
     const join = config.controller.join
     const lateArrivals = yield* Queue.unbounded<JoinGate.Member>()
+    // Each Accept carries its host's spec: found by name, not by a scan of the workers (1,000 joins, 1,000 workers).
+    const workers = new Map<string, (typeof config.workers)[number]>()
+    for (const worker of config.workers) if (!workers.has(worker.host)) workers.set(worker.host, worker)
     const gate = yield* JoinGate.make({
       rules: {
         ...windowRules(plan),
@@ -80,7 +83,7 @@ export const listen = (env: RunEnv, later: Later): Effect.Effect<Listening, Port
       // A host that resolves `devices: all` there may bring any number.
       declared: new Map(plan.hosts.map(({ devices, worker }) => [worker.host, devices?.devices.length])),
       admission: env.admission,
-      specFor: (host) => hostRunSpec(config, host, env.heartbeatTimeoutMs),
+      specFor: (host) => hostRunSpec(config, host, env.heartbeatTimeoutMs, workers.get(host)),
       salt: env.salt,
       encrypt: config.controller.encrypt,
       version: VERSION,

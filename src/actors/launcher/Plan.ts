@@ -205,9 +205,13 @@ const quote = (word: string) => (/^[\w@%+=:,./-]+$/.test(word) ? word : `'${word
 
 /** The plan as `--dry-run` prints it. */
 /** What an admitted host runs, as its Accept carries it: a host not in the file gets the cluster's env alone. */
-export const hostRunSpec = (config: ClusterConfig, host: string, heartbeatTimeoutMs: number): HostRunSpec => {
+export const hostRunSpec = (
+  config: ClusterConfig,
+  host: string,
+  heartbeatTimeoutMs: number,
+  worker: ClusterConfig["workers"][number] | undefined = config.workers.find((candidate) => candidate.host === host)
+): HostRunSpec => {
   const { job } = config
-  const worker = config.workers.find((candidate) => candidate.host === host)
   return {
     run: config.name,
     program: job.program,

@@ -190,7 +190,16 @@ export const start = (options: PortMuxOptions): Effect.Effect<PortMux, BindError
             routed["status (HTTP)"] = (routed["status (HTTP)"] ?? 0) + 1
             return options.owners.http.serve(connection)
           }
-          // The connection stays parked until its owner takes it.
+          const owner = where._tag === "Channel" ? options.owners[where.channel] : undefined
+          if (where._tag === "Channel" && owner !== undefined && !connection.isClosed) {
+            // The common case goes straight to its owner from here: one fiber, not a message through the mux's
+            // mailbox and then a fiber (a big world's hosts all dial at once, twice each). The connection stays
+            // parked until its owner takes it.
+            const name = `${where.channel} channel`
+            routed[name] = (routed[name] ?? 0) + 1
+            return callbacks.fork(owner.tell(new Accepted({ connection })).pipe(Effect.catchAll(() => Effect.sync(() => connection.reset()))))
+          }
+          // The rest (no owner, another protocol, an unknown magic, closed already) is the mux's to drop and log.
           tell(new Sniffed({ connection, route: where }))
         }
       })
