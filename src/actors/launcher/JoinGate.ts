@@ -31,10 +31,9 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Ref from "effect/Ref"
 import type * as Scope from "effect/Scope"
-import * as Actor from "../Actor.ts"
 import * as CallbackFibers from "../CallbackFibers.ts"
 import { makeNoiseLog } from "./NoiseLog.ts"
-import type { Accepted } from "./PortMux.ts"
+import type { Accepted, Owner } from "./PortMux.ts"
 import { Accept, Hello, type HostRunSpec, joinCodec, type JoinMessage, Reject } from "../../wire/JoinMessages.ts"
 import { saltToHex } from "../../wire/Keys.ts"
 import * as Link from "../../wire/Link.ts"
@@ -91,8 +90,8 @@ export interface JoinGateOptions {
 }
 
 export interface JoinGate {
-  /** Give this to the PortMux as its `join` owner. */
-  readonly owner: Actor.ActorRef<Accepted>
+  /** Give this to the PortMux as its `join` owner: it starts each connection's handshake from the socket callback. */
+  readonly owner: Owner
   /** Waits for the window's outcome. */
   readonly formation: Effect.Effect<Formation>
   readonly members: Effect.Effect<ReadonlyArray<Omit<Member, "link">>>
@@ -356,10 +355,8 @@ export const make = (options: JoinGateOptions): Effect.Effect<JoinGate, never, S
         Effect.catchAll((error) => Effect.zipRight(Effect.sync(() => connection.reset()), noise.drop(connection.peer, error.message)))
       )
 
-    const owner = yield* Actor.spawn<Accepted, Scope.Scope>({
-      name: "join-gate",
-      handlers: { Accepted: ({ connection }) => Effect.asVoid(Effect.forkScoped(serve(connection))) }
-    })
+    // Each connection's handshake runs in a fiber of its own, in the gate's scope, started straight from the mux.
+    const owner: Owner = { accept: (connection) => callbacks.fork(serve(connection)) }
 
     // The deadlines: the window itself, then the hard cap.
     yield* Effect.forkScoped(Effect.gen(function*() {

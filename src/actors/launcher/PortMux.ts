@@ -32,7 +32,12 @@ import * as CallbackFibers from "../CallbackFibers.ts"
 /** The message a channel owner receives: a connection that is now its own. */
 export class Accepted extends Data.TaggedClass("Accepted")<{ readonly connection: Connection }> {}
 
-export type Owner = Actor.ActorRef<Accepted>
+/**
+ * A channel's owner: an actor told each connection (`Accepted`), or one that takes it straight from the socket
+ * callback (`accept`, which must only start work: the join gate forks its handshake there, one fiber per
+ * connection instead of a message through a mailbox and then a fiber).
+ */
+export type Owner = Actor.ActorRef<Accepted> | { readonly accept: (connection: Connection) => void }
 
 /** The status server: called with each HTTP connection at once, from the socket callback. */
 export interface HttpOwner {
@@ -122,6 +127,7 @@ export const start = (options: PortMuxOptions): Effect.Effect<PortMux, BindError
         }
         if (connection.isClosed) return yield* dropOnce(connection.address, connection.peer, "closed before its owner took it")
         routed[name] = (routed[name] ?? 0) + 1
+        if ("accept" in owner) return owner.accept(connection)
         // A busy owner must not hold up routing for every other channel: deliver in the background.
         yield* owner.tell(new Accepted({ connection })).pipe(
           Effect.catchAll(() => Effect.sync(() => connection.reset())),
@@ -197,6 +203,7 @@ export const start = (options: PortMuxOptions): Effect.Effect<PortMux, BindError
             // parked until its owner takes it.
             const name = `${where.channel} channel`
             routed[name] = (routed[name] ?? 0) + 1
+            if ("accept" in owner) return owner.accept(connection)
             return callbacks.fork(owner.tell(new Accepted({ connection })).pipe(Effect.catchAll(() => Effect.sync(() => connection.reset()))))
           }
           // The rest (no owner, another protocol, an unknown magic, closed already) is the mux's to drop and log.
