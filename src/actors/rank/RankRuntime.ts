@@ -115,6 +115,7 @@ export const runRank = async (options: RuntimeOptions): Promise<number> => {
   // The relay (collectives, plans, heartbeats) is dialled once user code runs: it starts when every rank of the host does.
   const tensors = new SharedTensors(envelope.dir, rank)
   let relay: Promise<RelayClient> | undefined
+  let relayConnected = false
   let startRelay = () => {}
   const client = new Promise<RelayClient>((resolve, reject) => {
     startRelay = () => {
@@ -132,6 +133,7 @@ export const runRank = async (options: RuntimeOptions): Promise<number> => {
         }
       })
       relay.then((connected) => {
+        relayConnected = true
         connected.report({ _tag: "Attach" })
         resolve(connected)
       }, (error: Error) => {
@@ -161,6 +163,9 @@ export const runRank = async (options: RuntimeOptions): Promise<number> => {
   options.checkIn()
   startRelay()
   const leave = async () => {
+    // A job without a dataset gives a rank no work to hand back: one that never needed its relay leaves
+    // without waiting for it to start (its exit with status 0 says the same as an `Exiting` would).
+    if (!relayConnected && envelope.datasetSize === 0) return
     const connected = await relay?.catch(() => undefined)
     connected?.report({ _tag: "Exiting" })
     connected?.close()
