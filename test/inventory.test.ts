@@ -46,6 +46,23 @@ describe("building it", () => {
   })
 })
 
+describe("many hosts at once (withHosts, a world forming)", () => {
+  test("the same worked examples in one call: hosts in order, a host that comes back merged slot by slot into its first entry", () => {
+    const inventory = Inventory.withHosts([{ host: "z", devices: [cpu([9])] }], [
+      { host: "gpu-a", ranks: [0, 1], devices: ["0", "1"], labels: ["NVIDIA H200", "NVIDIA H200"] },
+      { host: "cpu-b", ranks: [2, 3], devices: ["cpu", "cpu"], labels: ["cpu", "cpu"] },
+      { host: "gpu-a", ranks: [5], devices: ["0"], labels: ["NVIDIA H200 NVL"] },
+      { host: "z", ranks: [4], devices: ["cpu"], labels: ["cpu"] }
+    ])
+    expect(inventory).toEqual([
+      { host: "z", devices: [cpu([4, 9])] },
+      { host: "gpu-a", devices: [{ device: "0", label: "NVIDIA H200 NVL", ranks: [0, 5] }, h200([1], "1")] },
+      { host: "cpu-b", devices: [cpu([2]), cpu([3])] }
+    ])
+    expect(Inventory.withHosts([], [])).toEqual([])
+  })
+})
+
 describe("the line people read", () => {
   test.each([
     ["one host of GPUs", [{ host: "gpu-a", devices: [h200([0]), h200([1], "1")] }], "gpu-a: 2 × NVIDIA H200"],

