@@ -42,7 +42,7 @@ import { appendFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from
 import { loadavg, tmpdir } from "node:os"
 import { join, resolve } from "node:path"
 import type { Subprocess } from "bun"
-import { cpuSeconds, listenOverflows, vmMiB } from "./scale/procfs.ts"
+import { cpuSeconds, cpuTimes, listenOverflows, runQueueSeconds, vmMiB } from "./scale/procfs.ts"
 import { wallClock } from "./phase-lines.ts"
 import { median, percentile } from "./stats.ts"
 import { defaultFailurePolicy } from "../src/config/FailurePolicy.ts"
@@ -202,8 +202,11 @@ interface Figures {
   readonly joinCpu: { readonly launcher: number; readonly simulators: number }
   /** The launcher's CPU time (utime + stime) from the dials to world formed, ms per joining host. */
   readonly joinCpuMsPerHost: number
-  /** The same CPU time, first dial → world formed, in ms (all hosts). */
+  /** The same CPU time, first dial → world formed, in ms (all hosts), and the part of it in the kernel (stime). */
   readonly joinCpuMs: number
+  readonly joinSystemMs: number
+  /** The launcher's JS thread runnable but not running (waiting for a core), first dial → cohort formed, ms. */
+  readonly formationRunQueueMs: number
   readonly rssAtHintsMiB: number
   readonly rssAtWorldMiB: number
   readonly rssAtCohortMiB: number
@@ -346,7 +349,7 @@ const runOnce = async (): Promise<Figures> => {
     const perWorker = Math.ceil(HOSTS / WORKERS)
     const simPids = sims.map((sim) => sim.proc.pid)
     const rssAtHintsMiB = vmMiB(launcher.pid, "VmRSS")
-    const joinStart = { at: performance.now(), launcher: cpuSeconds(launcher.pid), simulators: simPids.map(cpuSeconds), overflows: listenOverflows() }
+    const joinStart = { at: performance.now(), launcher: cpuSeconds(launcher.pid), system: cpuTimes(launcher.pid).system, runQueue: runQueueSeconds(launcher.pid), simulators: simPids.map(cpuSeconds), overflows: listenOverflows() }
     sims.forEach((sim, index) => {
       const hosts = Array.from({ length: HOSTS }, (_, host) => hostName(host)).slice(index * perWorker, (index + 1) * perWorker)
       sim.write(`${JSON.stringify({ port: listenPort, saltHex, hosts, devices: DEVICES, beatEveryMs: BEAT_EVERY_MS })}\n`)
@@ -369,8 +372,10 @@ const runOnce = async (): Promise<Figures> => {
       simulators: simPids.reduce((sum, pid, index) => sum + cpuSeconds(pid) - joinStart.simulators[index]!, 0) / joinSeconds
     }
     const joinCpuMs = (cpuSeconds(launcher.pid) - joinStart.launcher) * 1000
+    const joinSystemMs = (cpuTimes(launcher.pid).system - joinStart.system) * 1000
     const overflows = listenOverflows() - joinStart.overflows
     await until(() => phases.cohort, "cohort formed")
+    const formationRunQueueMs = (runQueueSeconds(launcher.pid) - joinStart.runQueue) * 1000
     const rssAtCohortMiB = vmMiB(launcher.pid, "VmRSS")
     const attached = await until(allAt("attached"), "every host attached")
     const planned = await until(allAt("planned"), "the first epoch's plans at every rank")
@@ -426,6 +431,8 @@ const runOnce = async (): Promise<Figures> => {
       listenOverflows: overflows,
       joinCpu,
       joinCpuMs,
+      joinSystemMs,
+      formationRunQueueMs,
       joinCpuMsPerHost: joinCpuMs / HOSTS,
       rssAtHintsMiB,
       rssAtWorldMiB,
@@ -507,15 +514,18 @@ export const scale = async (): Promise<string> => {
   out.push("")
   out.push("Joining (first dial → world formed): each host's dial → Accept in ms, the hosts waiting a second or more (a dropped SYN is sent again after 1 s, then 3 s), the kernel's listen-queue overflows meanwhile (the whole machine's), and CPU shares of one core:")
   out.push("")
-  out.push("| run | dial → Accept p50 | p90 | max | hosts ≥ 1 s | listen overflows | launcher CPU | simulators' CPU | launcher CPU time (ms) | per joining host (ms) |")
-  out.push("|---|---|---|---|---|---|---|---|---|---|")
+  out.push("| run | dial → Accept p50 | p90 | max | hosts ≥ 1 s | listen overflows | launcher CPU | simulators' CPU | launcher CPU time (ms) | of it in the kernel | per joining host (ms) |")
+  out.push("|---|---|---|---|---|---|---|---|---|---|---|")
   runs.forEach((run, index) =>
     out.push(
       `| ${index + 1} | ${f0(median(run.admissions))} | ${f0(percentile(run.admissions, 0.9))} | ${f0(Math.max(...run.admissions))} | ` +
-        `${run.admissions.filter((ms) => ms >= 1000).length} | ${run.listenOverflows} | ${pct(run.joinCpu.launcher)} | ${pct(run.joinCpu.simulators)} | ${f0(run.joinCpuMs)} | ${run.joinCpuMsPerHost.toFixed(2)} |`
+        `${run.admissions.filter((ms) => ms >= 1000).length} | ${run.listenOverflows} | ${pct(run.joinCpu.launcher)} | ${pct(run.joinCpu.simulators)} | ${f0(run.joinCpuMs)} | ${f0(run.joinSystemMs)} | ${run.joinCpuMsPerHost.toFixed(2)} |`
     ))
   out.push("")
-  out.push(`\`GET /state.json\` at ${STATUS_RATE}/s, one connection each (ms; failed = not a 200 or no answer):`)
+  out.push(
+    `\`GET /state.json\` at ${STATUS_RATE}/s, one connection each (ms; failed = not a 200 or no answer). The launcher's JS thread waited for a core ` +
+      `(runnable, not running: /proc/<pid>/schedstat) ${runs.map((run) => f0(run.formationRunQueueMs)).join(", ")} ms from the first dial to cohort formed:`
+  )
   out.push("")
   out.push("| run | window | requests | p50 | p99 | max | failed | response on the wire, gzipped (MiB) |")
   out.push("|---|---|---|---|---|---|---|---|")

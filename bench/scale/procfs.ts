@@ -14,13 +14,25 @@ export const vmMiB = (pid: number, field: "VmHWM" | "VmRSS"): number => {
   return Number(match[1]) / 1024
 }
 
-/** utime + stime of the process (all its threads), in seconds. */
-export const cpuSeconds = (pid: number): number => {
+/** utime and stime of the process (all its threads), in seconds. */
+export const cpuTimes = (pid: number): { readonly user: number; readonly system: number } => {
   const stat = readFileSync(`/proc/${pid}/stat`, "utf8")
   // The command name may hold spaces and parentheses: count fields after the last ')'.
   const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
-  return (Number(fields[11]) + Number(fields[12])) / CLK_TCK
+  return { user: Number(fields[11]) / CLK_TCK, system: Number(fields[12]) / CLK_TCK }
 }
+
+/** utime + stime of the process (all its threads), in seconds. */
+export const cpuSeconds = (pid: number): number => {
+  const { system, user } = cpuTimes(pid)
+  return user + system
+}
+
+/**
+ * How long the process's main thread (its JS thread) has waited on a run queue, runnable but not running, in
+ * seconds (/proc/<pid>/schedstat, the scheduler's own count): the time the machine's other work took from it.
+ */
+export const runQueueSeconds = (pid: number): number => Number(readFileSync(`/proc/${pid}/schedstat`, "utf8").split(" ")[1]) / 1e9
 
 /** The kernel's count of connections dropped because a listen queue was full (TcpExt ListenOverflows, whole machine). */
 export const listenOverflows = (): number => {
