@@ -76,6 +76,12 @@ describe("cohort.init() says what is wrong in one line, without a traceback", ()
         "local steps between averages (cpu_cadence, cpu_async) are for entry: jobs only"
     ],
     [
+      "a job without a dataset (no coordinator to join)",
+      { COHORT_RANK_ENVELOPE: envelope({ datasetSize: 0 }), COHORT_LOCAL_SLOT: "0" },
+      "cohort: cohort.init() needs job.dataset_size in the cluster file (the samples an epoch covers): without it cohort runs the " +
+        "command as torchrun would, with no coordinator to join; use torch.distributed's own env:// init there"
+    ],
+    [
       "a slot past the host's ranks",
       { COHORT_RANK_ENVELOPE: envelope(), COHORT_LOCAL_SLOT: "2" },
       "cohort: COHORT_LOCAL_SLOT 2 is out of range: host localhost has 2 slot(s)"

@@ -74,6 +74,12 @@ def init() -> Context:
             f"job.backend is {envelope.backend}: the Python client averages the gradients at every step, which is "
             "cpu_sync (gloo) or nccl; local steps between averages (cpu_cadence, cpu_async) are for entry: jobs only"
         )
+    if envelope.dataset_size == 0:
+        # Without a dataset the launcher runs no coordinator: nobody would welcome the rank or form its group.
+        raise CohortError(
+            "cohort.init() needs job.dataset_size in the cluster file (the samples an epoch covers): without it cohort "
+            "runs the command as torchrun would, with no coordinator to join; use torch.distributed's own env:// init there"
+        )
     orders = Orders()
 
     def lost(reason: str) -> None:

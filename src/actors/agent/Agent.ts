@@ -51,6 +51,7 @@ import { LOCAL_PROTOCOL_VERSION } from "../../wire/LocalFrames.ts"
 import { hostStrategy, isRankChild, rankChildId, relayHasEnded, RUN_END_WAIT } from "./HostPolicy.ts"
 import { rankChild, type RunningRank } from "./RankChild.ts"
 import { RelayEnd, relayChild } from "./RelayChild.ts"
+import { isCoordinated } from "../../config/Job.ts"
 import { internalEnvironment, rankEnvironment, scrub } from "./RankEnvironment.ts"
 import * as CallbackFibers from "../CallbackFibers.ts"
 
@@ -150,6 +151,9 @@ export const run = (options: AgentOptions): Effect.Effect<void, AgentError, Scop
  * After formation: the host's supervisor (`HostPolicy`) over the relay and the
  * ranks the launcher orders, until the run ends.
  */
+/** How long after its ranks run a host whose ranks never use the relay starts it (as the launcher's watchdog). */
+const WATCHDOG_RELAY_DELAY = Duration.seconds(1)
+
 const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: WorldFormed, salt: Uint8Array) =>
   Effect.gen(function*() {
     const { host } = options
@@ -247,6 +251,12 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
 
     /** Every rank of the host has run user code once: the relay may start. */
     const allRanksRunning = yield* Deferred.make<void>()
+    // A `command:` job without a dataset has no coordinator, and its ranks never talk to the relay: there the relay
+    // is only the host's watchdog over the launcher (it leaves when the launcher goes silent, and the agent with it).
+    // It starts a while after the ranks run, so that a short job never pays for loading one beside its ranks.
+    const relayReady = isCoordinated(spec)
+      ? Deferred.await(allRanksRunning)
+      : Effect.zipRight(Deferred.await(allRanksRunning), Effect.sleep(WATCHDOG_RELAY_DELAY))
     const checkedIn = new Set<number>()
     const markRunning = (rank: number, incarnation: number) =>
       Effect.gen(function*() {
@@ -295,7 +305,7 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
         grace
       },
       key: { _tag: "HostKey", keyHex: Buffer.from(hostKey(salt, host)).toString("hex") },
-      ready: Deferred.await(allRanksRunning),
+      ready: relayReady,
       ranksEnded: Effect.suspend(() => Effect.forEach([...running.values()], ({ process }) => process.exited, { concurrency: "unbounded", discard: true })),
       endedAlone: relayEndedAlone
     })
