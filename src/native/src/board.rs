@@ -26,6 +26,7 @@
 //! round was cancelled. Cancelling never bumps the round.
 
 use crate::error::{fail, status};
+use crate::process::Timespec;
 use std::ffi::{c_int, c_long};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -68,12 +69,6 @@ const FUTEX_WAIT: c_int = 0;
 const FUTEX_WAKE: c_int = 1;
 const SYS_FUTEX: c_long = 202;
 const SYS_FUTEX_AARCH64: c_long = 98;
-
-#[repr(C)]
-struct Timespec {
-    tv_sec: c_long,
-    tv_nsec: c_long,
-}
 
 extern "C" {
     fn syscall(number: c_long, ...) -> c_long;

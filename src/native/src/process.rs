@@ -6,10 +6,11 @@ use std::ffi::{c_int, c_long, c_ulong};
 const PR_SET_PDEATHSIG: c_int = 1;
 const CLOCK_MONOTONIC: c_int = 1;
 
+/// `struct timespec` (clock_gettime, and the futex timeouts of `board`).
 #[repr(C)]
-struct Timespec {
-    tv_sec: c_long,
-    tv_nsec: c_long,
+pub(crate) struct Timespec {
+    pub(crate) tv_sec: c_long,
+    pub(crate) tv_nsec: c_long,
 }
 
 extern "C" {
