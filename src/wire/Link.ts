@@ -25,7 +25,6 @@
  * the bound, one socket read and the kernel's buffers.
  */
 import * as Data from "effect/Data"
-import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as Exit from "effect/Exit"
@@ -240,6 +239,15 @@ const open = <In, Out>(
       for (const watch of told) watch(error)
     }
 
+    /** `receiveWithin`'s waits: told when a message is in the inbox or the link has ended. */
+    const arrivals = new Set<() => void>()
+    const arrived = () => {
+      if (arrivals.size === 0) return
+      const told = [...arrivals]
+      arrivals.clear()
+      for (const wake of told) wake()
+    }
+
     let ended: LinkError | undefined
     const end = (error: LinkError) => {
       if (ended !== undefined) return
@@ -249,6 +257,7 @@ const open = <In, Out>(
       undecodedBytes = 0
       // Accepted whatever the inbox holds: readers take what came before it, then every later one fails with it.
       inbox.unsafeDone(Exit.fail(error))
+      arrived()
     }
 
     let framesDecoded = 0
@@ -283,6 +292,7 @@ const open = <In, Out>(
       peakMessages = Math.max(peakMessages, queued)
       peakBytes = Math.max(peakBytes, queuedBytes)
       inbox.unsafeOffer({ message: message.right, bytes })
+      arrived()
     }
 
     /** Decode from `bytes` while the inbox has room, a frame at a time; returns how many bytes it used. */
@@ -383,14 +393,38 @@ const open = <In, Out>(
           return connection.send(...parts) ? Effect.void : Effect.promise(() => connection.drained())
         }),
       receive,
-      receiveWithin: (ms, what) =>
-        Effect.suspend(() =>
-          // A message already waiting (or an ending) is taken at once: a deadline is a race of two fibers.
-          queued > 0 || ended !== undefined ? receive : Effect.timeoutFail(receive, {
-            duration: Duration.millis(ms),
-            onTimeout: () => new LinkError({ channel, peer, reason: "handshake", detail: `no ${what} within ${ms} ms` })
-          })
-        ),
+      receiveWithin: (ms, what) => Effect.suspend(() => {
+        // The time runs from when the effect runs, as Effect.timeout's would.
+        const deadline = Date.now() + ms
+        const late = new LinkError({ channel, peer, reason: "handshake", detail: `no ${what} within ${ms} ms` })
+        // A timer and a wake-up from `deliver`, not a race of two fibers (`Effect.timeout`): every handshake waits
+        // once, and a thousand hosts join at once. A message already waiting, or the link's end, is taken at once.
+        const attempt: Effect.Effect<In, LinkError> = Effect.suspend(() => {
+          if (queued > 0 || ended !== undefined) return receive
+          const left = deadline - Date.now()
+          if (left <= 0) return Effect.fail(late)
+          return Effect.flatMap(
+            Effect.async<boolean>((resume) => {
+              const wake = () => {
+                clearTimeout(timer)
+                resume(Effect.succeed(true))
+              }
+              const timer = setTimeout(() => {
+                arrivals.delete(wake)
+                resume(Effect.succeed(false))
+              }, left)
+              arrivals.add(wake)
+              return Effect.sync(() => {
+                clearTimeout(timer)
+                arrivals.delete(wake)
+              })
+            }),
+            // Woken: take it (another reader may have been first: wait again, for what is left of the time).
+            (woken) => (woken ? attempt : Effect.fail(late))
+          )
+        })
+        return attempt
+      }),
       close: Effect.sync(() => connection.end()),
       abort: (detail) =>
         Effect.sync(() => {
