@@ -33,7 +33,8 @@
  * `SCALE_STATUS_RATE=0` leaves the status client out; `SCALE_LAUNCHER_FLAGS`
  * passes flags to the launcher's bun (a CPU or heap profile),
  * `SCALE_LAUNCHER_LOG` names a file for its whole stderr, and
- * `SCALE_BEAT_EVERY_MS` sets the relays' beat interval. Every process
+ * `SCALE_BEAT_EVERY_MS` sets the relays' beat interval, `SCALE_SIM_NICE` the simulators' niceness
+ * (19: they take only what the launcher leaves, as hosts on other machines would). Every process
  * it starts is killed when it ends, however it ends: the launcher runs under
  * `setpriv --pdeathsig KILL`, and the helpers exit when their stdin closes.
  */
@@ -54,6 +55,12 @@ const WORKERS = Number(process.env.SCALE_WORKERS ?? 4)
 const RUNS = Number(process.env.SCALE_RUNS ?? 1)
 /** `GET /state.json` per second during the run; 0 leaves the status client out (to see the rest without it). */
 const STATUS_RATE = Number(process.env.SCALE_STATUS_RATE ?? 200)
+/**
+ * A niceness for the simulating processes (`nice -n`; 0, the default, runs them as the launcher runs): with 19
+ * they stand in for hosts on other machines, taking only the CPU the launcher leaves, so that what the status
+ * endpoint shows is the launcher's own latency rather than its wait for a core.
+ */
+const SIM_NICE = Number(process.env.SCALE_SIM_NICE ?? 0)
 /** Once the first epoch's plans have reached every rank, the status client runs this much longer (the quiet window). */
 const QUIET_MS = 2_000
 const BASELINE_MS = 5_000
@@ -280,7 +287,7 @@ const runOnce = async (): Promise<Figures> => {
   }
   try {
     writeFileSync(join(scratch, "cluster.yml"), clusterFile())
-    const sims = Array.from({ length: WORKERS }, () => helper([process.execPath, SIM]))
+    const sims = Array.from({ length: WORKERS }, () => helper([...(SIM_NICE === 0 ? [] : ["nice", "-n", String(SIM_NICE)]), process.execPath, SIM]))
     const status = STATUS_RATE > 0 ? helper([process.execPath, STATUS, String(STATUS_RATE)]) : undefined
     // Every helper is loaded before the launcher starts: their start-up is not the launcher's.
     await waits.until(() => (sims.every((sim) => sim.find("ready")) && (status?.find("ready") ?? true) ? true : undefined), "helpers ready", 30_000)
@@ -291,6 +298,8 @@ const runOnce = async (): Promise<Figures> => {
     let saltFile: string | undefined
     /** `waiting for <host> to join: on it, run …` lines so far: the launcher says what to run on each host. */
     let hinted = 0
+    /** The launcher's CPU (utime + stime, and stime) when its `world formed` line was read. */
+    let worldCpu: { readonly total: number; readonly system: number } | undefined
     const t0 = wallClock()
     const launcher = Bun.spawn(["setpriv", "--pdeathsig", "KILL", "--", process.execPath, ...LAUNCHER_FLAGS, join(ROOT, "src/cli/launch.ts"), "cluster.yml"], {
       cwd: scratch,
@@ -320,7 +329,15 @@ const runOnce = async (): Promise<Figures> => {
         hinted += 1
         if (hinted === HOSTS) phases.hinted = at
       }
-      if (phases.world === undefined && line.startsWith("cohort: world formed")) phases.world = at
+      if (phases.world === undefined && line.startsWith("cohort: world formed")) {
+        phases.world = at
+        // The join's CPU ends here, as the line is read: not once every simulator has seen its Accept.
+        try {
+          worldCpu = { total: cpuSeconds(launcher.pid), system: cpuTimes(launcher.pid).system }
+        } catch {
+          // Gone already: the run fails below.
+        }
+      }
       if (phases.cohort === undefined && line.startsWith("cohort: cohort formed")) phases.cohort = at
       // The per-host lines would push everything else out.
       if (!/waiting for sim-|sim-\d+ joined with/.test(line)) {
@@ -371,8 +388,8 @@ const runOnce = async (): Promise<Figures> => {
       launcher: (cpuSeconds(launcher.pid) - joinStart.launcher) / joinSeconds,
       simulators: simPids.reduce((sum, pid, index) => sum + cpuSeconds(pid) - joinStart.simulators[index]!, 0) / joinSeconds
     }
-    const joinCpuMs = (cpuSeconds(launcher.pid) - joinStart.launcher) * 1000
-    const joinSystemMs = (cpuTimes(launcher.pid).system - joinStart.system) * 1000
+    const joinCpuMs = ((worldCpu?.total ?? NaN) - joinStart.launcher) * 1000
+    const joinSystemMs = ((worldCpu?.system ?? NaN) - joinStart.system) * 1000
     const overflows = listenOverflows() - joinStart.overflows
     await until(() => phases.cohort, "cohort formed")
     const formationRunQueueMs = (runQueueSeconds(launcher.pid) - joinStart.runQueue) * 1000
@@ -496,7 +513,7 @@ export const scale = async (): Promise<string> => {
   out.push("")
   out.push(
     `${HOSTS} simulated hosts × ${DEVICES} ranks = ${ranks} ranks in ${WORKERS} processes against one launcher; ` +
-      `${RUNS} run(s)${RUNS > 1 ? ", medians" : ""}. Bun ${Bun.version}, ${navigator.hardwareConcurrency} cores, commit ${commit()}, ` +
+      `${RUNS} run(s)${RUNS > 1 ? ", medians" : ""}${SIM_NICE === 0 ? "" : `, the simulators at nice ${SIM_NICE}`}. Bun ${Bun.version}, ${navigator.hardwareConcurrency} cores, commit ${commit()}, ` +
       `1-minute load average ${load[0]!.toFixed(1)} → ${load[1]!.toFixed(1)}, ${((performance.now() - startedAt) / 1000).toFixed(0)} s in all.`
   )
   out.push("")
