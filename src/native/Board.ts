@@ -76,11 +76,12 @@ export class Board {
   }
 
   /**
-   * Take part in the next round with `buffer` (left untouched unless the outcome is "done", when it holds the
-   * result). "fallback": use the relay's path; "pending": call `wait`.
+   * Take part in the next round as `rank` (the fold adds in rank order, as the relay does) with `buffer` (left
+   * untouched unless the outcome is "done", when it holds the result). "fallback": use the relay's path;
+   * "pending": call `wait`.
    */
-  arrive(slot: number, buffer: Float32Array, op: "sum" | "avg", weight: number): BoardOutcome {
-    const code = this.library.symbols.cohort_board_arrive(this.at, slot, pointerTo(buffer), buffer.length, ops[op], weight)
+  arrive(slot: number, rank: number, buffer: Float32Array, op: "sum" | "avg", weight: number): BoardOutcome {
+    const code = this.library.symbols.cohort_board_arrive(this.at, slot, rank, pointerTo(buffer), buffer.length, ops[op], weight)
     return read(code, this.library)
   }
 

@@ -36,7 +36,7 @@ export const symbols = {
   cohort_board_enable: { args: [pointer, u64], returns: i32 },
   cohort_board_disable: { args: [pointer], returns: i32 },
   cohort_board_state: { args: [pointer], returns: u32 },
-  cohort_board_arrive: { args: [pointer, u32, pointer, u32, u32, f64], returns: i32 },
+  cohort_board_arrive: { args: [pointer, u32, u32, pointer, u32, u32, f64], returns: i32 },
   cohort_board_wait: { args: [pointer, u32, pointer, u32, u32, u32], returns: i32 },
   // CPU kernels: (inputs: pointer to N pointers, N, length, out) and friends.
   cohort_sum_f32: { args: [pointer, usize, usize, pointer], returns: i32 },

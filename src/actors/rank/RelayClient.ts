@@ -112,7 +112,12 @@ export const connectRelay = async (options: RelayClientOptions): Promise<RelayCl
           lastHeard = Date.now()
           options.onOrder(message.order as Order)
         } else if (message.t === "board") {
-          if (boardLibrary !== undefined) board = { board: new Board(boardLibrary, Bun.mmap(message.seg)), slot: message.slot }
+          // A board that cannot be mapped is left unused: every collective then takes the relay's path, which turns it off.
+          try {
+            if (boardLibrary !== undefined) board = { board: new Board(boardLibrary, Bun.mmap(message.seg)), slot: message.slot }
+          } catch {
+            board = undefined
+          }
         } else if (message.t === "refused") {
           lost(`the relay refused this rank: ${String(message.reason)}`)
         }
@@ -149,7 +154,7 @@ export const connectRelay = async (options: RelayClientOptions): Promise<RelayCl
 
   /** A round on the board: "done" (the result is in `buffer`) or "fallback" (redo it through the relay). */
   const onBoard = async (on: { board: Board; slot: number }, buffer: Float32Array, op: "sum" | "avg", weight: number): Promise<BoardOutcome> => {
-    let outcome = on.board.arrive(on.slot, buffer, op, weight)
+    let outcome = on.board.arrive(on.slot, options.rank, buffer, op, weight)
     if (outcome === "pending") outcome = on.board.wait(on.slot, buffer, BOARD_SPIN_US, BOARD_SLICE_US)
     while (outcome === "pending") {
       if (closing) throw new RankCallError("the rank has lost its relay")

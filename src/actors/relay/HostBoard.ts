@@ -67,7 +67,12 @@ export class HostBoard {
   onFor(members: ReadonlyArray<number>): boolean {
     const slots = members.map((rank) => this.slots.get(rank))
     if (slots.length === 0 || slots.some((slot) => slot === undefined)) return false
-    return this.board.enable(slots as Array<number>)
+    // Never throws: the round it follows is reduced already, and a board left off only costs the socket path.
+    try {
+      return this.board.enable(slots as Array<number>)
+    } catch {
+      return false
+    }
   }
 
   /** Whether the board is on (for tests and diagnostics). */

@@ -232,7 +232,8 @@ export const run = (spec: RelaySpec, hostKey: Uint8Array, handshakeMs: number): 
         sockets.set(claimed, socket)
         // A member the board's rounds do not count yet: off until the barrier has made a round with it.
         board?.off()
-        const slot = message.board === true ? board?.assign(claimed) : undefined
+        // Only a host alone in the world uses its board: in a larger one no slot is handed out (nor copied into).
+        const slot = message.board === true && aloneBefore === Number.POSITIVE_INFINITY ? board?.assign(claimed) : undefined
         if (slot !== undefined) tell(claimed, { t: "board", seg: board!.path, slot })
         // A restarted rank takes its place in the barrier again; one under a new number waits for its epoch (WorldGrown).
         barrier.join(claimed, spec.ranks.includes(claimed))
