@@ -48,7 +48,7 @@
  *    of the relay just before the kill.
  *
  * Environment: BENCH_RUNS (3) runs of part 1, BENCH_KILLS (2 × runs − 1)
- * kills per step length in part 2. `bun bench/allreduce.ts` alone, or
+ * kills per step length in part 2, BENCH_ONLY=redistribution for part 2 alone. `bun bench/allreduce.ts` alone, or
  * through `bun run bench`.
  */
 import { execSync } from "node:child_process"
@@ -616,8 +616,11 @@ export const allreduce = async () => {
   const started = now()
   const loadBefore = loadavg()[0]!
   const lines: Array<string> = []
-  await bandwidth(lines)
-  await breakdown(lines)
+  // BENCH_ONLY=redistribution: the kills alone (part 2), for a quick look at reaction times.
+  if (process.env.BENCH_ONLY !== "redistribution") {
+    await bandwidth(lines)
+    await breakdown(lines)
+  }
   await redistribution(lines)
   let commit = "unknown"
   try {
