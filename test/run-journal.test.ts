@@ -46,6 +46,19 @@ describe("RunJournal", () => {
       expect(lines).toEqual(["world_formed", "rank_started", "rank_started", "rank_started", "rank_exited", "rank_started"])
     }))
 
+  effect.live("an event stamped before the last line but recorded after it is said as of that line in the file", () =>
+    Effect.gen(function*() {
+      const eventsFile = join(mkdtempSync(join(tmpdir(), "cohort-journal-")), "events.jsonl")
+      const journal = yield* RunJournal.make({ run: "journal", eventsFile })
+      yield* journal.record(formed)
+      yield* journal.record({ event: "rank_exited", at: 30, rank: 1, exit: "signal SIGKILL", clean: false })
+      // As the coordinator's epoch_done does: heard at 20, through its mailbox after the exit was recorded.
+      yield* journal.record({ event: "epoch_done", at: 20, epoch: 1, epochs: 2, seconds: 1, samples: 100, metrics: {} })
+      yield* journal.record({ event: "rank_exited", at: 40, rank: 0, exit: "status 0", clean: true })
+      const lines = readFileSync(eventsFile, "utf8").trim().split("\n").map((line) => JSON.parse(line) as RunView.RunEvent)
+      expect(lines.map((line) => [line.event, line.at])).toEqual([["world_formed", 1], ["rank_exited", 30], ["epoch_done", 30], ["rank_exited", 40]])
+    }))
+
   effect.live("a burst nobody reads after is recorded on its own, shortly", () =>
     Effect.gen(function*() {
       const told: Array<string> = []

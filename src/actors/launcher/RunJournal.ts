@@ -51,11 +51,18 @@ export const make = (options: RunJournalOptions): Effect.Effect<RunJournal, Laun
     }
     const view = yield* Ref.make(RunView.initial(options.run, Date.now()))
     let warned = false
+    /** The latest `at` in the file: a line's is never before the line above's. */
+    let lastAt = -Infinity
     const append = (event: RunView.RunEvent) =>
       Effect.suspend(() => {
         if (eventsFile === undefined || RunView.isEphemeral(event)) return Effect.void
+        // The coordinator's events are stamped when it heard what caused them and recorded once its mailbox
+        // gets to them: a rank's exit recorded meanwhile is already above. Such a line is said as of the one
+        // above it (as a death's recovery is, below), so that the file stays in order; the view keeps its time.
+        const line = event.at < lastAt ? { ...event, at: lastAt } : event
         try {
-          appendPrivate(eventsFile, `${JSON.stringify(event)}\n`)
+          appendPrivate(eventsFile, `${JSON.stringify(line)}\n`)
+          lastAt = line.at
           return Effect.void
         } catch (error) {
           if (warned) return Effect.void
