@@ -9,7 +9,6 @@
  * or a count that has stopped moving: `settles`), never for a fixed time.
  */
 import { describe, expect } from "bun:test"
-import type { Socket } from "bun"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as Fiber from "effect/Fiber"
@@ -17,10 +16,10 @@ import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import { magic } from "../src/wire/Channel.ts"
 import * as Codec from "../src/wire/Codec.ts"
-import { Connection, forwardingHandlers, type SocketData } from "../src/wire/Connection.ts"
 import { newSalt, saltFromHex, saltToHex } from "../src/wire/Keys.ts"
 import * as Link from "../src/wire/Link.ts"
 import * as WireCounters from "../src/wire/WireCounters.ts"
+import { listenForConnections } from "./support/connections.ts"
 import { effect, eventually } from "./support/effect.ts"
 
 class Numbered extends Schema.TaggedClass<Numbered>()("Numbered", { index: Schema.Int, padding: Schema.Uint8ArrayFromSelf }) {}
@@ -34,22 +33,7 @@ const numbered = (count: number, paddingBytes: number, from = 0) => {
   return Array.from({ length: count }, (_, offset) => new Numbered({ index: from + offset, padding }))
 }
 
-/** A listener's Connection for every accepted socket, handed over as it opens. */
-const listen = Effect.gen(function*() {
-  const accepted: Array<Connection> = []
-  const server = Bun.listen<SocketData>({
-    hostname: "127.0.0.1",
-    port: 0,
-    data: {},
-    socket: { ...forwardingHandlers, open: (socket: Socket<SocketData>) => void accepted.push(new Connection(socket)) }
-  })
-  yield* Effect.addFinalizer(() => Effect.sync(() => server.stop(true)))
-  const next = Effect.gen(function*() {
-    yield* eventually(Effect.sync(() => accepted.length > 0), "a connection accepted")
-    return accepted.shift()!
-  })
-  return { port: server.port, next }
-})
+const listen = listenForConnections
 
 interface PairOptions {
   readonly listenerInbox?: Partial<Link.InboxBound>

@@ -6,16 +6,15 @@
  * ever bounds.
  */
 import { describe, expect } from "bun:test"
-import type { Socket } from "bun"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as Fiber from "effect/Fiber"
 import * as Schema from "effect/Schema"
 import { magic } from "../src/wire/Channel.ts"
 import * as Codec from "../src/wire/Codec.ts"
-import { Connection, forwardingHandlers, type SocketData } from "../src/wire/Connection.ts"
 import { newSalt } from "../src/wire/Keys.ts"
 import * as Link from "../src/wire/Link.ts"
+import { listenForConnections } from "./support/connections.ts"
 import { effect, eventually } from "./support/effect.ts"
 
 class Ping extends Schema.TaggedClass<Ping>()("Ping", { n: Schema.Int }) {}
@@ -24,17 +23,9 @@ const codec = Codec.make("control", Schema.Union(Ping))
 /** A dialer and the listener that read the magic as the mux does, then accepted. */
 const pair = Effect.gen(function*() {
   const salt = newSalt()
-  const accepted: Array<Connection> = []
-  const server = Bun.listen<SocketData>({
-    hostname: "127.0.0.1",
-    port: 0,
-    data: {},
-    socket: { ...forwardingHandlers, open: (socket: Socket<SocketData>) => void accepted.push(new Connection(socket)) }
-  })
-  yield* Effect.addFinalizer(() => Effect.sync(() => server.stop(true)))
+  const server = yield* listenForConnections
   const dialing = yield* Effect.fork(Link.dial({ host: "127.0.0.1", port: server.port, channel: "control", salt, inbound: codec, outbound: codec }))
-  yield* eventually(Effect.sync(() => accepted.length > 0), "a connection accepted")
-  const connection = accepted[0]!
+  const connection = yield* server.next
   expect(yield* Effect.promise(() => connection.take(magic.control.length, 5_000))).toEqual(magic.control)
   const listener = yield* Link.accept(connection, { channel: "control", keyFor: Link.unnamedKey(salt), inbound: codec, outbound: codec })
   const dialer = yield* Fiber.join(dialing)
@@ -99,19 +90,11 @@ describe("whenEnded", () => {
 describe("Connection.takeNow", () => {
   effect.live("what has arrived and is parked, n bytes at a time, in order; nothing while short or while a receiver reads", () =>
     Effect.gen(function*() {
-      const accepted: Array<Connection> = []
-      const server = Bun.listen<SocketData>({
-        hostname: "127.0.0.1",
-        port: 0,
-        data: {},
-        socket: { ...forwardingHandlers, open: (socket: Socket<SocketData>) => void accepted.push(new Connection(socket)) }
-      })
-      yield* Effect.addFinalizer(() => Effect.sync(() => server.stop(true)))
+      const server = yield* listenForConnections
       const client = yield* Effect.promise(() => Bun.connect({ hostname: "127.0.0.1", port: server.port, socket: { data: () => {} } }))
       yield* Effect.addFinalizer(() => Effect.sync(() => client.end()))
       client.write("abcdefghij")
-      yield* eventually(Effect.sync(() => accepted.length > 0), "a connection accepted")
-      const connection = accepted[0]!
+      const connection = yield* server.next
       const text = (bytes: Uint8Array | "closed" | "timeout" | undefined) => (bytes instanceof Uint8Array ? new TextDecoder().decode(bytes) : bytes)
       expect(text(yield* Effect.promise(() => connection.take(4, 5_000)))).toBe("abcd")
       // Sent in one write and read past the four: the rest is parked already.
