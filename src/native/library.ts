@@ -121,6 +121,15 @@ const abiOf = (path: string): number | string => {
   }
 }
 
+/** Reads the text of the last failed call on this thread (`cohort_last_error`), from whichever binding has it. */
+const lastErrorOf = (bound: { readonly cohort_last_error: (text: ReturnType<typeof ptr>, length: number) => number | bigint }) => {
+  const text = new Uint8Array(4096)
+  return (): string => {
+    const length = Number(bound.cohort_last_error(ptr(text), text.length))
+    return new TextDecoder().decode(text.subarray(0, Math.min(length, text.length - 1)))
+  }
+}
+
 /** Open the library at `path` and check its ABI; never throws. */
 export const openLibrary = (path: string = libraryPath()): OpenLibrary | OpenFailure => {
   if (!existsSync(path)) return { _tag: "Missing", path, reason: "no such file" }
@@ -134,12 +143,7 @@ export const openLibrary = (path: string = libraryPath()): OpenLibrary | OpenFai
   } catch (error) {
     return { _tag: "Missing", path, reason: errorText(error) }
   }
-  const text = new Uint8Array(4096)
-  const lastError = () => {
-    const length = Number(opened.symbols.cohort_last_error(ptr(text), text.length))
-    return new TextDecoder().decode(text.subarray(0, Math.min(length, text.length - 1)))
-  }
-  return { path, symbols: opened.symbols, lastError }
+  return { path, symbols: opened.symbols, lastError: lastErrorOf(opened.symbols) }
 }
 
 export const boardSymbols = {
@@ -168,12 +172,7 @@ export const openBoardLibrary = (path: string = libraryPath()): BoardLibrary | u
   try {
     const opened = dlopen(path, boardSymbols)
     if (opened.symbols.cohort_abi_version() !== ABI_VERSION) return undefined
-    const text = new Uint8Array(1024)
-    const lastError = () => {
-      const length = Number(opened.symbols.cohort_last_error(ptr(text), text.length))
-      return new TextDecoder().decode(text.subarray(0, Math.min(length, text.length - 1)))
-    }
-    return { symbols: opened.symbols, lastError }
+    return { symbols: opened.symbols, lastError: lastErrorOf(opened.symbols) }
   } catch {
     return undefined
   }
