@@ -147,13 +147,13 @@ export const run = (options: AgentOptions): Effect.Effect<void, AgentError, Scop
     yield* serve(options, link, answer, formed, salt)
   })
 
+/** How long after its ranks run a host whose ranks never use the relay starts it (as the launcher's watchdog). */
+const WATCHDOG_RELAY_DELAY = Duration.seconds(1)
+
 /**
  * After formation: the host's supervisor (`HostPolicy`) over the relay and the
  * ranks the launcher orders, until the run ends.
  */
-/** How long after its ranks run a host whose ranks never use the relay starts it (as the launcher's watchdog). */
-const WATCHDOG_RELAY_DELAY = Duration.seconds(1)
-
 const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: WorldFormed, salt: Uint8Array) =>
   Effect.gen(function*() {
     const { host } = options

@@ -74,9 +74,4 @@ export class HostBoard {
       return false
     }
   }
-
-  /** Whether the board is on (for tests and diagnostics). */
-  get isOn(): boolean {
-    return this.board.state() >>> 31 === 1
-  }
 }
