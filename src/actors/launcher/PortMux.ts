@@ -119,21 +119,15 @@ export const start = (options: PortMuxOptions): Effect.Effect<PortMux, BindError
         return quiet ? Effect.logDebug(line) : Effect.logWarning(line)
       })
 
-    const hand = (connection: Connection, owner: Owner | undefined, name: string) =>
-      Effect.gen(function*() {
-        if (owner === undefined) {
-          connection.reset()
-          return yield* dropOnce(connection.address, connection.peer, `no ${name} service in this run`)
-        }
-        if (connection.isClosed) return yield* dropOnce(connection.address, connection.peer, "closed before its owner took it")
-        routed[name] = (routed[name] ?? 0) + 1
-        if ("accept" in owner) return owner.accept(connection)
-        // A busy owner must not hold up routing for every other channel: deliver in the background.
-        yield* owner.tell(new Accepted({ connection })).pipe(
-          Effect.catchAll(() => Effect.sync(() => connection.reset())),
-          Effect.forkScoped
-        )
-      })
+    /**
+     * A connection nobody took: the run has no owner for its channel, or it closed before the socket callback could
+     * hand it over (an open connection with an owner goes to it from `sniff`, never through here).
+     */
+    const unowned = (connection: Connection, owner: Owner | undefined, name: string) => {
+      if (owner !== undefined) return dropOnce(connection.address, connection.peer, "closed before its owner took it")
+      connection.reset()
+      return dropOnce(connection.address, connection.peer, `no ${name} service in this run`)
+    }
 
     const mux = yield* Actor.spawn<MuxMessage, Scope.Scope>({
       name: "port-mux",
@@ -141,14 +135,14 @@ export const start = (options: PortMuxOptions): Effect.Effect<PortMux, BindError
         Sniffed: ({ connection, route: where }) => {
           switch (where._tag) {
             case "Channel":
-              return hand(connection, options.owners[where.channel], `${where.channel} channel`)
+              return unowned(connection, options.owners[where.channel], `${where.channel} channel`)
             case "OtherProtocol":
               // Its frames could never authenticate here: say why now, not with a tag that fails later.
               connection.reset()
               return dropOnce(connection.address, connection.peer, otherProtocol(where.channel, where.protocol))
             case "Http":
               // Served from `sniff`; a run without a status server resets it here.
-              return hand(connection, undefined, "status (HTTP)")
+              return unowned(connection, undefined, "status (HTTP)")
             case "Unknown":
               connection.end()
               return dropOnce(connection.address, connection.peer, "unknown channel magic")
