@@ -192,6 +192,79 @@ describe("frames", () => {
     expect(decoder.push(frameBytes(key, 1, 0n, new Uint8Array([1])))).toBeInstanceOf(FrameError)
   })
 
+  describe("lent payloads", () => {
+    /** Feed the pieces to a lending decoder; each payload is copied while it is lent, as a link decodes it. */
+    const feedLent = (decoder: FrameDecoder, pieces: ReadonlyArray<Uint8Array>) => {
+      const frames: Array<{ kind: number; sequence: bigint; payload: Uint8Array }> = []
+      for (const piece of pieces) {
+        const failed = decoder.pushEach(piece, (frame) => void frames.push({ ...frame, payload: frame.payload.slice() }))
+        if (failed !== undefined) return { frames, failed }
+      }
+      return { frames, failed: undefined }
+    }
+
+    for (const [mode, modeKey] of modes) {
+      test(`${mode}: every payload as sent across any split, though their memory is reused; a tampered frame still fails`, () => {
+        fc.assert(
+          fc.property(payloads, fc.array(fc.nat(), { maxLength: 20 }), fc.nat(), (bodies, cuts, flip) => {
+            const frames = bodies.map((body, index) => frameBytes(modeKey, 3, BigInt(index), body))
+            const stream = new Uint8Array(Buffer.concat(frames))
+            const clean = feedLent(new FrameDecoder(modeKey, 1 << 20, 1 << 20, "lent"), split(stream, cuts))
+            expect(clean).toEqual({ frames: bodies.map((payload, index) => ({ kind: 3, sequence: BigInt(index), payload })), failed: undefined })
+            // One bit of one frame's payload or tag flipped: the frames before it pass, that one fails its tag.
+            const victim = flip % frames.length
+            const start = frames.slice(0, victim).reduce((sum, frame) => sum + frame.length, 0)
+            const inFrame = HEADER_BYTES + (flip % (frames[victim]!.length - HEADER_BYTES))
+            const tampered = stream.slice()
+            tampered[start + inFrame]! ^= 0x10
+            const out = feedLent(new FrameDecoder(modeKey, 1 << 20, 1 << 20, "lent"), split(tampered, cuts))
+            expect(out.frames.map((frame) => frame.payload)).toEqual(bodies.slice(0, victim))
+            expect(out.failed?.reason).toBe("bad-mac")
+          }),
+          seeded(2)
+        )
+      })
+
+      test(`${mode}: frames of several 4 MiB blocks, one after another in the same memory, each as sent`, () => {
+        const decoder = new FrameDecoder(modeKey, 1 << 30, 1 << 30, "lent")
+        const sizes = [9 << 20, 9 << 20, (5 << 20) + 3, 100]
+        const bodies = sizes.map((size, index) => {
+          const body = new Uint8Array(size)
+          for (let at = 0; at < size; at++) body[at] = (at * 31 + index * 7) & 0xff
+          return body
+        })
+        const stream = new Uint8Array(Buffer.concat(bodies.map((body, index) => frameBytes(modeKey, 1, BigInt(index), body))))
+        const seen: Array<{ payload: Uint8Array; memory: ArrayBufferLike }> = []
+        for (let at = 0; at < stream.length; at += 65_521) {
+          const failed = decoder.pushEach(stream.subarray(at, at + 65_521), (frame) => void seen.push({ payload: frame.payload.slice(), memory: frame.payload.buffer }))
+          expect(failed).toBeUndefined()
+        }
+        expect(seen.map(({ payload }) => payload.length)).toEqual(sizes)
+        seen.forEach(({ payload }, index) => expect(Buffer.from(payload).equals(Buffer.from(bodies[index]!))).toBe(true))
+        // The first frame comes in blocks, joined in memory that then carries every later one.
+        expect(seen.map(({ memory }) => memory === seen[0]!.memory)).toEqual([true, true, true, true])
+      })
+    }
+
+    test("memory is kept once the peer has authenticated, reused for frames that fit, replaced for a larger one; push hands out copies", () => {
+      const decoder = new FrameDecoder(key, 1 << 20, 1 << 20, "lent")
+      const memories: Array<ArrayBufferLike> = []
+      const take = (size: number, sequence: bigint) =>
+        decoder.pushEach(frameBytes(key, 1, sequence, new Uint8Array(size).fill(size & 0xff)), (frame) => {
+          expect(frame.payload).toEqual(new Uint8Array(size).fill(size & 0xff))
+          memories.push(frame.payload.buffer)
+        })
+      ;[1024, 1024, 512, 2048, 100].forEach((size, index) => expect(take(size, BigInt(index))).toBeUndefined())
+      // The first frame is taken before the peer has authenticated: in memory of its own, not kept.
+      expect(memories.map((memory) => memory === memories[1])).toEqual([false, true, true, false, false])
+      expect(memories[4]).toBe(memories[3]!)
+      const both = decoder.push(Buffer.concat([frameBytes(key, 1, 5n, new Uint8Array([5])), frameBytes(key, 1, 6n, new Uint8Array([6]))]))
+      expect(both).toEqual([{ kind: 1, sequence: 5n, payload: new Uint8Array([5]) }, { kind: 1, sequence: 6n, payload: new Uint8Array([6]) }])
+      const [five, six] = both as Array<{ payload: Uint8Array }>
+      expect(five!.payload.buffer === six!.payload.buffer || five!.payload.buffer === memories[3]).toBe(false)
+    })
+  })
+
   test("frame overhead is a 16-byte header and a 16-byte tag, in both modes", () => {
     expect([HEADER_BYTES, MAC_BYTES]).toEqual([16, 16])
     expect(frameBytes(key, 0, 0n, new Uint8Array(10)).length).toBe(42)

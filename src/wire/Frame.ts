@@ -23,6 +23,13 @@
  * The length is checked against the channel's ceiling before anything is
  * allocated, and a large payload is kept as the chunks that arrived, so
  * memory follows the bytes actually received.
+ *
+ * A receiver that is done with each payload before the next frame (a link
+ * decodes it into a message at once) takes them lent: the decoder then writes
+ * each payload straight into memory it keeps, the next one that fits into the
+ * same memory. Fresh memory costs a page
+ * fault per 4 KiB on first touch, about as much as moving the bytes through
+ * loopback, and gradients come in frames of one size round after round.
  */
 import * as Data from "effect/Data"
 import { type FrameKey, type FrameOpener, opener, sealer, TAG_BYTES } from "./FrameCipher.ts"
@@ -32,6 +39,8 @@ export const HEADER_BYTES = 16
 const BLOCK_BYTES = 4 << 20
 /** Blocks a decoder keeps for reuse after a large frame: up to 64 MiB. */
 const MAX_SPARE_BLOCKS = 16
+/** The largest payload memory a lending decoder keeps for the next frame. */
+const MAX_LENT_BYTES = MAX_SPARE_BLOCKS * BLOCK_BYTES
 /** The trailer: GCM's tag. */
 export const MAC_BYTES = TAG_BYTES
 /** Bit 0 of the flags byte: the payload is encrypted. */
@@ -107,6 +116,13 @@ export const frameBytes = (key: FrameKey, kind: number, sequence: bigint, payloa
 type Stage = "header" | "payload" | "mac"
 
 /**
+ * Whose a decoded payload is. `owned`: the receiver's, to keep. `lent`: the decoder's, valid only until
+ * `onFrame` returns; the next frame's payload may overwrite it (`push`, which returns several frames at
+ * once, hands out copies).
+ */
+export type PayloadOwnership = "owned" | "lent"
+
+/**
  * Turns a byte stream into verified frames, whatever the chunk boundaries.
  * After the first error the decoder is poisoned: a connection that sent one
  * bad frame is closed, never resynchronised.
@@ -125,12 +141,22 @@ export class FrameDecoder {
   private cipher: FrameOpener | undefined
   private expected = 0n
   private failed: FrameError | undefined
+  /** Lending: the memory of the last payload, which the next one that fits is written into. */
+  private reusable: Uint8Array | undefined
+  /** Lending, a frame that fits `reusable`: where its payload goes, and how much of it the cipher has had. */
+  private target: Uint8Array | undefined
+  private absorbed = 0
 
   /**
    * `ceiling` bounds every frame; `firstCeiling` (at most `ceiling`) bounds frames until one has
    * authenticated: a listener's guard against strangers who announce large frames and never send them.
    */
-  constructor(private key: FrameKey, private readonly ceiling: number, private readonly firstCeiling = ceiling) {}
+  constructor(
+    private key: FrameKey,
+    private readonly ceiling: number,
+    private readonly firstCeiling = ceiling,
+    private readonly payloads: PayloadOwnership = "owned"
+  ) {}
 
   /** Verify the frames after the current one with another key (open admission switches to the run's salt). */
   setKey(key: FrameKey): void {
@@ -149,7 +175,8 @@ export class FrameDecoder {
   /** Feed bytes; returns the frames they complete, or the error that ends the connection. */
   push(bytes: Uint8Array): Array<Frame> | FrameError {
     const frames: Array<Frame> = []
-    return this.pushEach(bytes, (frame) => void frames.push(frame)) ?? frames
+    const keep = this.payloads === "lent" ? (frame: Frame) => ({ ...frame, payload: frame.payload.slice() }) : (frame: Frame) => frame
+    return this.pushEach(bytes, (frame) => void frames.push(keep(frame))) ?? frames
   }
 
   /**
@@ -191,6 +218,8 @@ export class FrameDecoder {
           this.fail(problem)
           return at
         }
+      } else if (this.stage === "payload" && this.target !== undefined) {
+        at = this.fillTarget(this.target, bytes, at)
       } else if (this.stage === "payload") {
         // Copy into blocks allocated as the bytes come (the caller may reuse
         // its buffer); each block is hashed (or decrypted) once it is full.
@@ -235,6 +264,25 @@ export class FrameDecoder {
     return at + take
   }
 
+  /** Lending: copy straight into the reused payload memory; the cipher takes it a block at a time. */
+  private fillTarget(target: Uint8Array, bytes: Uint8Array, at: number): number {
+    const take = Math.min(this.length - this.filled, bytes.length - at)
+    target.set(bytes.subarray(at, at + take), this.filled)
+    this.filled += take
+    while (this.filled - this.absorbed >= BLOCK_BYTES || (this.filled === this.length && this.absorbed < this.length)) {
+      const end = Math.min(this.length, this.absorbed + BLOCK_BYTES)
+      const region = target.subarray(this.absorbed, end)
+      const plain = this.cipher!.payload(region)
+      if (plain !== region) target.set(plain, this.absorbed)
+      this.absorbed = end
+    }
+    if (this.filled === this.length) {
+      this.stage = "mac"
+      this.filled = 0
+    }
+    return at + take
+  }
+
   /** A full block of the payload: into the tag, and, when the link encrypts, swapped for its plaintext. */
   private absorb(block: Uint8Array): void {
     const plain = this.cipher!.payload(block)
@@ -272,8 +320,29 @@ export class FrameDecoder {
     this.cipher = opener(this.key, this.sequence, this.head)
     this.chunks = []
     this.filled = 0
+    this.absorbed = 0
+    this.target = this.payloads === "lent" && this.length > 0 ? this.lentTarget() : undefined
     this.stage = this.length === 0 ? "mac" : "payload"
     return undefined
+  }
+
+  /**
+   * Lending: where this frame's payload goes. The memory of the last one when it fits; otherwise, once the
+   * peer has authenticated, new memory for a frame of up to a block (what the block path would allocate at
+   * its first byte anyway), kept for the next ones. A larger frame comes in blocks, so memory follows the
+   * bytes received whatever length a peer announces; its payload, once whole, is the memory kept (`keep`).
+   */
+  private lentTarget(): Uint8Array | undefined {
+    if (this.reusable !== undefined && this.length <= this.reusable.length) return this.reusable.subarray(0, this.length)
+    if (this.expected === 0n || this.length > BLOCK_BYTES) return undefined
+    this.keep(new Uint8Array(this.length))
+    return this.reusable
+  }
+
+  /** Lending: keep this memory for the next payloads that fit. Blocks then only serve larger frames: let them go. */
+  private keep(memory: Uint8Array): void {
+    this.reusable = memory
+    this.spare = []
   }
 
   private finish(): Frame | FrameError {
@@ -291,6 +360,11 @@ export class FrameDecoder {
       })
     }
     this.expected += 1n
+    if (this.target !== undefined) {
+      const payload = this.target
+      this.target = undefined
+      return { kind: this.kind, sequence: this.sequence, payload }
+    }
     const payload = this.chunks.length === 1 ? this.chunks[0]! : concat(this.chunks, this.length)
     if (this.chunks.length > 1) {
       // The payload is a copy: its blocks can serve the next large frame.
@@ -299,6 +373,8 @@ export class FrameDecoder {
           this.spare.push(new Uint8Array(block.buffer))
         }
       }
+      // Lending, a payload this decoder joined in memory of its own: the next ones of its size go there.
+      if (this.payloads === "lent" && this.length <= MAX_LENT_BYTES) this.keep(payload)
     }
     this.chunks = []
     return { kind: this.kind, sequence: this.sequence, payload }
@@ -308,6 +384,8 @@ export class FrameDecoder {
     this.failed = error
     this.chunks = []
     this.cipher = undefined
+    this.target = undefined
+    this.reusable = undefined
     return error
   }
 }

@@ -210,8 +210,9 @@ const open = <In, Out>(
       decoder.setKey(next.receive)
     }
     const ceiling = options.ceiling ?? defaultCeiling[channel]
-    // A listener hears strangers: their first frame must authenticate before a large one is taken.
-    const decoder = new FrameDecoder(initial.receive, ceiling, agreement.role === "listener" ? UNAUTHENTICATED_CEILING : ceiling)
+    // A listener hears strangers: their first frame must authenticate before a large one is taken. Payloads
+    // are lent: `deliver` decodes each into its message (CBOR copies byte strings out) before the next frame.
+    const decoder = new FrameDecoder(initial.receive, ceiling, agreement.role === "listener" ? UNAUTHENTICATED_CEILING : ceiling, "lent")
 
     // The inbox's load, kept here because the mailbox is unbounded.
     let queued = 0
