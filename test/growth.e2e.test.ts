@@ -53,7 +53,7 @@ failure_policy:
 
 /** The hand-started agent of host `late`, with the salt the launcher left for it (copied: it goes with the run). */
 const startLateAgent = (dir: string, port: number, launcherPid: number) => {
-  const salt = join(repoRoot, ".cohort", "salts", `${launcherPid}-late.salt`)
+  const salt = join(repoRoot, ".cohort", "salts", `${launcherPid}.salt`)
   if (!existsSync(salt)) throw new Error(`the launcher left no salt file at ${salt}`)
   const copy = join(dir, "late.salt")
   copyFileSync(salt, copy)

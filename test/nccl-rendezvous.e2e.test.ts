@@ -223,7 +223,7 @@ failure_policy:
     await waitFor(() => generation(run.stdout.lines, 0).length === 2 && run.stderr.lines.some((line) => /epoch 1\/6 done/.test(line)), "generation 0 and epoch 1", 20_000)
     const port = await listeningPort(run.stderr.lines)
     const salt = join(dir, "late.salt")
-    copyFileSync(join(repoRoot, ".cohort", "salts", `${run.proc.pid}-late.salt`), salt)
+    copyFileSync(join(repoRoot, ".cohort", "salts", `${run.proc.pid}.salt`), salt)
     const agent = Bun.spawn(
       [process.execPath, "src/cli/agent.ts", "--controller", `127.0.0.1:${port}`, "--host", "late", "--devices", "1", "--salt-file", salt],
       { cwd: repoRoot, env: { ...process.env, ...standIns() }, stdout: "pipe", stderr: "pipe" }

@@ -225,7 +225,7 @@ failure_policy: { after_formation: elastic, grace: 5s }
       await waitFor(() => stderr.lines.some((line) => line.startsWith("cohort: epoch 1/4 done")), "epoch 1 to end", 90_000)
       const port = Number(/listening on [\d.]+:(\d+)/.exec(stderr.lines.find((line) => line.includes("listening on"))!)![1])
       // The salt the launcher left for a self-started agent, as an operator would pass it.
-      const salt = join(root, ".cohort", "salts", `${launcher.pid}-late.salt`)
+      const salt = join(root, ".cohort", "salts", `${launcher.pid}.salt`)
       agent = Bun.spawn([process.execPath, "src/cli/agent.ts", "--controller", `127.0.0.1:${port}`, "--host", "late", "--devices", "1", "--salt-file", salt], {
         cwd: root,
         stdout: "ignore",

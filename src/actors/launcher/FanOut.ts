@@ -70,6 +70,7 @@ export const fanOut = (
       const problems = judgements.flatMap((judgement) => judgement.problems)
       yield* problems.length === 0 ? Deferred.succeed(hostsChecked, undefined) : Deferred.fail(hostsChecked, new LaunchInputError({ problems }))
     }))
+    const saltFile = saltHex !== undefined && plan.hosts.some(({ start }) => start === "self") ? yield* writeSaltFile(saltHex) : undefined
     const agentOf = ({ devices, start, worker }: Plan["hosts"][number]): Effect.Effect<void, string, Scope.Scope> => {
       switch (start) {
         case "in-process":
@@ -105,7 +106,7 @@ export const fanOut = (
           )
         }
         case "self":
-          return Effect.zipRight(selfDeployHint(worker, saltHex, `${plan.remoteDialAddress}:${port}`), Effect.never)
+          return Effect.zipRight(selfDeployHint(worker, saltFile, `${plan.remoteDialAddress}:${port}`), Effect.never)
       }
     }
     const agents = yield* Effect.forEach(plan.hosts, (host) =>
@@ -122,27 +123,37 @@ export const fanOut = (
 const shellWord = (word: string) => (/^[\w@%+=:,./-]+$/.test(word) ? word : `'${word.replaceAll("'", "'\\''")}'`)
 
 /**
+ * The run's salt in a file only this user can read, for the `agent: self` hosts' `--salt-file`: one file
+ * for every such host (they all need the same salt), removed when the run ends.
+ */
+const writeSaltFile = (saltHex: string): Effect.Effect<string, LaunchInputError, Scope.Scope> => {
+  const file = `.cohort/salts/${process.pid}.salt`
+  return Effect.acquireRelease(
+    Effect.try({
+      // A folder someone else can write could hold a link named like this file: it is refused, never written through.
+      try: () => {
+        privateDirectory(dirname(file))
+        writePrivateFile(file, `${saltHex}\n`)
+        return file
+      },
+      catch: (error) =>
+        new LaunchInputError({
+          problems: [`cannot write the salt file for the agent: self hosts (${file}): ${error instanceof Error ? error.message : String(error)}`]
+        })
+    }),
+    () => Effect.sync(() => rmSync(file, { force: true }))
+  )
+}
+
+/**
  * How to start an `agent: self` host's agent, as a command that works pasted on that host: its devices
  * (the agent's default, every GPU, fails on a CPU host) and its checkout as the file declares them. Under
- * pre-shared admission the salt goes to a file only this user can read.
+ * pre-shared admission the salt is in `saltFile`, which only this user can read.
  */
-const selfDeployHint = (worker: Worker, saltHex: string | undefined, controller: string) =>
+const selfDeployHint = (worker: Worker, saltFile: string | undefined, controller: string) =>
   Effect.gen(function*() {
     const { host } = worker
-    let saltArgument = ""
-    if (saltHex !== undefined) {
-      const file = `.cohort/salts/${process.pid}-${host.replace(/[^A-Za-z0-9_.-]/g, "_")}.salt`
-      // A folder someone else can write could hold a link named like this file: it is refused, never written through.
-      yield* Effect.try({
-        try: () => {
-          privateDirectory(dirname(file))
-          writePrivateFile(file, `${saltHex}\n`)
-        },
-        catch: (error) => `cannot write ${host}'s salt file: ${error instanceof Error ? error.message : String(error)}`
-      })
-      yield* Effect.addFinalizer(() => Effect.sync(() => rmSync(file, { force: true })))
-      saltArgument = ` --salt-file <a copy of ${file}>`
-    }
+    const saltArgument = saltFile === undefined ? "" : ` --salt-file <a copy of ${saltFile}>`
     // The agent's default path is where it is started: a declared one is said, so the ranks run in the checkout.
     const pathArgument = worker.path === "." ? "" : ` --path ${shellWord(worker.path)}`
     // The salt's placeholder comes before the rest: tests and scripts that read this line (chaos, bench) look for it right after --host.
