@@ -23,6 +23,7 @@ import { join } from "node:path"
 import * as Inventory from "../actors/launcher/Inventory.ts"
 import { effectiveTrainingAt, type RunEvent, type RunState } from "../actors/launcher/RunView.ts"
 import * as RecoveryFigures from "../actors/launcher/RecoveryFigures.ts"
+import * as TurnWriter from "./TurnWriter.ts"
 
 export interface RunConsoleOptions {
   readonly quiet?: boolean
@@ -201,7 +202,10 @@ export const summaryTable = (state: RunState): string => {
 }
 
 export const make = (options: RunConsoleOptions = {}): RunConsole => {
-  const write = options.write ?? ((text, stream) => void (stream === "stdout" ? process.stdout : process.stderr).write(text))
+  // The process's streams are written once per turn of the event loop; whatever is queued goes out as the process exits.
+  const turns = options.write === undefined ? TurnWriter.make() : undefined
+  if (turns !== undefined) process.once("exit", turns.flush)
+  const write = options.write ?? turns!.write
   const now = options.now ?? Date.now
   const live = options.stderrIsTty ?? process.stderr.isTTY === true
   const colour = (options.stdoutIsTty ?? process.stdout.isTTY === true) && process.env.NO_COLOR === undefined
@@ -324,6 +328,7 @@ export const make = (options: RunConsoleOptions = {}): RunConsole => {
       clear()
       shown = undefined
       closed = true
+      turns?.flush()
     }
   }
 }
