@@ -34,6 +34,7 @@ import { dieWithParent } from "../native/library.ts"
 import { VERSION } from "../version.ts"
 import { saltFromHex } from "../wire/Keys.ts"
 import * as Log from "./logger.ts"
+import * as TurnWriter from "./TurnWriter.ts"
 
 const usage = `usage: bun run agent --controller HOST:PORT [--host NAME] [--devices N|I,J|all] [--path DIR]
                      [--salt-file FILE | --salt-stdin] [--persist] [--local-output]
@@ -53,8 +54,13 @@ Joins the run of the launcher at HOST:PORT with this machine's devices and runs 
 
 Exit status: 0 the run ended, 1 transient failure, 2 refused or bad input.`
 
+// The ranks' lines and the agent's own, written once per turn of the event loop, in order (over ssh each call is a
+// system call on the session's pipe); what is queued goes out as the process exits.
+const turns = TurnWriter.make()
+process.once("exit", turns.flush)
+
 const fail = (message: string): never => {
-  process.stderr.write(`cohort agent: ${message}\n`)
+  turns.write(`cohort agent: ${message}\n`, "stderr")
   process.exit(2)
 }
 
@@ -157,7 +163,7 @@ const once = Effect.gen(function*() {
     // Over ssh the session carries this process's output to the launcher. A self-deployed agent sends its
     // ranks' lines up its join link instead, and (as mpirun's daemons do) shows only its own here, unless asked.
     forwardOutput: byHand !== undefined,
-    output: byHand !== undefined && !byHand.localOutput ? () => {} : (line, stream) => (stream === "stdout" ? process.stdout : process.stderr).write(`${line}\n`)
+    output: byHand !== undefined && !byHand.localOutput ? () => {} : (line, stream) => turns.write(`${line}\n`, stream)
   })
 }).pipe(
   Effect.scoped,
@@ -177,7 +183,7 @@ const program = Effect.gen(function*() {
 })
 
 let interrupted: StopSignal | undefined
-const fiber = Effect.runFork(program.pipe(Effect.provide(Log.layer(undefined, `cohort agent ${host}: `))))
+const fiber = Effect.runFork(program.pipe(Effect.provide(Log.layer(undefined, `cohort agent ${host}: `, (text) => turns.write(text, "stderr")))))
 // Copies of one stop (a group Ctrl-C reaches `bun run` and this process) count once; a later one exits at once.
 listenForStops({
   stop: ({ signal }) => {
