@@ -27,9 +27,9 @@
  * A receiver that is done with each payload before the next frame (a link
  * decodes it into a message at once) takes them lent: the decoder then writes
  * each payload straight into memory it keeps, the next one that fits into the
- * same memory. Fresh memory costs a page
- * fault per 4 KiB on first touch, about as much as moving the bytes through
- * loopback, and gradients come in frames of one size round after round.
+ * same memory. Fresh memory costs a page fault per 4 KiB on first touch, about
+ * as much as moving the bytes through loopback, and gradients come in frames
+ * of one size round after round.
  */
 import * as Data from "effect/Data"
 import { type FrameKey, type FrameOpener, opener, sealer, TAG_BYTES } from "./FrameCipher.ts"
