@@ -77,15 +77,32 @@ const startBoth = ({ link, pids, received }: Joined) =>
     return pids()
   })
 
-/** This agent's relay (the one whose spec names this test's port): it starts once both ranks run. */
-const relayOf = ({ port }: Joined) =>
-  allPids().find((pid) => {
+/** A process's JSON variable, parsed; undefined when it is gone or has none. */
+const jsonVariable = (pid: number, name: string): { readonly socket?: unknown } | undefined => {
+  try {
+    return JSON.parse(environment(pid)[name] ?? "null") ?? undefined
+  } catch {
+    return undefined
+  }
+}
+
+/**
+ * This agent's relay: the one serving the socket its ranks were given. It starts once both ranks run. Not the
+ * relay whose spec names this test's port: a port comes back in a later test while an earlier test's relay
+ * may still be leaving (the suite once found such a relay, which left at once, ranks still running); a run
+ * directory does not come back.
+ */
+const relayOf = ({ pids }: Joined) => {
+  const socket = pids().map((pid) => jsonVariable(pid, "COHORT_RANK_ENVELOPE")?.socket).find((found) => typeof found === "string")
+  if (socket === undefined) return undefined
+  return allPids().find((pid) => {
     try {
-      return commandLine(pid).includes("/relay.") && (environment(pid).COHORT_RELAY_SPEC ?? "").includes(`"port":${port}`)
+      return commandLine(pid).includes("/relay.") && jsonVariable(pid, "COHORT_RELAY_SPEC")?.socket === socket
     } catch {
       return false
     }
   })
+}
 
 describe("the agent", () => {
   effect.live("starts ranks as ordered, reports started, running and exited; a StopRank for another incarnation is ignored", () =>
