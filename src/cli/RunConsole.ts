@@ -202,10 +202,9 @@ export const summaryTable = (state: RunState): string => {
 }
 
 export const make = (options: RunConsoleOptions = {}): RunConsole => {
-  // The process's streams are written once per turn of the event loop; whatever is queued goes out as the process exits.
-  const turns = options.write === undefined ? TurnWriter.make() : undefined
-  if (turns !== undefined) process.once("exit", turns.flush)
-  const write = options.write ?? turns!.write
+  // The process's streams are written once per turn of the event loop (`TurnWriter`).
+  const turns = options.write === undefined ? TurnWriter.forProcess() : undefined
+  const write = turns?.write ?? options.write!
   const now = options.now ?? Date.now
   const live = options.stderrIsTty ?? process.stderr.isTTY === true
   const colour = (options.stdoutIsTty ?? process.stdout.isTTY === true) && process.env.NO_COLOR === undefined

@@ -51,3 +51,10 @@ export const make = (
     flush
   }
 }
+
+/** The process's own streams, once per turn; whatever is queued goes out as the process exits. */
+export const forProcess = (): TurnWriter => {
+  const writer = make()
+  process.once("exit", writer.flush)
+  return writer
+}

@@ -55,9 +55,8 @@ Joins the run of the launcher at HOST:PORT with this machine's devices and runs 
 Exit status: 0 the run ended, 1 transient failure, 2 refused or bad input.`
 
 // The ranks' lines and the agent's own, written once per turn of the event loop, in order (over ssh each call is a
-// system call on the session's pipe); what is queued goes out as the process exits.
-const turns = TurnWriter.make()
-process.once("exit", turns.flush)
+// system call on the session's pipe).
+const turns = TurnWriter.forProcess()
 
 const fail = (message: string): never => {
   turns.write(`cohort agent: ${message}\n`, "stderr")
