@@ -150,15 +150,13 @@ const writeSaltFile = (saltHex: string): Effect.Effect<string, LaunchInputError,
  * (the agent's default, every GPU, fails on a CPU host) and its checkout as the file declares them. Under
  * pre-shared admission the salt is in `saltFile`, which only this user can read.
  */
-const selfDeployHint = (worker: Worker, saltFile: string | undefined, controller: string) =>
-  Effect.gen(function*() {
-    const { host } = worker
-    const saltArgument = saltFile === undefined ? "" : ` --salt-file <a copy of ${saltFile}>`
-    // The agent's default path is where it is started: a declared one is said, so the ranks run in the checkout.
-    const pathArgument = worker.path === "." ? "" : ` --path ${shellWord(worker.path)}`
-    // The salt's placeholder comes before the rest: tests and scripts that read this line (chaos, bench) look for it right after --host.
-    yield* Effect.logInfo(
-      `waiting for ${host} to join: on it, run  bun run agent --controller ${controller} --host ${host}${saltArgument} ` +
-        `--devices ${formatDevices(worker.devices)}${pathArgument}`
-    )
-  })
+const selfDeployHint = (worker: Worker, saltFile: string | undefined, controller: string) => {
+  const saltArgument = saltFile === undefined ? "" : ` --salt-file <a copy of ${saltFile}>`
+  // The agent's default path is where it is started: a declared one is said, so the ranks run in the checkout.
+  const pathArgument = worker.path === "." ? "" : ` --path ${shellWord(worker.path)}`
+  // The salt's placeholder comes before the rest: tests and scripts that read this line (chaos, bench) look for it right after --host.
+  return Effect.logInfo(
+    `waiting for ${worker.host} to join: on it, run  bun run agent --controller ${controller} --host ${worker.host}${saltArgument} ` +
+      `--devices ${formatDevices(worker.devices)}${pathArgument}`
+  )
+}
