@@ -175,8 +175,8 @@ export class FrameDecoder {
   /** Feed bytes; returns the frames they complete, or the error that ends the connection. */
   push(bytes: Uint8Array): Array<Frame> | FrameError {
     const frames: Array<Frame> = []
-    const keep = this.payloads === "lent" ? (frame: Frame) => ({ ...frame, payload: frame.payload.slice() }) : (frame: Frame) => frame
-    return this.pushEach(bytes, (frame) => void frames.push(keep(frame))) ?? frames
+    const handOut = this.payloads === "lent" ? (frame: Frame) => ({ ...frame, payload: frame.payload.slice() }) : (frame: Frame) => frame
+    return this.pushEach(bytes, (frame) => void frames.push(handOut(frame))) ?? frames
   }
 
   /**
