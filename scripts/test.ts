@@ -9,8 +9,7 @@ import { failureRecap } from "./failureRecap.ts"
 const child = Bun.spawn([process.execPath, "test", ...process.argv.slice(2)], {
   stdin: "inherit",
   stdout: "inherit",
-  stderr: "pipe",
-  env: process.env
+  stderr: "pipe"
 })
 
 // Bun's test reporter writes to stderr: pass it on as it comes and keep it, line by line.
