@@ -34,16 +34,12 @@ interface Sender {
   readonly connection: Connection
   /** The next frame's sequence number on this connection. */
   sequence: bigint
-  /** The receiver's answer to the batch in flight. */
-  answered: (byte: number) => void
+  /** Where the receiver's answer to the batch in flight goes. */
+  readonly answers: { to: (byte: number) => void }
 }
 
 const open = async (port: number, mode: Mode): Promise<Sender> => {
-  const sender: { mode: Mode; connection?: Connection; sequence: bigint; answered: (byte: number) => void } = {
-    mode,
-    sequence: 0n,
-    answered: () => {}
-  }
+  const answers = { to: (_byte: number) => {} }
   const socket = await Bun.connect<SocketData>({
     hostname: "127.0.0.1",
     port,
@@ -51,18 +47,18 @@ const open = async (port: number, mode: Mode): Promise<Sender> => {
     socket: {
       ...forwardingHandlers,
       open: (opened: Socket<SocketData>) => void new Connection(opened),
-      data: (_socket, bytes) => sender.answered(bytes[0]!)
+      data: (_socket, bytes) => answers.to(bytes[0]!)
     }
   })
-  sender.connection = socket.data.connection!
-  await sender.connection.write(new Uint8Array([mode.charCodeAt(0)]))
-  return sender as Sender
+  const connection = socket.data.connection!
+  await connection.write(new Uint8Array([mode.charCodeAt(0)]))
+  return { mode, connection, sequence: 0n, answers }
 }
 
 /** One batch of `frames` frames of `payload`: GB/s from its first byte to the receiver's answer. */
 const batch = async (sender: Sender, payload: Uint8Array, frames: number): Promise<number> => {
   const { connection, mode } = sender
-  const acked = new Promise<number>((resolve) => (sender.answered = resolve))
+  const acked = new Promise<number>((resolve) => (sender.answers.to = resolve))
   const count = new Uint8Array(4)
   new DataView(count.buffer).setUint32(0, frames, true)
   const start = performance.now()
