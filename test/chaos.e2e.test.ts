@@ -21,7 +21,7 @@ import { type Hosts, makeHosts, netnsUnavailable } from "./support/netns.ts"
 
 const SEED = 20261129
 /** Scenarios drawn on this host and a self-deployed agent's. */
-const HERE = 16
+const HERE = 12
 /** The draw over all three topologies whose netns scenarios run. */
 const WITH_NETNS = 30
 /** How far the always-included scenarios are looked for (the CLI's --scenarios, to replay them). */
