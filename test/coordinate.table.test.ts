@@ -68,7 +68,9 @@ const showOrder = (order: CoordinatorOrder): string => {
     case "OfferCut":
       return `OfferCut ${order.epoch}`
     case "Group":
-      return `Group ${order.generation} [${order.members.join(",")}] at ${order.store.addr}:${order.store.port}`
+      return `Group ${order.generation} [${order.members.join(",")}]`
+    case "StoreAnswer":
+      return `StoreAnswer ${order.id}`
   }
 }
 
@@ -743,55 +745,54 @@ describe("growth", () => {
   })
 })
 
-describe("the ranks' own process groups (ranks that attach with a store)", () => {
-  /** Rank r's store: port 9000 + r, a literal each line below spells out. */
-  const withStore = (rank: number) => new Attach({ store: { addr: "10.0.0.1", port: 9000 + rank } })
+describe("the ranks' own process groups (ranks that attach keeping groups)", () => {
+  const keepingGroups = new Attach({ groups: true })
 
-  test("the first group is the formed cohort's, led from the lowest rank's store, after the first plan", () => {
+  test("the first group is the formed cohort's, after the first plan", () => {
     const run = coordinator(settingsOf([0, 1, 2], 9, 1))
-    expect(run.say(2, withStore(2))).toEqual(["2 ← Welcome first=1"])
-    expect(run.say(0, withStore(0))).toEqual(["0 ← Welcome first=1"])
-    expect(run.say(1, withStore(1))).toEqual([
+    expect(run.say(2, keepingGroups)).toEqual(["2 ← Welcome first=1"])
+    expect(run.say(0, keepingGroups)).toEqual(["0 ← Welcome first=1"])
+    expect(run.say(1, keepingGroups)).toEqual([
       "1 ← Welcome first=1",
       "0 ← EpochStart 1 [0,3)",
       "1 ← EpochStart 1 [3,6)",
       "2 ← EpochStart 1 [6,9)",
-      "0,1,2 ← Group 1 [0,1,2] at 10.0.0.1:9000"
+      "0,1,2 ← Group 1 [0,1,2]"
     ])
   })
 
-  test("a death makes a new generation of the survivors; the leader's death moves the store to the next lowest", () => {
+  test("a death makes a new generation of the survivors, the lowest rank's death too", () => {
     const run = coordinator(settingsOf([0, 1, 2], 9, 1))
-    for (const rank of [0, 1, 2]) run.say(rank, withStore(rank))
-    expect(run.step(dead([2], 10)).filter((line) => line.includes("Group"))).toEqual(["0,1 ← Group 2 [0,1] at 10.0.0.1:9000"])
-    expect(run.step(dead([0], 20)).filter((line) => line.includes("Group"))).toEqual(["1 ← Group 3 [1] at 10.0.0.1:9001"])
+    for (const rank of [0, 1, 2]) run.say(rank, keepingGroups)
+    expect(run.step(dead([2], 10)).filter((line) => line.includes("Group"))).toEqual(["0,1 ← Group 2 [0,1]"])
+    expect(run.step(dead([0], 20)).filter((line) => line.includes("Group"))).toEqual(["1 ← Group 3 [1]"])
     // Told once: the same death again changes nothing.
     expect(run.step(dead([0], 30))).toEqual([])
   })
 
-  test("a restarted rank that attaches again, with its new store, makes the next generation with the survivors", () => {
+  test("a restarted rank that attaches again makes the next generation with the survivors", () => {
     const run = coordinator(settingsOf([0, 1], 8, 1))
-    for (const rank of [0, 1]) run.say(rank, withStore(rank))
+    for (const rank of [0, 1]) run.say(rank, keepingGroups)
     run.step(dead([0], 10)) // Group 2 [1]
-    const back = run.say(0, new Attach({ store: { addr: "10.0.0.1", port: 9100 } }), 20)
-    expect(back.filter((line) => line.includes("Group"))).toEqual(["0,1 ← Group 3 [0,1] at 10.0.0.1:9100"])
+    const back = run.say(0, new Attach({ groups: true }), 20)
+    expect(back.filter((line) => line.includes("Group"))).toEqual(["0,1 ← Group 3 [0,1]"])
   })
 
-  test("a rank that joined the formed cohort is in no group until it enters: its attach, store and all, changes none", () => {
+  test("a rank that joined the formed cohort is in no group until it enters: its attach changes none", () => {
     const run = coordinator(settingsOf([0, 1], 8, 2))
-    for (const rank of [0, 1]) run.say(rank, withStore(rank))
+    for (const rank of [0, 1]) run.say(rank, keepingGroups)
     run.step(CoordinatorEvent.Joined({ ranks: [2], at: 5 }))
-    expect(run.say(2, withStore(2), 10).filter((line) => line.includes("Group"))).toEqual([])
+    expect(run.say(2, keepingGroups, 10).filter((line) => line.includes("Group"))).toEqual([])
   })
 
   test("a member that leaves on its own with its share done is no longer in the group", () => {
     const run = coordinator(settingsOf([0, 1, 2], 9, 1))
-    for (const rank of [0, 1, 2]) run.say(rank, withStore(rank))
+    for (const rank of [0, 1, 2]) run.say(rank, keepingGroups)
     run.say(2, progress(1, 3), 10) // its [6, 9) done
-    expect(run.say(2, new Exiting(), 20).filter((line) => line.includes("Group"))).toEqual(["0,1 ← Group 2 [0,1] at 10.0.0.1:9000"])
+    expect(run.say(2, new Exiting(), 20).filter((line) => line.includes("Group"))).toEqual(["0,1 ← Group 2 [0,1]"])
   })
 
-  test("ranks without a store (entry ranks, plain commands) are never sent a group", () => {
+  test("ranks that keep no groups (entry ranks, plain commands) are never sent a group", () => {
     const run = coordinator(settingsOf([0, 1], 4, 1))
     run.say(0, new Attach())
     expect(run.say(1, new Attach()).some((line) => line.includes("Group"))).toBe(false)
@@ -800,14 +801,14 @@ describe("the ranks' own process groups (ranks that attach with a store)", () =>
 
   test("nothing forms once training is done or the run stops: leaving ranks are not a new group", () => {
     const run = coordinator(settingsOf([0, 1], 2, 1))
-    for (const rank of [0, 1]) run.say(rank, withStore(rank))
+    for (const rank of [0, 1]) run.say(rank, keepingGroups)
     run.say(0, progress(1, 1), 10)
     expect(run.say(1, progress(1, 1), 20)).toContain("0,1 ← TrainingDone")
     expect(run.say(1, new Exiting(), 30)).toEqual([])
     expect(run.step(dead([1], 40))).toEqual([])
 
     const stopped = coordinator(settingsOf([0, 1, 2], 6, 1))
-    for (const rank of [0, 1, 2]) stopped.say(rank, withStore(rank))
+    for (const rank of [0, 1, 2]) stopped.say(rank, keepingGroups)
     expect(stopped.step(CoordinatorEvent.StopRun({ why: "max_failure crossed", at: 10 })).some((line) => line.includes("Group"))).toBe(false)
     expect(stopped.step(dead([2], 20)).some((line) => line.includes("Group"))).toBe(false)
   })

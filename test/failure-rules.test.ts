@@ -307,7 +307,7 @@ describe("rules in the file", () => {
       "      then: explode"
     ].join("\n"))
     expect(read._tag === "Left" ? read.left.message.split("\n") : []).toEqual([
-      `cluster.yml: failure_policy.rules[0].when.cause[0] (line 3, col 23): expected one of exit, signal, exception, oom, heartbeat, host_lost, relay_lost, nccl, got "oops"`,
+      `cluster.yml: failure_policy.rules[0].when.cause[0] (line 3, col 23): expected one of exit, signal, exception, oom, heartbeat, host_lost, relay_lost, nccl, rendezvous, got "oops"`,
       `cluster.yml: failure_policy.rules[0].when.signal[0] (line 3, col 39): expected a signal name like SIGTERM (33 known), got "SIGFOO"`,
       `cluster.yml: failure_policy.rules[0].when.log (line 3, col 53): expected a regular expression, got "(" (missing ))`,
       `cluster.yml: failure_policy.rules[0].when.exit_code[0] (line 3, col 70): expected an exit code from 0 to 255, or a range like "1-127", got 300`,
@@ -352,7 +352,9 @@ describe("--dry-run's table", () => {
       "relay_lost  before     kill_all",
       "relay_lost  after      elastic (max_failure 25%)",
       "nccl        before     kill_all",
-      "nccl        after      elastic (max_failure 25%)"
+      "nccl        after      elastic (max_failure 25%)",
+      "rendezvous  before     kill_all",
+      "rendezvous  after      elastic (max_failure 25%)"
     ])
   })
 })
@@ -408,7 +410,7 @@ describe("--dry-run's table, other forms", () => {
     const restartAll = new Restart({ maxRestarts: 4, within: 60_000, backoff: noJitter, scope: "all" })
     expect(policyTable(restartAll)).toEqual([
       "cause       formation  what happens",
-      ...["exit", "signal", "exception", "oom", "heartbeat", "host_lost", "relay_lost", "nccl"].map((cause) => `${cause.padEnd(10)}  both       restart (4 within 1m, all)`)
+      ...["exit", "signal", "exception", "oom", "heartbeat", "host_lost", "relay_lost", "nccl", "rendezvous"].map((cause) => `${cause.padEnd(10)}  both       restart (4 within 1m, all)`)
     ])
     const strategy = new Phased({
       beforeFormation: new KillAll({ grace: 0 }),

@@ -24,7 +24,7 @@ const initOnly = "import cohort\ncohort.init()"
 /** An envelope as the agent writes one, with `changes` applied. */
 const envelope = (changes: Record<string, unknown> = {}) =>
   JSON.stringify({
-    protocol: 1,
+    protocol: 2,
     run: "r",
     host: "localhost",
     groupRank: 0,
@@ -58,15 +58,21 @@ describe("cohort.init() says what is wrong in one line, without a traceback", ()
       "cohort: COHORT_RANK_ENVELOPE is not JSON: it is set by cohort for its own processes; do not set it by hand"
     ],
     [
-      "another version's launcher",
-      { COHORT_RANK_ENVELOPE: envelope({ protocol: 2 }), COHORT_LOCAL_SLOT: "0" },
-      "cohort: this cohort speaks version 2 of the rank-relay protocol and this Python client speaks 1: use the client that comes with " +
+      "a newer version's launcher",
+      { COHORT_RANK_ENVELOPE: envelope({ protocol: 3 }), COHORT_LOCAL_SLOT: "0" },
+      "cohort: this cohort speaks version 3 of the rank-relay protocol and this Python client speaks 2: use the client that comes with " +
+        "the launcher (its python/ folder, which cohort puts on PYTHONPATH), not another copy"
+    ],
+    [
+      "an older version's launcher (version 1: its groups met at a TCPStore on a rank)",
+      { COHORT_RANK_ENVELOPE: envelope({ protocol: 1 }), COHORT_LOCAL_SLOT: "0" },
+      "cohort: this cohort speaks version 1 of the rank-relay protocol and this Python client speaks 2: use the client that comes with " +
         "the launcher (its python/ folder, which cohort puts on PYTHONPATH), not another copy"
     ],
     [
       "an envelope from before versions",
       { COHORT_RANK_ENVELOPE: envelope({ protocol: undefined }), COHORT_LOCAL_SLOT: "0" },
-      "cohort: the cohort that started this rank names no rank-relay protocol version (it is older than this Python client, which speaks 1): " +
+      "cohort: the cohort that started this rank names no rank-relay protocol version (it is older than this Python client, which speaks 2): " +
         "use the client that comes with the launcher (its python/ folder)"
     ],
     [

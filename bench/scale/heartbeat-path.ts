@@ -20,7 +20,7 @@ import type { Job } from "../../src/config/ClusterConfig.ts"
 import { defaultFailurePolicy } from "../../src/config/FailurePolicy.ts"
 import { beatEveryMs } from "../../src/config/Heartbeat.ts"
 import { ToRanks } from "../../src/wire/ControlMessages.ts"
-import type { CoordinatorOrder } from "../../src/wire/CoordinatorMessages.ts"
+import { type CoordinatorOrder, isRendezvousReport } from "../../src/wire/CoordinatorMessages.ts"
 import { newSalt, saltToHex } from "../../src/wire/Keys.ts"
 
 const HOSTS = Number(process.env.HOSTS ?? 1000)
@@ -55,7 +55,7 @@ const program = Effect.gen(function*() {
     beatEveryMs: beatEveryMs(HEARTBEAT_TIMEOUT_MS),
     onMessage: (_host, message) =>
       message._tag === "FromRank"
-        ? coordinator?.report(message.rank, message.report) ?? Effect.void
+        ? isRendezvousReport(message.report) ? Effect.void : coordinator?.report(message.rank, message.report) ?? Effect.void
         : message._tag === "HostBeats"
         ? coordinator?.beats(message.ranks) ?? Effect.void
         : Effect.void,

@@ -10,7 +10,7 @@
         ctx.checkpoint.save({"model": model.state_dict(), "epoch": plan.epoch})
 
 When a member dies, the survivors' next step re-forms torch.distributed's groups without it, in-process: the
-coordinator names the new members and the store, the survivors copy the lowest survivor's model and optimizer
+coordinator names the new members (they meet at the launcher's store, over the rank's authenticated path), the survivors copy the lowest survivor's model and optimizer
 state, and the step whose all-reduce failed is taken again. No survivor restarts, and every sample is reported
 once. The standard library and torch are all it needs; `docs/python.md` says more.
 """
@@ -90,9 +90,9 @@ def init() -> Context:
 
             os._exit(1)
 
-    groups = GroupKeeper(envelope.rank, envelope.backend, orders, _address_toward(envelope.controller_host, envelope.controller_port))
     link = RelayLink(envelope, orders, lost)
-    link.report({"_tag": "Attach", "store": groups.store})
+    groups = GroupKeeper(envelope.rank, envelope.backend, orders, link, _address_toward(envelope.controller_host, envelope.controller_port))
+    link.report({"_tag": "Attach", "groups": True})
     orders.wait(lambda: orders.welcome is not None or orders.refused is not None)
     if orders.refused is not None:
         raise CohortError(f"the relay refused rank {envelope.rank}: {orders.refused}")

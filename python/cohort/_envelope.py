@@ -8,7 +8,7 @@ from typing import List, Mapping, Optional
 from ._errors import CohortError
 
 #: The rank <-> relay protocol this client speaks (docs/protocol.md). The envelope says the relay's.
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 
 _OUTSIDE = (
     "cohort.init() runs inside a rank that cohort started, and {variable} is not set: launch the script "

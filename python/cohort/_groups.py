@@ -1,6 +1,7 @@
 """The rank's torch.distributed groups, one generation at a time, as the coordinator's `Group` orders say.
 
-Each generation has two groups over the same members, formed at the store of its lowest member:
+Each generation has two groups over the same members, meeting at the launcher's rendezvous store for that
+generation (_store.py: calls over the rank's authenticated path, no port of the rank's own):
 - the client's own (`ProcessGroupGloo`, on CPU tensors whatever the job's backend), which carries every collective the client
   makes: the per-step agreement, the gradients, the state a re-form copies. No one else holds it, and the client
   never blocks inside it: each collective is started asynchronously and waited for alongside the coordinator's
@@ -10,16 +11,22 @@ Each generation has two groups over the same members, formed at the store of its
 - torch's default group (`init_process_group`, gloo or, for `backend: nccl`, NCCL), for the user's own calls (`dist.get_rank()`, an evaluation's
   all_reduce). Those are not protected: a death during one waits for the group's timeout.
 
-Forming a generation also runs in a thread, so a member that dies while the others wait for it at the store
-costs one more generation, not the store's timeout."""
-import io
+Forming a generation runs in a thread, and every store call of a generation ends the moment a newer one is
+announced, so a member that dies while the others wait for it at the rendezvous costs one more generation, not
+the store's timeout. Once both groups are formed the rank says so (`GroupFormed`): the launcher gives up on the
+members of a generation that has not formed within its bound (cause `rendezvous`).
+
+Gloo's pairs speak plain TCP between the members: they are bound to the address this host announces toward the
+controller (GLOO_SOCKET_IFNAME, unless the job sets it), not to every interface."""
 import os
 import threading
 from datetime import timedelta
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from ._errors import CohortError, Stopped
-from ._relay import Orders
+from ._relay import Orders, RelayLink
+from ._state import decode as decode_state, encode as encode_state
+from ._store import StoreCalls, make_store
 
 
 def _torch():
@@ -61,16 +68,53 @@ class Abandoned(Exception):
     """A collective or a rendezvous given up on: a newer generation was announced meanwhile."""
 
 
+def interface_of(address: str) -> Optional[str]:
+    """The name of the network interface that holds IPv4 `address` (Linux), or None when none does."""
+    import fcntl
+    import socket
+    import struct
+
+    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        for _, name in socket.if_nameindex():
+            try:
+                request = struct.pack("256s", name.encode("utf-8")[:15])
+                answer = fcntl.ioctl(probe.fileno(), 0x8915, request)  # SIOCGIFADDR
+            except OSError:
+                continue  # no IPv4 address on this one
+            if socket.inet_ntoa(answer[20:24]) == address:
+                return name
+        return None
+    finally:
+        probe.close()
+
+
+def bind_gloo(address: str, environ: Dict[str, str] = os.environ) -> None:
+    """Bind gloo's pairs to `address`'s interface: gloo reads GLOO_SOCKET_IFNAME each time it makes a group. A
+    job's own GLOO_SOCKET_IFNAME is kept."""
+    if environ.get("GLOO_SOCKET_IFNAME"):
+        return
+    name = interface_of(address)
+    if name is None:
+        raise CohortError(
+            f"no network interface of this host holds {address}, the address it reaches the controller from: "
+            "set GLOO_SOCKET_IFNAME in the worker's env to the interface gloo should use"
+        )
+    environ["GLOO_SOCKET_IFNAME"] = name
+    trace(f"gloo binds to {name} ({address})")
+
+
 class GroupKeeper:
-    def __init__(self, rank: int, backend: str, orders: Orders, store_addr: str) -> None:
+    def __init__(self, rank: int, backend: str, orders: Orders, link: RelayLink, address: str) -> None:
         self.torch, self.dist = _torch()
         self.rank = rank
         self.backend = "nccl" if backend == "nccl" else "gloo"
         self.orders = orders
+        self.link = link
         self.timeout = timedelta(seconds=group_timeout_s())
-        # This rank's store: the rendezvous of every generation it leads (it is then the lowest member).
-        self.server = self.dist.TCPStore(store_addr, 0, None, True, self.timeout, wait_for_workers=False)
-        self.store = {"addr": store_addr, "port": int(self.server.port)}
+        bind_gloo(address)
+        #: The store of the generation formed last: torch holds it from C++, so Python keeps it alive too.
+        self._store: Any = None
         self.generation = 0
         self.members: List[int] = []
         self.pg = None
@@ -133,25 +177,25 @@ class GroupKeeper:
         generation = int(group["generation"])
         members = [int(m) for m in group["members"]]
         position = members.index(self.rank)
-        trace(f"rank {self.rank} forms generation {generation} with {members} at {group['store']['addr']}:{group['store']['port']}")
+        trace(f"rank {self.rank} forms generation {generation} with {members}")
         self._drop()
-        store = group["store"]
+        store = make_store(self.dist, StoreCalls(self.link.report, self.orders, generation, self.timeout.total_seconds()))
 
         def make():
-            client = self.dist.TCPStore(store["addr"], int(store["port"]), None, False, self.timeout, wait_for_workers=False)
-            prefix = self.dist.PrefixStore(f"cohort/{generation}/client", client)
+            prefix = self.dist.PrefixStore(f"cohort/{generation}/client", store)
             # Gloo whatever the job's backend: its collectives are CPU tensors (a GPU's gradients are copied).
-            return client, self.dist.ProcessGroupGloo(prefix, position, len(members), self.timeout)
+            return self.dist.ProcessGroupGloo(prefix, position, len(members), self.timeout)
 
-        client, pg = self._in_thread(make, generation, members)
+        pg = self._in_thread(make, generation, members)
         # The user's default group, over the same members: formed now that every member is known to be there.
         self.dist.init_process_group(
-            self.backend, store=self.dist.PrefixStore(f"cohort/{generation}/default", client),
+            self.backend, store=self.dist.PrefixStore(f"cohort/{generation}/default", store),
             rank=position, world_size=len(members), timeout=self.timeout,
         )
-        self.pg, self.generation, self.members = pg, generation, members
+        self.pg, self.generation, self.members, self._store = pg, generation, members, store
         self.failure = None
         self.needs_sync = True
+        self.link.report({"_tag": "GroupFormed", "generation": generation})
         trace(f"rank {self.rank} formed generation {generation}")
 
     def _drop(self) -> None:
@@ -259,9 +303,8 @@ class GroupKeeper:
         for optimizer in optimizers:
             blob = None
             if self.position == source:
-                buffer = io.BytesIO()
-                torch.save(optimizer.state_dict(), buffer)
-                blob = torch.frombuffer(bytearray(buffer.getvalue()), dtype=torch.uint8)
+                # Pickle-free (_state): a member's bytes are data to every other member, never code.
+                blob = torch.frombuffer(bytearray(encode_state(optimizer.state_dict())), dtype=torch.uint8)
             length = torch.tensor([0 if blob is None else blob.numel()], dtype=torch.int64)
             if not self.broadcast(length, source):
                 return False
@@ -269,7 +312,7 @@ class GroupKeeper:
             if not self.broadcast(received, source):
                 return False
             if self.position != source:
-                optimizer.load_state_dict(torch.load(io.BytesIO(received.numpy().tobytes())))
+                optimizer.load_state_dict(decode_state(received.numpy().tobytes()))
         self.trained = self.generation
         self.needs_sync = False
         return True

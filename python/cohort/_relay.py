@@ -61,6 +61,9 @@ class Orders:
         self.lost: Optional[str] = None
         self.refused: Optional[str] = None
         self.cut_asked: set = set()
+        #: The rendezvous store's calls awaiting an answer (_store.StoreCalls), and the answers come for them.
+        self.store_pending: set = set()
+        self.store_answers: Dict[int, Dict[str, Any]] = {}
 
     def take(self, order: Dict[str, Any]) -> None:
         tag = order.get("_tag")
@@ -84,6 +87,11 @@ class Orders:
             elif tag == "Group":
                 if self.group is None or order["generation"] > self.group["generation"]:
                     self.group = order
+            elif tag == "StoreAnswer":
+                # Kept only while its call waits: the answer to a call given up on is dropped.
+                call_id = order.get("id")
+                if call_id in self.store_pending:
+                    self.store_answers[call_id] = order
             elif tag == "OfferCut":
                 self.cut_asked.add(int(order["epoch"]))
             elif tag == "Stop":

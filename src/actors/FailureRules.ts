@@ -23,9 +23,10 @@ import { ExpectedId } from "../config/Expected.ts"
  * - `heartbeat`: it was silent for the heartbeat timeout;
  * - `host_lost`: its host's agent, or the link to it, is gone;
  * - `relay_lost`: its host's relay is gone;
- * - `nccl`: an asynchronous NCCL error.
+ * - `nccl`: an asynchronous NCCL error;
+ * - `rendezvous`: its process group's generation did not form in time (GroupRendezvous).
  */
-export const Cause = Schema.Literal("exit", "signal", "exception", "oom", "heartbeat", "host_lost", "relay_lost", "nccl")
+export const Cause = Schema.Literal("exit", "signal", "exception", "oom", "heartbeat", "host_lost", "relay_lost", "nccl", "rendezvous")
 export type Cause = typeof Cause.Type
 export const causes: ReadonlyArray<Cause> = Cause.literals
 

@@ -32,5 +32,7 @@ export const deadlines = {
   /** A link's nonce exchange and first message (Hello, RelayHello) must complete within this. */
   handshakeMs: 10_000,
   /** The NCCL generator rank must provide a unique id within this. */
-  rendezvousIdMs: 30_000
+  rendezvousIdMs: 30_000,
+  /** Every member of a process group's generation (the Python client's) must have formed it within this of its announcement. */
+  groupFormMs: 30_000
 } as const

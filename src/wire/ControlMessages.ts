@@ -6,7 +6,7 @@
  * Its EOF tells the relay the run is over.
  */
 import * as Schema from "effect/Schema"
-import { CoordinatorOrder, RankReport } from "./CoordinatorMessages.ts"
+import { CoordinatorOrder, RelayedReport } from "./CoordinatorMessages.ts"
 import * as Codec from "./Codec.ts"
 
 const Count = Schema.Int.pipe(Schema.nonNegative())
@@ -22,9 +22,10 @@ export class RelayRejected extends Schema.TaggedClass<RelayRejected>()("RelayRej
   reason: Schema.String
 }) {}
 
+/** A rank's report, for the coordinator, or its process group's rendezvous (the launcher routes each). */
 export class FromRank extends Schema.TaggedClass<FromRank>()("FromRank", {
   rank: Count,
-  report: RankReport
+  report: RelayedReport
 }) {}
 
 export class ToRanks extends Schema.TaggedClass<ToRanks>()("ToRanks", {

@@ -14,19 +14,13 @@ export type SampleRange = typeof SampleRange.Type
 
 // Rank → coordinator.
 
-/** Where a rank's process-group store listens (a `command:` rank of the Python client): the address its peers dial. */
-export const GroupStore = Schema.Struct({
-  addr: Schema.String.pipe(Schema.minLength(1), Schema.maxLength(255)),
-  port: Schema.Int.pipe(Schema.between(1, 65_535))
-})
-export type GroupStore = typeof GroupStore.Type
-
 /**
- * The rank is connected and ready for plans. `store`: it keeps its own process group's members in step (the
- * Python client, torch.distributed) and hosts a store there for the groups it may lead (`Group`).
+ * The rank is connected and ready for plans. `groups`: it keeps its own process group's members in step (the
+ * Python client, torch.distributed), and is sent `Group` orders; the group's rendezvous goes through the
+ * coordinator's store (`StoreCall`), never through a port of the rank's own.
  */
 export class Attach extends Schema.TaggedClass<Attach>()("Attach", {
-  store: Schema.optional(GroupStore)
+  groups: Schema.optional(Schema.Boolean)
 }) {}
 export class Heartbeat extends Schema.TaggedClass<Heartbeat>()("Heartbeat", {}) {}
 /** The rank's all-reduce calls since its previous report: a count per bucket (LatencyBuckets) and their total seconds. */
@@ -65,8 +59,62 @@ export class CutOffer extends Schema.TaggedClass<CutOffer>()("CutOffer", {
   state: Schema.optional(Schema.String)
 }) {}
 
+// The process group's rendezvous (rank → launcher, and its answer): torch.distributed's Store, kept by the launcher.
+
+/** A store key: what torch.distributed and gloo name their rendezvous entries (`cohort/<generation>/…`). */
+const StoreKey = Schema.String.pipe(Schema.minLength(1), Schema.maxLength(1_024))
+/** A store value, base64 (gloo's addresses, NCCL's unique id, torch's counters): small. */
+const StoreValue = Schema.String.pipe(Schema.maxLength(1_400_000))
+
+export const StoreOp = Schema.Literal("set", "get", "add", "compare_set", "wait", "check", "delete_key", "num_keys")
+export type StoreOp = typeof StoreOp.Type
+
+/**
+ * One call on generation `generation`'s store, numbered `id` by the rank (its answer carries the number). `keys`
+ * holds the key (`wait` and `check`: the keys); `value` is `set`'s value and `compare_set`'s desired one,
+ * `expected` `compare_set`'s expected one, `amount` `add`'s. `get` and `wait` are answered once their keys exist.
+ */
+export class StoreCall extends Schema.TaggedClass<StoreCall>()("StoreCall", {
+  generation: Schema.Int.pipe(Schema.positive()),
+  id: Count,
+  op: StoreOp,
+  keys: Schema.Array(StoreKey).pipe(Schema.maxItems(256)),
+  value: Schema.optional(StoreValue),
+  expected: Schema.optional(StoreValue),
+  amount: Schema.optional(Schema.Int)
+}) {}
+
+/** The rank has formed generation `generation`'s groups: its rendezvous is done. */
+export class GroupFormed extends Schema.TaggedClass<GroupFormed>()("GroupFormed", {
+  generation: Schema.Int.pipe(Schema.positive())
+}) {}
+
+/**
+ * The answer to the rank's StoreCall `id`: `value` (get, compare_set), `number` (add, num_keys), `flag`
+ * (check, delete_key), nothing (set, wait), or `error`: why the call was refused (the rank is not a member, the
+ * generation is over, a bound), which the rank raises to torch.
+ */
+export class StoreAnswer extends Schema.TaggedClass<StoreAnswer>()("StoreAnswer", {
+  id: Count,
+  value: Schema.optional(StoreValue),
+  number: Schema.optional(Schema.Int),
+  flag: Schema.optional(Schema.Boolean),
+  error: Schema.optional(Schema.String)
+}) {}
+
 export const RankReport = Schema.Union(Attach, Heartbeat, Progress, CheckpointSave, Exiting, CutOffer)
 export type RankReport = typeof RankReport.Type
+
+/**
+ * What a rank may send up besides its coordinator reports: the process group's rendezvous (GroupRendezvous).
+ * The relay carries both kinds (`FromRank`); the launcher hands each to its owner.
+ */
+export const RelayedReport = Schema.Union(RankReport, StoreCall, GroupFormed)
+export type RelayedReport = typeof RelayedReport.Type
+
+/** Is this relayed report the rendezvous store's (not the coordinator's)? */
+export const isRendezvousReport = (report: RelayedReport): report is StoreCall | GroupFormed =>
+  report._tag === "StoreCall" || report._tag === "GroupFormed"
 
 // Coordinator → rank.
 
@@ -97,16 +145,27 @@ export class Stop extends Schema.TaggedClass<Stop>()("Stop", { reason: Schema.St
 export class OfferCut extends Schema.TaggedClass<OfferCut>()("OfferCut", { epoch: Count }) {}
 
 /**
- * The members of the ranks' process group from now on (ranks that attached with a `store`): `generation` counts
- * up with every change (a death, a rank back from a restart, newcomers entering), `members` are global ranks
- * ascending (a member's rank in the group is its position), and `store` is the lowest member's, where the
- * group's rendezvous takes place. Survivors tear the old group down and form this one in-process.
+ * The members of the ranks' process group from now on (ranks that attached with `groups`): `generation` counts
+ * up with every change (a death, a rank back from a restart, newcomers entering), and `members` are global ranks
+ * ascending (a member's rank in the group is its position). Survivors tear the old group down and form this one
+ * in-process, meeting at the launcher's store for this generation (`StoreCall`).
  */
 export class Group extends Schema.TaggedClass<Group>()("Group", {
   generation: Schema.Int.pipe(Schema.positive()),
-  members: Schema.Array(Count),
-  store: GroupStore
+  members: Schema.Array(Count)
 }) {}
 
-export const CoordinatorOrder = Schema.Union(Welcome, EpochStart, EpochExtend, EpochEnd, TrainingDone, CheckpointSaved, CoordinatorBeat, Stop, OfferCut, Group)
+export const CoordinatorOrder = Schema.Union(
+  Welcome,
+  EpochStart,
+  EpochExtend,
+  EpochEnd,
+  TrainingDone,
+  CheckpointSaved,
+  CoordinatorBeat,
+  Stop,
+  OfferCut,
+  Group,
+  StoreAnswer
+)
 export type CoordinatorOrder = typeof CoordinatorOrder.Type

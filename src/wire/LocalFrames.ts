@@ -13,7 +13,7 @@
  * The version of the rank ↔ relay protocol (docs/protocol.md): in every rank's envelope and its `hello`. A
  * client of another version (a Python client from another checkout) is refused with both numbers.
  */
-export const LOCAL_PROTOCOL_VERSION = 1
+export const LOCAL_PROTOCOL_VERSION = 2
 
 /** The largest local frame: a checkpoint's JSON may be large, a tensor never travels here. */
 export const LOCAL_FRAME_MAX = 256 << 20

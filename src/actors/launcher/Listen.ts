@@ -20,6 +20,7 @@ import { beatEveryMs } from "../../config/Heartbeat.ts"
 import { usesRendezvous } from "../../config/Job.ts"
 import { deadlines, scaled } from "../../config/NetTimeouts.ts"
 import { VERSION } from "../../version.ts"
+import { isRendezvousReport } from "../../wire/CoordinatorMessages.ts"
 import * as ControlGate from "./ControlGate.ts"
 import type { Handoff } from "./Handoff.ts"
 import * as JoinGate from "./JoinGate.ts"
@@ -106,8 +107,14 @@ export const listen = (env: RunEnv, later: Later): Effect.Effect<Listening, Port
       beatEveryMs: beatEveryMs(env.heartbeatTimeoutMs),
       onMessage: (host, message) => {
         switch (message._tag) {
-          case "FromRank":
-            return training.ifReady((plane) => plane?.coordinator.report(message.rank, message.report) ?? Effect.void)
+          case "FromRank": {
+            const { rank, report } = message
+            return training.ifReady((plane) => {
+              if (plane === undefined) return Effect.void
+              if (!isRendezvousReport(report)) return plane.coordinator.report(rank, report)
+              return report._tag === "StoreCall" ? plane.groupStore.call(rank, report) : plane.groupStore.formed(rank, report.generation)
+            })
+          }
           case "HostBeats":
             return training.ifReady((plane) => plane?.coordinator.beats(message.ranks) ?? Effect.void)
           case "HostFold":

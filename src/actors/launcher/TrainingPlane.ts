@@ -13,12 +13,15 @@ import * as Effect from "effect/Effect"
 import type * as Scope from "effect/Scope"
 import * as Native from "../../native/Native.ts"
 import { isCoordinated } from "../../config/Job.ts"
+import { beatEveryMs } from "../../config/Heartbeat.ts"
+import { deadlines, scaled } from "../../config/NetTimeouts.ts"
 import type { CoordinatorOrder } from "../../wire/CoordinatorMessages.ts"
 import { ToRanks, WorldGrown } from "../../wire/ControlMessages.ts"
 import { parseState, stringifyState } from "../../wire/StateJson.ts"
 import type * as ControlGate from "./ControlGate.ts"
 import * as Controller from "./Controller.ts"
 import * as Coordinator from "./Coordinator.ts"
+import * as GroupRendezvous from "./GroupRendezvous.ts"
 import type { Handoff } from "./Handoff.ts"
 import { hostOf, liveHosts, rankRecords } from "./Membership.ts"
 import type { MembershipOwner } from "./MembershipOwner.ts"
@@ -31,6 +34,8 @@ import type { RunEnv } from "./RunEnv.ts"
 export interface TrainingPlane {
   readonly coordinator: Coordinator.Coordinator
   readonly controller: Controller.Controller
+  /** The process groups' rendezvous store, for ranks that keep their own groups (the Python client). */
+  readonly groupStore: GroupRendezvous.GroupRendezvous
 }
 
 export interface TrainingWiring {
@@ -89,7 +94,22 @@ export const make = (env: RunEnv, wiring: TrainingWiring): Effect.Effect<Trainin
         yield* env.record({ event: "ranks_entered", at: Date.now(), ranks, epoch })
       })
 
-    const coordinator = yield* Coordinator.make({
+    // Told of each generation by the coordinator's own announcement (below), before any member hears of it.
+    let coordinator: Coordinator.Coordinator | undefined
+    const groupStore = yield* GroupRendezvous.make({
+      formWithinMs: scaled(deadlines.groupFormMs, env.scale),
+      checkEveryMs: beatEveryMs(env.heartbeatTimeoutMs),
+      answer: (rank, answer) => sendToRanks([rank], answer),
+      lose: (ranks, reason) =>
+        Effect.zipRight(
+          supervision.ifReady((ranksSupervision) => ranksSupervision.giveUp(ranks, reason, "rendezvous", ranks.map(() => Date.now()))),
+          coordinator?.ranksDead(ranks, reason) ?? Effect.void
+        )
+    })
+    const announcing = (ranks: ReadonlyArray<number>, order: CoordinatorOrder) =>
+      order._tag === "Group" ? Effect.zipRight(groupStore.announce(order.generation, order.members), sendToRanks(ranks, order)) : sendToRanks(ranks, order)
+
+    coordinator = yield* Coordinator.make({
       run: config.name,
       ranks: rankRecords(formed).map(([rank]) => rank),
       job: config.job,
@@ -100,7 +120,7 @@ export const make = (env: RunEnv, wiring: TrainingWiring): Effect.Effect<Trainin
         const state = root.snapshot()
         return state === undefined ? undefined : stringifyState(state)
       },
-      send: sendToRanks,
+      send: announcing,
       loseRanks: (ranks, reason, cause, diedAt) => supervision.ifReady((ranksSupervision) => ranksSupervision.giveUp(ranks, reason, cause, diedAt)),
       onEvent: env.record,
       onLatency: (counts) => env.latency.add(counts),
@@ -108,5 +128,5 @@ export const make = (env: RunEnv, wiring: TrainingWiring): Effect.Effect<Trainin
       onEnter: enterRanks,
       ...(env.options.onRedistributed === undefined ? {} : { onRedistributed: env.options.onRedistributed })
     })
-    return { coordinator, controller }
+    return { coordinator, controller, groupStore }
   })

@@ -451,9 +451,9 @@ class Step {
       this.members.alive = HashSet.add(this.members.alive, rank)
       this.liveness.exiting = HashSet.remove(this.liveness.exiting, rank)
     }
-    // Its store is kept whatever becomes of the attach: a joiner's is its group's once it enters.
-    if (report._tag === "Attach" && report.store !== undefined && HashSet.has(this.members.everyone, rank)) {
-      this.groups = Groups.withStore(this.groups, rank, report.store)
+    // Kept whatever becomes of the attach: a joiner is in its group once it enters.
+    if (report._tag === "Attach" && report.groups === true && HashSet.has(this.members.everyone, rank)) {
+      this.groups = Groups.keeping(this.groups, rank)
     }
     const waiting = this.growth.joining.get(rank)
     if (waiting !== undefined) return this.joinerReported(rank, waiting, report)
@@ -547,8 +547,8 @@ class Step {
    * the formed cohort's), and not once the run is ending: ranks that leave then form nothing.
    */
   announceGroup(): void {
-    if (this.groups.stores.size === 0 || this.deaths.stopping || this.epochs.finished) return
-    // Only who is in, attached, leaving or has a store decides the group: a step that changed none of them (a beat,
+    if (this.groups.keepers.size === 0 || this.deaths.stopping || this.epochs.finished) return
+    // Only who is in, attached, leaving or keeps groups decides the group: a step that changed none of them (a beat,
     // a progress report: nearly every step) changed no group. The collections are replaced, never written through.
     const { before } = this
     const unchanged = before.members.alive === this.members.alive && before.members.attached === this.members.attached &&
@@ -558,7 +558,7 @@ class Step {
     const group = Groups.nextGroup(this.groups, this.live().filter((rank) => !HashSet.has(exiting, rank)))
     if (group === undefined) return
     this.groups = Groups.announced(this.groups, group)
-    this.send(group.members, new Group({ generation: group.generation, members: group.members, store: group.store }))
+    this.send(group.members, new Group({ generation: group.generation, members: group.members }))
   }
 
   // -------------------------------------------------------------------------

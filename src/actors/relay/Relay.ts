@@ -35,7 +35,7 @@ import * as Schema from "effect/Schema"
 import type * as Scope from "effect/Scope"
 import { beatEveryMs } from "../../config/Heartbeat.ts"
 import * as Native from "../../native/Native.ts"
-import { CoordinatorOrder, RankReport } from "../../wire/CoordinatorMessages.ts"
+import { CoordinatorOrder, RelayedReport } from "../../wire/CoordinatorMessages.ts"
 import { controlCodec, ElasticPush, FromRank, HostBeats, HostFold, HostIdle, type Reduced, RelayHello } from "../../wire/ControlMessages.ts"
 import * as Link from "../../wire/Link.ts"
 import { encodeLocal, LOCAL_PROTOCOL_VERSION, LocalFrameReader } from "../../wire/LocalFrames.ts"
@@ -62,7 +62,7 @@ interface RankSocket {
 }
 
 const encodeOrder = Schema.encodeSync(CoordinatorOrder)
-const decodeReport = Schema.decodeUnknownEither(RankReport)
+const decodeReport = Schema.decodeUnknownEither(RelayedReport)
 const decodeLocal = Schema.decodeUnknownEither(RankToRelay)
 
 /**
