@@ -1,0 +1,131 @@
+/**
+ * The Python client's half of the rendezvous store (python/cohort/_store.py StoreCalls), without torch: what each
+ * torch Store operation sends up (literal reports), how answers come back, and when a call gives up. A fake
+ * launcher answers through `Orders.take`, as the relay reader does. Run with the python3 on PATH.
+ */
+import { describe, expect, test } from "bun:test"
+import { join, resolve } from "node:path"
+
+const root = resolve(import.meta.dir, "..")
+const python = Bun.which("python3") ?? "/usr/bin/python3"
+
+const runPython = (code: string) => {
+  const child = Bun.spawnSync([python, "-c", code], {
+    env: { PATH: process.env.PATH ?? "/usr/bin:/bin", PYTHONPATH: join(root, "python") },
+    stdout: "pipe",
+    stderr: "pipe",
+    timeout: 30_000
+  })
+  return { code: child.exitCode, stdout: child.stdout.toString(), stderr: child.stderr.toString() }
+}
+
+/** A StoreCalls of generation 2 whose reports are printed as JSON and answered by `answer(report)` (a Python expression). */
+const harness = (answer: string, body: string) =>
+  [
+    "import json, threading",
+    "from cohort._relay import Orders",
+    "from cohort._store import StoreCalls",
+    "orders = Orders()",
+    "orders.take({'_tag': 'Group', 'generation': 2, 'members': [0, 1]})",
+    "def send(report):",
+    "    print(json.dumps({k: v for k, v in report.items() if k != 'id'}, sort_keys=True))",
+    `    reply = (lambda report: ${answer})(report)`,
+    "    if reply is not None:",
+    "        threading.Timer(0.01, lambda: orders.take(dict(reply, _tag='StoreAnswer', id=report['id']))).start()",
+    "calls = StoreCalls(send, orders, 2, 5.0)",
+    "def attempt(f):",
+    "    try:",
+    "        print(repr(f()))",
+    "    except RuntimeError as error:",
+    "        print('RuntimeError:', error)",
+    body
+  ].join("\n")
+
+describe("StoreCalls: torch's Store operations as StoreCall reports", () => {
+  test("each operation's report, and its answer as torch wants it (bytes, int, bool)", () => {
+    const answers = "{'set': {}, 'get': {'value': 'QQ=='}, 'add': {'number': 3}, 'compare_set': {'value': 'Qg=='}, " +
+      "'wait': {}, 'check': {'flag': True}, 'delete_key': {'flag': False}, 'num_keys': {'number': 7}}[report['op']]"
+    const ran = runPython(harness(
+      answers,
+      [
+        "attempt(lambda: calls.set('cohort/2/client/0', b'A'))",
+        "attempt(lambda: calls.get('cohort/2/client/0'))",
+        "attempt(lambda: calls.add('barrier', 1))",
+        "attempt(lambda: calls.compare_set('k', b'', 'B'))",
+        "attempt(lambda: calls.wait(['a', 'b']))",
+        "attempt(lambda: calls.check(['a']))",
+        "attempt(lambda: calls.delete_key('a'))",
+        "attempt(lambda: calls.num_keys())",
+        "print(orders.store_pending, orders.store_answers)"
+      ].join("\n")
+    ))
+    expect(ran.stderr).toBe("")
+    expect(ran.stdout.trim().split("\n")).toEqual([
+      `{"_tag": "StoreCall", "generation": 2, "keys": ["cohort/2/client/0"], "op": "set", "value": "QQ=="}`,
+      "None",
+      `{"_tag": "StoreCall", "generation": 2, "keys": ["cohort/2/client/0"], "op": "get"}`,
+      "b'A'",
+      `{"_tag": "StoreCall", "amount": 1, "generation": 2, "keys": ["barrier"], "op": "add"}`,
+      "3",
+      `{"_tag": "StoreCall", "expected": "", "generation": 2, "keys": ["k"], "op": "compare_set", "value": "Qg=="}`,
+      "b'B'",
+      `{"_tag": "StoreCall", "generation": 2, "keys": ["a", "b"], "op": "wait"}`,
+      "None",
+      `{"_tag": "StoreCall", "generation": 2, "keys": ["a"], "op": "check"}`,
+      "True",
+      `{"_tag": "StoreCall", "generation": 2, "keys": ["a"], "op": "delete_key"}`,
+      "False",
+      `{"_tag": "StoreCall", "generation": 2, "keys": [], "op": "num_keys"}`,
+      "7",
+      "set() {}"
+    ])
+  })
+
+  test("a refusal is raised as RuntimeError with the launcher's reason", () => {
+    const ran = runPython(harness("{'error': 'rank 5 is not a member of generation 2'}", "attempt(lambda: calls.get('k'))"))
+    expect(ran.stdout.trim().split("\n").slice(1)).toEqual(["RuntimeError: cohort store: rank 5 is not a member of generation 2"])
+  })
+
+  test("a newer generation announced while a call waits ends it at once; an unanswered call ends at its timeout", () => {
+    const ran = runPython(harness(
+      "None",
+      [
+        "import time",
+        "threading.Timer(0.2, lambda: orders.take({'_tag': 'Group', 'generation': 3, 'members': [0]})).start()",
+        "start = time.monotonic()",
+        "attempt(lambda: calls.get('addr/1'))",
+        "print(time.monotonic() - start < 2)",
+        "late = StoreCalls(send, orders, 3, 0.3)",
+        "start = time.monotonic()",
+        "attempt(lambda: late.wait(['addr/1']))",
+        "print(0.25 < time.monotonic() - start < 2)",
+        "# An answer to a call nobody waits for any more is dropped, not kept.",
+        "orders.take({'_tag': 'StoreAnswer', 'id': 1, 'value': 'QQ=='})",
+        "print(len(orders.store_answers))"
+      ].join("\n")
+    ))
+    expect(ran.stderr).toBe("")
+    expect(ran.stdout.trim().split("\n").filter((line) => !line.startsWith("{"))).toEqual([
+      "RuntimeError: cohort store: generation 2 is over (a newer one was announced)",
+      "True",
+      "RuntimeError: cohort store: wait addr/1 was not answered within 0.3 s",
+      "True",
+      "0"
+    ])
+  })
+
+  test("a lost link ends a waiting call, naming why", () => {
+    const ran = runPython(harness(
+      "None",
+      [
+        "def lose():",
+        "    with orders.changed:",
+        "        orders.lost = 'lost the host\\'s relay'",
+        "        orders.changed.notify_all()",
+        "threading.Timer(0.1, lose).start()",
+        "attempt(lambda: calls.get('k'))"
+      ].join("\n")
+    ))
+    expect(ran.stdout.trim().split("\n").slice(1)).toEqual(["RuntimeError: cohort store: lost the host's relay"])
+  })
+})
