@@ -41,6 +41,38 @@ const intruder = (): { readonly uid: number; readonly gid: number } | string => 
 const who = torchProblem === undefined ? intruder() : "no torch"
 if (torchProblem === undefined && typeof who === "string") console.log(`torch rendezvous second-user test skipped: ${who}`)
 
+/** The TCP ports listening on this machine now (IPv4 and IPv6), as /proc/net/tcp and tcp6 show them to anyone. */
+const listeningPorts = (): Array<number> =>
+  ["/proc/net/tcp", "/proc/net/tcp6"].flatMap((table) =>
+    existsSync(table)
+      ? readFileSync(table, "utf8").trim().split("\n").slice(1).map((line) => line.trim().split(/\s+/)).filter((fields) => fields[3] === "0A")
+        .map((fields) => parseInt(fields[1]!.split(":").at(-1)!, 16))
+      : []
+  )
+
+/** Root's TCPStore on loopback, printing its port and holding it until killed. */
+const DECOY = [
+  "import time, torch.distributed as dist",
+  "from datetime import timedelta",
+  "store = dist.TCPStore('127.0.0.1', 0, None, True, timedelta(seconds=300), wait_for_workers=False)",
+  "print(store.port, flush=True)",
+  "time.sleep(300)"
+].join("\n")
+
+/** The first line a stream gives, as a number. */
+const firstLine = async (stream: ReadableStream<Uint8Array>): Promise<number> => {
+  const reader = stream.getReader()
+  const decoder = new TextDecoder()
+  let text = ""
+  while (!text.includes("\n")) {
+    const { done, value } = await reader.read()
+    if (done) break
+    text += decoder.decode(value, { stream: true })
+  }
+  reader.releaseLock()
+  return Number(text.split("\n")[0])
+}
+
 const dirs: Array<string> = []
 afterAll(() => dirs.forEach((dir) => rmSync(dir, { recursive: true, force: true })))
 
@@ -80,37 +112,47 @@ describe("the Python ranks' rendezvous", () => {
     chmodSync(dir, 0o777)
     // Rank 1 SIGKILLs itself after its 20th step: the survivors re-form while the poisoner dials.
     const file = clusterFile(dir, "torch-poison", 3, "torch_elastic_fixture.py", { TEST_DIE_RANK: "1", TEST_DIE_STEP: "20" }, 12_000)
-    const proc = Bun.spawn([process.execPath, launch, file], { cwd: dir, stdout: "pipe", stderr: "pipe", stdin: "ignore", env: process.env })
-    const stderr: Array<string> = []
-    const reading = (async () => {
-      for await (const chunk of proc.stderr.pipeThrough(new TextDecoderStream())) stderr.push(chunk)
-    })()
-    const stdout = new Response(proc.stdout).text()
+    // Every port that listens before the run starts is none of its own: the poisoner leaves those alone.
+    const before = listeningPorts()
     const report = join(dir, "poisoner.json")
-    let poisoner: ReturnType<typeof Bun.spawn> | undefined
+    // A decoy: a TCPStore of root's, as every rank used to host. The poisoner must reach it (it looks), and
+    // nothing of the run's.
+    const decoyProc = Bun.spawn([python, "-c", DECOY], { stdout: "pipe", stderr: "ignore", env: { PATH: "/usr/bin:/bin" } })
+    const decoyPort = await firstLine(decoyProc.stdout)
+    // The poisoner is at work (torch imported, dialling) before the run starts: it races the first formation.
+    const poisoner = Bun.spawn(
+      ["setpriv", `--reuid=${uid}`, `--regid=${gid}`, "--clear-groups", python, join(import.meta.dir, "fixtures", "store_poisoner_fixture.py"), "150", report, before.join(",")],
+      { cwd: dir, env: { PATH: "/usr/bin:/bin", HOME: dir, OMP_NUM_THREADS: "1" }, stdout: "pipe", stderr: "pipe" }
+    )
+    const poisoned = () => existsSync(report) ? JSON.parse(readFileSync(report, "utf8")) as { uid: number; rounds: number; tries: number; ports: Record<string, string> } : undefined
+    let proc: ReturnType<typeof Bun.spawn> | undefined
     try {
-      await waitFor(() => /listening on [\d.]+:\d+/.test(stderr.join("")), "the launcher listening", 20_000)
-      const port = /listening on [\d.]+:(\d+)/.exec(stderr.join(""))![1]!
-      poisoner = Bun.spawn(
-        ["setpriv", `--reuid=${uid}`, `--regid=${gid}`, "--clear-groups", python, join(import.meta.dir, "fixtures", "store_poisoner_fixture.py"), "120", report, port],
-        { cwd: dir, env: { PATH: "/usr/bin:/bin", HOME: dir, OMP_NUM_THREADS: "1" }, stdout: "pipe", stderr: "pipe" }
-      )
-      const code = await proc.exited
+      await waitFor(() => poisoned()?.ports[String(decoyPort)] !== undefined, "the poisoner dialling the decoy", 30_000)
+      const launched = Bun.spawn([process.execPath, launch, file], { cwd: dir, stdout: "pipe", stderr: "pipe", stdin: "ignore", env: process.env })
+      proc = launched
+      const stderr: Array<string> = []
+      const reading = (async () => {
+        for await (const chunk of launched.stderr.pipeThrough(new TextDecoderStream())) stderr.push(chunk)
+      })()
+      const stdout = new Response(launched.stdout).text()
+      // Bounded here, so that a stalled rendezvous (what a poisoned store did) fails with the transcript.
+      const code = await Promise.race([launched.exited, Bun.sleep(100_000).then(() => "still running after 100 s")])
+      if (typeof code === "string") launched.kill("SIGKILL")
       await reading
       const transcript = `exit ${code}\n--- stdout ---\n${await stdout}\n--- stderr ---\n${stderr.join("")}`
       expect(lastLine(stderr.join("")), transcript).toBe("cohort: run completed DEGRADED (1 of 3 ranks lost: rank 1 of localhost exited with signal SIGKILL)")
       // The survivors formed a second generation (the re-form after the SIGKILL), with two members.
       expect(await stdout, transcript).toMatch(/rank 0 \(pid \d+, 2 member\(s\), generation 2\)/)
-      await waitFor(() => existsSync(report), "the poisoner's report", 10_000)
+      // Its report of every round so far: every port of the run that listened for half a second was dialled.
       poisoner.kill("SIGKILL")
-      const got = JSON.parse(readFileSync(report, "utf8")) as { uid: number; tries: number; ports: Record<string, string> }
+      const got = poisoned()!
       expect(got.uid).toBe(uid)
-      // It dialled the ports that opened (gloo's listeners, at least: one per rank and group), and none was a store.
-      expect(got.tries, JSON.stringify(got)).toBeGreaterThan(0)
-      expect(Object.values(got.ports).filter((how) => how === "store"), JSON.stringify(got)).toEqual([])
+      // It found the decoy's store, and no other.
+      expect(Object.entries(got.ports).filter(([, how]) => how === "store").map(([port]) => Number(port)), JSON.stringify(got)).toEqual([decoyPort])
     } finally {
-      proc.kill("SIGKILL")
-      poisoner?.kill("SIGKILL")
+      proc?.kill("SIGKILL")
+      poisoner.kill("SIGKILL")
+      decoyProc.kill("SIGKILL")
     }
   }, 150_000)
 
