@@ -2,7 +2,9 @@
  * A self-deployed agent's lines on their way to the launcher (OutputForwarder):
  * a burst goes as a few batches, not a message per line, in order; what
  * exceeds the queue's bound is dropped and counted in the next batch; a huge
- * line is cut; `flush` has sent everything queued before it returns. The
+ * line is cut; `flush` has sent everything queued before it returns; lines
+ * go as the children printed them, terminal controls and all (the
+ * launcher's console escapes them, or not with `--raw-output`). The
  * sender is a plain recorder (and, for back-pressure, one that waits until
  * the test lets it go).
  */
@@ -105,5 +107,14 @@ describe("the output forwarder", () => {
       const flushing = yield* Effect.fork(forwarder.flush)
       yield* Fiber.join(flushing)
       expect(sent).toEqual(["l0", "l1", "l2", "l3", "l4", "l5", "l6"])
+    }))
+
+  effect.live("lines go as printed, terminal controls and all: the launcher's console is where they are escaped", () =>
+    Effect.gen(function*() {
+      const { send, sent } = recorder()
+      const forwarder = yield* make(send)
+      forwarder.push("[h:cpu:r0] \u001b[2J\u001b]0;t\u0007\r\u202e\u009b\tx", "stderr")
+      yield* forwarder.flush
+      expect(sent.flatMap((message) => message.lines)).toEqual([{ stream: "stderr", line: "[h:cpu:r0] \u001b[2J\u001b]0;t\u0007\r\u202e\u009b\tx" }])
     }))
 })

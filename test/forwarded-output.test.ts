@@ -4,7 +4,10 @@
  * `RankOutput` batch reaches the run's output in order with its streams; a
  * line that claims another host, or a rank its host does not hold, is the
  * agent's own line (its `agent-HOST.log`), never that rank's; dropped lines
- * are said in one warning, not one per batch.
+ * are said in one warning, not one per batch. Terminal controls in them
+ * reach the launcher's console as sent, and leave it escaped (or, with
+ * `rawOutput`, as sent): a self-deployed host's lines are escaped where
+ * every other host's are.
  */
 import { describe, expect } from "bun:test"
 import * as Effect from "effect/Effect"
@@ -13,6 +16,7 @@ import * as LogLevel from "effect/LogLevel"
 import * as JoinGate from "../src/actors/launcher/JoinGate.ts"
 import * as PortMux from "../src/actors/launcher/PortMux.ts"
 import * as RemoteRanks from "../src/actors/launcher/RemoteRanks.ts"
+import * as RunConsole from "../src/cli/RunConsole.ts"
 import { Hello, joinCodec, RankOutput } from "../src/wire/JoinMessages.ts"
 import { newSalt } from "../src/wire/Keys.ts"
 import * as Link from "../src/wire/Link.ts"
@@ -84,5 +88,41 @@ describe("forwarded output, at the launcher", () => {
       yield* agent.close
       yield* eventually(Effect.sync(() => warnings.length === 2), "the rest said as the link ends")
       expect(warnings[1]).toBe("2 line(s) of a's output were dropped: its ranks printed faster than its agent could send them here")
+    }), 20_000)
+
+  effect.live("terminal controls in a forwarded line reach the console as sent and leave it escaped, or as sent with rawOutput", () =>
+    Effect.gen(function*() {
+      const { agent, members } = yield* formedWorld
+      const written = { escaped: [] as Array<string>, raw: [] as Array<string> }
+      const consoles = {
+        escaped: RunConsole.make({ stderrIsTty: false, stdoutIsTty: false, write: (text) => void written.escaped.push(text) }),
+        raw: RunConsole.make({ stderrIsTty: false, stdoutIsTty: false, rawOutput: true, write: (text) => void written.raw.push(text) })
+      }
+      const received: Array<string> = []
+      yield* RemoteRanks.make(members, {
+        started: () => Effect.void,
+        running: () => Effect.void,
+        exited: () => Effect.void,
+        resources: () => Effect.void,
+        output: (lines) =>
+          Effect.sync(() =>
+            lines.forEach(({ line, stream }) => {
+              received.push(line)
+              consoles.escaped.output(line, stream)
+              consoles.raw.output(line, stream)
+            })
+          )
+      }, 1_000)
+      yield* agent.send(new RankOutput({
+        lines: [
+          { stream: "stderr", line: "[a:cpu:r1] Traceback:\u001b[2J\u001b]0;title\u0007\r\u202e\tdone" },
+          { stream: "stdout", line: "\u009b31mno prefix" }
+        ],
+        dropped: 0
+      }))
+      yield* eventually(Effect.sync(() => received.length === 2), "the batch")
+      expect(received).toEqual(["[a:cpu:r1] Traceback:\u001b[2J\u001b]0;title\u0007\r\u202e\tdone", "cohort agent a: \u009b31mno prefix"])
+      expect(written.escaped).toEqual(["[a:cpu:r1] Traceback:\\x1b[2J\\x1b]0;title\\x07\\x0d\\u202e\tdone\n", "cohort agent a: \\x9b31mno prefix\n"])
+      expect(written.raw).toEqual(["[a:cpu:r1] Traceback:\u001b[2J\u001b]0;title\u0007\r\u202e\tdone\n", "cohort agent a: \u009b31mno prefix\n"])
     }), 20_000)
 })

@@ -5,6 +5,10 @@
  * any process's argv, and a `command:` job gets torchrun's variables. With
  * `--log-dir`, launcher.log ends with the table and the verdict, as stderr
  * does; the words after `--` reach every rank's argv as they were given.
+ * Terminal controls a rank prints reach the launcher's streams and its log
+ * files escaped, and as printed with `--raw-output`. `--log-dir` and
+ * `--events` through a link another user could have planted are refused
+ * before anything starts, the files it points at unchanged.
  */
 import { afterEach, describe, expect, test } from "bun:test"
 import { readFileSync, rmSync, writeFileSync } from "node:fs"
@@ -126,7 +130,7 @@ describe("the launch CLI's files and arguments", () => {
     dirs.push(dir)
     return dir
   }
-  const commandCluster = (dir: string, devices: number, args: ReadonlyArray<string>) => {
+  const commandCluster = (dir: string, devices: number, args: ReadonlyArray<string>, fixture = "test/fixtures/torchrun-env-fixture.ts") => {
     const file = join(dir, "cluster.yml")
     writeFileSync(file, `
 name: cli-args
@@ -135,7 +139,7 @@ workers:
     devices: ${devices}
     path: ${repoRoot}
 job:
-  command: ["${process.execPath}", "test/fixtures/torchrun-env-fixture.ts"]
+  command: ["${process.execPath}", "${fixture}"]
   args: ${JSON.stringify(args)}
 `)
     return file
@@ -168,4 +172,73 @@ job:
     const argvs = run.stdout.lines.map((line) => JSON.parse(/^\[localhost:cpu:r\d\] (\{.*\})$/.exec(line)![1]!).args)
     expect(argvs).toEqual([["--epochs", "2", ...extra], ["--epochs", "2", ...extra]])
   }, 20_000)
+
+  test("terminal controls a rank prints reach stdout, stderr and the rank's log file escaped; with --raw-output, as printed", async () => {
+    const controls = "test/fixtures/terminal-controls-fixture.ts"
+    const escaped = {
+      stdout: "[localhost:cpu:r0] \\x1b[2J\\x1b]0;owned\\x07\\x0dcohort: run completed \\u202eabc \\x9b31m",
+      stderr: ["[localhost:cpu:r0] Traceback (most recent call last):", "[localhost:cpu:r0] \t\\x1b[31mValueError: boom\\x1b[0m"]
+    }
+    const raw = {
+      stdout: "[localhost:cpu:r0] \u001b[2J\u001b]0;owned\u0007\rcohort: run completed \u202eabc \u009b31m",
+      stderr: ["[localhost:cpu:r0] Traceback (most recent call last):", "[localhost:cpu:r0] \t\u001b[31mValueError: boom\u001b[0m"]
+    }
+    for (const [flags, expected] of [[[], escaped], [["--raw-output"], raw]] as const) {
+      const dir = tempDir()
+      const logs = join(dir, "logs")
+      const run = spawnLaunch(commandCluster(dir, 1, [], controls), {}, ["--log-dir", logs, ...flags])
+      launched.push(run.proc)
+      expect(await run.proc.exited).toBe(0)
+      await Promise.all([run.stdout.done, run.stderr.done])
+      expect(run.stdout.lines).toEqual([expected.stdout])
+      expect(run.stderr.lines.filter((line) => line.startsWith("[localhost:cpu:r0] "))).toEqual(expected.stderr)
+      const prefix = "[localhost:cpu:r0] ".length
+      expect(readFileSync(join(logs, "rank-0.log"), "utf8").split("\n").filter((line) => line !== "").sort())
+        .toEqual([expected.stdout, ...expected.stderr].map((line) => line.slice(prefix)).sort())
+    }
+  }, 30_000)
+})
+
+describe("--log-dir and --events where another user could steer them", () => {
+  const isRoot = process.getuid?.() === 0
+  /** Another user's folder with their 0600 files, and a link to it in a folder every user may write (sticky as /tmp, as root). */
+  const planted = () => {
+    const root = mkdtempSync(join(tmpdir(), "cohort-steer-"))
+    const victim = join(root, "victim")
+    mkdirSync(victim, { mode: 0o700 })
+    writeFileSync(join(victim, "launcher.log"), "the victim's own lines\n", { mode: 0o600 })
+    writeFileSync(join(victim, "events.jsonl"), "{\"the victim's\":1}\n", { mode: 0o600 })
+    const open = join(root, "open")
+    mkdirSync(open)
+    // As root the link is another user's (65534) in a sticky folder, as planted in /tmp; otherwise the folder lacks the sticky bit.
+    chmodSync(open, isRoot ? 0o1777 : 0o777)
+    symlinkSync(victim, join(open, "shared"))
+    if (isRoot) {
+      lchownSync(join(open, "shared"), 65534, 65534)
+      chownSync(victim, 65534, 65534)
+    }
+    const why = isRoot
+      ? `${join(open, "shared")} is a symbolic link of uid 65534 in ${open}, which every user can write`
+      : `${open} is writable by every user (mode 777)`
+    const files = () => ({ names: readdirSync(victim).sort(), log: readFileSync(join(victim, "launcher.log"), "utf8"), events: readFileSync(join(victim, "events.jsonl"), "utf8") })
+    return { root, link: join(open, "shared"), why, files, before: files() }
+  }
+  const fix = "give a path whose folders only you (or root) can change, such as one under your home directory"
+
+  for (const [flag, path, what] of [["--log-dir", "", "the logs"], ["--events", "events.jsonl", "the events"]] as const) {
+    test(`${flag} through the link: exit 2, one line naming the path and what to do; nothing starts, the victim's files are unchanged`, async () => {
+      const { before, files, link, root, why } = planted()
+      const file = join(root, "cluster.yml")
+      writeFileSync(file, clusterFile({ devices: 1, args: ["work=10"] }, root))
+      const given = path === "" ? link : join(link, path)
+      const run = spawnLaunch(file, {}, [flag, given])
+      launched.push(run.proc)
+      expect(await run.proc.exited).toBe(2)
+      await Promise.all([run.stdout.done, run.stderr.done])
+      expect(run.stderr.lines).toEqual([`cohort: ${flag} ${given}: ${why}, so another user could steer where ${what} go; ${fix}`])
+      expect(files()).toEqual(before)
+      // Nothing ran: no rank wrote its pid.
+      expect(pidFiles(root)).toEqual([])
+    }, 20_000)
+  }
 })

@@ -168,6 +168,7 @@ describe("the launch arguments around the quick form", () => {
         quiet: false,
         verbose: true,
         fromSlurm: false,
+        rawOutput: false,
         ranks: undefined,
         logDir: undefined,
         events: undefined,

@@ -1,7 +1,8 @@
 /**
  * The launcher's terminal: the live line (drawn on a terminal, replaced by
- * periodic plain lines elsewhere), the filters, the per-source log files and
- * the end-of-run table.
+ * periodic plain lines elsewhere), the filters, the per-source log files,
+ * terminal controls in forwarded lines (escaped, or passed by `rawOutput`)
+ * and the end-of-run table.
  */
 import { afterAll, describe, expect, test } from "bun:test"
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs"
@@ -197,6 +198,78 @@ describe("rank lines", () => {
     expect(read("relay-b.log")).toBe("relay\n")
     expect(read("agent-b.log")).toBe("agent\n")
     expect(read("launcher.log")).toBe("ssh: warning\ncohort: one\ncohort: two\n")
+  })
+})
+
+describe("terminal controls in forwarded lines", () => {
+  // What a hostile or careless rank prints, and what the operator's terminal and the log files get.
+  const hostile = "[a:cpu:r0] \u001b[2J\u001b]0;owned\u0007\rcohort: run completed\u009b31m\u202eabc\tdef\u007f"
+  const escaped = "[a:cpu:r0] \\x1b[2J\\x1b]0;owned\\x07\\x0dcohort: run completed\\x9b31m\\u202eabc\tdef\\x7f"
+
+  const withLogs = (options: Parameters<typeof make>[0] = {}) => {
+    const dir = mkdtempSync(join(tmpdir(), "cohort-controls-"))
+    dirs.push(dir)
+    const captured = capture({ logDir: dir, ...options })
+    return { ...captured, log: (name: string) => readFileSync(join(dir, name), "utf8") }
+  }
+
+  test("escaped on the terminal and in each source's log file, whatever the source; tab kept", () => {
+    const { console, log, text } = withLogs()
+    console.output(hostile, "stdout")
+    console.output("[a:relay] \u001b[31mrelay\u001b[0m", "stderr")
+    console.output("cohort agent b: \u001b[1Aup a line", "stderr")
+    console.output("ssh: \u0007bell", "stderr")
+    expect(text("stdout")).toBe(`${escaped}\n`)
+    expect(text("stderr")).toBe("[a:relay] \\x1b[31mrelay\\x1b[0m\ncohort agent b: \\x1b[1Aup a line\nssh: \\x07bell\n")
+    expect(log("rank-0.log")).toBe("\\x1b[2J\\x1b]0;owned\\x07\\x0dcohort: run completed\\x9b31m\\u202eabc\tdef\\x7f\n")
+    expect(log("relay-a.log")).toBe("\\x1b[31mrelay\\x1b[0m\n")
+    expect(log("agent-b.log")).toBe("\\x1b[1Aup a line\n")
+    expect(log("launcher.log")).toBe("ssh: \\x07bell\n")
+  })
+
+  test("on a terminal the prefix is still coloured, and only cohort's colour codes are raw", () => {
+    const { console, text } = capture({ stdoutIsTty: true })
+    console.output("[a:cpu:r0] \u001b[2Jx", "stdout")
+    expect(text("stdout")).toBe("\u001b[36m[a:cpu:r0] \u001b[0m\\x1b[2Jx\n")
+  })
+
+  test("--quiet: a dead rank's last lines come back escaped", () => {
+    const { console, text } = capture({ quiet: true })
+    console.output("[a:cpu:r1] \u001b[2Jbefore the crash", "stderr")
+    console.onEvent({ event: "rank_exited", at: 1, rank: 1, exit: "status 1", clean: false }, replay(formed))
+    expect(text("stderr")).toBe("cohort: rank 1 ended with status 1; its last 1 line(s):\n[a:cpu:r1] \\x1b[2Jbefore the crash\n")
+  })
+
+  test("rawOutput (--raw-output): the lines as printed, on the terminal and in the log files", () => {
+    const { console, log, text } = withLogs({ rawOutput: true })
+    console.output(hostile, "stdout")
+    console.output("[a:relay] \u001b[31mrelay\u001b[0m", "stderr")
+    expect(text("stdout")).toBe(`${hostile}\n`)
+    expect(text("stderr")).toBe("[a:relay] \u001b[31mrelay\u001b[0m\n")
+    expect(log("rank-0.log")).toBe("\u001b[2J\u001b]0;owned\u0007\rcohort: run completed\u009b31m\u202eabc\tdef\u007f\n")
+  })
+
+  test("cohort's own lines are escaped always, --raw-output or not: a verdict quotes what a rank threw", () => {
+    for (const rawOutput of [false, true]) {
+      const { console, log, text } = withLogs({ rawOutput })
+      console.cohortLine("cohort: run failed: rank 2 exited with status 1 (Error: \u001b[2Jgone\r)\ncohort: host\trank\n")
+      expect(text("stderr")).toBe("cohort: run failed: rank 2 exited with status 1 (Error: \\x1b[2Jgone\\x0d)\ncohort: host\trank\n")
+      expect(log("launcher.log")).toBe("cohort: run failed: rank 2 exited with status 1 (Error: \\x1b[2Jgone\\x0d)\ncohort: host\trank\n")
+    }
+  })
+
+  test("a metric's name in the live line is a rank's text too: escaped", () => {
+    const state = RunView.apply(replay(formed), {
+      event: "progress",
+      at: formedAt + 600,
+      epoch: 3,
+      epochs: 10,
+      samplesDone: 24_000,
+      datasetSize: 50_000,
+      samplesPerSec: null,
+      metrics: { "\u001b[2Jloss": 0.5 }
+    })
+    expect(liveLine(state, formedAt + 600)).toBe("epoch 3/10 [##########----------] 48% · 15,234 samples/s · \\x1b[2Jloss 0.500 · 3/3 ranks")
   })
 })
 

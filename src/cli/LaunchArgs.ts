@@ -10,7 +10,7 @@
  */
 
 export const usage = `usage: bun run launch <cluster.yml> [--dry-run] [--resume] [--sync]
-                  [--quiet] [-v] [--ranks 0,3] [--log-dir DIR] [--events FILE]
+                  [--quiet] [-v] [--ranks 0,3] [--log-dir DIR] [--events FILE] [--raw-output]
                   [--set PATH=VALUE]... [--policy POLICY] [--from-slurm] [-- ARGS...]
        bun run launch --nproc-per-node N [--hosts A:N,B:N] [options] -- PROGRAM [ARGS...]
 
@@ -27,6 +27,8 @@ supervised under the file's failure_policy.
   --ranks 0,3      show only these ranks' lines
   --log-dir DIR    also write each rank's, relay's and agent's lines to a file of its own in DIR
   --events FILE    write every join, death, restart, decision and the verdict as JSON lines
+  --raw-output     the ranks' and relays' lines as printed, terminal controls and all; by default
+                   escape sequences, \\r, bidi overrides and other controls in them show as \\xNN
   --set PATH=VALUE change the file before it is read, checked like the file: --set job.epochs=20,
                    --set failure_policy.grace=10s, --set 'job.args=[lr=0.1]' (repeatable)
   --policy POLICY  failure_policy.after_formation: kill_all, elastic, elastic:25%, elastic:2,
@@ -61,6 +63,8 @@ export interface LaunchArgs {
   readonly ranks: ReadonlyArray<number> | undefined
   readonly logDir: string | undefined
   readonly events: string | undefined
+  /** `--raw-output`: forwarded lines as printed, terminal controls unescaped. */
+  readonly rawOutput: boolean
   /** Each `--set`, as written after it. */
   readonly sets: ReadonlyArray<string>
   readonly policy: string | undefined
@@ -74,14 +78,15 @@ export interface LaunchArgs {
 
 export type Parsed = { readonly _tag: "Help" } | { readonly _tag: "Run"; readonly args: LaunchArgs } | { readonly _tag: "Refused"; readonly problem: string }
 
-const switches: Record<string, "dryRun" | "resume" | "sync" | "quiet" | "verbose" | "fromSlurm"> = {
+const switches: Record<string, "dryRun" | "resume" | "sync" | "quiet" | "verbose" | "fromSlurm" | "rawOutput"> = {
   "--dry-run": "dryRun",
   "--verbose": "verbose",
   "-v": "verbose",
   "--resume": "resume",
   "--sync": "sync",
   "--quiet": "quiet",
-  "--from-slurm": "fromSlurm"
+  "--from-slurm": "fromSlurm",
+  "--raw-output": "rawOutput"
 }
 
 /** Each valued flag, by every spelling, under its one name. */
@@ -104,7 +109,7 @@ export const parseLaunchArgs = (argv: ReadonlyArray<string>): Parsed => {
   const own = dashes === -1 ? argv : argv.slice(0, dashes)
   const rest = dashes === -1 ? undefined : argv.slice(dashes + 1)
   if (own.includes("--help") || own.includes("-h")) return { _tag: "Help" }
-  const flags = { dryRun: false, resume: false, sync: false, quiet: false, verbose: false, fromSlurm: false }
+  const flags = { dryRun: false, resume: false, sync: false, quiet: false, verbose: false, fromSlurm: false, rawOutput: false }
   const values = new Map<string, string>()
   const sets: Array<string> = []
   const files: Array<string> = []

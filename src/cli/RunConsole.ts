@@ -16,6 +16,13 @@
  *   and per remote agent (`agent-HOST.log`), prefixes stripped; cohort's own
  *   lines and anything else go to `launcher.log`. Written whatever the
  *   filters, so nothing is lost.
+ * - Every forwarded line reaches the terminal and the log files escaped
+ *   (`printableLine`: C0 controls but tab, DEL, C1, bidirectional
+ *   overrides), whichever host it came from and whichever way (this
+ *   machine's agent, an ssh session, a self-deployed agent's forwarding):
+ *   they all pass here. `rawOutput` (`--raw-output`) passes them as
+ *   printed, for ranks that draw on the terminal on purpose. cohort's own
+ *   lines are escaped always (they quote what ranks threw).
  */
 import { mkdirSync } from "node:fs"
 import { appendPrivate, preparePrivateAppend } from "../actors/launcher/PrivateFiles.ts"
@@ -23,6 +30,7 @@ import { join } from "node:path"
 import * as Inventory from "../actors/launcher/Inventory.ts"
 import { effectiveTrainingAt, type RunEvent, type RunState } from "../actors/launcher/RunView.ts"
 import * as RecoveryFigures from "../actors/launcher/RecoveryFigures.ts"
+import { printable, printableLine } from "../wire/Printable.ts"
 import * as TurnWriter from "./TurnWriter.ts"
 
 export interface RunConsoleOptions {
@@ -30,6 +38,8 @@ export interface RunConsoleOptions {
   /** Show only these ranks' lines. */
   readonly ranks?: ReadonlySet<number> | undefined
   readonly logDir?: string | undefined
+  /** Pass forwarded lines to the terminal and the log files as printed, terminal controls and all (`--raw-output`). */
+  readonly rawOutput?: boolean | undefined
   /** Whether stderr (the live line) and stdout (rank lines) are terminals; default: ask the streams. */
   readonly stderrIsTty?: boolean
   readonly stdoutIsTty?: boolean
@@ -94,7 +104,8 @@ const fileName = (source: Source): string => {
 const thousands = (value: number): string => Math.round(value).toLocaleString("en-US")
 
 const metricText = (metrics: Readonly<Record<string, number>>): string =>
-  Object.entries(metrics).map(([name, value]) => `${name} ${Math.abs(value) >= 100 ? value.toFixed(1) : value.toPrecision(3)}`).join(" · ")
+  // A metric's name is a rank's text.
+  Object.entries(metrics).map(([name, value]) => `${printable(name, 64)} ${Math.abs(value) >= 100 ? value.toFixed(1) : value.toPrecision(3)}`).join(" · ")
 
 /** What the join window waits for: its end, the quorum, or the operator's start (`start: manual`). */
 type JoinStage = "window" | "quorum" | "start"
@@ -268,7 +279,8 @@ export const make = (options: RunConsoleOptions = {}): RunConsole => {
   }
 
   return {
-    output: (line, stream) => {
+    output: (printed, stream) => {
+      const line = options.rawOutput === true ? printed : printableLine(printed)
       const { body, source } = sourceOf(line)
       toFile(fileName(source), body)
       if (source.kind === "rank") {
@@ -288,8 +300,10 @@ export const make = (options: RunConsoleOptions = {}): RunConsole => {
       print(line, stream)
     },
     cohortLine: (text) => {
-      for (const line of text.replace(/\n$/, "").split("\n")) toFile("launcher.log", line)
-      print(text.replace(/\n$/, ""), "stderr")
+      // Escaped too: a verdict quotes what a rank's code threw, and a warning what a peer sent.
+      const lines = text.replace(/\n$/, "").split("\n").map(printableLine)
+      for (const line of lines) toFile("launcher.log", line)
+      print(lines.join("\n"), "stderr")
     },
     onEvent: (event, next) => {
       state = next

@@ -212,7 +212,8 @@ const main = async (): Promise<never> => {
   const runConsole = makeConsole({
     quiet: args.quiet,
     ranks: args.ranks === undefined ? undefined : new Set(args.ranks),
-    logDir: args.logDir
+    logDir: args.logDir,
+    rawOutput: args.rawOutput
   })
   say = (line) => runConsole.cohortLine(line)
   closeConsole = () => runConsole.close()

@@ -16,6 +16,10 @@
  *
  * `flush` sends what is queued now, ahead of a message that must follow it:
  * a rank's last lines come before its `RankExited`, as they do locally.
+ *
+ * Lines go as the children printed them, terminal controls and all: every
+ * host's lines reach the launcher's console (`RunConsole`), which escapes
+ * them there, or passes them with `--raw-output`, one choice for all hosts.
  */
 import * as Effect from "effect/Effect"
 import * as Queue from "effect/Queue"
