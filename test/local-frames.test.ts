@@ -5,6 +5,9 @@
  * stream cut at every possible boundary (and, as a property, at random
  * boundaries); an oversized length refused from the 4-byte header alone,
  * before the body arrives or is allocated; a body that is not JSON refused.
+ * A large frame fed in many reads is copied a bounded number of times (at
+ * most twice per byte, however many reads), and a reader that reuses its
+ * read buffer loses nothing.
  */
 import { describe, expect, test } from "bun:test"
 import fc from "fast-check"
@@ -157,5 +160,56 @@ describe("LocalFrameReader", () => {
     const body = new TextEncoder().encode("nope")
     const chunk = concat([encodeLocal({ fine: true }), header(body.length), body])
     expect(() => new LocalFrameReader().push(chunk)).toThrow(LocalFrameError)
+  })
+})
+
+describe("LocalFrameReader with large frames", () => {
+  /** One frame holding a JSON string of `bytes` bytes, quotes included (a checkpoint's state is one). */
+  const bigFrame = (bytes: number) => encodeLocal("x".repeat(bytes - 2))
+  const CHUNK = 64 << 10
+
+  test("a 32 MiB frame in 64 KiB reads: each byte copied at most twice, not once per read", () => {
+    const frame = bigFrame(32 << 20)
+    const reader = new LocalFrameReader()
+    const got: Array<unknown> = []
+    for (let at = 0; at < frame.length; at += CHUNK) got.push(...reader.push(frame.subarray(at, at + CHUNK)))
+    expect(got).toHaveLength(1)
+    expect((got[0] as string).length).toBe((32 << 20) - 2)
+    // 513 reads. Joining what is pending on every read would copy about 513 × 16 MiB on average: 8 GiB.
+    expect(reader.copiedBytes).toBeLessThanOrEqual(2 * frame.length)
+    expect(reader.copiedBytes).toBeGreaterThanOrEqual(frame.length)
+  })
+
+  test("four times the frame, about four times the copying: 8 MiB and 32 MiB", () => {
+    const copied = [8 << 20, 32 << 20].map((bytes) => {
+      const frame = bigFrame(bytes)
+      const reader = new LocalFrameReader()
+      for (let at = 0; at < frame.length; at += CHUNK) reader.push(frame.subarray(at, at + CHUNK))
+      return reader.copiedBytes
+    })
+    expect(copied[1]! / copied[0]!).toBeGreaterThan(3.99)
+    expect(copied[1]! / copied[0]!).toBeLessThan(4.01)
+  })
+
+  test("a frame inside one read is decoded where it lies: nothing copied", () => {
+    const reader = new LocalFrameReader()
+    expect(reader.push(concat([encodeLocal({ a: 1 }), encodeLocal({ b: 2 })]))).toEqual([{ a: 1 }, { b: 2 }])
+    expect(reader.copiedBytes).toBe(0)
+  })
+
+  test("a caller that reuses its read buffer: every frame still comes back whole", () => {
+    const messages = [{ t: "report", report: { _tag: "CheckpointSave", epoch: 1, state: "s".repeat(200_000) } }, { t: "idle", epoch: 2 }, "y".repeat(70_000)]
+    const stream = concat(messages.map(encodeLocal))
+    const buffer = new Uint8Array(4096)
+    const reader = new LocalFrameReader()
+    const got: Array<unknown> = []
+    for (let at = 0; at < stream.length; at += buffer.length) {
+      const part = stream.subarray(at, at + buffer.length)
+      buffer.set(part)
+      got.push(...reader.push(buffer.subarray(0, part.length)))
+      // The next read overwrites the buffer: whatever the reader kept must be its own.
+      buffer.fill(0x7b)
+    }
+    expect(got).toEqual(messages)
   })
 })
