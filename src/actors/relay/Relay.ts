@@ -19,6 +19,9 @@
  *   controller holds the model root (outer optimizer);
  * - `cpu_async` exchanges skip the barrier: each goes up on its own and the
  *   rank's new parameters come back into its own segment.
+ * Whatever dials the socket is served only as one of the host's ranks, one
+ * connection per slot (`RankHello`), and a `reduce` is answered from a
+ * segment only when that is a file under the run directory (`Segments`).
  *
  * It leaves when the launcher closes the link (the run is over), when its
  * agent goes (IPC disconnect) or on SIGTERM.
@@ -40,11 +43,12 @@ import { controlCodec, ElasticPush, FromRank, HostBeats, HostFold, HostIdle, typ
 import * as Link from "../../wire/Link.ts"
 import { encodeLocal, LOCAL_PROTOCOL_VERSION, LocalFrameReader } from "../../wire/LocalFrames.ts"
 import { PendingWrites } from "../../wire/PendingWrites.ts"
-import { floats, SegmentMaps } from "../../wire/Segments.ts"
+import { floats, SegmentMaps, SegmentPathError } from "../../wire/Segments.ts"
 import type { RelaySpec } from "../agent/Envelope.ts"
 import { FoldBarrier, mismatch, roundEpoch } from "./FoldBarrier.ts"
 import { HostBoard } from "./HostBoard.ts"
 import { HostReduction, type Round, type Source } from "./HostReduction.ts"
+import { helloRefusal } from "./RankHello.ts"
 import { RankToRelay, type RelayToRank } from "../../wire/LocalMessages.ts"
 import { printable } from "../../wire/Printable.ts"
 
@@ -111,7 +115,8 @@ export const run = (spec: RelaySpec, hostKey: Uint8Array, handshakeMs: number): 
     const sockets = new Map<number, Socket<RankSocket>>()
     const barrier = new FoldBarrier<Source>(spec.ranks)
     const reduction = new HostReduction(kernels, spec.dir)
-    const segments = new SegmentMaps()
+    // Only files under the run directory: a rank names its segments, and the relay writes results into them.
+    const segments = new SegmentMaps(spec.dir)
     // Small all-reduces among this host's ranks in shared memory, while every member takes part in every round.
     const board = yield* Effect.try(() => HostBoard.create(spec.dir, spec.ranks.length)).pipe(
       Effect.tapError((error) => Effect.logDebug(`no board for small all-reduces: ${String(error.error)}`)),
@@ -196,10 +201,19 @@ export const run = (spec: RelaySpec, hostKey: Uint8Array, handshakeMs: number): 
       }
     }
 
-    const refuse = (socket: Socket<RankSocket>, claimed: unknown, reason = `rank ${String(claimed)} is not a rank of ${spec.host} awaiting its relay`) => {
+    const refuse = (socket: Socket<RankSocket>, reason: string) => {
       const refused: RelayToRank = { t: "refused", reason }
       socket.data.writes.write(socket, encodeLocal(refused))
       socket.data.writes.end(socket)
+    }
+
+    /** A rank's segment, mapped; or why not (a path outside the run directory, a file that cannot be mapped), for the rank to raise. */
+    const segmentOf = (rank: number, seg: string): Uint8Array | string => {
+      try {
+        return segments.map(rank, seg)
+      } catch (error) {
+        return error instanceof SegmentPathError ? error.message : `the segment "${printable(seg, 200)}" cannot be mapped: ${printable(String(error), 200)}`
+      }
     }
 
     const fromRank = (socket: Socket<RankSocket>, raw: unknown) => {
@@ -207,7 +221,7 @@ export const run = (spec: RelaySpec, hostKey: Uint8Array, handshakeMs: number): 
       const decoded = decodeLocal(raw)
       if (Either.isLeft(decoded)) {
         const t = typeof raw === "object" && raw !== null ? (raw as { t?: unknown }).t : undefined
-        if (t === "hello") return refuse(socket, (raw as { rank?: unknown }).rank)
+        if (t === "hello") return refuse(socket, "a malformed hello: it needs a rank (a whole number from 0), and may have a version (a whole number) and board (a boolean)")
         if (rank === undefined) return socket.end()
         // A malformed reduce still gets its answer: the rank waits for one.
         if (t === "reduce") return tell(rank, { t: "reduced", error: "a malformed reduce request" })
@@ -216,18 +230,9 @@ export const run = (spec: RelaySpec, hostKey: Uint8Array, handshakeMs: number): 
       const message = decoded.right
       if (message.t === "hello") {
         const claimed = message.rank
-        // A client of another protocol would misread what comes next: refused, with both numbers, before it is counted in.
-        if (message.version !== undefined && message.version !== LOCAL_PROTOCOL_VERSION) {
-          return refuse(
-            socket,
-            claimed,
-            `rank ${claimed} speaks version ${message.version} of the rank-relay protocol and this relay speaks ${LOCAL_PROTOCOL_VERSION}: ` +
-              "use the client that comes with this cohort (python/cohort in its checkout)"
-          )
-        }
-        // Only this host's agent starts processes that can reach the socket (the run directory is private); a
-        // number the host was not admitted with is a rank restarted under a new number.
-        if (rank !== undefined || sockets.has(claimed)) return refuse(socket, claimed)
+        // The host's slots, its own numbers and their restarts' (`RankHello`); a version of its own protocol.
+        const refusal = helloRefusal(spec, LOCAL_PROTOCOL_VERSION, [...sockets.keys()], rank, { rank: claimed, version: message.version })
+        if (refusal !== undefined) return refuse(socket, refusal)
         socket.data.rank = claimed
         sockets.set(claimed, socket)
         // A member the board's rounds do not count yet: off until the barrier has made a round with it.
@@ -245,7 +250,8 @@ export const run = (spec: RelaySpec, hostKey: Uint8Array, handshakeMs: number): 
           // Through the socket: the board's rounds would miss this rank (and a cancelled round is redone here).
           board?.off()
           const { bytes, epoch, offset, op, seg, tensor, weight } = message
-          const mapped = bytes === 0 ? new Uint8Array(0) : segments.map(rank, seg)
+          const mapped = bytes === 0 ? new Uint8Array(0) : segmentOf(rank, seg)
+          if (typeof mapped === "string") return tell(rank, { t: "reduced", error: mapped })
           if (offset + bytes > mapped.length) return tell(rank, { t: "reduced", error: `a tensor of ${bytes} bytes at ${offset} is past the end of its segment` })
           const source = mapped.subarray(offset, offset + bytes)
           if (op === "elastic") {
