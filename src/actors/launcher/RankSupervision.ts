@@ -159,8 +159,11 @@ export const supervise = (env: RunEnv, wiring: SupervisionWiring): Effect.Effect
             const handle = yield* supervisor.handle(`rank-${seatOf(now, rank)}`)
             if (handle !== undefined) yield* Effect.forkIn(handle.stop("kill", Duration.millis(graceMs)), runScope)
           }
-          // A host none of whose ranks is heard any more is likely cut off: membership gives it up.
-          yield* membership.tell(MembershipEvent.RanksSilent({ ranks, why: `none of its ranks has beaten for ${env.heartbeatTimeoutMs} ms` }))
+          // A host none of whose ranks is heard any more is likely cut off: membership gives it up. Only silence says
+          // so: ranks given up for a rendezvous (or an NCCL generation) they never completed were beating all along.
+          if (cause === "heartbeat") {
+            yield* membership.tell(MembershipEvent.RanksSilent({ ranks, why: `none of its ranks has beaten for ${env.heartbeatTimeoutMs} ms` }))
+          }
         }))
 
     // A run-wide stop is said once: how long it may take, then whom it still waits for, every second.
