@@ -15,9 +15,13 @@
  *    handed; no newcomer gets work before it enters; the journal's progress
  *    counts what the ranks reported, no more often than every 500 ms; and
  *    training finishes, told once.
- * 3. Checkpoint consensus and the stop against a model of offers and write
- *    outcomes: what is written, what is on disk, whom `Stop` reaches and
- *    whether it says the checkpoint was saved.
+ * 3. Checkpoint consensus and the stop against a model of the vote: honest
+ *    and planted offers of the epoch just ended, of the one under way, of one
+ *    to come or long past, members that begin the next epoch without offering
+ *    or die, and write outcomes: what is written (only a state a strict
+ *    majority of the ended epoch's members offered), which ranks' refusals are
+ *    said (once each), what is on disk, whom `Stop` reaches and whether it
+ *    says the checkpoint was saved.
  * 4. Purity: the same state and event give the same instructions and the
  *    same next state, and the state given is left as it was.
  *
@@ -440,37 +444,92 @@ test("training: every epoch is processed exactly once, a dead rank's rest is wha
 // 3. Checkpoint consensus and the stop
 // ---------------------------------------------------------------------------
 
+/** Which epoch an offer names, against the model's: the one just ended, the one under way, one to come, one before. */
+type Claim = "ended" | "current" | "future" | "past"
+
 type ConsensusAction =
-  | { readonly kind: "offer"; readonly pick: number; readonly epoch: number; readonly fails: boolean }
+  | { readonly kind: "offer"; readonly pick: number; readonly claim: Claim; readonly honest: boolean; readonly fails: boolean }
+  | { readonly kind: "finish"; readonly fails: boolean }
+  | { readonly kind: "begin"; readonly pick: number; readonly fails: boolean }
   | { readonly kind: "die"; readonly pick: number; readonly fails: boolean }
   | { readonly kind: "stop"; readonly fails: boolean }
 
 const consensusAction: fc.Arbitrary<ConsensusAction> = fc.oneof(
-  { arbitrary: fc.record({ kind: fc.constant("offer" as const), pick: fc.nat(), epoch: fc.integer({ min: 1, max: 6 }), fails: fc.boolean() }), weight: 6 },
-  { arbitrary: fc.record({ kind: fc.constant("die" as const), pick: fc.nat(), fails: fc.boolean() }), weight: 2 },
+  {
+    arbitrary: fc.record({
+      kind: fc.constant("offer" as const),
+      pick: fc.nat(),
+      claim: fc.constantFrom<Claim>("ended", "ended", "ended", "current", "future", "past"),
+      honest: fc.boolean(),
+      fails: fc.boolean()
+    }),
+    weight: 8
+  },
+  { arbitrary: fc.record({ kind: fc.constant("finish" as const), fails: fc.boolean() }), weight: 2 },
+  { arbitrary: fc.record({ kind: fc.constant("begin" as const), pick: fc.nat(), fails: fc.boolean() }), weight: 2 },
+  { arbitrary: fc.record({ kind: fc.constant("die" as const), pick: fc.nat(), fails: fc.boolean() }), weight: 1 },
   { arbitrary: fc.record({ kind: fc.constant("stop" as const), fails: fc.boolean() }), weight: 1 }
 )
 
-test("consensus: the first state offered for a newer epoch is written (and journalled); the stop saves the latest and tells exactly the survivors", () => {
+/** The model's vote on one ended epoch: every member alive at its end votes; a strict majority of equal states decides. */
+interface VoteModel {
+  readonly epoch: number
+  readonly voters: Set<number>
+  readonly waiting: Set<number>
+  readonly offers: Map<number, string>
+  decided: string | undefined
+  closed: boolean
+}
+
+test("consensus: only a majority of the just-ended epoch's members decides it; any other offer is refused, said once per rank; the stop saves the latest and tells exactly the survivors", () => {
   fc.assert(
     fc.property(
       fc.integer({ min: 1, max: 4 }),
-      fc.option(fc.integer({ min: 1, max: 3 }), { nil: undefined }),
-      fc.array(consensusAction, { maxLength: 40, size: "medium" }),
-      (world, resumed, actions) => {
-        const resume = resumed === undefined ? undefined : { epoch: resumed, state: `resumed ${resumed}` }
-        let state = initialState(settingsOf(world, 0, 1, { resume }))
+      fc.array(consensusAction, { maxLength: 60, size: "medium" }),
+      (world, actions) => {
+        const epochs = 4
+        // cpu_cadence: a stop keeps the last consensus at once (no mid-epoch cut to wait for).
+        let state = initialState(settingsOf(world, 2 * world, epochs, { job: { backend: "cpu_cadence", datasetSize: 2 * world, epochs } }))
         for (let rank = 0; rank < world; rank++) [, state] = interpret(state, CoordinatorEvent.Reported({ rank, report: new Attach(), at: 0 }))
         // The model.
         const alive = new Set(Array.from({ length: world }, (_, rank) => rank))
         const dead: Array<number> = []
-        let latest = resume
-        let onDisk = resume?.epoch
+        const said = new Set<number>()
+        let current = 1
+        let finished = false
+        let vote: VoteModel | undefined
+        let latest: { epoch: number; state: string } | undefined
+        let onDisk: number | undefined
         let stopping = false
         const writes = (epoch: number, saved: string, reason: string, fails: boolean): Array<string> => {
           if (!fails) onDisk = epoch
           // A written checkpoint is journalled (--events); a failed write is said, and is not.
           return [`write ${epoch} ${saved} ${reason} world ${world} dead ${ascending(dead).join(",")}`, fails ? "error disk full" : `journal checkpoint ${epoch} /ckpt.json ${reason}`]
+        }
+        const refuse = (rank: number, epoch: number): Array<string> => {
+          if (said.has(rank)) return []
+          said.add(rank)
+          return [`refused ${rank} ${epoch}`]
+        }
+        const judge = (fails: boolean): Array<string> => {
+          if (vote === undefined || vote.decided !== undefined || vote.closed) return []
+          const tally = new Map<string, number>()
+          for (const [rank, offered] of vote.offers) if (vote.voters.has(rank)) tally.set(offered, (tally.get(offered) ?? 0) + 1)
+          for (const [offered, count] of tally) {
+            if (2 * count <= vote.voters.size) continue
+            vote.decided = offered
+            latest = { epoch: vote.epoch, state: offered }
+            const dissent = ascending([...vote.offers].filter(([, other]) => other !== offered).map(([rank]) => rank))
+            return [...dissent.flatMap((rank) => refuse(rank, vote!.epoch)), ...writes(vote.epoch, offered, "checkpoint", fails)]
+          }
+          if (vote.waiting.size > 0) return []
+          vote.closed = true
+          return vote.offers.size > 0 ? [`no consensus ${vote.epoch}`] : []
+        }
+        const abstain = (rank: number, fails: boolean): Array<string> => {
+          if (vote === undefined || vote.decided !== undefined || vote.closed || !vote.waiting.has(rank)) return []
+          vote.waiting.delete(rank)
+          return judge(fails)
         }
         const stop = (why: string, reason: string, fails: boolean): Array<string> => {
           if (stopping) return []
@@ -484,8 +543,13 @@ test("consensus: the first state offered for a newer epoch is written (and journ
             switch (instruction._tag) {
               case "WriteCheckpoint":
                 return [`write ${instruction.epoch} ${instruction.state} ${instruction.reason} world ${instruction.world} dead ${instruction.dead.join(",")}`]
-              case "Log":
+              case "Log": {
+                const refusal = /^rank (\d+)'s checkpoint of epoch (\d+) is refused: /.exec(instruction.message)
+                if (refusal !== null) return [`refused ${refusal[1]} ${refusal[2]}`]
+                const none = /^epoch (\d+) has no consensus checkpoint: /.exec(instruction.message)
+                if (none !== null) return [`no consensus ${none[1]}`]
                 return instruction.message === "disk full" ? ["error disk full"] : []
+              }
               case "Journal": {
                 const { event } = instruction
                 return event.event === "checkpoint" ? [`journal checkpoint ${event.epoch} ${event.path} ${event.reason}`] : []
@@ -494,48 +558,87 @@ test("consensus: the first state offered for a newer epoch is written (and journ
                 const { order, ranks } = instruction
                 if (order._tag === "Stop") return [`stop ${ranks.join(",")}: ${order.reason} saved=${order.saved}`]
                 if (order._tag === "CheckpointSaved") return [`saved ${order.epoch} to ${ranks.join(",")}`]
-                return [`${order._tag}`]
+                return []
               }
               default:
                 return []
             }
           })
         let at = 0
+        const apply = (event: CoordinatorEvent, expected: Array<string>, fails: boolean) => {
+          const [instructions, next] = interpret(state, event, () => fails)
+          state = next
+          expect(shown(instructions)).toEqual(expected)
+          expect(state.consensus.written).toBe(onDisk)
+        }
         for (const action of actions) {
           at += 10
-          const expected: Array<string> = []
-          let event: CoordinatorEvent
           switch (action.kind) {
             case "offer": {
               const rank = action.pick % world
-              const offered = `offered by ${rank} at ${at}`
-              event = CoordinatorEvent.Reported({ rank, report: new CheckpointSave({ epoch: action.epoch, state: offered }), at })
-              if (!alive.has(rank)) break
-              if (latest === undefined || action.epoch > latest.epoch) {
-                latest = { epoch: action.epoch, state: offered }
-                expected.push(...writes(action.epoch, offered, "checkpoint", action.fails))
+              const ended = vote?.epoch ?? 0
+              const epoch = action.claim === "ended" ? Math.max(1, ended) : action.claim === "current" ? current : action.claim === "future" ? current + 1 + (action.pick % 3) : Math.max(0, ended - 1)
+              // Honest members hold one model: equal states. A dishonest offer is its own.
+              const offered = action.honest ? `weights after ${epoch}` : `payload of ${rank} at ${at}`
+              const expected: Array<string> = []
+              if (alive.has(rank)) {
+                if (vote === undefined || epoch !== vote.epoch || !vote.voters.has(rank)) expected.push(...refuse(rank, epoch))
+                else if (vote.offers.has(rank)) {
+                  if (vote.offers.get(rank) !== offered) expected.push(...refuse(rank, epoch))
+                } else if (vote.closed || (vote.decided !== undefined && vote.decided !== offered)) expected.push(...refuse(rank, epoch))
+                else {
+                  vote.offers.set(rank, offered)
+                  vote.waiting.delete(rank)
+                  expected.push(...judge(action.fails))
+                }
+                expected.push(`saved ${epoch} to ${rank}`)
               }
-              expected.push(`saved ${action.epoch} to ${rank}`)
+              apply(CoordinatorEvent.Reported({ rank, report: new CheckpointSave({ epoch, state: offered }), at }), expected, action.fails)
+              break
+            }
+            case "finish": {
+              // Every live member does the rest of the epoch (ascending): each one's report of it is its beginning.
+              if (finished || stopping || alive.size === 0) break
+              const live = ascending(alive)
+              for (const [i, rank] of live.entries()) {
+                const expected = abstain(rank, action.fails)
+                if (i === live.length - 1) {
+                  if (vote !== undefined && vote.decided === undefined && !vote.closed && vote.offers.size > 0) expected.push(`no consensus ${vote.epoch}`)
+                  vote = { epoch: current, voters: new Set(alive), waiting: new Set(alive), offers: new Map(), decided: undefined, closed: false }
+                  current += 1
+                  finished = current > epochs
+                }
+                apply(CoordinatorEvent.Reported({ rank, report: new Progress({ epoch: current - (i === live.length - 1 ? 1 : 0), done: 1_000 }), at }), expected, action.fails)
+              }
+              break
+            }
+            case "begin": {
+              // A member begins the epoch under way without offering (it has reported nothing of it yet).
+              const rank = action.pick % world
+              if (finished || stopping || !alive.has(rank)) break
+              apply(CoordinatorEvent.Reported({ rank, report: new Progress({ epoch: current, done: 0 }), at }), abstain(rank, action.fails), action.fails)
               break
             }
             case "die": {
               const rank = action.pick % world
-              event = CoordinatorEvent.RanksDead({ ranks: [rank], cause: "killed", at })
-              if (!alive.has(rank)) break
-              alive.delete(rank)
-              dead.push(rank)
-              if (alive.size === 0) expected.push(...stop("every rank was lost", "all_ranks_lost", action.fails))
+              const expected: Array<string> = []
+              if (alive.has(rank)) {
+                alive.delete(rank)
+                dead.push(rank)
+                if (vote !== undefined && vote.voters.has(rank) && !vote.offers.has(rank)) {
+                  vote.voters.delete(rank)
+                  vote.waiting.delete(rank)
+                  expected.push(...judge(action.fails))
+                }
+                if (alive.size === 0 && !finished) expected.push(...stop("every rank was lost", "all_ranks_lost", action.fails))
+              }
+              apply(CoordinatorEvent.RanksDead({ ranks: [rank], cause: "killed", at }), expected, action.fails)
               break
             }
             case "stop":
-              event = CoordinatorEvent.StopRun({ why: "the limit", at })
-              expected.push(...stop("the limit", "max_failure_exceeded", action.fails))
+              apply(CoordinatorEvent.StopRun({ why: "the limit", at }), finished ? [] : stop("the limit", "max_failure_exceeded", action.fails), action.fails)
               break
           }
-          const [instructions, next] = interpret(state, event, () => action.fails)
-          state = next
-          expect(shown(instructions)).toEqual(expected)
-          expect(state.consensus.written).toBe(onDisk)
         }
       }
     ),

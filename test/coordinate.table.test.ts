@@ -160,10 +160,13 @@ describe("formation and the first plan", () => {
   test("a rank that comes back mid-run is welcomed with the latest consensus, not the one the run resumed from", () => {
     const run = coordinator(settingsOf([0, 1], 4, 5, { resume: { epoch: 2, state: "r2" } }))
     run.say(0, new Attach())
-    run.say(1, new Attach()) // epoch 3 starts
-    run.say(0, new CheckpointSave({ epoch: 3, state: "w3" }), 10) // the consensus of epoch 3
+    run.say(1, new Attach()) // epoch 3 starts: [0, 2) and [2, 4)
+    run.say(0, progress(3, 2), 5)
+    run.say(1, progress(3, 2), 6) // epoch 3 ends
+    run.say(0, new CheckpointSave({ epoch: 3, state: "w3" }), 10)
+    run.say(1, new CheckpointSave({ epoch: 3, state: "w3" }), 11) // both members: the consensus of epoch 3
     run.step(dead([1], 20))
-    expect(run.say(1, new Attach(), 30).filter((line) => line.includes("Welcome"))).toEqual(["1 ← Welcome first=3 from=w3"])
+    expect(run.say(1, new Attach(), 30).filter((line) => line.includes("Welcome"))).toEqual(["1 ← Welcome first=4 from=w3"])
   })
 
   test("a job without epochs (dataset 0) welcomes its ranks and plans nothing", () => {
@@ -405,17 +408,22 @@ describe("the death chain", () => {
 })
 
 describe("checkpoint consensus and the stop", () => {
-  test("the first state offered for an epoch is written (and journalled once written); the stop saves it and tells every survivor", () => {
+  test("the state a majority of the epoch's members offer is written (and journalled once written); the stop saves it and tells every survivor", () => {
     // cpu_cadence: no mid-epoch cut (its ranks step alone between syncs), so the stop keeps the epoch's consensus.
     const run = attachedAll(settingsOf([0, 1, 2], 6, 3, { job: { backend: "cpu_cadence", datasetSize: 6, epochs: 3 } })) // [0, 2), [2, 4), [4, 6)
-    expect(run.say(0, new CheckpointSave({ epoch: 1, state: "w1" }), 50)).toEqual([
+    for (const rank of [0, 1, 2]) run.say(rank, progress(1, 2), 10 + rank) // epoch 1 ends: ranks 0, 1 and 2 are its members
+    // 1 of 3 is no majority: acknowledged, not written.
+    expect(run.say(0, new CheckpointSave({ epoch: 1, state: "w1" }), 50)).toEqual(["0 ← CheckpointSaved 1"])
+    expect(run.state.consensus.written).toBeUndefined()
+    // 2 of 3 (more than half of 3) offered the same state: it is the consensus.
+    expect(run.say(1, new CheckpointSave({ epoch: 1, state: "w1" }), 60)).toEqual([
       "write epoch 1 \"w1\" (checkpoint) world 3 dead []",
-      `journal checkpoint epoch 1 at 50 ${PATH} (checkpoint)`,
-      "0 ← CheckpointSaved 1"
+      `journal checkpoint epoch 1 at 60 ${PATH} (checkpoint)`,
+      "1 ← CheckpointSaved 1"
     ])
     expect(run.state.consensus.written).toBe(1)
-    // Not newer: acknowledged, not written.
-    expect(run.say(1, new CheckpointSave({ epoch: 1, state: "w1 again" }), 60)).toEqual(["1 ← CheckpointSaved 1"])
+    // The third member agrees: acknowledged, nothing more to write.
+    expect(run.say(2, new CheckpointSave({ epoch: 1, state: "w1" }), 70)).toEqual(["2 ← CheckpointSaved 1"])
     run.step(dead([2], 100)) // [4, 6) to ranks 0 and 1
     expect(run.step(CoordinatorEvent.StopRun({ why: "max_failure exceeded: 1/3 ranks dead, threshold 1", at: 200 }))).toEqual([
       "write epoch 1 \"w1\" (max_failure_exceeded) world 3 dead [2]",
@@ -431,18 +439,21 @@ describe("checkpoint consensus and the stop", () => {
     run.step(CoordinatorEvent.Joined({ ranks: [5], at: 600 }))
     expect(run.say(5, new Attach(), 600)).toEqual([
       "warning: rank 5 starts epoch 4 from the consensus of epoch 1: none newer came within 0 ms",
-      "5 ← Welcome first=1 from=w1",
+      "5 ← Welcome first=2 from=w1", // the epoch under way when the run stopped
       "5 ← Stop \"the run is stopping\" unsaved"
     ])
   })
 
   test("a failed write is logged (not journalled) and leaves the checkpoint on disk as it was; the stop then says nothing was saved", () => {
-    const run = attachedAll(settingsOf([0, 1], 4, 1, { job: { backend: "cpu_async", datasetSize: 4, epochs: 1 } }))
+    const run = attachedAll(settingsOf([0, 1], 4, 2, { job: { backend: "cpu_async", datasetSize: 4, epochs: 2 } })) // [0, 2), [2, 4)
+    run.say(0, progress(1, 2), 5)
+    run.say(1, progress(1, 2), 6) // epoch 1 ends; epoch 2 is under way
     run.failWrites("checkpoint /ckpt/run.json: cannot write it: EACCES")
-    expect(run.say(0, new CheckpointSave({ epoch: 1, state: "w" }), 10)).toEqual([
+    run.say(0, new CheckpointSave({ epoch: 1, state: "w" }), 9)
+    expect(run.say(1, new CheckpointSave({ epoch: 1, state: "w" }), 10)).toEqual([
       "write epoch 1 \"w\" (checkpoint) world 2 dead []",
       "error: checkpoint /ckpt/run.json: cannot write it: EACCES",
-      "0 ← CheckpointSaved 1"
+      "1 ← CheckpointSaved 1"
     ])
     expect(run.state.consensus.written).toBeUndefined()
     expect(run.step(CoordinatorEvent.StopRun({ why: "limit", at: 20 }))).toEqual([
@@ -455,6 +466,7 @@ describe("checkpoint consensus and the stop", () => {
 
   test("every rank lost with a consensus: it is saved as all_ranks_lost", () => {
     const run = attachedAll(settingsOf([0], 4, 2))
+    run.say(0, progress(1, 4), 5) // epoch 1 ends: a world of one, whose own offer is the majority
     run.say(0, new CheckpointSave({ epoch: 1, state: "w1" }), 10)
     expect(run.step(dead([0], 20))).toEqual([
       "redistributed 0 → nobody",
@@ -472,18 +484,157 @@ describe("checkpoint consensus and the stop", () => {
   })
 })
 
+/** Every live rank of `ranks` reports its share of `epoch` done (`done` each), from time `at`: the epoch ends. */
+const finish = (run: ReturnType<typeof coordinator>, epoch: number, ranks: ReadonlyArray<number>, done: number, at: number) =>
+  ranks.flatMap((rank, i) => run.say(rank, progress(epoch, done), at + i))
+
+describe("the consensus vote", () => {
+  test("a rank's save of an epoch under way or to come is refused and said once, naming it; the members' state is written", () => {
+    const run = attachedAll(settingsOf([0, 1, 2], 6, 2)) // epoch 1: [0, 2), [2, 4), [4, 6)
+    // During epoch 1, rank 2 claims the last epoch (the issue's attack), then the one under way.
+    expect(run.say(2, new CheckpointSave({ epoch: 2, state: "payload" }), 5)).toEqual([
+      "warning: rank 2's checkpoint of epoch 2 is refused: no epoch has ended yet: a checkpoint counts only for the epoch just ended, offered after it",
+      "2 ← CheckpointSaved 2"
+    ])
+    expect(run.say(2, new CheckpointSave({ epoch: 1, state: "payload" }), 6)).toEqual(["2 ← CheckpointSaved 1"]) // said once
+    finish(run, 1, [0, 1, 2], 2, 10)
+    expect(run.say(2, new CheckpointSave({ epoch: 2, state: "payload" }), 30)).toEqual(["2 ← CheckpointSaved 2"]) // epoch 2 is under way
+    expect(run.say(0, new CheckpointSave({ epoch: 1, state: "w1" }), 40)).toEqual(["0 ← CheckpointSaved 1"]) // 1 of 3
+    expect(run.say(2, new CheckpointSave({ epoch: 1, state: "payload" }), 45)).toEqual(["2 ← CheckpointSaved 1"]) // a member's vote, its own
+    // 2 of 3 offered "w1": the consensus; rank 2's differs (already said, so not again).
+    expect(run.say(1, new CheckpointSave({ epoch: 1, state: "w1" }), 50)).toEqual([
+      "write epoch 1 \"w1\" (checkpoint) world 3 dead []",
+      `journal checkpoint epoch 1 at 50 ${PATH} (checkpoint)`,
+      "1 ← CheckpointSaved 1"
+    ])
+    expect(run.state.consensus.latest).toEqual({ epoch: 1, state: "w1" })
+  })
+
+  test("each reason a save is refused, said once per rank: a second state, an epoch long past, one to come, a rank that did not train it", () => {
+    const run = attachedAll(settingsOf([0, 1, 2, 3], 8, 3)) // 2 samples each
+    run.step(CoordinatorEvent.Joined({ ranks: [5], at: 1 }))
+    run.say(5, new Attach(), 2) // held to the boundary: it enters epoch 2
+    finish(run, 1, [0, 1, 2, 3], 2, 10)
+    expect(run.say(0, new CheckpointSave({ epoch: 1, state: "w1" }), 20)).toEqual(["0 ← CheckpointSaved 1"])
+    expect(run.say(0, new CheckpointSave({ epoch: 1, state: "other" }), 21)).toEqual([
+      "warning: rank 0's checkpoint of epoch 1 is refused: rank 0 already offered another state for epoch 1; a member offers once",
+      "0 ← CheckpointSaved 1"
+    ])
+    expect(run.say(0, new CheckpointSave({ epoch: 1, state: "w1" }), 22)).toEqual(["0 ← CheckpointSaved 1"]) // the same state again: nothing
+    expect(run.say(1, new CheckpointSave({ epoch: 0, state: "w0" }), 23)).toEqual([
+      "warning: rank 1's checkpoint of epoch 0 is refused: epoch 0's vote is over: the epoch just ended is 1",
+      "1 ← CheckpointSaved 0"
+    ])
+    expect(run.say(2, new CheckpointSave({ epoch: 3, state: "w3" }), 24)).toEqual([
+      "warning: rank 2's checkpoint of epoch 3 is refused: epoch 3 has not ended: the epoch just ended is 1",
+      "2 ← CheckpointSaved 3"
+    ])
+    // Rank 5 entered at epoch 2: not a member of epoch 1 (its welcome waits for that vote).
+    expect(run.say(5, new CheckpointSave({ epoch: 1, state: "w1" }), 25)).toEqual([
+      "warning: rank 5's checkpoint of epoch 1 is refused: rank 5 is not a member of epoch 1 (it did not train it, or died)",
+      "5 ← CheckpointSaved 1"
+    ])
+    expect(run.say(3, new CheckpointSave({ epoch: 1, state: "w1" }), 26)).toEqual(["3 ← CheckpointSaved 1"]) // 2 of 4: a tie is no majority
+    // 3 of 4: decided; the newcomer is welcomed with it.
+    expect(run.say(1, new CheckpointSave({ epoch: 1, state: "w1" }), 27)).toEqual([
+      "write epoch 1 \"w1\" (checkpoint) world 5 dead []",
+      `journal checkpoint epoch 1 at 27 ${PATH} (checkpoint)`,
+      "5 ← Welcome first=2 from=w1",
+      "5 ← EpochStart 2 [7,8)", // 8 over 5 ranks: 2, 2, 2, 1, 1
+      "1 ← CheckpointSaved 1"
+    ])
+  })
+
+  test("an offer against the decided consensus is refused, naming its count", () => {
+    const run = attachedAll(settingsOf([0, 1, 2], 3, 2))
+    finish(run, 1, [0, 1, 2], 1, 10)
+    run.say(0, new CheckpointSave({ epoch: 1, state: "w1" }), 20)
+    run.say(1, new CheckpointSave({ epoch: 1, state: "w1" }), 21)
+    expect(run.say(2, new CheckpointSave({ epoch: 1, state: "payload" }), 22)).toEqual([
+      "warning: rank 2's checkpoint of epoch 1 is refused: its state differs from epoch 1's consensus, which 2 of its 3 member(s) offered",
+      "2 ← CheckpointSaved 1"
+    ])
+  })
+
+  test("no majority: the vote closes once every member has offered, and the consensus stays the last one (cpu_cadence's hint)", () => {
+    const run = attachedAll(settingsOf([0, 1], 4, 2, { job: { backend: "cpu_cadence", datasetSize: 4, epochs: 2 } }))
+    finish(run, 1, [0, 1], 2, 10)
+    expect(run.say(0, new CheckpointSave({ epoch: 1, state: "a" }), 20)).toEqual(["0 ← CheckpointSaved 1"])
+    // sha256("a") = ca978112ca1b…, sha256("b") = 3e23e8160039…
+    expect(run.say(1, new CheckpointSave({ epoch: 1, state: "b" }), 21)).toEqual([
+      "warning: epoch 1 has no consensus checkpoint: no state was offered by a majority (2) of its 2 member(s) (rank 0 offered ca978112ca1b; rank 1 offered 3e23e8160039); " +
+      "cpu_cadence ranks train apart between syncs: average the state over the ranks before saving it (as examples/train.ts does); --resume would start from the beginning",
+      "1 ← CheckpointSaved 1"
+    ])
+    expect(run.state.consensus.written).toBeUndefined()
+  })
+
+  test("a member that begins the next epoch without offering abstains: a job that saves on one rank of two has no majority", () => {
+    const run = attachedAll(settingsOf([0, 1], 4, 2))
+    finish(run, 1, [0, 1], 2, 10)
+    run.say(0, new CheckpointSave({ epoch: 1, state: "w1" }), 20)
+    expect(run.say(1, progress(2, 0), 21)).toEqual([
+      "warning: epoch 1 has no consensus checkpoint: no state was offered by a majority (2) of its 2 member(s) (rank 0 offered 60c5590f72ee; rank 1 none); " +
+      "save on every rank: the consensus needs a majority of the epoch's members; --resume would start from the beginning"
+    ])
+  })
+
+  test("a member that dies before offering leaves the vote: the survivor's state is the majority of one", () => {
+    const run = attachedAll(settingsOf([0, 1], 4, 2))
+    finish(run, 1, [0, 1], 2, 10) // epoch 2: [0, 2), [2, 4)
+    expect(run.say(0, new CheckpointSave({ epoch: 1, state: "w1" }), 20)).toEqual(["0 ← CheckpointSaved 1"])
+    expect(run.step(dead([1], 30))).toEqual([
+      "write epoch 1 \"w1\" (checkpoint) world 2 dead [1]",
+      `journal checkpoint epoch 1 at 30 ${PATH} (checkpoint)`,
+      "0 ← EpochExtend 2 [2,4)",
+      "redistributed 1 → 0 [2,4)",
+      "warning: rank 1 lost (killed): 2 unprocessed sample(s) of epoch 2 handed to rank(s) 0"
+    ])
+  })
+
+  test("a newcomer's welcome waits for the vote, not for the first member to begin its epoch", () => {
+    const run = attachedAll(settingsOf([0, 1], 4, 2))
+    run.step(CoordinatorEvent.Joined({ ranks: [2], at: 1 }))
+    run.say(2, new Attach(), 2)
+    finish(run, 1, [0, 1], 2, 10) // rank 2 enters epoch 2: [0, 2), [2, 3), [3, 4)
+    expect(run.say(0, new CheckpointSave({ epoch: 1, state: "w1" }), 20)).toEqual(["0 ← CheckpointSaved 1"])
+    expect(run.say(0, progress(2, 0), 21)).toEqual([]) // rank 1 has not offered yet
+    expect(run.say(1, new CheckpointSave({ epoch: 1, state: "w1" }), 22)).toEqual([
+      "write epoch 1 \"w1\" (checkpoint) world 3 dead []",
+      `journal checkpoint epoch 1 at 22 ${PATH} (checkpoint)`,
+      "2 ← Welcome first=2 from=w1",
+      "2 ← EpochStart 2 [3,4)",
+      "1 ← CheckpointSaved 1"
+    ])
+  })
+
+  test("a rank restarted into the epoch is checked, not counted: its older state is refused once the members decide", () => {
+    const run = attachedAll(settingsOf([0, 1, 2], 6, 2)) // [0, 2), [2, 4), [4, 6)
+    run.step(dead([2], 5)) // [4, 5) to rank 0, [5, 6) to rank 1
+    run.say(2, new Attach(), 6) // back: a member again, from an older state
+    finish(run, 1, [0, 1], 3, 10)
+    expect(run.say(2, new CheckpointSave({ epoch: 1, state: "older" }), 20)).toEqual(["2 ← CheckpointSaved 1"])
+    expect(run.say(0, new CheckpointSave({ epoch: 1, state: "w1" }), 21)).toEqual(["0 ← CheckpointSaved 1"]) // 1 of the 2 that trained it all
+    expect(run.say(1, new CheckpointSave({ epoch: 1, state: "w1" }), 22)).toEqual([
+      "warning: rank 2's checkpoint of epoch 1 is refused: its state differs from epoch 1's consensus, which 2 of its 2 member(s) offered",
+      "write epoch 1 \"w1\" (checkpoint) world 3 dead []",
+      `journal checkpoint epoch 1 at 22 ${PATH} (checkpoint)`,
+      "1 ← CheckpointSaved 1"
+    ])
+  })
+})
+
 /** A rank's cut: `done` samples, `rounds` reductions, its state; steady unless said. */
 const offer = (epoch: number, done: number, rounds: number, state: string | undefined, steady = true) =>
   new CutOffer({ epoch, done, rounds, steady, ...(state === undefined ? {} : { state }) })
 
 /**
- * Three cpu_sync ranks, 12 samples: [0, 4), [4, 8), [8, 12). Rank 2 dies after 1 sample: its [9, 12) goes
- * [9, 11) to rank 0 and [11, 12) to rank 1. Ranks 0 and 1 then report 3 and 4: done are [0, 3), [4, 8) and
- * rank 2's [8, 9), 8 samples. The limit is crossed at 200.
+ * Three cpu_sync ranks, resumed from epoch 0's checkpoint ("w0"), 12 samples: [0, 4), [4, 8), [8, 12). Rank 2
+ * dies after 1 sample: its [9, 12) goes [9, 11) to rank 0 and [11, 12) to rank 1. Ranks 0 and 1 then report 3
+ * and 4: done are [0, 3), [4, 8) and rank 2's [8, 9), 8 samples. The limit is crossed at 200.
  */
 const stoppedMidEpoch = (extra: Partial<CoordinatorSettings> = {}) => {
-  const run = attachedAll(settingsOf([0, 1, 2], 12, 3, extra))
-  run.say(0, new CheckpointSave({ epoch: 0, state: "w0" }), 10)
+  const run = attachedAll(settingsOf([0, 1, 2], 12, 3, { resume: { epoch: 0, state: "w0" }, ...extra }))
   run.say(2, progress(1, 1), 20)
   run.step(dead([2], 100))
   run.say(0, progress(1, 3), 110)

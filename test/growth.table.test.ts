@@ -309,8 +309,8 @@ describe("re-planning through the Coordinator", () => {
         // Epoch 1 is done: rank 2 enters; epoch 2 is 10 over 3 = 4 + 3 + 3: [0, 4), [4, 7), [7, 10).
         // Rank 2's start waits for the consensus of epoch 1.
         yield* say(1, progress(1, 5))
-        yield* say(0, new CheckpointSave({ epoch: 1, state: "w1" })) // the consensus: rank 2 is welcomed with it
-        yield* say(1, new CheckpointSave({ epoch: 1, state: "w1 again" })) // not newer: ignored
+        yield* say(0, new CheckpointSave({ epoch: 1, state: "w1" })) // 1 of epoch 1's 2 members: no majority yet
+        yield* say(1, new CheckpointSave({ epoch: 1, state: "w1" })) // both: the consensus, and rank 2 is welcomed with it
         yield* say(0, progress(2, 4))
         yield* say(1, progress(2, 3))
         yield* say(2, progress(2, 3))

@@ -23,12 +23,18 @@
  *   left, write the consensus checkpoint and tell every survivor to stop. The
  *   failure policy's limit is not judged here: the kernel's `decide` judges it
  *   and the launcher says so (`StopRun`), which ends the same way.
- * - Checkpoints: the first state offered for an epoch is the consensus (the
- *   ranks' parameters are averaged, so they agree); it is written atomically
- *   to `job.checkpoint`, and a `--resume` run starts after its epoch. The write
- *   is the actor's (`WriteCheckpoint`); what became of it comes back as
- *   `CheckpointWritten`, since a stop's `Stop` says whether it was saved, and
- *   a checkpoint written goes to the journal (`checkpoint`, for `--events`).
+ * - Checkpoints: when an epoch ends, its members vote on its consensus
+ *   (`CheckpointBallot`): each offers its state once, and the state that a
+ *   majority of them offered, digest for digest, is the consensus (the ranks
+ *   hold one model between them, so honest ones agree). An offer of any other
+ *   epoch (one under way, one to come, one long past), from a rank that is not
+ *   a member, or a member's second, is refused and said once per rank: no
+ *   single rank can plant a state in a world of two or more. The consensus is
+ *   written atomically to `job.checkpoint`, and a `--resume` run starts after
+ *   its epoch. The write is the actor's (`WriteCheckpoint`); what became of it
+ *   comes back as `CheckpointWritten`, since a stop's `Stop` says whether it
+ *   was saved, and a checkpoint written goes to the journal (`checkpoint`, for
+ *   `--events`).
  * - The mid-epoch cut: a `cpu_sync` run stopped mid-epoch (`StopRun`) keeps
  *   what was done. The survivors are asked (`OfferCut`) for their state at
  *   their next step boundary, with the samples done and the rounds they took
@@ -51,9 +57,10 @@
  * - Growth: ranks that join the formed cohort (`Joined`) wait, attached, for
  *   the next epoch boundary. There they enter (`Enter`, before any order of
  *   the new epoch leaves), the epoch is split over the grown cohort, and each
- *   newcomer is welcomed with the consensus of the epoch just ended: when the
- *   job saves checkpoints, its welcome waits for that epoch's (at most a
- *   heartbeat timeout), so it never starts from older weights than the others.
+ *   newcomer is welcomed with the consensus of the epoch just ended: its
+ *   welcome waits for that epoch's vote to be over (at most a heartbeat
+ *   timeout), so it never starts from older weights than the others when the
+ *   members agree on newer ones.
  *   No rank is given work before the epoch it entered at.
  *
  * Sets and maps of ranks that change with every beat, attach or report are
@@ -63,6 +70,7 @@
  * `Map`s, copied when they change, like the EpochLedger's.
  */
 import type { Cause } from "../FailureRules.ts"
+import { createHash } from "node:crypto"
 import * as Data from "effect/Data"
 import * as HashMap from "effect/HashMap"
 import * as HashSet from "effect/HashSet"
@@ -86,6 +94,7 @@ import {
   Welcome
 } from "../../wire/CoordinatorMessages.ts"
 import type { LatencyCounts } from "../../wire/LatencyBuckets.ts"
+import * as Ballots from "./CheckpointBallot.ts"
 import { type Coverage, describeCoverage, type SaveReason } from "./CheckpointFile.ts"
 import * as Ledger from "./EpochLedger.ts"
 import * as Groups from "./ProcessGroups.ts"
@@ -229,8 +238,12 @@ export interface Deaths {
 
 /** Checkpoint consensus. */
 export interface Consensus {
-  /** The first state offered for the latest epoch (or --resume's, mid-epoch with its coverage). */
+  /** The latest epoch's consensus: the state a majority of its members offered (or --resume's, mid-epoch with its coverage). */
   readonly latest: Saved | undefined
+  /** The vote on the consensus of the epoch that ended last in this run (over or not); undefined before any has. */
+  readonly ballot: Ballots.Ballot | undefined
+  /** Ranks whose refused offer has been said: each is said once. */
+  readonly refused: HashSet.HashSet<number>
   /** The epoch of the checkpoint on disk for this run (written by it, or resumed from): what `--resume` would continue after. */
   readonly written: number | undefined
   /** A stop whose `Stop` waits for its checkpoint's write, to say whether it was saved: why it stops. */
@@ -318,7 +331,7 @@ export const initialState = (settings: CoordinatorSettings): CoordinatorState =>
   members: { alive: HashSet.fromIterable(settings.ranks), everyone: HashSet.fromIterable(settings.ranks), attached: HashSet.empty() },
   liveness: { lastSeen: HashMap.empty(), formedAt: undefined, exiting: HashSet.empty() },
   deaths: { dead: HashSet.empty(), ordered: HashSet.empty(), stopping: false },
-  consensus: { latest: settings.resume, written: settings.resume?.epoch, stopAwaitingWrite: undefined, cut: undefined },
+  consensus: { latest: settings.resume, ballot: undefined, refused: HashSet.empty(), written: settings.resume?.epoch, stopAwaitingWrite: undefined, cut: undefined },
   growth: { joining: new Map(), unwelcomed: new Map(), stranded: [], strandedSince: undefined },
   epochs: {
     ledger: undefined,
@@ -464,23 +477,18 @@ class Step {
         return this.attached(rank)
       case "Progress":
         return this.progressed(rank, report)
-      case "CheckpointSave": {
-        const { latest } = this.consensus
-        if (latest === undefined || report.epoch > latest.epoch) {
-          this.consensus.latest = { epoch: report.epoch, state: report.state }
-          this.writeCheckpoint("checkpoint")
-          this.welcomeNewcomers(() => false)
-        }
+      case "CheckpointSave":
+        this.checkpointOffered(rank, report.epoch, report.state)
+        // Answered whatever became of it: the rank's save returns (a refusal is the operator's to read, not its).
         return this.send([rank], new CheckpointSaved({ epoch: report.epoch }))
-      }
       case "CutOffer":
         return this.cutOffered(rank, report)
       case "Exiting": {
         this.liveness.exiting = HashSet.add(this.liveness.exiting, rank)
         // Gone without a word more: a cut waiting for it has all it will get from it.
         this.answered(rank)
-        // A member leaving has offered whatever checkpoint it would: newcomers waiting for one stop waiting.
-        if (this.growth.unwelcomed.size > 0) this.welcomeNewcomers(() => true)
+        // A member leaving has offered whatever checkpoint it would: the vote waits for it no longer.
+        this.abstained(rank)
         return this.leftWithWork(rank, "returned")
       }
       case "Heartbeat":
@@ -514,6 +522,7 @@ class Step {
 
   exitedCleanly(rank: number): void {
     this.answered(rank)
+    this.abstained(rank)
     // Its last reports had their chance to arrive: one that said it was leaving (`Exiting`) was judged then.
     if (HashSet.has(this.liveness.exiting, rank) || !this.isAlive(rank)) return
     this.leftWithWork(rank, "exited with status 0")
@@ -606,6 +615,7 @@ class Step {
       this.growth.joining = without(this.growth.joining, rank)
       this.growth.unwelcomed = without(this.growth.unwelcomed, rank)
       this.answered(rank)
+      this.leftTheVote(rank)
       const { ledger } = this.epochs
       if (ledger === undefined || this.epochs.finished || this.deaths.stopping) continue
       const { extensions, ledger: next, orphaned } = Ledger.markDead(ledger, rank)
@@ -759,6 +769,88 @@ class Step {
   // Checkpoint consensus
   // -------------------------------------------------------------------------
 
+  /** The vote on the epoch that just ended: its members are the ranks alive at its end that trained it (see CheckpointBallot). */
+  private openBallot(ended: Ledger.EpochLedger): void {
+    const before = this.consensus.ballot
+    // An epoch ends only once its members have all begun it, so a vote still open here waits for no one alive.
+    if (before !== undefined && !Ballots.isOver(before)) this.ballotClosed({ ...before, closed: true })
+    const alive = ascending([...ended.assigned.keys()].filter((rank) => this.isAlive(rank)))
+    const whole = alive.filter((rank) => !ended.dead.has(rank) && !HashSet.has(this.epochs.lateStarters, rank))
+    // Every member began part-way (a rescue): they are all there is.
+    const voters = whole.length > 0 ? whole : alive
+    this.consensus.ballot = Ballots.open(ended.epoch, voters, alive)
+  }
+
+  /** A rank's `CheckpointSave`: counted when it is a member's first for the epoch just ended, refused (and said once) otherwise. */
+  private checkpointOffered(rank: number, epoch: number, state: string): void {
+    const offered = Ballots.offer(this.consensus.ballot, rank, epoch, digestOf(state), state)
+    if (offered._tag === "Refused") return this.refuse(rank, epoch, offered.why)
+    if (offered._tag === "Repeated") return
+    this.consensus.ballot = offered.ballot
+    this.judgeBallot()
+  }
+
+  /** A member began the next epoch, or is leaving, without offering: the vote waits for it no longer. */
+  private abstained(rank: number): void {
+    const { ballot } = this.consensus
+    if (ballot === undefined || Ballots.isOver(ballot) || !HashSet.has(ballot.waiting, rank)) return
+    this.consensus.ballot = Ballots.abstain(ballot, rank)
+    this.judgeBallot()
+  }
+
+  /** A member died: if it had not offered, the majority is of those left. */
+  private leftTheVote(rank: number): void {
+    const { ballot } = this.consensus
+    if (ballot === undefined || Ballots.isOver(ballot)) return
+    this.consensus.ballot = Ballots.died(ballot, rank)
+    this.judgeBallot()
+  }
+
+  private judgeBallot(): void {
+    const verdict = Ballots.verdict(this.consensus.ballot!)
+    if (verdict._tag === "Open") return
+    if (verdict._tag === "Closed") return this.ballotClosed(verdict.ballot)
+    const { ballot } = verdict
+    this.consensus.ballot = ballot
+    this.consensus.latest = { epoch: ballot.epoch, state: verdict.state }
+    for (const rank of verdict.dissenters) this.refuse(rank, ballot.epoch, Ballots.disagreement(ballot))
+    this.writeCheckpoint("checkpoint")
+    this.welcomeNewcomers(() => false)
+  }
+
+  /** The vote is over without a majority: the consensus stays the epoch before's, and the operator is told why when anyone offered. */
+  private ballotClosed(ballot: Ballots.Ballot): void {
+    this.consensus.ballot = ballot
+    if (HashMap.size(ballot.offers) > 0) {
+      const { latest } = this.consensus
+      const fix = Ballots.abstainers(ballot) > 0
+        ? "save on every rank: the consensus needs a majority of the epoch's members"
+        : this.settings.job.backend === "cpu_cadence" || this.settings.job.backend === "cpu_async"
+        ? `${this.settings.job.backend} ranks train apart between syncs: average the state over the ranks before saving it (as examples/train.ts does)`
+        : "the members' states should be equal: a rank that offers another is not in step, or not honest"
+      this.log(
+        "warning",
+        `epoch ${ballot.epoch} has no consensus checkpoint: no state was offered by a majority (${Ballots.majorityOf(ballot)}) of its ` +
+          `${HashSet.size(ballot.voters)} member(s) (${Ballots.describeOffers(ballot)}); ${fix}; ` +
+          (latest === undefined ? "--resume would start from the beginning" : `the checkpoint stays at epoch ${latest.epoch}`)
+      )
+    }
+    this.welcomeNewcomers(() => false)
+  }
+
+  /** A refused offer, said once per rank (a rank that keeps offering is not said again). */
+  private refuse(rank: number, epoch: number, why: string): void {
+    if (HashSet.has(this.consensus.refused, rank)) return
+    this.consensus.refused = HashSet.add(this.consensus.refused, rank)
+    this.log("warning", `rank ${rank}'s checkpoint of epoch ${epoch} is refused: ${why}`)
+  }
+
+  /** Whether the vote on `epoch`'s consensus is over (or there is none to wait for): a newcomer waits for no more. */
+  private voteOver(epoch: number): boolean {
+    const { ballot } = this.consensus
+    return ballot === undefined || ballot.epoch !== epoch || Ballots.isOver(ballot)
+  }
+
   /** Ask for the consensus to be written; false when there is none to write. */
   private writeCheckpoint(reason: SaveReason): boolean {
     const { latest } = this.consensus
@@ -778,10 +870,10 @@ class Step {
 
   /**
    * Newcomers start from the consensus of the epoch before theirs. A job that saves checkpoints offers it
-   * after that epoch's last collective, a moment after the boundary: the welcome waits for it. It stops
-   * waiting (`stopWaiting`) once a member has begun the newcomer's epoch without offering one (a rank offers
-   * its checkpoint before it begins the next epoch), or past a heartbeat timeout; it then goes with the
-   * latest consensus there is.
+   * after that epoch's last collective, a moment after the boundary: the welcome waits for the vote. It
+   * stops waiting once the vote is over (decided, or every member has offered, begun the newcomer's epoch,
+   * left or died: a rank offers its checkpoint before it begins the next epoch), or when `stopWaiting` says
+   * so (past a heartbeat timeout); it then goes with the latest consensus there is.
    */
   private welcomeNewcomers(stopWaiting: (newcomer: Newcomer) => boolean): void {
     const waiting = this.growth.unwelcomed
@@ -793,13 +885,18 @@ class Step {
       const { latest } = this.consensus
       // At the first epoch every rank starts from the same place (--resume's checkpoint, or nothing).
       const current = epoch <= firstEpoch || (latest !== undefined && latest.epoch >= epoch - 1)
-      if (!current && !stopWaiting(newcomer)) continue
+      const over = this.voteOver(epoch - 1)
+      if (!current && !over && !stopWaiting(newcomer)) continue
       left.delete(rank)
       if (!this.isAlive(rank)) continue
       if (!current) {
+        const { ballot } = this.consensus
+        const disagreed = over && ballot?.epoch === epoch - 1 && HashMap.size(ballot.offers) > 0
         this.log(
           "warning",
-          latest === undefined
+          disagreed
+            ? `rank ${rank} starts epoch ${epoch} from ${latest === undefined ? "its own initial state" : `the consensus of epoch ${latest.epoch}`}: epoch ${epoch - 1}'s members agreed on no checkpoint`
+            : latest === undefined
             ? `rank ${rank} starts epoch ${epoch} from its own initial state: the job has offered no checkpoint (ctx.checkpoint.save) to start it from`
             : `rank ${rank} starts epoch ${epoch} from the consensus of epoch ${latest.epoch}: none newer came within ${this.at - newcomer.at} ms`
         )
@@ -919,8 +1016,9 @@ class Step {
   }
 
   private progressed(rank: number, report: Extract<RankReport, { readonly _tag: "Progress" }>): void {
-    // A member at work in a newcomer's epoch has offered whatever checkpoint it would before it.
-    if (this.growth.unwelcomed.size > 0 && !this.growth.unwelcomed.has(rank)) this.welcomeNewcomers((newcomer) => report.epoch >= newcomer.epoch)
+    // A member at work in a later epoch has offered whatever checkpoint it would of the one before.
+    const { ballot } = this.consensus
+    if (ballot !== undefined && report.epoch > ballot.epoch) this.abstained(rank)
     if (report.metrics !== undefined) this.epochs.metrics = new Map(this.epochs.metrics).set(rank, report.metrics)
     if (report.allreduce !== undefined) this.instructions.push(Instruction.Latencies({ counts: report.allreduce }))
     const { ledger } = this.epochs
@@ -999,6 +1097,7 @@ class Step {
         `(${[...ended.done].sort(([a], [b]) => a - b).map(([rank, done]) => `r${rank} ${done}`).join(", ")})${summariseMetrics(sums)}`
     )
     this.send(this.live(), new EpochEnd({ epoch: ended.epoch }))
+    this.openBallot(ended)
     this.startEpoch(ended.epoch + 1)
   }
 
@@ -1065,3 +1164,6 @@ const without = <V>(map: ReadonlyMap<number, V>, rank: number): ReadonlyMap<numb
   copy.delete(rank)
   return copy
 }
+
+/** A state's digest: what the vote compares (equal states, equal digests). */
+const digestOf = (state: string): string => createHash("sha256").update(state).digest("hex")
