@@ -95,7 +95,8 @@ def main(argv=None, after_step=None) -> int:
                 record.write(f"{plan.epoch} {os.getpid()} {' '.join(map(str, batch))}\n")
             if after_step is not None:
                 after_step(ctx, plan.epoch, steps)
-        # Every rank offers it (the coordinator keeps the first): a rank entering at the next epoch waits for it.
+        # Every rank offers it: the coordinator writes the state a majority of the epoch's members offered (they hold
+        # equal weights), and a rank entering at the next epoch is welcomed with it.
         ctx.checkpoint.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": plan.epoch})
 
     reached = accuracy(model, test_points, test_labels)

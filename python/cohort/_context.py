@@ -13,6 +13,7 @@ import signal
 import threading
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
+from . import _state
 from ._envelope import Envelope
 from ._errors import CohortError, Stopped
 from ._groups import GroupKeeper, trace
@@ -38,27 +39,58 @@ def take(ranges: Sequence[Tuple[int, int]], skip: int, count: int) -> List[int]:
     return out
 
 
-def _encode_state(state: Any) -> str:
-    """A checkpoint as the coordinator keeps it (a string): torch.save's bytes, base64, in a JSON object of its own."""
+#: How a state travels as text (the coordinator keeps strings): the client's own format, base64 (see _state).
+_STATE_KEY = "$cohort-state"
+#: torch.save's pickle, base64: only under job.checkpoint_pickle.
+_PICKLE_KEY = "$torch"
+_PICKLE_REFUSED = (
+    "this checkpoint holds torch.save's pickle, which runs whatever its writer put in it as it loads: it is not "
+    "loaded unless job.checkpoint_pickle: true is set in the cluster file (it lets any rank's code run on every host)"
+)
+
+
+def _encode_state(state: Any, pickle: bool = False) -> str:
+    """A state as the coordinator keeps it (a string): the client's format (_state), which loads without running
+    code; what that format cannot hold only as torch.save's pickle, and only when the job opts in."""
     import base64
 
-    import torch
-
-    buffer = io.BytesIO()
-    torch.save(state, buffer)
-    return json.dumps({"$torch": base64.b64encode(buffer.getvalue()).decode("ascii")})
-
-
-def _decode_state(text: str) -> Any:
-    import base64
-
-    value = json.loads(text)
-    if isinstance(value, dict) and list(value) == ["$torch"]:
+    try:
+        data = _state.encode(state)
+    except CohortError:
+        if not pickle:
+            raise
         import torch
 
-        data = io.BytesIO(base64.b64decode(value["$torch"]))
-        # The run's own state, written by its own ranks (an optimizer's state_dict holds more than weights only's
-        # unpickler reads, and torch 2.6 makes that the default): loaded as it was saved.
+        buffer = io.BytesIO()
+        torch.save(state, buffer)
+        return json.dumps({_PICKLE_KEY: base64.b64encode(buffer.getvalue()).decode("ascii")})
+    return json.dumps({_STATE_KEY: base64.b64encode(data).decode("ascii")})
+
+
+def _decode_state(text: str, pickle: bool = False) -> Any:
+    """A state the coordinator handed over. The client's format is data only; a pickle loads only when the job
+    opts in (job.checkpoint_pickle), and is refused in one line otherwise. A checkpoint of TypeScript ranks
+    (StateJson) comes back as the JSON it is."""
+    import base64
+    import binascii
+
+    try:
+        value = json.loads(text)
+    except ValueError:
+        raise CohortError("cannot load this checkpoint: it is not JSON (not a state cohort's ranks saved)") from None
+    if isinstance(value, dict) and list(value) == [_STATE_KEY] and isinstance(value[_STATE_KEY], str):
+        try:
+            data = base64.b64decode(value[_STATE_KEY], validate=True)
+        except (binascii.Error, ValueError):
+            raise CohortError("cannot load this checkpoint: its state is not base64") from None
+        return _state.decode(data)
+    if isinstance(value, dict) and list(value) == [_PICKLE_KEY]:
+        if not pickle:
+            raise CohortError(_PICKLE_REFUSED)
+        import torch
+
+        data = io.BytesIO(base64.b64decode(value[_PICKLE_KEY]))
+        # Opted in: the job trusts every rank's code on every host (job.checkpoint_pickle).
         try:
             return torch.load(data, weights_only=False)
         except TypeError:  # a torch before 1.13 has no weights_only
@@ -71,20 +103,27 @@ class Checkpoint:
         self._ctx = ctx
 
     def save(self, state: Any) -> None:
-        """Offer `state` (torch.save-able: state_dicts, tensors, numbers) as the consensus checkpoint of the epoch just
-        trained. Every rank may offer; the coordinator keeps the first and writes it to job.checkpoint."""
+        """Offer `state` (state_dicts, tensors, numbers, strings, lists, tuples and dicts) as the consensus
+        checkpoint of the epoch just trained: call it on every rank after the epoch's batches. The coordinator
+        writes to job.checkpoint the state that a majority of the epoch's members offered (the members hold equal
+        weights, so their states are equal bytes). Anything else is refused here, in one line, unless the job sets
+        job.checkpoint_pickle (torch.save's pickle, which lets any rank's code run on every host)."""
         ctx = self._ctx
         ctx._check_alive()
-        epoch = ctx._epoch if ctx._epoch is not None else max(0, ctx._first_epoch - 1)
-        ctx._link.report({"_tag": "CheckpointSave", "epoch": epoch, "state": _encode_state(state)})
+        if ctx._epoch is None:
+            raise CohortError("ctx.checkpoint.save(state) offers the state after an epoch: call it once the epoch's "
+                              "batches are done, inside `for plan in ctx.epochs()` (a save before any epoch is not counted)")
+        epoch = ctx._epoch
+        text = _encode_state(state, ctx._envelope.checkpoint_pickle)
+        ctx._link.report({"_tag": "CheckpointSave", "epoch": epoch, "state": text})
         ctx._orders.wait(lambda: epoch in ctx._orders.saved)
         ctx._check_alive()
 
     def load(self) -> Any:
         """The state to start from, or None: the checkpoint a --resume run resumed from, or, for a rank restarted or
-        entering mid-run, the latest consensus."""
+        entering mid-run, the latest consensus. It loads as data: no code in it runs."""
         text = (self._ctx._orders.welcome or {}).get("checkpoint")
-        return None if text is None else _decode_state(text)
+        return None if text is None else _decode_state(text, self._ctx._envelope.checkpoint_pickle)
 
 
 class Plan:

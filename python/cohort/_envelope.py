@@ -35,6 +35,8 @@ class Envelope:
     controller_host: str
     controller_port: int
     restart_count: int
+    #: job.checkpoint_pickle: states may travel as torch.save's pickle, which runs any rank's code as it loads.
+    checkpoint_pickle: bool = False
 
 
 def _field(fields: Mapping[str, object], name: str, kind: type, variable: str) -> object:
@@ -82,6 +84,10 @@ def read_envelope(environ: Optional[Mapping[str, str]] = None) -> Envelope:
         raise CohortError(f"COHORT_LOCAL_SLOT {slot} is out of range: host {fields.get('host')} has {len(ranks)} slot(s)")
     controller = _field(fields, "controller", dict, variable)
     restart_text = env.get("COHORT_RESTART_COUNT", "0")
+    pickle = fields.get("checkpointPickle", False)
+    if not isinstance(pickle, bool):
+        raise CohortError(f"{variable} is not a valid cohort envelope: checkpointPickle is not true or false; "
+                          "it is set by cohort for its own processes, do not set it by hand")
     return Envelope(
         run=str(_field(fields, "run", str, variable)),
         host=str(_field(fields, "host", str, variable)),
@@ -99,4 +105,5 @@ def read_envelope(environ: Optional[Mapping[str, str]] = None) -> Envelope:
         controller_host=str(_field(controller, "host", str, variable)),
         controller_port=int(_field(controller, "port", int, variable)),
         restart_count=int(restart_text) if restart_text.isdigit() else 0,
+        checkpoint_pickle=pickle,
     )

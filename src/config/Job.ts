@@ -13,7 +13,13 @@
  *   outer_optimizer: { kind: diloco, lr: 0.7, momentum: 0.9 }   # cpu_cadence / cpu_async, optional
  *   async_alpha: 0.5           # cpu_async: the elastic averaging's moving rate
  *   checkpoint: .cohort/checkpoints/demo.json   # consensus checkpoint (default: under .cohort/checkpoints)
+ *   checkpoint_pickle: false   # Python ranks: torch.save's pickle for states the client's format cannot hold
  * ```
+ *
+ * `checkpoint_pickle: true` lets any rank's code run on every host: a pickle runs whatever its writer put in
+ * it as it loads, and every rank loads the consensus (at `--resume`, and when it restarts or enters
+ * mid-run). Without it the Python client saves and loads tensors, numbers, strings and containers only,
+ * which run nothing (`python/cohort/_state.py`), and refuses anything else in one line that names this key.
  *
  * Keys checked against each other (entry and command; backend and
  * outer_optimizer) are read as groups of their own (see `Mapping`), so a
@@ -52,6 +58,11 @@ export interface Job {
   readonly outerOptimizer: OuterOptimizer | undefined
   /** `cpu_async`: how far a rank and the centre move toward each other per exchange (EASGD's α). */
   readonly asyncAlpha: number
+  /**
+   * Python ranks may save (and load) states as torch.save's pickle, which lets any rank's code run on every
+   * host; absent or false: never.
+   */
+  readonly checkpointPickle?: boolean | undefined
 }
 
 /**
@@ -131,12 +142,13 @@ const RunKeys = Schema.Struct({
   epochs: keyOr(inRange(PositiveCount, "a number of epochs"), 1),
   cadence: keyOr(inRange(PositiveCount, "a number of steps between averages"), 8),
   checkpoint: optionalKey(text("the path of the checkpoint file")),
-  async_alpha: keyOr(inRange(Schema.Number.pipe(Schema.between(0, 1)), "a fraction", ", like 0.5"), 0.5)
+  async_alpha: keyOr(inRange(Schema.Number.pipe(Schema.between(0, 1)), "a fraction", ", like 0.5"), 0.5),
+  checkpoint_pickle: optionalKey(Schema.Boolean.pipe(expecting("true or false (true lets any rank's code run on every host)")))
 })
 
 const JobKeys = keyGroups(
   { program: ProgramKeys, modelSync: ModelSyncKeys, run: RunKeys },
-  ["entry", "command", "args", "backend", "dataset_size", "epochs", "cadence", "checkpoint", "outer_optimizer", "async_alpha"]
+  ["entry", "command", "args", "backend", "dataset_size", "epochs", "cadence", "checkpoint", "checkpoint_pickle", "outer_optimizer", "async_alpha"]
 )
 
 /** Read a present `job` section. */
@@ -151,6 +163,7 @@ export const decodeJob = (field: Field): Job => {
     cadence: run.cadence,
     checkpoint: run.checkpoint,
     outerOptimizer: modelSync.outer_optimizer,
-    asyncAlpha: run.async_alpha
+    asyncAlpha: run.async_alpha,
+    ...(run.checkpoint_pickle === undefined ? {} : { checkpointPickle: run.checkpoint_pickle })
   }
 }

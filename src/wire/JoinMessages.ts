@@ -40,6 +40,8 @@ export const HostRunSpec = Schema.Struct({
   epochs: Count,
   /** Steps between model syncs (1 unless the backend syncs on a cadence). */
   cadence: Count,
+  /** `job.checkpoint_pickle`: Python ranks may load torch.save's pickle (any rank's code runs on every host). */
+  checkpointPickle: Schema.optional(Schema.Boolean),
   /** The cluster's env, then the host's, merged. */
   env: Schema.Record({ key: Schema.String, value: Schema.String }),
   graceMs: Count,

@@ -222,6 +222,7 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
       options.output(line, stream)
       forwarder?.push(line, stream)
     }
+      ...(spec.checkpointPickle === true ? { checkpointPickle: true } : {}),
     // Lines forwarded so far go first: a rank's last lines reach the launcher before its RankExited.
     const report = (message: JoinMessage) => Effect.zipRight(forwarder?.flush ?? Effect.void, Effect.ignore(link.send(message)))
     const refuse = ({ incarnation, rank }: StartRank, detail: string) =>

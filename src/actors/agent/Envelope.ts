@@ -45,6 +45,8 @@ export interface HostEnvelope {
   readonly datasetSize: number
   readonly epochs: number
   readonly cadence: number
+  /** `job.checkpoint_pickle`: the Python client may load torch.save's pickle (any rank's code runs on every host). */
+  readonly checkpointPickle?: boolean | undefined
   /** A rank silent this long is dead, and so is a coordinator, in milliseconds (scaled). */
   readonly heartbeatTimeoutMs: number
 }
@@ -70,6 +72,10 @@ const object = (value: unknown, at: string): Json => {
 }
 const string = (value: unknown, at: string): string => {
   if (typeof value !== "string") throw new Invalid(`${at} must be a string`)
+  return value
+}
+const boolean = (value: unknown, at: string): boolean => {
+  if (typeof value !== "boolean") throw new Invalid(`${at} must be true or false`)
   return value
 }
 const count = (value: unknown, at: string, min = 0, max = Number.MAX_SAFE_INTEGER): number => {
@@ -121,6 +127,7 @@ const hostEnvelope = (value: unknown): HostEnvelope => {
     datasetSize: count(fields.datasetSize, "datasetSize"),
     epochs: count(fields.epochs, "epochs", 1),
     cadence: count(fields.cadence, "cadence", 1),
+    ...(fields.checkpointPickle === undefined ? {} : { checkpointPickle: boolean(fields.checkpointPickle, "checkpointPickle") }),
     heartbeatTimeoutMs: count(fields.heartbeatTimeoutMs, "heartbeatTimeoutMs", 1)
   }
 }

@@ -220,6 +220,7 @@ export const hostRunSpec = (
     datasetSize: job.datasetSize,
     epochs: job.epochs,
     cadence: job.backend === "cpu_cadence" || job.backend === "cpu_async" ? job.cadence : 1,
+    ...(job.checkpointPickle === true ? { checkpointPickle: true } : {}),
     env: { ...config.env, ...worker?.env },
     graceMs: config.failurePolicy.grace,
     heartbeatTimeoutMs

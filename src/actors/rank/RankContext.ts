@@ -108,9 +108,12 @@ export interface AllreduceOptions {
 export interface Checkpoint {
   /**
    * Offer the run's state (JSON-serialisable; Float32Array and Float64Array
-   * are kept) as the consensus checkpoint for the epoch just finished. Every
-   * rank may call it; the coordinator keeps one copy per epoch and writes it
-   * atomically (temporary file, then rename) to `job.checkpoint`.
+   * are kept) as the consensus checkpoint for the epoch just finished: call
+   * it on every rank, once per epoch, after the epoch's batches (before any
+   * epoch it throws). The coordinator writes the state a majority of the
+   * epoch's members offered, byte for byte, atomically (temporary file, then
+   * rename) to `job.checkpoint`; ranks that step apart (`cpu_cadence`,
+   * `cpu_async`) average their state first, or they agree on none.
    */
   readonly save: (state: unknown) => Promise<void>
   /**

@@ -8,6 +8,11 @@
  * reduction barrier) when they are used up until more work or the epoch's
  * end arrives.
  *
+ * Checkpoints: every rank offers its state after each epoch
+ * (`ctx.checkpoint.save`), and the coordinator keeps the one a majority of the
+ * epoch's members offered (see CheckpointBallot): ranks that hold one model
+ * offer equal text.
+ *
  * A `cpu_sync` run that stops mid-epoch keeps what was done: at the next step
  * boundary after the coordinator asks (`OfferCut`) or the rank is stopped,
  * the plan offers the job's state now (`ctx.checkpoint.provide`) with the
@@ -257,10 +262,15 @@ export const training = (
     checkpoint: {
       save: async (state: unknown) => {
         ensureLive()
-        const epoch = current?.epoch ?? (welcome?.firstEpoch ?? 1) - 1
+        // The coordinator counts an offer only for the epoch just ended, from its members: one made before any
+        // epoch would be refused there (and said as if it were planted), so it is refused here, where it is made.
+        if (current === undefined) {
+          throw new RankCallError("ctx.checkpoint.save(state) offers the state after an epoch: call it once the epoch's batches are done, inside `for await (const plan of ctx.epochs())`")
+        }
+        const { epoch } = current
         const text = stringifyState(state)
         const acknowledged = new Promise<void>((resolve) => saved.set(epoch, [...(saved.get(epoch) ?? []), resolve]))
-        ;(await client).report({ _tag: "CheckpointSave", epoch: Math.max(0, epoch), state: text })
+        ;(await client).report({ _tag: "CheckpointSave", epoch, state: text })
         await Promise.race([acknowledged, until(() => false)])
       },
       provide: (read: () => unknown) => {
