@@ -11,7 +11,7 @@
  * before anything starts, the files it points at unchanged.
  */
 import { afterEach, describe, expect, test } from "bun:test"
-import { readFileSync, rmSync, writeFileSync } from "node:fs"
+import { chmodSync, chownSync, lchownSync, mkdirSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
 import { clusterFile, repoRoot, spawnLaunch } from "./support/launch-scenario.ts"
 import { allPids, childrenOf, commandLine as cmdline, environment as environ, isRunning, pidFiles, waitFor } from "./support/processes.ts"

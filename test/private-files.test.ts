@@ -7,12 +7,12 @@
  * with lstat; the other-user cases chown to 65534 and run as root (CI does).
  */
 import { afterAll, describe, expect, test } from "bun:test"
-import { chmodSync, chownSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs"
+import { chmodSync, chownSync, existsSync, lchownSync, linkSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import * as Effect from "effect/Effect"
 import * as CheckpointFile from "../src/actors/launcher/CheckpointFile.ts"
-import { appendPrivate, checkPrivateFile, preparePrivateAppend, privateDirectory, writePrivateFile } from "../src/actors/launcher/PrivateFiles.ts"
+import { appendPrivate, checkPrivateFile, preparePrivateAppend, privateDirectory, steerable, writePrivateFile } from "../src/actors/launcher/PrivateFiles.ts"
 import { clusterFile, spawnLaunch } from "./support/launch-scenario.ts"
 
 const dirs: Array<string> = []
@@ -105,6 +105,107 @@ describe("appended files", () => {
     expect(() => appendPrivate(join(dir, "events.jsonl"), "x\n")).toThrow()
     expect(readFileSync(target, "utf8")).toBe("")
     expect(() => checkPrivateFile(join(dir, "events.jsonl"))).toThrow("is a symbolic link")
+  })
+})
+
+/**
+ * Another user's 0600 file, in their folder, and a folder every user may write (sticky, like /tmp, or not)
+ * holding a link to that folder: the attack of issue 33 (root appended to another user's launcher.log).
+ */
+const planted = (options: { sticky: boolean; linkOwner?: number }) => {
+  const root = scratch()
+  const victim = join(root, "victim")
+  mkdirSync(victim, { mode: 0o700 })
+  writeFileSync(join(victim, "launcher.log"), "the victim's own lines\n", { mode: 0o600 })
+  writeFileSync(join(victim, "events.jsonl"), "{\"the victim's\":1}\n", { mode: 0o600 })
+  const open = join(root, "open")
+  mkdirSync(open)
+  chmodSync(open, options.sticky ? 0o1777 : 0o777)
+  symlinkSync(victim, join(open, "shared"))
+  if (options.linkOwner !== undefined) lchownSync(join(open, "shared"), options.linkOwner, options.linkOwner)
+  if (isRoot) chownSync(victim, 65534, 65534)
+  const untouched = () => ({
+    names: readdirSync(victim).sort(),
+    log: readFileSync(join(victim, "launcher.log"), "utf8"),
+    events: readFileSync(join(victim, "events.jsonl"), "utf8")
+  })
+  return { root, victim, open, link: join(open, "shared"), untouched, before: untouched() }
+}
+
+describe("the folders on the way to an appended file", () => {
+  test.skipIf(!isRoot)("a link another user planted in a sticky folder (/tmp's kind) is not followed: refused, the victim's files unchanged", () => {
+    const { before, link, open, untouched } = planted({ sticky: true, linkOwner: 65534 })
+    const expected = `${link} is a symbolic link of uid 65534 in ${open}, which every user can write, so another user could steer where it is written: ` +
+      "choose a path whose folders only you (or root) can change"
+    expect(() => preparePrivateAppend(join(link, "launcher.log"))).toThrow(`${join(link, "launcher.log")}: ${expected}`)
+    expect(() => preparePrivateAppend(join(link, "events.jsonl"), true)).toThrow(`${join(link, "events.jsonl")}: ${expected}`)
+    // Deeper too, and through `..` (the kernel walks into the link, then up: so does the check).
+    expect(() => preparePrivateAppend(join(link, "logs", "rank-0.log"))).toThrow("is a symbolic link of uid 65534 in")
+    expect(() => preparePrivateAppend(`${link}/../launcher.log`)).toThrow("is a symbolic link of uid 65534 in")
+    expect(untouched()).toEqual(before)
+  })
+
+  test("a link in a folder every user may write, and no sticky bit, is refused whoever made it", () => {
+    const { before, link, open, untouched } = planted({ sticky: false })
+    expect(() => preparePrivateAppend(join(link, "launcher.log"))).toThrow(
+      `${join(link, "launcher.log")}: ${open} is writable by every user (mode 777), so another user could steer where it is written: ` +
+        "choose a path whose folders only you (or root) can change"
+    )
+    expect(untouched()).toEqual(before)
+  })
+
+  test("a link of your own in a sticky folder, or one in a folder only you can write, is followed", () => {
+    const { link, open, victim } = planted({ sticky: true })
+    if (isRoot) chownSync(victim, 0, 0)
+    expect(steerable(join(link, "mine.log"))).toBeUndefined()
+    const own = scratch()
+    mkdirSync(join(own, "real"))
+    symlinkSync(join(own, "real"), join(own, "alias"))
+    preparePrivateAppend(join(own, "alias", "launcher.log"))
+    appendPrivate(join(own, "alias", "launcher.log"), "line\n")
+    expect(readFileSync(join(own, "real", "launcher.log"), "utf8")).toBe("line\n")
+    expect(steerable(open, true)).toBeUndefined()
+  })
+
+  test.skipIf(!isRoot)("a folder on the way that another user owns is refused: they could swap what is in it", () => {
+    const root = scratch()
+    mkdirSync(join(root, "theirs"), { mode: 0o755 })
+    chownSync(join(root, "theirs"), 65534, 65534)
+    expect(() => preparePrivateAppend(join(root, "theirs", "launcher.log"))).toThrow(
+      `${join(root, "theirs", "launcher.log")}: ${join(root, "theirs")} belongs to uid 65534, not to you (uid 0) or root, so another user could steer where it is written`
+    )
+    expect(existsSync(join(root, "theirs", "launcher.log"))).toBe(false)
+  })
+
+  test("a file with another name (a hard link) is refused before anything is written or emptied", () => {
+    const dir = scratch()
+    writeFileSync(join(dir, "precious"), "keep me\n", { mode: 0o600 })
+    linkSync(join(dir, "precious"), join(dir, "events.jsonl"))
+    expect(() => preparePrivateAppend(join(dir, "events.jsonl"), true)).toThrow(
+      `${join(dir, "events.jsonl")}: has 1 other name(s) (hard links), so writing it writes another file too: remove it and run again`
+    )
+    expect(readFileSync(join(dir, "precious"), "utf8")).toBe("keep me\n")
+  })
+
+  test.skipIf(!isRoot)("another user's file at the name is refused before it is emptied", () => {
+    const dir = scratch()
+    writeFileSync(join(dir, "events.jsonl"), "theirs\n", { mode: 0o600 })
+    chownSync(join(dir, "events.jsonl"), 65534, 65534)
+    expect(() => preparePrivateAppend(join(dir, "events.jsonl"), true)).toThrow("belongs to uid 65534, not to you (uid 0)")
+    expect(readFileSync(join(dir, "events.jsonl"), "utf8")).toBe("theirs\n")
+  })
+
+  test("a FIFO planted at the name fails the open at once instead of hanging the launcher on it", () => {
+    const dir = scratch()
+    expect(Bun.spawnSync(["mkfifo", join(dir, "events.jsonl")]).exitCode).toBe(0)
+    expect(() => preparePrivateAppend(join(dir, "events.jsonl"), true)).toThrow("ENXIO")
+  })
+
+  test("a fresh append file is emptied once it passes: this user's own, one name", () => {
+    const dir = scratch()
+    writeFileSync(join(dir, "events.jsonl"), "last run\n", { mode: 0o600 })
+    preparePrivateAppend(join(dir, "events.jsonl"), true)
+    expect(readFileSync(join(dir, "events.jsonl"), "utf8")).toBe("")
   })
 })
 

@@ -9,9 +9,16 @@
  * directory, and a read-only mount takes nothing). A run then makes the log
  * directory for real (0700, as the files in it are 0600), and the events
  * file is made by the journal.
+ *
+ * Both are refused where another user could steer them (`steerable`): a
+ * folder on the way that someone else owns or may write, or a link that
+ * someone else could have planted (root once appended to another user's
+ * file through a link planted in /tmp). A run checks its log directory again
+ * once it is made: a name made meanwhile by someone else is caught then.
  */
 import { closeSync, constants, lstatSync, mkdirSync, mkdtempSync, openSync, rmdirSync, type Stats, statSync } from "node:fs"
 import { dirname, join, resolve } from "node:path"
+import { steerable } from "../actors/launcher/PrivateFiles.ts"
 
 const reason = (error: unknown): string => {
   const code = (error as NodeJS.ErrnoException).code
@@ -68,8 +75,16 @@ const folderProblem = (path: string): string | undefined => {
   return at === resolve(path) ? `cannot be written (${refused})` : `cannot be made in ${at} (${refused})`
 }
 
+const steeredFix = "give a path whose folders only you (or root) can change, such as one under your home directory"
+
+/** The line for a path another user could steer, or undefined. */
+const steeredLine = (flag: string, path: string, problem: string | undefined, what: string): string | undefined =>
+  problem === undefined ? undefined : `${flag} ${path}: ${problem}, so another user could steer where ${what} go; ${steeredFix}`
+
 /** `--log-dir DIR`: a directory that is, or can be made, and takes new files; or the line that says why not. */
 export const checkLogDir = (path: string): string | undefined => {
+  const steered = steeredLine("--log-dir", path, steerable(path, true), "the logs")
+  if (steered !== undefined) return steered
   const problem = folderProblem(path)
   return problem === undefined ? undefined : `--log-dir ${path}: ${problem}; give a directory you can write (it is made if missing)`
 }
@@ -80,10 +95,11 @@ export const makeLogDir = (path: string): string | undefined => {
   if (problem !== undefined) return problem
   try {
     mkdirSync(path, { recursive: true, mode: 0o700 })
-    return undefined
   } catch (error) {
     return `--log-dir ${path}: cannot be made (${reason(error)}); give a directory you can write (it is made if missing)`
   }
+  // Again, now that it is there: a folder of its path that another user made first, or a link in its place, is theirs.
+  return steeredLine("--log-dir", path, steerable(path, true), "the logs")
 }
 
 /** `--events FILE`: a file that can be written (made if missing, replaced if there), never a directory or a link. */
@@ -95,6 +111,12 @@ export const checkEventsFile = (path: string): string | undefined => {
     if (stat.isSymbolicLink()) return `--events ${path}: is a symbolic link, which cohort does not write through; ${fix}`
     if (stat.isDirectory()) return `--events ${path}: is a directory; ${fix}`
     if (!stat.isFile()) return `--events ${path}: is not a regular file; ${fix}`
+  }
+  const steered = steeredLine("--events", path, steerable(dirname(path), true), "the events")
+  if (steered !== undefined) return steered
+  if (stat !== undefined) {
+    // Emptying another name of someone's file empties theirs.
+    if (stat.nlink > 1) return `--events ${path}: has ${stat.nlink - 1} other name(s) (hard links), so emptying it empties another file too; ${fix}`
     try {
       // Opened to append and closed: nothing in it changes.
       closeSync(openSync(path, constants.O_WRONLY | constants.O_APPEND | constants.O_NOFOLLOW))

@@ -18,7 +18,7 @@ import * as Effect from "effect/Effect"
 import * as Ref from "effect/Ref"
 import { LaunchInputError } from "./Plan.ts"
 import * as RunView from "./RunView.ts"
-import { appendPrivate, preparePrivateAppend } from "./PrivateFiles.ts"
+import { appendPrivate, PrivateFileError, preparePrivateAppend, refuseSteerable } from "./PrivateFiles.ts"
 import * as RecoveryFigures from "./RecoveryFigures.ts"
 
 export interface RunJournal {
@@ -42,11 +42,20 @@ export const make = (options: RunJournalOptions): Effect.Effect<RunJournal, Laun
     if (eventsFile !== undefined) {
       yield* Effect.try({
         try: () => {
+          // Not even a folder is made where another user could steer the path (a link planted on the way).
+          refuseSteerable(eventsFile)
           mkdirSync(dirname(eventsFile), { recursive: true, mode: 0o700 })
-          // 0600, never through a link planted at its name: the events name hosts, ranks and causes.
+          // 0600, never through a link planted at its name or on its way: the events name hosts, ranks and causes.
           preparePrivateAppend(eventsFile, true)
         },
-        catch: (error) => new LaunchInputError({ problems: [`--events ${eventsFile}: cannot write there (${(error as Error).message}); give a writable path`] })
+        catch: (error) =>
+          new LaunchInputError({
+            problems: [
+              error instanceof PrivateFileError
+                ? `--events ${eventsFile}: ${error.problem}`
+                : `--events ${eventsFile}: cannot write there (${(error as Error).message}); give a writable path`
+            ]
+          })
       })
     }
     const view = yield* Ref.make(RunView.initial(options.run, Date.now()))
