@@ -242,10 +242,10 @@ const summarise = (samples: ReadonlyArray<{ ms: number; status: number; bytes: n
 }
 
 /** The launcher's count of control frames received (its /metrics); NaN when a busy launcher does not answer after a few tries. */
-const controlFramesIn = async (port: number): Promise<number> => {
+const controlFramesIn = async (port: number, pageToken: string): Promise<number> => {
   for (let attempt = 0; attempt < 3; attempt++) {
     try {
-      const text = await (await fetch(`http://127.0.0.1:${port}/metrics`, { signal: AbortSignal.timeout(20_000) })).text()
+      const text = await (await fetch(`http://127.0.0.1:${port}/metrics?token=${pageToken}`, { signal: AbortSignal.timeout(20_000) })).text()
       const match = /^cohort_frames_total\{[^}]*channel="control",direction="in"\} (\d+)$/m.exec(text)
       if (match !== null) return Number(match[1])
     } catch {
@@ -295,6 +295,8 @@ const runOnce = async (): Promise<Figures> => {
     const phases: Record<string, number> = {}
     const tail: Array<string> = []
     let port: number | undefined
+    /** The run's page token, from the page URL of its `listening on` line: /state.json and /metrics need it. */
+    let pageToken: string | undefined
     let saltFile: string | undefined
     /** `waiting for <host> to join: on it, run …` lines so far: the launcher says what to run on each host. */
     let hinted = 0
@@ -321,6 +323,7 @@ const runOnce = async (): Promise<Figures> => {
       const listening = / listening on [^ ]+:(\d+) /.exec(line)
       if (listening !== null && port === undefined) {
         port = Number(listening[1])
+        pageToken = /live page: \S*[?&]token=([0-9a-f]+)/.exec(line)?.[1]
         phases.listening = at
       }
       const salt = /--salt-file <a copy of ([^>]+)>/.exec(line)
@@ -362,7 +365,7 @@ const runOnce = async (): Promise<Figures> => {
     // The hosts are started once the launcher has said what to run on every one of them, as a scheduler would.
     const listenPort = await until(() => (phases.hinted === undefined ? undefined : port), "a join hint for every host")
     const saltHex = readFileSync(join(scratch, saltFile!), "utf8").trim()
-    status?.write(`${listenPort}\n`)
+    status?.write(`${listenPort} ${pageToken ?? ""}\n`)
     const perWorker = Math.ceil(HOSTS / WORKERS)
     const simPids = sims.map((sim) => sim.proc.pid)
     const rssAtHintsMiB = vmMiB(launcher.pid, "VmRSS")
@@ -408,12 +411,12 @@ const runOnce = async (): Promise<Figures> => {
     const steady = samples.filter((sample) => sample.at >= stoppedAt - QUIET_MS)
 
     // Every host attached, nobody beating: what the launcher spends on its own beats and ticks.
-    await controlFramesIn(listenPort)
+    await controlFramesIn(listenPort, pageToken ?? "")
     const baselineCpu = await cpuShare([launcher.pid], () => Bun.sleep(BASELINE_MS))
 
     for (const sim of sims) sim.write("beat\n")
     await Bun.sleep(RAMP_MS)
-    const framesBefore = await controlFramesIn(listenPort)
+    const framesBefore = await controlFramesIn(listenPort, pageToken ?? "")
     const statsFrom = sims.map((sim) => sim.messages.length)
     const beatsBefore = await Promise.all(sims.map(async (sim, index) => {
       sim.write("stats\n")
@@ -430,7 +433,7 @@ const runOnce = async (): Promise<Figures> => {
       sim.write("stats\n")
       return (await until(() => sim.latest("stats", statsAfter[index]!), "sim stats")).heartbeats as number
     }))
-    const framesAfter = await controlFramesIn(listenPort)
+    const framesAfter = await controlFramesIn(listenPort, pageToken ?? "")
     const hwmMiB = vmMiB(launcher.pid, "VmHWM")
     alive(true)
 

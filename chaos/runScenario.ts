@@ -146,11 +146,11 @@ const traces = (dir: string): Map<number, Map<number, Array<number>>> => {
 }
 
 /** The run's last state, from its `/events` stream (it sends the final one before the port closes). */
-const followEvents = (port: number, address: string) => {
+const followEvents = (port: number, address: string, pageToken: string) => {
   let last: { phase?: string; ranks?: Array<{ rank: number; host: string; pid: number | null; state: string }> } | undefined
   const done = (async () => {
     try {
-      const response = await fetch(`http://${address}:${port}/events`)
+      const response = await fetch(`http://${address}:${port}/events?token=${pageToken}`)
       const reader = response.body!.getReader()
       let buffer = ""
       for (;;) {
@@ -199,10 +199,12 @@ export const runScenario = async (scenario: Scenario, hosts?: Hosts): Promise<Sc
     const listening = /listening on ([\d.]+):(\d+)/.exec(line(/listening on/) ?? "")
     const address = listening?.[1] === "0.0.0.0" ? "127.0.0.1" : listening?.[1] ?? "127.0.0.1"
     const port = Number(listening?.[2] ?? 0)
-    const events = port > 0 ? followEvents(port, address) : undefined
+    // The run's pages need its page token: the page URL of the same line carries it.
+    const pageToken = /live page: \S*[?&]token=([0-9a-f]+)/.exec(line(/listening on/) ?? "")?.[1] ?? ""
+    const events = port > 0 ? followEvents(port, address, pageToken) : undefined
     const state = async () => {
       try {
-        return await (await fetch(`http://${address}:${port}/state.json`)).json() as { ranks: Array<{ rank: number; host: string; pid: number | null }> }
+        return await (await fetch(`http://${address}:${port}/state.json?token=${pageToken}`)).json() as { ranks: Array<{ rank: number; host: string; pid: number | null }> }
       } catch {
         return undefined
       }

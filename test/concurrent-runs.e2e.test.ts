@@ -71,7 +71,8 @@ test("a second run of the same checkpoint is refused naming the first; another c
     "cohort: warning: failure_policy.after_formation.elastic.max_failure: 9 can never trip in a world of 1 rank(s): the run fails only when every rank is lost; " +
       "lower it (a count of dead ranks, or a percentage like 25%), or leave it out to tolerate any partial loss"
   )
-  expect(first.stderr.lines).toContainEqual(expect.stringContaining(`listening on 127.0.0.1:${port} (run ${id}; live page: http://127.0.0.1:${port}/ ; bun run status)`))
+  // The page's URL carries the run's page token (32 hex digits), which the page needs.
+  expect(first.stderr.lines).toContainEqual(expect.stringMatching(new RegExp(`listening on 127\\.0\\.0\\.1:${port} \\(run ${id}; live page: http://127\\.0\\.0\\.1:${port}/\\?token=[0-9a-f]{32} ; bun run status\\)`)))
 
   // The same file again: refused at start (exit 2), naming the run that owns the checkpoint. Nothing started.
   const second = spawnLaunch(file)
@@ -81,7 +82,7 @@ test("a second run of the same checkpoint is refused naming the first; another c
   expect(second.stderr.lines).toHaveLength(1)
   expect(second.stderr.lines[0]).toMatch(new RegExp(
     `^cohort: the checkpoint ${checkpoint.replaceAll(".", "\\.")} belongs to run ${id}, which is running \\(pid ${first.proc.pid}, started \\d\\d:\\d\\d:\\d\\d, ` +
-      `page http://127\\.0\\.0\\.1:${port}/\\): a second run would overwrite it\\. Wait for that run to end; stop it with kill -TERM ${first.proc.pid}, ` +
+      `page http://127\\.0\\.0\\.1:${port}/\\?token=[0-9a-f]{32}\\): a second run would overwrite it\\. Wait for that run to end; stop it with kill -TERM ${first.proc.pid}, ` +
       `or give this run another name or job\\.checkpoint$`
   ))
 

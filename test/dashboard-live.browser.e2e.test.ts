@@ -103,8 +103,10 @@ failure_policy:
 
       // The page opens as soon as the launcher listens.
       await waitFor(() => launch.stderr.lines.some((line) => /listening on [\d.]+:\d+/.test(line)), "the launcher to listen", 20_000)
-      const port = Number(/listening on [\d.]+:(\d+)/.exec(launch.stderr.lines.find((line) => /listening on [\d.]+:\d+/.test(line))!)![1])
-      await page.goto(`http://127.0.0.1:${port}/`)
+      const listening = launch.stderr.lines.find((line) => /listening on [\d.]+:\d+/.test(line))!
+      const port = Number(/listening on [\d.]+:(\d+)/.exec(listening)![1])
+      // The page URL as the start line prints it, its page token included.
+      await page.goto(/live page: (\S+)/.exec(listening)![1]!)
 
       // Waiting for the operator's start (start: manual): the page says what the window waits for.
       await waitPhase(page, "waiting")

@@ -1,6 +1,8 @@
 /**
  * The live status page in a real browser: `dashboardPage` served with a
- * scripted `/events` stream and `/state.json` by a small Bun.serve, driven
+ * scripted `/events` stream and `/state.json` by a small Bun.serve that,
+ * like the launcher, answers them only with the run's page token (the page
+ * is opened at `/?token=…`, as the launcher prints it, and must pass it on), driven
  * through a run's phases (waiting → forming → training with a dead rank →
  * done) and through a dropped and a vanished launcher. Needs chromium
  * (test/support/browser.ts installs Debian's as root); skips, saying why,
@@ -122,8 +124,13 @@ const done: RunState = {
 
 // ---- a scripted launcher ----
 
+/** The page token of the scripted launcher: its URL carries it, its state and stream need it. */
+const PAGE_TOKEN = "feedfacefeedfacefeedfacefeedface"
+
 interface FakeLauncher {
   readonly url: string
+  /** Requests for the state or the stream that came without the page token (answered 401). */
+  readonly refused: () => number
   /** The new current state, sent to every open /events stream. */
   publish(state: RunState): void
   /** Ends every open /events stream (the server stays up: clients reconnect). */
@@ -138,13 +145,19 @@ const fakeLauncher = (first: RunState | undefined): FakeLauncher => {
   const encoder = new TextEncoder()
   const streams = new Set<ReadableStreamDefaultController<Uint8Array>>()
   let connections = 0
+  let refused = 0
   const frame = (state: RunState) => encoder.encode(`event: state\ndata: ${JSON.stringify(state)}\n\n`)
   const server = Bun.serve({
     port: 0,
     hostname: "127.0.0.1",
     idleTimeout: 0, // an SSE stream may be quiet for long: Bun's default 10 s would cut it
     fetch(request) {
-      const path = new URL(request.url).pathname
+      const url = new URL(request.url)
+      const path = url.pathname
+      if (url.searchParams.get("token") !== PAGE_TOKEN) {
+        refused += 1
+        return Response.json({ error: "this run's pages need its page token" }, { status: 401 })
+      }
       if (path === "/") return new Response(dashboardPage, { headers: { "content-type": "text/html; charset=utf-8" } })
       if (path === "/state.json") {
         return current === undefined
@@ -180,7 +193,8 @@ const fakeLauncher = (first: RunState | undefined): FakeLauncher => {
     streams.clear()
   }
   return {
-    url: `http://127.0.0.1:${server.port}/`,
+    url: `http://127.0.0.1:${server.port}/?token=${PAGE_TOKEN}`,
+    refused: () => refused,
     publish(state) {
       current = state
       for (const controller of streams) controller.enqueue(frame(state))
@@ -324,6 +338,8 @@ describe.skipIf(unavailable !== undefined)("dashboard page in chromium", () => {
       await page.screenshot({ path: join(screenshotDir, "4-done-closed.png"), fullPage: true })
       await page.close()
       expect(pageErrors.slice(errorsBefore)).toEqual([])
+      // The page asked for its state and its stream with the token of its own URL, every time.
+      expect(launcher.refused()).toBe(0)
     } finally {
       launcher.stop()
     }
@@ -344,6 +360,8 @@ describe.skipIf(unavailable !== undefined)("dashboard page in chromium", () => {
       await page.getByTestId("epoch").filter({ hasText: exactly("epoch 4/10") }).waitFor({ timeout: waitMs })
       await waitAttr(page, "connection", "data-state", "live")
       expect(launcher.connections()).toBeGreaterThanOrEqual(2)
+      // The reconnections carried the token too.
+      expect(launcher.refused()).toBe(0)
 
       // The launcher dies before the run ends: the last state stays, and the page keeps trying.
       launcher.stop()

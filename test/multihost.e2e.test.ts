@@ -21,7 +21,7 @@ import { afterEach, describe, expect, test } from "bun:test"
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { fetchState, repoRoot, spawnLaunch } from "./support/launch-scenario.ts"
+import { fetchState, pageUrl, repoRoot, spawnLaunch } from "./support/launch-scenario.ts"
 import { useHosts } from "./support/netns.ts"
 import { allPids, childrenOf, commandLine, environment, isGone, parentOf, waitFor } from "./support/processes.ts"
 
@@ -420,7 +420,7 @@ const startElastic = (name: string) => {
 
 const fetchStateAt = async (address: string, port: number) => {
   try {
-    const response = await fetch(`http://${address}:${port}/state.json`)
+    const response = await fetch(await pageUrl(port, "/state.json", address))
     return response.status === 200 ? (await response.json()) as Awaited<ReturnType<typeof fetchState>> : undefined
   } catch {
     return undefined

@@ -22,7 +22,7 @@ import { afterAll, afterEach, describe, expect, test } from "bun:test"
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { networkInterfaces, tmpdir } from "node:os"
 import { join } from "node:path"
-import { listeningPort, repoRoot, spawnLaunch } from "./support/launch-scenario.ts"
+import { listeningPort, pageUrl, repoRoot, spawnLaunch } from "./support/launch-scenario.ts"
 import { collectLines, pidFiles, waitFor } from "./support/processes.ts"
 
 const dirs: Array<string> = []
@@ -128,7 +128,7 @@ failure_policy: { grace: 2s }
       expect(await start(`?token=${startToken}`, {})).toEqual({ status: 400, body: { error: "the start token goes in an Authorization: Bearer header, never the URL" } })
       expect(await start("", { Authorization: `Bearer ${"0".repeat(64)}` })).toEqual({ status: 403, body: { error: "wrong start token for this run" } })
       // None of them started anything: the window is still open, and no rank runs user code.
-      const state = await (await fetch(`http://${externalIPv4}:${port}/state.json`)).json() as { phase: string }
+      const state = await (await fetch(await pageUrl(port, "/state.json", externalIPv4))).json() as { phase: string }
       expect(state.phase).toBe("waiting")
       expect(pidFiles(launcher.dir)).toEqual([])
 
@@ -234,7 +234,7 @@ failure_policy: { grace: 2s }
       expect([...run.stdout.lines, ...run.stderr.lines].join("\n")).not.toContain("joined")
     }
     const port = Number(controller.split(":")[1])
-    const state = await (await fetch(`http://127.0.0.1:${port}/state.json`)).json() as { phase: string; joinedHosts: number; ranks: ReadonlyArray<unknown> }
+    const state = await (await fetch(await pageUrl(port, "/state.json"))).json() as { phase: string; joinedHosts: number; ranks: ReadonlyArray<unknown> }
     expect([state.phase, state.joinedHosts, state.ranks.length]).toEqual(["waiting", 0, 0])
     expect(launcher.stderr.lines.join("\n")).not.toContain("joined with ranks")
     launcher.proc.kill("SIGINT")
@@ -378,13 +378,13 @@ failure_policy: { grace: 2s }
       // The agent samples every 2 s: the families appear with its first sample (or never, if the run ends first).
       const gpuLines = await eventually(async () => {
         if (launcher.proc.exitCode !== null) return []
-        const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text()
+        const text = await (await fetch(await pageUrl(port, "/metrics"))).text()
         const lines = text.split("\n").filter((line) => line.includes("cohort_rank_gpu_"))
         return lines.length > 0 ? lines : undefined
       }, "the GPU families in /metrics", 20_000)
       expect(gpuLines, launcher.stderr.lines.join("\n")).toEqual(expected)
       // The cohort's inventory names the GPU as its agent did in its join (a bench harness's hardware header).
-      const state = (await (await fetch(`http://127.0.0.1:${port}/state.json`)).json()) as { inventory?: unknown }
+      const state = (await (await fetch(await pageUrl(port, "/state.json"))).json()) as { inventory?: unknown }
       expect(state.inventory).toEqual([{ host: "localhost", devices: [{ device: "0", label: "Fake H200", ranks: [0] }] }])
       launcher.proc.kill("SIGTERM")
       expect(await launcher.proc.exited).toBe(143)

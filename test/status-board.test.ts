@@ -1,5 +1,7 @@
 /**
- * The status endpoint on the mux port, spoken to with real HTTP clients.
+ * The status endpoint on the mux port, spoken to with real HTTP clients. The
+ * state's pages are asked with the board's page token (a fixed one here)
+ * unless a test says otherwise.
  */
 import { describe, expect, test } from "bun:test"
 import * as Effect from "effect/Effect"
@@ -25,14 +27,19 @@ const state: StatusBoard.RunState = {
   ]
 }
 
+/** The page token the boards of these tests are given. */
+const PAGE = "0123456789abcdef0123456789abcdef"
+
 const setup = (onStart?: () => Effect.Effect<StatusBoard.StartOutcome>, extra: Partial<StatusBoard.StatusBoardOptions> = {}) =>
   Effect.gen(function*() {
     const salt = newSalt()
     const token = startToken(salt)
-    const board = yield* StatusBoard.make({ startToken: token, requestDeadlineMs: 300, ...(onStart ? { onStart } : {}), ...extra })
+    const board = yield* StatusBoard.make({ startToken: token, pageToken: PAGE, requestDeadlineMs: 300, ...(onStart ? { onStart } : {}), ...extra })
     const mux = yield* PortMux.start({ address: "127.0.0.1", port: 0, magicDeadlineMs: 1_000, owners: { http: board } })
-    const url = (path: string) => `http://127.0.0.1:${mux.port}${path}`
-    return { board, mux, salt, token, url }
+    /** A state page's URL with the page token; any other path as it is. */
+    const url = (path: string) => `http://127.0.0.1:${mux.port}${path}${["/", "/state.json", "/events", "/metrics"].includes(path) ? `?token=${PAGE}` : ""}`
+    const bare = (path: string) => `http://127.0.0.1:${mux.port}${path}`
+    return { board, mux, salt, token, url, bare }
   })
 
 const fetchJson = (url: string, init?: RequestInit) =>
@@ -79,7 +86,13 @@ describe("StatusBoard", () => {
       const { url } = yield* setup()
       const response = yield* fetchJson(url("/nope"))
       expect(response.status).toBe(404)
-      expect((response.body as { paths: unknown }).paths).toEqual(["GET /state.json", "GET /", "GET /events", "GET /metrics", "POST /start (Authorization: Bearer <start token>)"])
+      expect((response.body as { paths: unknown }).paths).toEqual([
+        "GET /?token=<page token>",
+        "GET /state.json",
+        "GET /events",
+        "GET /metrics (each with ?token=<page token> or Authorization: Bearer <page token>)",
+        "POST /start (Authorization: Bearer <start token>)"
+      ])
     }))
 
   effect.live("POST /start needs the start token in a header, from loopback too; no CORS; 409 when nothing can be armed", () =>
@@ -151,7 +164,7 @@ describe("StatusBoard", () => {
       })
       const first = bigState(1_000)
       yield* board.publish(first)
-      const plain = yield* raw(mux.port, "GET /state.json HTTP/1.1\r\nHost: x\r\n\r\n")
+      const plain = yield* raw(mux.port, `GET /state.json?token=${PAGE} HTTP/1.1\r\nHost: x\r\n\r\n`)
       expect(plain).not.toContain("Content-Encoding")
       expect(JSON.parse(plain.slice(plain.indexOf("\r\n\r\n") + 4))).toEqual(first)
       // fetch asks for gzip and inflates it.
@@ -290,13 +303,94 @@ describe("StatusBoard", () => {
       for (const { abort } of [...streams.slice(1), freed!]) abort.abort()
     }))
 
+  effect.live("the state's pages without the page token: 401, with another: 403, and neither says anything of the run", () =>
+    Effect.gen(function*() {
+      const { bare, board } = yield* setup(undefined, { page: "<!doctype html><p>page</p>", metrics: () => Effect.succeed("cohort_up 1\n") })
+      yield* board.publish(state)
+      const missing = {
+        error: "this run's pages need its page token: open the page URL the launcher printed (live page: …/?token=…), add ?token=<page token>, or send Authorization: Bearer <page token>; bun run status finds it in .cohort/runs/"
+      }
+      const wrong = { error: "wrong page token for this run" }
+      const answers: Array<unknown> = []
+      for (const path of ["/", "/state.json", "/events", "/metrics"]) {
+        for (const [query, headers] of [
+          ["", {}],
+          [`?token=${"f".repeat(32)}`, {}],
+          // The token of another kind, the start token's length, and a few digits: each simply wrong.
+          ["", { Authorization: `Bearer ${"a".repeat(64)}` }],
+          ["?token=12", {}],
+          ["?token=not-hex", {}]
+        ] as const) {
+          const response = yield* Effect.promise(() => fetch(bare(`${path}${query}`), { headers, keepalive: false }))
+          answers.push({
+            path: `${path}${query}`,
+            status: response.status,
+            authenticate: response.headers.get("www-authenticate"),
+            cors: response.headers.get("access-control-allow-origin"),
+            body: yield* Effect.promise(() => response.json())
+          })
+        }
+      }
+      expect(answers).toEqual(["/", "/state.json", "/events", "/metrics"].flatMap((path) => [
+        { path, status: 401, authenticate: 'Bearer realm="cohort run"', cors: null, body: missing },
+        { path: `${path}?token=${"f".repeat(32)}`, status: 403, authenticate: null, cors: null, body: wrong },
+        { path, status: 403, authenticate: null, cors: null, body: wrong },
+        { path: `${path}?token=12`, status: 403, authenticate: null, cors: null, body: wrong },
+        { path: `${path}?token=not-hex`, status: 403, authenticate: null, cors: null, body: wrong }
+      ]))
+      // HEAD is held to the same: a 401 and nothing else.
+      const head = yield* Effect.promise(() => fetch(bare("/state.json"), { method: "HEAD", keepalive: false }))
+      expect(head.status).toBe(401)
+    }))
+
+  effect.live("the page token opens every state page, in the URL or in a bearer header; no answer carries a CORS header", () =>
+    Effect.gen(function*() {
+      const { bare, board, url } = yield* setup(undefined, { page: "<!doctype html><p>page</p>", metrics: () => Effect.succeed("cohort_up 1\n") })
+      yield* board.publish(state)
+      const seen: Array<unknown> = []
+      for (const path of ["/", "/state.json", "/metrics"]) {
+        for (const [target, headers] of [[url(path), {}], [bare(path), { Authorization: `Bearer ${PAGE}` }], [bare(path), { Authorization: `bearer ${PAGE.toUpperCase()}` }]] as const) {
+          const response = yield* Effect.promise(() => fetch(target, { headers, keepalive: false }))
+          seen.push({ path, status: response.status, cors: response.headers.get("access-control-allow-origin"), body: (yield* Effect.promise(() => response.text())).slice(0, 15) })
+        }
+      }
+      const stateStart = JSON.stringify(state).slice(0, 15)
+      expect(seen).toEqual([
+        ...Array(3).fill({ path: "/", status: 200, cors: null, body: "<!doctype html>" }),
+        ...Array(3).fill({ path: "/state.json", status: 200, cors: null, body: stateStart }),
+        ...Array(3).fill({ path: "/metrics", status: 200, cors: null, body: "cohort_up 1\n" })
+      ])
+      const page = yield* Effect.promise(() => fetch(url("/"), { keepalive: false }))
+      expect(page.headers.get("referrer-policy")).toBe("no-referrer")
+      yield* Effect.promise(() => page.text())
+      // The stream, as the page opens it (EventSource takes no header: the token rides in the URL).
+      const stream = yield* Effect.promise(() => fetch(url("/events")))
+      expect([stream.status, stream.headers.get("content-type"), stream.headers.get("access-control-allow-origin")]).toEqual([200, "text/event-stream", null])
+      yield* Effect.promise(() => stream.body!.cancel())
+      // The refusals and the 404 carry none either.
+      for (const path of ["/state.json", "/nope", "/start"]) {
+        const response = yield* Effect.promise(() => fetch(bare(path), { keepalive: false }))
+        expect({ path, cors: response.headers.get("access-control-allow-origin") }).toEqual({ path, cors: null })
+        yield* Effect.promise(() => response.text())
+      }
+    }))
+
+  effect.live("without a page token given, each board makes its own: 32 hex digits, never another board's", () =>
+    Effect.gen(function*() {
+      const one = yield* StatusBoard.make({ startToken: startToken(newSalt()), requestDeadlineMs: 300 })
+      const two = yield* StatusBoard.make({ startToken: startToken(newSalt()), requestDeadlineMs: 300 })
+      expect(one.pageToken).toMatch(/^[0-9a-f]{32}$/)
+      expect(two.pageToken).toMatch(/^[0-9a-f]{32}$/)
+      expect(one.pageToken).not.toBe(two.pageToken)
+    }))
+
   /**
    * HEAD straight to the board, on a listener of the test's own: the mux routes a connection to HTTP by its first
    * four bytes (`GET `, `POST`), and which of them it takes is the mux's business, not the board's.
    */
   const boardAlone = (extra: Partial<StatusBoard.StatusBoardOptions> = {}) =>
     Effect.gen(function*() {
-      const board = yield* StatusBoard.make({ startToken: startToken(newSalt()), requestDeadlineMs: 300, ...extra })
+      const board = yield* StatusBoard.make({ startToken: startToken(newSalt()), pageToken: PAGE, requestDeadlineMs: 300, ...extra })
       const server = yield* Effect.acquireRelease(
         Effect.sync(() =>
           Bun.listen<SocketData>({
@@ -321,23 +415,23 @@ describe("StatusBoard", () => {
     Effect.gen(function*() {
       const { board, port } = yield* boardAlone({ page: "<!doctype html><p>page</p>", metrics: () => Effect.succeed("cohort_up 1\n") })
       // Before the first state: the 503 GET gets, head only.
-      const early = yield* ask(port, "HEAD /state.json HTTP/1.1\r\nHost: x\r\n\r\n")
+      const early = yield* ask(port, `HEAD /state.json?token=${PAGE} HTTP/1.1\r\nHost: x\r\n\r\n`)
       expect(early.lines[0]).toBe("HTTP/1.1 503 Service Unavailable")
       expect(early.body).toBe("")
       yield* board.publish(state)
       for (const path of ["/state.json", "/", "/metrics"]) {
-        const get = yield* ask(port, `GET ${path} HTTP/1.1\r\nHost: x\r\n\r\n`)
-        const head = yield* ask(port, `HEAD ${path} HTTP/1.1\r\nHost: x\r\n\r\n`)
+        const get = yield* ask(port, `GET ${path}?token=${PAGE} HTTP/1.1\r\nHost: x\r\n\r\n`)
+        const head = yield* ask(port, `HEAD ${path}?token=${PAGE} HTTP/1.1\r\nHost: x\r\n\r\n`)
         expect({ path, lines: head.lines }).toEqual({ path, lines: get.lines })
         expect(head.lines).toContain(`Content-Length: ${Buffer.byteLength(get.body)}`)
         expect(get.body.length).toBeGreaterThan(0)
         expect(head.body).toBe("")
       }
-      const page = yield* ask(port, "HEAD / HTTP/1.1\r\n\r\n")
+      const page = yield* ask(port, `HEAD /?token=${PAGE} HTTP/1.1\r\n\r\n`)
       expect(page.lines).toContain("Content-Type: text/html; charset=utf-8")
       expect(page.lines).toContain(`Content-Length: ${"<!doctype html><p>page</p>".length}`)
       // What a client reads: the status and the length, no body.
-      const response = yield* Effect.promise(() => fetch(`http://127.0.0.1:${port}/state.json`, { method: "HEAD", keepalive: false }))
+      const response = yield* Effect.promise(() => fetch(`http://127.0.0.1:${port}/state.json`, { method: "HEAD", headers: { Authorization: `Bearer ${PAGE}` }, keepalive: false }))
       expect(response.status).toBe(200)
       expect(Number(response.headers.get("content-length"))).toBe(JSON.stringify(state).length)
       expect(yield* Effect.promise(() => response.text())).toBe("")
@@ -347,7 +441,7 @@ describe("StatusBoard", () => {
     Effect.gen(function*() {
       const { board, port } = yield* boardAlone()
       yield* board.publish(state)
-      const events = yield* ask(port, "HEAD /events HTTP/1.1\r\n\r\n")
+      const events = yield* ask(port, `HEAD /events?token=${PAGE} HTTP/1.1\r\n\r\n`)
       expect(events.lines[0]).toBe("HTTP/1.1 200 OK")
       expect(events.lines).toContain("Content-Type: text/event-stream")
       expect(events.body).toBe("")

@@ -468,6 +468,76 @@ describe("finding the run from .cohort/runs/", () => {
   })
 })
 
+describe("the run's page token", () => {
+  const TOKEN = "00112233445566778899aabbccddeeff"
+  /** A status endpoint that, like a launcher, shows the state only to a request with the page token in its header. */
+  const serveGuarded = () => {
+    const seen: Array<string> = []
+    const served = serve(() => Response.json({ error: "no" }, { status: 500 }))
+    served.server.reload({
+      fetch: (request) => {
+        const authorization = request.headers.get("authorization")
+        seen.push(`${authorization} ${new URL(request.url).search || "(no query)"}`)
+        if (new URL(request.url).pathname !== "/state.json") return new Response("no", { status: 404 })
+        if (authorization === null) return Response.json({ error: "this run's pages need its page token" }, { status: 401 })
+        return authorization === `Bearer ${TOKEN}` ? Response.json(fakeState()) : Response.json({ error: "wrong page token for this run" }, { status: 403 })
+      }
+    })
+    return { ...served, seen }
+  }
+  const entryWithPage = (cwd: string, address: string, page: string) => {
+    mkdirSync(join(cwd, ".cohort", "runs"), { recursive: true })
+    const [host, port] = [address.slice(0, address.lastIndexOf(":")), Number(address.slice(address.lastIndexOf(":") + 1))]
+    writeFileSync(
+      join(cwd, ".cohort", "runs", `guarded-${process.pid}.json`),
+      JSON.stringify({ id: `guarded-${process.pid}`, run: "guarded", address: host, port, page, pid: process.pid, startedAt: Date.now(), host: hostname(), checkpoint: "", startToken: "" })
+    )
+  }
+
+  test("found in the run's registry entry (its page URL), by the run or by the port asked, and sent in a header, never the URL", async () => {
+    const cwd = tempDir()
+    const guarded = serveGuarded()
+    entryWithPage(cwd, guarded.address, `http://${guarded.address}/?token=${TOKEN}`)
+    const found = await status([], cwd)
+    expect([found.code, found.stderr]).toEqual([0, ""])
+    expect(found.stdout).toStartWith("run fake-run · training")
+    const byPort = await status([guarded.address], cwd)
+    expect([byPort.code, byPort.stderr]).toEqual([0, ""])
+    expect(guarded.seen).toEqual([`Bearer ${TOKEN} (no query)`, `Bearer ${TOKEN} (no query)`])
+  })
+
+  test("from COHORT_PAGE_TOKEN, or from the ?token= of a page URL given, when no entry of this checkout has it", async () => {
+    const cwd = tempDir()
+    const guarded = serveGuarded()
+    const fromEnv = Bun.spawn([process.execPath, cli, guarded.address], { cwd, env: { ...process.env, COHORT_PAGE_TOKEN: TOKEN }, stdout: "pipe", stderr: "pipe" })
+    launched.push(fromEnv)
+    expect(await fromEnv.exited).toBe(0)
+    expect(await new Response(fromEnv.stdout).text()).toStartWith("run fake-run · training")
+    const fromUrl = await status([`http://${guarded.address}/?token=${TOKEN}`], cwd)
+    expect([fromUrl.code, fromUrl.stderr]).toEqual([0, ""])
+    expect(fromUrl.stdout).toStartWith("run fake-run · training")
+  })
+
+  test("none to be had: exit 1, one line saying where the token is; a wrong one: exit 1, saying it is not this run's", async () => {
+    const cwd = tempDir()
+    const guarded = serveGuarded()
+    const none = await status([guarded.address], cwd)
+    expect(none).toEqual({
+      code: 1,
+      stdout: "",
+      stderr: `cohort status: ${guarded.address} wants the run's page token (HTTP 401): give the page URL the launcher printed (live page: …?token=…) ` +
+        "or set COHORT_PAGE_TOKEN, or run bun run status in the folder the launch was started from\n"
+    })
+    const wrong = await status([`http://${guarded.address}/?token=${"9".repeat(32)}`], cwd)
+    expect(wrong).toEqual({
+      code: 1,
+      stdout: "",
+      stderr: `cohort status: ${guarded.address} refused the page token (HTTP 403): it is not this run's; give the page URL the launcher printed (live page: …?token=…) ` +
+        "or set COHORT_PAGE_TOKEN, or run bun run status in the folder the launch was started from\n"
+    })
+  })
+})
+
 describe("arguments", () => {
   test("--help: the usage, exit 0", async () => {
     const { code, stdout } = await status(["--help"])

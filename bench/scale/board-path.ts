@@ -30,7 +30,7 @@ const program = Effect.gen(function*() {
   yield* board.publish(state)
   const client = Bun.spawn([process.execPath, `${import.meta.dir}/status-client.ts`, "200"], { stdin: "pipe", stdout: "pipe" })
   yield* Effect.sleep("500 millis")
-  client.stdin.write(`${mux.port}\n`)
+  client.stdin.write(`${mux.port} ${board.pageToken}\n`)
   client.stdin.flush()
   const churn = process.env.CHURN === "1"
   const before = process.cpuUsage()

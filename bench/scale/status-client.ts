@@ -7,7 +7,7 @@
  * 127.0.0.2, not the simulated hosts' 127.0.0.1: a source address of its own.
  *
  * `bun bench/scale/status-client.ts RATE`; starts once stdin gives the port
- * (so its own start-up is over by then), runs until stdin says `stop` (or
+ * and the run's page token (`PORT TOKEN`: so its own start-up is over by then), runs until stdin says `stop` (or
  * closes), then prints one JSON line: every request's start (wall clock),
  * latency in ms, status and bytes.
  */
@@ -18,8 +18,10 @@ const SOURCE = process.env.SCALE_STATUS_SOURCE ?? "127.0.0.2"
 
 const interval = 1000 / Number(process.argv[2] ?? 200)
 const wallClock = () => performance.timeOrigin + performance.now()
-// As fetch, curl --compressed and browsers ask: a big state comes gzipped (the body is not inflated here).
-const request = new TextEncoder().encode("GET /state.json HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept-Encoding: gzip\r\nConnection: close\r\n\r\n")
+/** As fetch, curl --compressed and browsers ask: a big state comes gzipped (the body is not inflated here); with the page token. */
+const requestWith = (token: string) =>
+  new TextEncoder().encode(`GET /state.json HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept-Encoding: gzip\r\nAuthorization: Bearer ${token}\r\nConnection: close\r\n\r\n`)
+let request = requestWith("")
 
 interface Sample {
   at: number
@@ -70,9 +72,10 @@ const readUntil = async (pattern: RegExp): Promise<RegExpExecArray | undefined> 
   }
 }
 process.stdout.write("ready\n")
-const portLine = await readUntil(/^(\d+)\n/)
+const portLine = await readUntil(/^(\d+) ?([0-9a-f]*)\n/)
 if (portLine === undefined) process.exit(0)
 const port = Number(portLine[1])
+request = requestWith(portLine[2] ?? "")
 
 // Drift-free: request i goes out at start + i × interval, whatever the timers do.
 const start = performance.now()

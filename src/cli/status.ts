@@ -5,6 +5,13 @@
  * `--start` closes a `start: manual` join window instead (`POST /start`, with
  * the start token the launcher keeps in its 0600 registry file).
  *
+ * The state needs the run's page token (StatusBoard), sent in a header. A
+ * run found in .cohort/runs/ has it in its entry (its page URL carries it).
+ * For an address given, it is the `?token=` of the page URL given (which
+ * other local users can read in this process's command line while it runs),
+ * else `COHORT_PAGE_TOKEN`, else the entry of this checkout's run on that
+ * port.
+ *
  * Without HOST:PORT it finds the runs this checkout is running: each
  * launcher keeps `.cohort/runs/<id>.json` (id `<name>-<pid>`, address, port,
  * pid, page) while it runs (RunRegistry.ts). One running: it is shown.
@@ -30,7 +37,7 @@ const usage = `usage: bun run status [HOST:PORT] [--run ID] [--json] [--watch] [
 Shows a running launcher's state: phase, training, every rank, the deaths, the verdict.
 
   HOST:PORT   the launcher's port, as its "listening on HOST:PORT" line prints it
-              (its status URL works too). Without it: the run started from this
+              (its page URL works too). Without it: the run started from this
               checkout, found in .cohort/runs/ (several: they are listed)
   --run ID    which run, when several run from this checkout: its id, as the
               launcher's first line prints it (name-pid), or its name
@@ -39,6 +46,10 @@ Shows a running launcher's state: phase, training, every rank, the deaths, the v
   --start     close a start: manual join window (POST /start with the run's start
               token, read from .cohort/runs/: only the launch's user can)
   -h, --help  show this help
+
+The run's page token: a run of this checkout has it in .cohort/runs/. With an address,
+it is the page URL's ?token= (other local users can read a command line: prefer
+COHORT_PAGE_TOKEN), else COHORT_PAGE_TOKEN, else the entry of this checkout's run on that port.
 
 Exit status: 0 shown, 1 no launcher answered or no run found, 2 bad arguments, 130 interrupted.
 Example: bun run status 127.0.0.1:41235 --watch`
@@ -64,6 +75,8 @@ const badArguments = (message: string): never => fail(2, `${message}\n\n${usage}
 interface Endpoint {
   readonly host: string
   readonly port: number
+  /** The page token a page URL carried (`?token=`). */
+  readonly token?: string | undefined
 }
 
 const isPort = (text: string) => /^\d{1,5}$/.test(text) && Number(text) >= 1 && Number(text) <= 65535
@@ -74,7 +87,9 @@ const parseEndpoint = (text: string): Endpoint | undefined => {
   if (/^https?:\/\//.test(text)) {
     try {
       const url = new URL(text)
-      return url.port !== "" && isPort(url.port) ? { host: url.hostname.replace(/^\[(.*)\]$/, "$1"), port: Number(url.port) } : undefined
+      return url.port !== "" && isPort(url.port)
+        ? { host: url.hostname.replace(/^\[(.*)\]$/, "$1"), port: Number(url.port), token: url.searchParams.get("token") ?? undefined }
+        : undefined
     } catch {
       return undefined
     }
@@ -132,6 +147,25 @@ const isAlive = (file: RunFile): boolean => isLive(file)
 /** An older launcher's entry has no start token. */
 const tokenOf = (file: RunFile): string | undefined => (file.startToken === "" ? undefined : file.startToken)
 
+/** The page token in the entry's page URL (`…/?token=…`); an older launcher's page has none. */
+const pageTokenOf = (file: RunFile): string | undefined => {
+  try {
+    return new URL(file.page).searchParams.get("token") ?? undefined
+  } catch {
+    return undefined
+  }
+}
+
+const runsDir = () => join(process.cwd(), ".cohort", "runs")
+
+/** The page token of the live run of this checkout that listens on `endpoint`'s port, if there is one. */
+const pageTokenAt = (endpoint: Endpoint): string | undefined => {
+  const matches = readRunFiles(runsDir()).filter((file) => file.port === endpoint.port && isAlive(file))
+  // The address too where several runs (of several hosts' launchers sharing the checkout) have the port.
+  const chosen = matches.length === 1 ? matches[0] : matches.find((file) => file.address === endpoint.host)
+  return chosen === undefined ? undefined : pageTokenOf(chosen)
+}
+
 const clockTime = (ms: number) => new Date(ms).toTimeString().slice(0, 8)
 
 /** The running runs as a table: id, name, pid, start, page. */
@@ -147,12 +181,13 @@ interface Found {
   readonly endpoint: Endpoint
   readonly origin: string
   readonly startToken: string | undefined
+  readonly pageToken: string | undefined
   /** The run's id, when it was found in .cohort/runs/. */
   readonly id?: string
 }
 
 const findRun = (): Found => {
-  const dir = join(process.cwd(), ".cohort", "runs")
+  const dir = runsDir()
   const files = readRunFiles(dir)
   const running = files.filter(isAlive).sort((a, b) => b.startedAt - a.startedAt)
   const hint = `give the launcher's HOST:PORT (its "listening on HOST:PORT" line prints it)`
@@ -191,18 +226,19 @@ const findRun = (): Found => {
     endpoint: { host: chosen!.address, port: chosen!.port },
     origin: ` (run ${chosen!.id}, from .cohort/runs/)`,
     startToken: tokenOf(chosen!),
+    pageToken: pageTokenOf(chosen!),
     id: chosen!.id
   }
 }
 
 /** A run found before it listens (it registers first): its entry gains the port a moment later. */
 const untilListening = async (found: Found): Promise<Found> => {
-  const dir = join(process.cwd(), ".cohort", "runs")
+  const dir = runsDir()
   say(`run ${found.id} is still starting (it does not listen yet); waiting`)
   for (;;) {
     const file = readRunFiles(dir).find((each) => each.id === found.id)
     if (file === undefined || !isAlive(file)) return fail(1, `run ${found.id} ended before it listened`)
-    if (file.port !== 0) return { ...found, endpoint: { host: file.address, port: file.port }, startToken: tokenOf(file) }
+    if (file.port !== 0) return { ...found, endpoint: { host: file.address, port: file.port }, startToken: tokenOf(file), pageToken: pageTokenOf(file) }
     await Bun.sleep(100)
   }
 }
@@ -214,11 +250,16 @@ const badChoice = (message: string, runs: ReadonlyArray<RunFile>): never => {
 }
 
 if (start && given !== undefined) badArguments("--start finds the run in .cohort/runs/ (its token is there): give --run ID, not HOST:PORT")
-const found: Found = given !== undefined ? { endpoint: given, origin: "", startToken: undefined } : findRun()
-const { endpoint, origin, startToken } = found.endpoint.port === 0 ? await untilListening(found) : found
+const found: Found = given !== undefined
+  ? { endpoint: given, origin: "", startToken: undefined, pageToken: given.token ?? (process.env.COHORT_PAGE_TOKEN || undefined) ?? pageTokenAt(given) }
+  : findRun()
+const { endpoint, origin, pageToken, startToken } = found.endpoint.port === 0 ? await untilListening(found) : found
 const target = reachable(endpoint)
 const address = addressOf(target)
 const url = `http://${address}/state.json`
+/** The page token goes in a header: a URL's query ends up in logs. */
+const pageHeaders: Record<string, string> = pageToken === undefined ? {} : { Authorization: `Bearer ${pageToken}` }
+const NO_TOKEN = "give the page URL the launcher printed (live page: …?token=…) or set COHORT_PAGE_TOKEN, or run bun run status in the folder the launch was started from"
 
 // ---- asking the launcher
 
@@ -232,7 +273,7 @@ type Answer =
 const ask = async (): Promise<Answer> => {
   let response: Response
   try {
-    response = await fetch(url, { signal: AbortSignal.timeout(FETCH_TIMEOUT_MS), redirect: "manual" })
+    response = await fetch(url, { headers: pageHeaders, signal: AbortSignal.timeout(FETCH_TIMEOUT_MS), redirect: "manual" })
   } catch (error) {
     const { name, code, message } = error as { name?: string; code?: string; message?: string }
     if (name === "TimeoutError" || name === "AbortError") {
@@ -248,6 +289,12 @@ const ask = async (): Promise<Answer> => {
   if (response.status === 503) {
     await response.body?.cancel()
     return { kind: "starting" }
+  }
+  if (response.status === 401 || response.status === 403) {
+    await response.body?.cancel()
+    return fail(1, pageToken === undefined
+      ? `${address} wants the run's page token (HTTP 401)${origin}: ${NO_TOKEN}`
+      : `${address} refused the page token (HTTP ${response.status})${origin}: it is not this run's; ${NO_TOKEN}`)
   }
   const notCohort = (what: string): Answer => ({ kind: "silent", why: `${address} answered ${what}, not a cohort run state`, refused: false })
   if (response.status !== 200) {
@@ -304,7 +351,7 @@ const follow = async (onState: (answer: Extract<Answer, { kind: "state" }>) => P
   const headTimer = setTimeout(() => controller.abort(), FETCH_TIMEOUT_MS)
   let response: Response
   try {
-    response = await fetch(`http://${address}/events`, { signal: controller.signal, redirect: "manual" })
+    response = await fetch(`http://${address}/events`, { headers: pageHeaders, signal: controller.signal, redirect: "manual" })
   } catch {
     return "unavailable"
   } finally {

@@ -72,9 +72,37 @@ export const startScenario = (spec: ScenarioSpec): Scenario => {
   return { dir, file, lines, port, phases, result, pids: () => pidFiles(dir) }
 }
 
+/**
+ * The registry entries (`.cohort/runs/<name>-<pid>.json` under the launch's working directory: the repository
+ * root here) of the runs listening on `port`, as the launch's user reads them.
+ */
+const entriesAt = (port: number): ReadonlyArray<{ run?: string; port?: number; page?: string; startToken?: string }> => {
+  const dir = join(repoRoot, ".cohort", "runs")
+  return (existsSync(dir) ? readdirSync(dir) : []).filter((name) => name.endsWith(".json")).flatMap((name) => {
+    try {
+      const read = JSON.parse(readFileSync(join(dir, name), "utf8")) as { run?: string; port?: number; page?: string; startToken?: string }
+      return read.port === port ? [read] : []
+    } catch {
+      return []
+    }
+  })
+}
+
+/** The page token of the run listening on `port`, from the page URL its registry entry holds (as `bun run status` finds it). */
+export const pageToken = async (port: number, timeoutMs = 10_000): Promise<string> => {
+  const token = () => entriesAt(port).flatMap((entry) => /[?&]token=([0-9a-f]+)/.exec(entry.page ?? "")?.[1] ?? [])[0]
+  // The entry gains its page a moment after the port listens.
+  await waitFor(() => token() !== undefined, `the registry entry of the run on port ${port}`, timeoutMs)
+  return token()!
+}
+
+/** The URL of one of the run's pages (`/state.json`, `/events`, `/metrics`, `/`), with the run's page token. */
+export const pageUrl = async (port: number, path: string, address = "127.0.0.1"): Promise<string> =>
+  `http://${address}:${port}${path}?token=${await pageToken(port)}`
+
 export const fetchState = async (port: number): Promise<RunState | undefined> => {
   try {
-    const response = await fetch(`http://127.0.0.1:${port}/state.json`)
+    const response = await fetch(await pageUrl(port, "/state.json"))
     return response.status === 200 ? (await response.json()) as RunState : undefined
   } catch {
     return undefined
@@ -116,16 +144,7 @@ export const listeningPort = async (lines: ReadonlyArray<string>, timeoutMs = 15
  */
 export const postStart = async (port: number, run: string): Promise<Response> => {
   // Each run has its own entry, `<name>-<pid>.json`: the one of this run listening on this port.
-  const dir = join(repoRoot, ".cohort", "runs")
-  const token = () =>
-    (existsSync(dir) ? readdirSync(dir) : []).filter((name) => name.startsWith(`${run}-`) && name.endsWith(".json")).flatMap((name) => {
-      try {
-        const read = JSON.parse(readFileSync(join(dir, name), "utf8")) as { run?: string; port?: number; startToken?: string }
-        return read.run === run && read.port === port && typeof read.startToken === "string" ? [read.startToken] : []
-      } catch {
-        return []
-      }
-    })[0]
+  const token = () => entriesAt(port).flatMap((read) => (read.run === run && typeof read.startToken === "string" ? [read.startToken] : []))[0]
   await waitFor(() => token() !== undefined, `the registry entry of run ${run}`, 10_000)
   return fetch(`http://127.0.0.1:${port}/start`, { method: "POST", headers: { Authorization: `Bearer ${token()!}` } })
 }

@@ -152,7 +152,8 @@ export const listen = (env: RunEnv, later: Later): Effect.Effect<Listening, Port
     })
     env.options.onListening?.(mux.port)
     env.options.onPhase?.("waiting")
-    const page = `http://${urlHost(pageAddress(plan))}:${mux.port}/`
+    // With its token: the page shows nothing without it (StatusBoard).
+    const page = `http://${urlHost(pageAddress(plan))}:${mux.port}/?token=${env.board.pageToken}`
     yield* Effect.logInfo(
       `${config.name}: listening on ${plan.bindAddress}:${mux.port} (run ${env.runId}; live page: ${page} ; bun run status); ` +
         `waiting for ${worldText(plan)} on ${plan.hosts.length} host(s)`

@@ -6,8 +6,10 @@
  * A run's id is `<name>-<pid>`: unique among the live launchers of a host
  * without any locking, and it says which process to look at. The entry is
  * written at the run's start (before any agent starts), holding the
- * checkpoint it will write; once the port listens it gains the address, the
- * port, the page and the start token. It is removed when the run ends.
+ * checkpoint it will write, and the start token; once the port listens it
+ * gains the address, the port and the page's URL, which carries the page
+ * token (StatusBoard): the file is 0600, so only this user's `bun run
+ * status` reads them. It is removed when the run ends.
  *
  * Two runs of one file would overwrite each other's checkpoint (the
  * second's epoch 18 over the first's epoch 153). So a run whose checkpoint

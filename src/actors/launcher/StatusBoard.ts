@@ -1,6 +1,18 @@
 /**
  * StatusBoard: the run's state over HTTP on the mux port.
  *
+ * The state's pages (`/`, `/state.json`, `/events`, `/metrics`) need the
+ * run's page token: anyone who reaches the port would otherwise read every
+ * host, rank, pid, cause and metric of the run (every local user reaches a
+ * loopback port). It is made at random for each run (`pageToken`), is
+ * printed in the start line's page URL (`/?token=…`, as Jupyter does: the
+ * page passes it on to `events` and `state.json`), and is kept in the run's
+ * 0600 registry entry, where `bun run status` finds it. It goes in the URL
+ * (`?token=`) or in a header (`Authorization: Bearer <token>`, for curl and
+ * Prometheus). Without it: 401; a wrong one: 403; neither says anything of
+ * the run. No answer carries a CORS header: no other site's page may read
+ * the run, and none may start it.
+ *
  * - `GET /state.json`: 200 with the last published state, 503 before the
  *   first publication. A big state (thousands of ranks: about 1.3 MB at
  *   8,000) goes gzipped to a client that accepts it, and is rebuilt at most
@@ -22,16 +34,16 @@
  *   included), no body, as HTTP says (monitors and `curl -I` ask this way).
  * - Anything else: 404 listing the valid paths.
  *
- * One request per connection (`Connection: close`, CORS open: the page is
- * read-only), except `/events`, which stays open until the client or the run
- * ends. The request line must arrive within the deadline and fit in
- * 2 KiB. Each connection is served from its own socket callbacks, so a slow
- * or idle client never holds up another; the state's pages (`/state.json`,
+ * One request per connection (`Connection: close`), except `/events`,
+ * which stays open until the client or the run ends. The request line must
+ * arrive within the deadline and fit in 2 KiB. Each connection is served
+ * from its own socket callbacks, so a slow or idle client never holds up
+ * another; the state's pages (`/state.json`,
  * `/events`, `/`) are answered there too, from the newest published state,
  * so the launcher's other work never holds them up either. Only `/metrics`
  * and `/start` run an Effect.
  */
-import { timingSafeEqual } from "node:crypto"
+import { randomBytes, timingSafeEqual } from "node:crypto"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import type * as Scope from "effect/Scope"
@@ -47,6 +59,8 @@ export type StartOutcome = { readonly armed: true } | { readonly armed: false; r
 export interface StatusBoardOptions {
   /** The run's start token (`Keys.startToken`): `POST /start` must carry it. */
   readonly startToken: string
+  /** The token the state's pages need (hex); made at random when not given (tests give one). */
+  readonly pageToken?: string
   /** How long a client has to send its request line (already scaled). */
   readonly requestDeadlineMs: number
   /** Arm an operator start; the join gate decides. Without it, there is never anything to arm. */
@@ -59,6 +73,8 @@ export interface StatusBoardOptions {
 
 /** Give the board to the PortMux as its `http` owner. */
 export interface StatusBoard extends HttpOwner {
+  /** What the state's pages need (`?token=` or `Authorization: Bearer`): the page URL the start line prints carries it. */
+  readonly pageToken: string
   readonly publish: (state: RunState) => Effect.Effect<void>
   /** The run is over: send every `/events` client the last state now, then end the streams (at most a second). */
   readonly endStreams: Effect.Effect<void>
@@ -67,7 +83,15 @@ export interface StatusBoard extends HttpOwner {
 const MAX_REQUEST_LINE = 2048
 /** Request line, headers and body together: the endpoints take no real input. */
 const MAX_REQUEST = 16384
-const paths = ["GET /state.json", "GET /", "GET /events", "GET /metrics", "POST /start (Authorization: Bearer <start token>)"]
+const paths = [
+  "GET /?token=<page token>",
+  "GET /state.json",
+  "GET /events",
+  "GET /metrics (each with ?token=<page token> or Authorization: Bearer <page token>)",
+  "POST /start (Authorization: Bearer <start token>)"
+]
+/** Bytes of a page token: 128 bits, 32 hex digits in the URL. */
+const PAGE_TOKEN_BYTES = 16
 /** SSE: no more than one state per client this often. */
 const EVENTS_EVERY_MS = 250
 /** SSE: a comment this often keeps idle proxies from closing the stream. */
@@ -81,6 +105,7 @@ export const MAX_EVENT_STREAMS = 256
 const reasons: Record<number, string> = {
   200: "OK",
   400: "Bad Request",
+  401: "Unauthorized",
   403: "Forbidden",
   404: "Not Found",
   405: "Method Not Allowed",
@@ -107,25 +132,30 @@ const acceptsGzip = (head: string): boolean => /\r\naccept-encoding:[^\r]*\bgzip
 /** How a request is answered: with its body, or (HEAD) with only the head a GET would have. */
 type Answer = "full" | "head"
 
-const respondWith = (connection: Connection, status: number, body: unknown, contentType = "application/json", cors = true, answer: Answer = "full"): Promise<void> =>
+const respondWith = (
+  connection: Connection,
+  status: number,
+  body: unknown,
+  contentType = "application/json",
+  answer: Answer = "full",
+  headers: ReadonlyArray<string> = []
+): Promise<void> =>
   respondBytes(
     connection,
     status,
     encoder.encode(typeof body === "string" && contentType !== "application/json" ? body : JSON.stringify(body)),
     contentType,
-    [],
-    cors,
+    headers,
     answer
   )
 
-/** `cors`: readable from any page (the read-only state); off for `/start`, which no page may call. */
+/** No CORS header, ever: a page of another site must not read the run's state, nor start it. */
 const respondBytes = (
   connection: Connection,
   status: number,
   body: Uint8Array,
   contentType: string,
   headers: ReadonlyArray<string> = [],
-  cors = true,
   answer: Answer = "full"
 ): Promise<void> => {
   const head = [
@@ -134,7 +164,6 @@ const respondBytes = (
     ...headers,
     `Content-Length: ${body.length}`,
     "Connection: close",
-    ...(cors ? ["Access-Control-Allow-Origin: *"] : []),
     "Cache-Control: no-store",
     "",
     ""
@@ -181,13 +210,19 @@ export const stateJson = (state: RunState): string => {
 }
 
 /** The bearer token of a request head, if it has one. */
-const bearerOf = (head: string): string | undefined => /\r\nauthorization:[ \t]*bearer[ \t]+([0-9a-f]{64})[ \t]*(?:\r\n|$)/i.exec(head)?.[1]?.toLowerCase()
+const bearerOf = (head: string): string | undefined => /\r\nauthorization:[ \t]*bearer[ \t]+([0-9a-f]{1,128})[ \t]*(?:\r\n|$)/i.exec(head)?.[1]?.toLowerCase()
 
+/** In constant time for tokens of the right length (the length is no secret: every token of a kind has the same). */
 const tokenMatches = (token: string | undefined, expected: string): boolean =>
-  token !== undefined && timingSafeEqual(Buffer.from(token, "hex"), Buffer.from(expected, "hex"))
+  token !== undefined && /^[0-9a-f]*$/i.test(token) && token.length === expected.length &&
+  timingSafeEqual(Buffer.from(token, "hex"), Buffer.from(expected, "hex"))
+
+/** The paths that show the run: the page token opens them. */
+const statePaths: ReadonlySet<string> = new Set(["/", "/state.json", "/events", "/metrics"])
 
 export const make = (options: StatusBoardOptions): Effect.Effect<StatusBoard, never, Scope.Scope> =>
   Effect.gen(function*() {
+    const pageToken = options.pageToken ?? randomBytes(PAGE_TOKEN_BYTES).toString("hex")
     let published: RunState | undefined
     /**
      * The bytes of the newest state asked for: between two publications every request reuses them. A big
@@ -203,10 +238,10 @@ export const make = (options: StatusBoardOptions): Effect.Effect<StatusBoard, ne
     }
     const sendState = (connection: Connection, state: RunState, gzip: boolean, answer: Answer): Promise<void> => {
       const current = bodyOf(state)
-      if (!gzip || current.bytes.length < BIG_BODY_BYTES) return respondBytes(connection, 200, current.bytes, "application/json", [], true, answer)
+      if (!gzip || current.bytes.length < BIG_BODY_BYTES) return respondBytes(connection, 200, current.bytes, "application/json", [], answer)
       // Level 1: about 2 ms and a tenth of the size at 8,000 ranks; levels above it cost twice as much for little more.
       current.gzipped ??= Bun.gzipSync(current.bytes, { level: 1 })
-      return respondBytes(connection, 200, current.gzipped, "application/json", ["Content-Encoding: gzip", "Vary: Accept-Encoding"], true, answer)
+      return respondBytes(connection, 200, current.gzipped, "application/json", ["Content-Encoding: gzip", "Vary: Accept-Encoding"], answer)
     }
     // HTTP handlers run their effects through fibers owned by the board's scope.
     const callbacks = yield* CallbackFibers.make("status board")
@@ -220,17 +255,31 @@ export const make = (options: StatusBoardOptions): Effect.Effect<StatusBoard, ne
       const headOnly = asked === "HEAD"
       const method = headOnly ? "GET" : asked
       const as: Answer = headOnly ? "head" : "full"
-      const respond = (status: number, body: unknown, contentType = "application/json", cors = true) =>
-        respondWith(connection, status, body, contentType, cors, as)
+      const respond = (status: number, body: unknown, contentType = "application/json", headers: ReadonlyArray<string> = []) =>
+        respondWith(connection, status, body, contentType, as, headers)
       // A target URL cannot parse (`//[`) is the client's mistake: a 400, not an exception in the socket callback.
       const url = URL.parse(target ?? "/", "http://status")
       if (url === null) return respond(400, { error: `malformed request target: ${JSON.stringify(target?.slice(0, 64))}` })
+      if (method === "GET" && statePaths.has(url.pathname)) {
+        // Before anything of the run is looked at: an answer without the token says nothing of it.
+        const given = url.searchParams.get("token") ?? bearerOf(head)
+        if (given === undefined) {
+          return respond(
+            401,
+            { error: "this run's pages need its page token: open the page URL the launcher printed (live page: …/?token=…), add ?token=<page token>, or send Authorization: Bearer <page token>; bun run status finds it in .cohort/runs/" },
+            "application/json",
+            ['WWW-Authenticate: Bearer realm="cohort run"']
+          )
+        }
+        if (!tokenMatches(given, pageToken)) return respond(403, { error: "wrong page token for this run" })
+      }
       if (method === "GET" && url.pathname === "/" && options.page !== undefined) {
-        return respond(200, options.page, "text/html; charset=utf-8")
+        // The token is in the page's URL: no address of it goes to another site (the page loads nothing from one anyway).
+        return respond(200, options.page, "text/html; charset=utf-8", ["Referrer-Policy: no-referrer"])
       }
       if (method === "GET" && url.pathname === "/events" && headOnly) {
         // What a GET would open, without opening it: an event stream has no length to give.
-        void connection.write(encoder.encode(["HTTP/1.1 200 OK", "Content-Type: text/event-stream", "Cache-Control: no-store", "Access-Control-Allow-Origin: *", "Connection: close", "", ""].join("\r\n")))
+        void connection.write(encoder.encode(["HTTP/1.1 200 OK", "Content-Type: text/event-stream", "Cache-Control: no-store", "Connection: close", "", ""].join("\r\n")))
         connection.end()
         return Promise.resolve()
       }
@@ -238,7 +287,7 @@ export const make = (options: StatusBoardOptions): Effect.Effect<StatusBoard, ne
         const fromSource = streamsFrom.get(connection.address) ?? 0
         if (fromSource >= MAX_EVENT_STREAMS_PER_SOURCE || streams.size >= MAX_EVENT_STREAMS) {
           const limit = fromSource >= MAX_EVENT_STREAMS_PER_SOURCE ? `${MAX_EVENT_STREAMS_PER_SOURCE} from one address` : `${MAX_EVENT_STREAMS} in all`
-          return respond(503, { error: `too many /events streams open (at most ${limit}): close one, or poll /state.json` }, "application/json", false)
+          return respond(503, { error: `too many /events streams open (at most ${limit}): close one, or poll /state.json` })
         }
         streamsFrom.set(connection.address, fromSource + 1)
         const stream = openEventStream(connection, () => {
@@ -260,7 +309,7 @@ export const make = (options: StatusBoardOptions): Effect.Effect<StatusBoard, ne
           : sendState(connection, published, acceptsGzip(head), as)
       }
       if (url.pathname === "/start") {
-        const refuse = (status: number, error: string) => respond(status, { error }, "application/json", false)
+        const refuse = (status: number, error: string) => respond(status, { error })
         if (method !== "POST") return refuse(405, "use POST /start")
         if (url.searchParams.has("token")) return refuse(400, "the start token goes in an Authorization: Bearer header, never the URL")
         const token = bearerOf(head)
@@ -270,7 +319,7 @@ export const make = (options: StatusBoardOptions): Effect.Effect<StatusBoard, ne
         if (!tokenMatches(token, options.startToken)) return refuse(403, "wrong start token for this run")
         const start = options.onStart ?? (() => Effect.succeed<StartOutcome>({ armed: false, reason: "this run has no manual start" }))
         return callbacks.promise(start()).then((outcome) =>
-          outcome.armed ? respond(200, { armed: true }, "application/json", false) : refuse(409, outcome.reason)
+          outcome.armed ? respond(200, { armed: true }) : refuse(409, outcome.reason)
         )
       }
       return respond(404, { error: `no such path: ${asked} ${url.pathname}`, paths })
@@ -325,6 +374,7 @@ export const make = (options: StatusBoardOptions): Effect.Effect<StatusBoard, ne
     }
 
     return {
+      pageToken,
       serve,
       publish: (state) =>
         Effect.sync(() => {
@@ -380,7 +430,6 @@ const openEventStream = (connection: Connection, onClosed: () => void): EventStr
     "HTTP/1.1 200 OK",
     "Content-Type: text/event-stream",
     "Cache-Control: no-store",
-    "Access-Control-Allow-Origin: *",
     "Connection: keep-alive",
     "",
     ""

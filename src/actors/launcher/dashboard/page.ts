@@ -2,7 +2,9 @@
  * The live status page the launcher serves at `GET /`: one self-contained
  * HTML document (the machines are offline: no CDN, no fonts, no scripts from
  * elsewhere). It reads `RunState` (RunView.ts) from `events` (Server-Sent
- * Events, `event: state`) and once from `state.json`, and draws it.
+ * Events, `event: state`) and once from `state.json`, and draws it. Both
+ * need the run's page token: the page passes on its own URL's query (the
+ * `?token=…` of the URL the launcher prints), which keeps it out of the page.
  *
  * Every datum goes in through textContent or setAttribute, never innerHTML:
  * host names, causes and metric names come from users.
@@ -260,7 +262,7 @@ function accept(s) {
 }
 
 function connect() {
-  es = new EventSource("events");
+  es = new EventSource("events" + location.search);
   es.onopen = function () { lostAt = 0; setConn("live", "live"); };
   es.addEventListener("state", function (e) {
     if (conn !== "live") { lostAt = 0; setConn("live", "live"); }
@@ -277,7 +279,7 @@ function connect() {
   };
 }
 
-fetch("state.json").then(function (r) { return r.ok ? r.json() : null; }).then(accept, function () {});
+fetch("state.json" + location.search).then(function (r) { return r.ok ? r.json() : null; }).then(accept, function () {});
 connect();
 setInterval(tick, 250);
 `
