@@ -235,6 +235,19 @@ const portOf = async (lines: ReadonlyArray<string>): Promise<number> => {
   return Number(/listening on [\d.]+:(\d+)/.exec(lines.find((line) => /listening on [\d.]+:\d+/.test(line))!)![1])
 }
 
+/** The page token in the page URL of the launcher's `listening on` line (`live page: http://…/?token=…`). */
+const pageTokenIn = (lines: ReadonlyArray<string>): string => {
+  const token = /live page: http:\/\/[^ ]+\/\?token=([0-9a-f]{32}) ;/.exec(lines.find((line) => /listening on/.test(line)) ?? "")?.[1]
+  if (token === undefined) throw new Error(`no page token in the listening line: ${lines.find((line) => /listening on/.test(line))}`)
+  return token
+}
+
+/** What a request without the page token, or with another, gets back: its status, CORS header and body. */
+const refused = async (port: number, path: string, headers: Record<string, string> = {}) => {
+  const response = await fetch(`http://127.0.0.1:${port}${path}`, { headers, keepalive: false })
+  return { path, status: response.status, cors: response.headers.get("access-control-allow-origin"), body: await response.text() }
+}
+
 /** Poll `check` (async) until it yields a value; throws with `what` after `timeoutMs`. */
 const until = async <A>(check: () => Promise<A | undefined>, what: string, timeoutMs: number): Promise<A> => {
   const deadline = performance.now() + timeoutMs
@@ -247,7 +260,7 @@ const until = async <A>(check: () => Promise<A | undefined>, what: string, timeo
 }
 
 const metrics = async (port: number) => {
-  const response = await fetch(`http://127.0.0.1:${port}/metrics`)
+  const response = await fetch(`http://127.0.0.1:${port}/metrics`, { headers: { Authorization: `Bearer ${run.token}` } })
   return { status: response.status, contentType: response.headers.get("content-type"), text: await response.text() }
 }
 
@@ -262,7 +275,7 @@ const readEvents = (port: number) => {
   const started = performance.now()
   const received: Array<Received> = []
   const done = (async () => {
-    const response = await fetch(`http://127.0.0.1:${port}/events`)
+    const response = await fetch(`http://127.0.0.1:${port}/events?token=${run.token}`)
     const contentType = response.headers.get("content-type")
     const decoder = new TextDecoder()
     let pending = ""
@@ -307,6 +320,11 @@ const run = {} as {
   victimPid: number
   launcherPid: number
   port: number
+  /** The run's page token, from its first line. */
+  token: string
+  /** The state's pages asked without the token, with a wrong one, and with the token as the page passes it. */
+  unauthorised: Array<Awaited<ReturnType<typeof refused>>>
+  authorised: Array<{ path: string; status: number; cors: string | null }>
   checkpoint: string
   /** The run's registry entry as the launcher wrote it, once it listened. */
   entry: Record<string, unknown>
@@ -330,7 +348,21 @@ describe("a live run seen from outside: /metrics, --events, /events, the termina
     try {
       const port = await portOf(launch.stderr.lines)
       run.port = port
+      run.token = pageTokenIn(launch.stderr.lines)
       run.sse = readEvents(port)
+      // Anyone who reaches the port, without the run's page token or with another: nothing of the run.
+      run.unauthorised = []
+      for (const path of ["/", "/state.json", "/events", "/metrics"]) {
+        run.unauthorised.push(await refused(port, path))
+        run.unauthorised.push(await refused(port, `${path}?token=${"0".repeat(32)}`))
+        run.unauthorised.push(await refused(port, path, { Authorization: `Bearer ${"f".repeat(32)}` }))
+      }
+      run.authorised = []
+      for (const path of ["/", "/state.json", "/metrics"]) {
+        const response = await fetch(`http://127.0.0.1:${port}${path}?token=${run.token}`, { keepalive: false })
+        await response.body?.cancel()
+        run.authorised.push({ path, status: response.status, cors: response.headers.get("access-control-allow-origin") })
+      }
 
       // The window waits for the operator: its countdown runs.
       const waiting = await metrics(port)
@@ -377,13 +409,32 @@ describe("a live run seen from outside: /metrics, --events, /events, the termina
     expect(run.code).toBe(0)
   })
 
-  test("the first line names the run's id and a page one can open; its registry entry says the same, and goes with the run", () => {
+  test("the first line names the run's id and a page one can open, with its page token; its registry entry says the same, and goes with the run", () => {
     const id = `observe-${run.launcherPid}`
+    const page = `http://127.0.0.1:${run.port}/?token=${run.token}`
     expect(run.stderr).toContainEqual(
-      `cohort: observe: listening on 127.0.0.1:${run.port} (run ${id}; live page: http://127.0.0.1:${run.port}/ ; bun run status); waiting for ${RANKS} rank(s) on 1 host(s)`
+      `cohort: observe: listening on 127.0.0.1:${run.port} (run ${id}; live page: ${page} ; bun run status); waiting for ${RANKS} rank(s) on 1 host(s)`
     )
-    expect(run.entry).toMatchObject({ id, run: "observe", address: "127.0.0.1", port: run.port, page: `http://127.0.0.1:${run.port}/`, pid: run.launcherPid, checkpoint: run.checkpoint })
+    expect(run.entry).toMatchObject({ id, run: "observe", address: "127.0.0.1", port: run.port, page, pid: run.launcherPid, checkpoint: run.checkpoint })
     expect(existsSync(join(repoRoot, ".cohort", "runs", `${id}.json`))).toBe(false)
+  })
+
+  test("the page, /state.json, /events and /metrics: 401 without the page token and 403 with another, saying nothing of the run; no CORS header", () => {
+    const none = {
+      status: 401,
+      cors: null,
+      body: JSON.stringify({
+        error: "this run's pages need its page token: open the page URL the launcher printed (live page: …/?token=…), add ?token=<page token>, or send Authorization: Bearer <page token>; bun run status finds it in .cohort/runs/"
+      })
+    }
+    const wrong = { status: 403, cors: null, body: JSON.stringify({ error: "wrong page token for this run" }) }
+    expect(run.unauthorised).toEqual(["/", "/state.json", "/events", "/metrics"].flatMap((path) => [
+      { path, ...none },
+      { path: `${path}?token=${"0".repeat(32)}`, ...wrong },
+      { path, ...wrong }
+    ]))
+    // With the token, as the printed URL carries it: served, and still no CORS header.
+    expect(run.authorised).toEqual([{ path: "/", status: 200, cors: null }, { path: "/state.json", status: 200, cors: null }, { path: "/metrics", status: 200, cors: null }])
   })
 
   test("the manual window says what it waits for (the quorum, then the operator's start), not a countdown stuck at 0", () => {
@@ -518,11 +569,18 @@ describe("a live run seen from outside: /metrics, --events, /events, the termina
     const moved = first("work_moved", (event) => event.rank === VICTIM)
     expect(moved).toBeGreaterThan(lost - 1)
     expect((events[moved]!.survivors as Array<number>).sort()).toEqual([0, 1, 2].filter((rank) => rank !== VICTIM))
+    // The survivors' next counted step, after the hand-over, from one of them: the death's recovery.
+    const stepped = first("survivors_stepped", (event) => (event.ranks as Array<number>).includes(VICTIM))
+    expect(stepped).toBeGreaterThan(moved)
+    expect([0, 1, 2].filter((rank) => rank !== VICTIM)).toContain(events[stepped]!.rank as number)
     // And the death's figures, said once it recovered: known, then recovered, from its moment.
     const figures = events[first("death_recovered", (event) => event.rank === VICTIM)]!
-    expect(figures).toMatchObject({ how: "dropped", kind: "signal", rule: null, recoveredAt: events[moved]!.at })
+    expect(figures).toMatchObject({ how: "dropped", kind: "signal", rule: null })
     expect(figures.detectMs as number).toBe(events[lost]!.at - (events[lost]!.diedAt as number))
-    expect(figures.recoverMs as number).toBe(events[moved]!.at - (events[lost]!.diedAt as number))
+    // The step's moment is when it was heard; its line may be said as of the line above it (RunJournal), never before.
+    expect(figures.recoveredAt as number).toBeLessThanOrEqual(events[stepped]!.at)
+    expect(figures.recoveredAt as number).toBeGreaterThanOrEqual(events[lost]!.diedAt as number)
+    expect(figures.recoverMs as number).toBe((figures.recoveredAt as number) - (events[lost]!.diedAt as number))
     const story = [
       first("run_started"),
       first("listening"),

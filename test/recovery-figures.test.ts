@@ -1,36 +1,47 @@
 /**
  * The recovery figures from a story of events, every number worked out by hand: which deaths count,
  * their times to detect and recover, a restart under a new number, a silent rank restarted, and the
- * effective training ratio over a timeline.
+ * effective training ratio over a timeline. Then when the survivors' next counted step is
+ * (SurvivorsStep), on the pure coordinator's own steps. recovery-figures.e2e.test.ts has a real run.
  */
 import { describe, expect, test } from "bun:test"
+import { coordinate, CoordinatorEvent, type CoordinatorState, initialState } from "../src/actors/launcher/coordinate.ts"
 import * as RecoveryFigures from "../src/actors/launcher/RecoveryFigures.ts"
+import * as SurvivorsStep from "../src/actors/launcher/SurvivorsStep.ts"
+import { Attach, Progress } from "../src/wire/CoordinatorMessages.ts"
 
 const fold = (events: ReadonlyArray<RecoveryFigures.RecoveryEvent>) => events.reduce(RecoveryFigures.apply, RecoveryFigures.empty)
 
 describe("deaths and their times", () => {
-  test("a dropped rank: detected when reported, recovered when its work moved; one without work never recovers", () => {
+  test("a dropped rank: detected when reported, recovered at the survivors' next counted step; one they never step after never recovers", () => {
     const state = fold([
       { event: "rank_lost", at: 1_030, ranks: [2], kind: "signal", diedAt: 1_000 },
-      { event: "work_moved", at: 1_045, rank: 2 },
+      { event: "survivors_stepped", at: 1_245, ranks: [2] },
       { event: "rank_lost", at: 5_010, ranks: [3], kind: "heartbeat", rule: "spot", diedAt: 2_010 }
     ])
     expect(state.deaths).toEqual([
-      { rank: 2, kind: "signal", rule: null, how: "dropped", diedAt: 1_000, knownAt: 1_030, recoveredAt: 1_045 },
+      { rank: 2, kind: "signal", rule: null, how: "dropped", diedAt: 1_000, knownAt: 1_030, recoveredAt: 1_245 },
       { rank: 3, kind: "heartbeat", rule: "spot", how: "dropped", diedAt: 2_010, knownAt: 5_010, recoveredAt: null }
     ])
-    // 1030 − 1000, 5010 − 2010; recovered: 1045 − 1000 only.
-    expect(RecoveryFigures.times(state)).toEqual({ detect: [30, 3_000], recover: [45] })
+    // 1030 − 1000, 5010 − 2010; recovered: 1245 − 1000 only.
+    expect(RecoveryFigures.times(state)).toEqual({ detect: [30, 3_000], recover: [245] })
   })
 
-  test("work moved for a rank that is not open (a second move, another rank) changes nothing", () => {
+  test("a step after a death already recovered, or after another rank's, changes nothing; one step closes every death it follows", () => {
     const state = fold([
       { event: "rank_lost", at: 100, ranks: [1], diedAt: 90 },
-      { event: "work_moved", at: 120, rank: 1 },
-      { event: "work_moved", at: 200, rank: 1 },
-      { event: "work_moved", at: 210, rank: 7 }
+      { event: "survivors_stepped", at: 120, ranks: [1] },
+      { event: "survivors_stepped", at: 200, ranks: [1] },
+      { event: "survivors_stepped", at: 210, ranks: [7] }
     ])
     expect(state.deaths.map((death) => death.recoveredAt)).toEqual([120])
+    // Two deaths before the survivors step again: the one step is both recoveries.
+    const both = fold([
+      { event: "rank_lost", at: 100, ranks: [1], diedAt: 95 },
+      { event: "rank_lost", at: 130, ranks: [3], diedAt: 128 },
+      { event: "survivors_stepped", at: 400, ranks: [1, 3] }
+    ])
+    expect(RecoveryFigures.times(both).recover).toEqual([305, 272])
   })
 
   test("a restart: recovered when the new incarnation runs user code, under its new number too", () => {
@@ -94,9 +105,9 @@ describe("effective training ratio", () => {
   test("the end-of-run line", () => {
     const state = fold([
       { event: "rank_lost", at: 1_009, ranks: [1], diedAt: 1_000 },
-      { event: "work_moved", at: 1_022, rank: 1 },
+      { event: "survivors_stepped", at: 1_022, ranks: [1] },
       { event: "rank_lost", at: 2_012, ranks: [2], diedAt: 2_000 },
-      { event: "work_moved", at: 2_025, rank: 2 }
+      { event: "survivors_stepped", at: 2_025, ranks: [2] }
     ])
     expect(RecoveryFigures.describeFigures(state, 0.974)).toBe("2 death(s): detected in 9/12 ms, recovered in 22/25 ms; effective training 97.4%")
     expect(RecoveryFigures.describeFigures(fold([{ event: "rank_lost", at: 5, ranks: [0], diedAt: 1 }]), undefined)).toBe("1 death(s): detected in 4 ms, none recovered")
@@ -105,13 +116,13 @@ describe("effective training ratio", () => {
 })
 
 describe("whose death a later event closes", () => {
-  test("work moved closes the dropped death of that rank only: not another rank's, not a restarted one", () => {
+  test("the survivors' step closes the dropped deaths it names only: not another rank's, not a restarted one", () => {
     const state = fold([
       { event: "rank_lost", at: 10, ranks: [1], kind: "exit", rule: "r", diedAt: 5 },
       { event: "rank_restarting", at: 20, rank: 2, diedAt: 15 },
       { event: "rank_lost", at: 30, ranks: [3], diedAt: 25 },
-      { event: "work_moved", at: 40, rank: 2 },
-      { event: "work_moved", at: 50, rank: 3 }
+      { event: "survivors_stepped", at: 40, ranks: [2] },
+      { event: "survivors_stepped", at: 50, ranks: [3] }
     ])
     expect(state.deaths.map((death) => [death.rank, death.kind, death.rule, death.recoveredAt])).toEqual([[1, "exit", "r", null], [2, null, null, null], [3, null, null, 50]])
   })
@@ -119,9 +130,9 @@ describe("whose death a later event closes", () => {
   test("a rank's newest death is the open one: an older recovered death of the same rank is left as it was", () => {
     const state = fold([
       { event: "rank_lost", at: 10, ranks: [1], diedAt: 5 },
-      { event: "work_moved", at: 12, rank: 1 },
+      { event: "survivors_stepped", at: 12, ranks: [1] },
       { event: "rank_lost", at: 30, ranks: [1], diedAt: 25 },
-      { event: "work_moved", at: 40, rank: 1 }
+      { event: "survivors_stepped", at: 40, ranks: [1] }
     ])
     expect(state.deaths.map((death) => death.recoveredAt)).toEqual([12, 40])
   })
@@ -161,11 +172,86 @@ describe("whose death a later event closes", () => {
 
 test("the deaths recovered between two states: each once, a restart again when it enters", () => {
   const before = fold([{ event: "rank_lost", at: 10, ranks: [1], diedAt: 5 }, { event: "rank_restarting", at: 20, rank: 2, diedAt: 15 }])
-  const moved = RecoveryFigures.apply(before, { event: "work_moved", at: 30, rank: 1 })
+  const moved = RecoveryFigures.apply(before, { event: "survivors_stepped", at: 30, ranks: [1] })
   expect(RecoveryFigures.recoveredSince(before, moved).map((death) => [death.rank, death.recoveredAt])).toEqual([[1, 30]])
   expect(RecoveryFigures.recoveredSince(moved, moved)).toEqual([])
   const running = RecoveryFigures.apply(moved, { event: "rank_running", at: 40, rank: 2 })
   const entered = RecoveryFigures.apply(running, { event: "ranks_entered", at: 50, ranks: [2] })
   expect(RecoveryFigures.recoveredSince(moved, running).map((death) => [death.rank, death.recoveredAt])).toEqual([[2, 40]])
   expect(RecoveryFigures.recoveredSince(running, entered).map((death) => [death.rank, death.recoveredAt])).toEqual([[2, 50]])
+})
+
+describe("the survivors' next counted step (SurvivorsStep), on the coordinator's own steps", () => {
+  /** The pure coordinator, stepped as its actor steps it, with the observation after each step. */
+  const run = (ranks: ReadonlyArray<number>, datasetSize: number, epochs: number) => {
+    let state: CoordinatorState = initialState({
+      job: { backend: "cpu_sync", datasetSize, epochs },
+      ranks,
+      heartbeatTimeoutMs: 6_000,
+      checkpointPath: "/ckpt/run.json",
+      resume: undefined
+    })
+    let awaiting = SurvivorsStep.none
+    const step = (event: CoordinatorEvent): SurvivorsStep.SurvivorsStepped | undefined => {
+      const [instructions, next] = coordinate(state, event)
+      const [stepped, left] = SurvivorsStep.observe(awaiting, event, state, instructions)
+      state = next
+      awaiting = left
+      return stepped
+    }
+    // Every rank attaches at 0 (with `groups`, as the Python client does): epoch 1 is planned.
+    for (const rank of ranks) step(CoordinatorEvent.Reported({ rank, report: new Attach({ groups: true }), at: 0 }))
+    return {
+      step,
+      progress: (rank: number, epoch: number, done: number, at: number) => step(CoordinatorEvent.Reported({ rank, report: new Progress({ epoch, done }), at })),
+      dies: (dead: ReadonlyArray<number>, at: number) => step(CoordinatorEvent.RanksDead({ ranks: dead, cause: "killed", at })),
+      get awaiting() {
+        return awaiting
+      }
+    }
+  }
+
+  test("a death mid-epoch: not the hand-over, not a report of no more samples, not the dead rank's own; the first survivor's report of more is", () => {
+    // 30 samples over 3 ranks: 10 each in epoch 1.
+    const cohort = run([0, 1, 2], 30, 2)
+    expect(cohort.progress(0, 1, 2, 100)).toBeUndefined()
+    expect(cohort.progress(1, 1, 2, 100)).toBeUndefined()
+    expect(cohort.progress(2, 1, 2, 100)).toBeUndefined()
+    // Nothing awaits a step before any death.
+    expect(cohort.awaiting).toEqual([])
+    // Rank 1 dies at 1000: its 8 samples go to the survivors (the hand-over), and the death awaits their step.
+    expect(cohort.dies([1], 1_000)).toBeUndefined()
+    expect(cohort.awaiting).toEqual([1])
+    // The survivors re-form their group: a report of the samples they had is no step; nor is one of the dead rank's, heard late.
+    expect(cohort.progress(0, 1, 2, 1_050)).toBeUndefined()
+    expect(cohort.progress(1, 1, 4, 1_060)).toBeUndefined()
+    // The first counted step after the death: rank 2's, at 1230.
+    expect(cohort.progress(2, 1, 4, 1_230)).toEqual({ event: "survivors_stepped", at: 1_230, ranks: [1], rank: 2, epoch: 1 })
+    expect(cohort.awaiting).toEqual([])
+    // Later steps are training as usual.
+    expect(cohort.progress(0, 1, 4, 1_240)).toBeUndefined()
+  })
+
+  test("two deaths before the survivors step: one step is both deaths'; a death with no epoch under way awaits nothing", () => {
+    const cohort = run([0, 1, 2, 3], 40, 1)
+    cohort.dies([1], 500)
+    cohort.dies([3], 520)
+    expect(cohort.awaiting).toEqual([1, 3])
+    expect(cohort.progress(0, 1, 2, 900)).toEqual({ event: "survivors_stepped", at: 900, ranks: [1, 3], rank: 0, epoch: 1 })
+    // Not yet formed (no epoch planned): a death hands nothing over, and awaits no step.
+    const unplanned = initialState({ job: { backend: "cpu_sync", datasetSize: 10, epochs: 1 }, ranks: [0, 1], heartbeatTimeoutMs: 6_000, checkpointPath: "/x", resume: undefined })
+    const [instructions] = coordinate(unplanned, CoordinatorEvent.RanksDead({ ranks: [1], cause: "killed", at: 5 }))
+    expect(SurvivorsStep.observe(SurvivorsStep.none, CoordinatorEvent.RanksDead({ ranks: [1], cause: "killed", at: 5 }), unplanned, instructions)).toEqual([undefined, []])
+  })
+
+  test("a survivor's report that finishes the epoch is a counted step too (the coordinator has moved on to the next epoch by then)", () => {
+    // 20 samples over 2 ranks; rank 1 has done all 10 of its own, rank 0 5 of its 10 when rank 1 dies.
+    const cohort = run([0, 1], 20, 2)
+    cohort.progress(1, 1, 10, 100)
+    cohort.progress(0, 1, 5, 100)
+    cohort.dies([1], 200)
+    expect(cohort.awaiting).toEqual([1])
+    // Rank 0 finishes epoch 1: that counts (more samples of the epoch under way).
+    expect(cohort.progress(0, 1, 10, 450)).toEqual({ event: "survivors_stepped", at: 450, ranks: [1], rank: 0, epoch: 1 })
+  })
 })

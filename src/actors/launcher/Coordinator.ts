@@ -29,6 +29,7 @@ import * as CheckpointFile from "./CheckpointFile.ts"
 import { coordinate, CoordinatorEvent, type CoordinatorState, initialState, Instruction } from "./coordinate.ts"
 import type * as Ledger from "./EpochLedger.ts"
 import type { RunEvent } from "./RunView.ts"
+import * as SurvivorsStep from "./SurvivorsStep.ts"
 
 export interface CoordinatorOptions {
   readonly run: string
@@ -116,6 +117,8 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
         : { epoch: options.resume.epoch, state: options.resume.state, ...(options.resume.coverage === undefined ? {} : { coverage: options.resume.coverage }) }
     }))
     const journal = options.onEvent ?? (() => Effect.void)
+    // Deaths whose survivors have not counted a step since: their recovery is that step (SurvivorsStep).
+    const awaitingStep = yield* Ref.make(SurvivorsStep.none)
     // A run stops once at most, so it has one cut at most: done once it has settled.
     const cutSettled = yield* Deferred.make<void>()
 
@@ -166,6 +169,9 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
         yield* Ref.set(state, next)
         if (before.consensus.cut !== undefined && next.consensus.cut === undefined) yield* Deferred.succeed(cutSettled, undefined)
         for (const instruction of instructions) yield* execute(instruction)
+        const [stepped, awaiting] = SurvivorsStep.observe(yield* Ref.get(awaitingStep), event, before, instructions)
+        yield* Ref.set(awaitingStep, awaiting)
+        if (stepped !== undefined) yield* journal(stepped)
       })
 
     const actor = yield* Actor.spawn<Heard | Settled | CutWaiting, never>({

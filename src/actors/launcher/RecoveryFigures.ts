@@ -7,12 +7,15 @@
  *   beat for a silent rank, or when the launcher saw it go (a lost link).
  * - Known (`knownAt`): when the policy reported it dead (`rank_lost`) or ordered its restart
  *   (`rank_restarting`). Time to detect = knownAt − diedAt.
- * - Recovered (`recoveredAt`): under elastic, when the coordinator handed its remaining samples to the
- *   survivors (`work_moved`); under restart, when its new incarnation trains again: it enters the
- *   cohort at an epoch boundary (`ranks_entered`), or, in a run without training, runs user code
- *   (`rank_running`); under its new number when it has one (`world_grew`'s `replaces`). Time to
- *   recover = recoveredAt − diedAt. A dropped rank with no work to hand on (no training, or between
- *   epochs) has none.
+ * - Recovered (`recoveredAt`): under elastic, when the survivors train again: their next counted
+ *   step, the first report of more samples heard from one of them after the death (`survivors_stepped`,
+ *   SurvivorsStep). Not when its remaining samples were handed to them (`work_moved`): ranks that keep
+ *   their own process groups (the Python client) are still re-forming theirs then, and a figure taken
+ *   there said a few ms of survivors that had not stepped. Under restart, when its new incarnation trains
+ *   again: it enters the cohort at an epoch boundary (`ranks_entered`), or, in a run without training,
+ *   runs user code (`rank_running`); under its new number when it has one (`world_grew`'s `replaces`).
+ *   Time to recover = recoveredAt − diedAt. A dropped rank that died with no epoch under way (no
+ *   training, or between epochs), or whose survivors never step again, has none.
  * - ETTR: the time the cohort spent with every rank alive, plus the time with fewer weighted by the
  *   share alive, over the run's wall time (from its start to its end, or now). A restarted rank counts
  *   as absent from its death to its recovery. The join window and the time before a death is known
@@ -45,7 +48,7 @@ export const empty: RecoveryState = { deaths: [], replacing: {} }
 export type RecoveryEvent =
   | { readonly event: "rank_lost"; readonly at: number; readonly ranks: ReadonlyArray<number>; readonly kind?: string; readonly rule?: string; readonly diedAt?: number }
   | { readonly event: "rank_restarting"; readonly at: number; readonly rank: number; readonly kind?: string; readonly rule?: string; readonly diedAt?: number }
-  | { readonly event: "work_moved"; readonly at: number; readonly rank: number }
+  | { readonly event: "survivors_stepped"; readonly at: number; readonly ranks: ReadonlyArray<number> }
   | { readonly event: "world_grew"; readonly at: number; readonly ranks: ReadonlyArray<number>; readonly replaces?: number }
   | { readonly event: "rank_running"; readonly at: number; readonly rank: number }
   | { readonly event: "ranks_entered"; readonly at: number; readonly ranks: ReadonlyArray<number> }
@@ -90,8 +93,9 @@ export const apply = (state: RecoveryState, event: RecoveryEvent): RecoveryState
       }
       return { ...state, deaths: [...state.deaths, newDeath(event.rank, "restarted", event)] }
     }
-    case "work_moved":
-      return recovered(state, openDeath(state.deaths, event.rank, "dropped"), event.at)
+    case "survivors_stepped":
+      // Each of the deaths the step was the first after; a restarted one recovers when its new incarnation trains.
+      return event.ranks.reduce((current, rank) => recovered(current, openDeath(current.deaths, rank, "dropped"), event.at), state)
     case "world_grew":
       return event.replaces === undefined || event.ranks.length === 0
         ? state

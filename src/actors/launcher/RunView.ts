@@ -203,8 +203,13 @@ export type RunEvent =
   | { readonly event: "rank_restarting"; readonly at: number; readonly rank: number; readonly kind?: string; readonly rule?: string; readonly diedAt?: number }
   /** A failure rule decided a death (`action` as the file writes it). */
   | { readonly event: "rule_matched"; readonly at: number; readonly rule: string; readonly action: string; readonly ranks: ReadonlyArray<number> }
-  /** The survivors hold a dead rank's remaining samples: that death's recovery. */
+  /** The survivors hold a dead rank's remaining samples (they may not train yet: see `survivors_stepped`). */
   | { readonly event: "work_moved"; readonly at: number; readonly rank: number; readonly survivors: ReadonlyArray<number> }
+  /**
+   * The survivors' next counted step after these ranks died mid-epoch (`rank`'s report, of `epoch`, with more
+   * samples): those deaths' recovery (SurvivorsStep).
+   */
+  | { readonly event: "survivors_stepped"; readonly at: number; readonly ranks: ReadonlyArray<number>; readonly rank: number; readonly epoch: number }
   /**
    * A death the policy carried has recovered, with its times (`--events` only, said by the journal from the
    * view's recovery figures).
@@ -348,7 +353,7 @@ export const apply = (state: RunState, event: RunEvent): RunState => {
 
 /** The events after which the ETTR is said again: membership, recovery, training's ticks and the verdict. */
 const ettrMoves: ReadonlySet<RunEvent["event"]> = new Set<RunEvent["event"]>([
-  "world_formed", "world_grew", "rank_lost", "work_moved", "ranks_entered", "rank_restarting", "rank_running", "progress", "epoch_done", "verdict"
+  "world_formed", "world_grew", "rank_lost", "survivors_stepped", "ranks_entered", "rank_restarting", "rank_running", "progress", "epoch_done", "verdict"
 ])
 
 /** The run's effective training ratio as of `at` (its verdict's moment once said; RecoveryFigures); undefined before it can be said. */
@@ -368,11 +373,12 @@ const step = (state: RunState, event: RunEvent): RunState => {
     case "decision":
     case "checkpoint":
     case "death_recovered":
+    case "work_moved":
       return state
     case "rule_matched":
       return { ...state, ruleMatches: { ...state.ruleMatches, [event.rule]: (state.ruleMatches?.[event.rule] ?? 0) + 1 } }
     case "rank_restarting":
-    case "work_moved":
+    case "survivors_stepped":
     case "rank_running":
       return { ...state, recovery: RecoveryFigures.apply(state.recovery ?? RecoveryFigures.empty, event) }
     case "join_window":
