@@ -29,7 +29,7 @@ job:
   const child = Bun.spawn([process.execPath, join(root, "src", "cli", "launch.ts"), file], { stdout: "pipe", stderr: "pipe", timeout: 30_000 })
   const [stdout, stderr, code] = await Promise.all([new Response(child.stdout).text(), new Response(child.stderr).text(), child.exited])
   expect(stdout, stderr).toContain(
-    "[localhost:cpu:r0] {'t': 'refused', 'reason': 'rank 0 speaks version 99 of the rank-relay protocol and this relay speaks 1: " +
+    "[localhost:cpu:r0] {'t': 'refused', 'reason': 'rank 0 speaks version 99 of the rank-relay protocol and this relay speaks 2: " +
       "use the client that comes with this cohort (python/cohort in its checkout)'}"
   )
   expect(code).toBe(0)
