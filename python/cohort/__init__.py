@@ -25,7 +25,7 @@ from typing import Optional
 from ._context import Checkpoint, Context, Plan
 from ._envelope import PROTOCOL_VERSION, Envelope, read_envelope
 from ._errors import CohortError, Stopped, exit_status
-from ._groups import GroupKeeper
+from ._groups import GroupKeeper, trace
 from ._relay import Orders, RelayLink
 
 __all__ = ["init", "Context", "Plan", "Checkpoint", "CohortError", "Stopped", "PROTOCOL_VERSION"]
@@ -93,7 +93,9 @@ def init() -> Context:
     link = RelayLink(envelope, orders, lost)
     groups = GroupKeeper(envelope.rank, envelope.backend, orders, link, _address_toward(envelope.controller_host, envelope.controller_port))
     link.report({"_tag": "Attach", "groups": True})
+    trace(f"rank {envelope.rank} attached; waiting for its welcome")
     orders.wait(lambda: orders.welcome is not None or orders.refused is not None)
+    trace(f"rank {envelope.rank} welcomed (first epoch {(orders.welcome or {}).get('firstEpoch')})")
     if orders.refused is not None:
         raise CohortError(f"the relay refused rank {envelope.rank}: {orders.refused}")
     ctx = Context(envelope, orders, link, groups)

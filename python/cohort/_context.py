@@ -187,7 +187,7 @@ class Context:
 
     @property
     def group_rank(self) -> int:
-        """This rank's rank in the current group (torch.distributed's `get_rank()`)."""
+        """This rank's rank in the current group (torch.distributed's `get_rank()`); -1 while it is in none."""
         return self._groups.position
 
     @property

@@ -237,7 +237,9 @@ class GroupKeeper:
 
     @property
     def position(self) -> int:
-        return self.members.index(self.rank)
+        """This rank's place among the members; -1 while it is in no group (as torch's get_rank() for a non-member):
+        a rank that joined too late to enter before training ended never is."""
+        return self.members.index(self.rank) if self.rank in self.members else -1
 
     def _wait(self, work) -> bool:
         """True once `work` is done; False when it failed or was given up for a newer generation (the group is then broken)."""
