@@ -146,7 +146,7 @@ describe("overrides decoded with the file", () => {
 
   test("a path the schema does not know is refused like the file's unknown keys, with a did-you-mean", async () => {
     expect(await refusal(base, sets("job.epoch=20"))).toEqual([
-      `--set job.epoch=20: unknown key "epoch" (did you mean "epochs"?); known keys: entry, command, args, backend, dataset_size, epochs, cadence, checkpoint, outer_optimizer, async_alpha`
+      `--set job.epoch=20: unknown key "epoch" (did you mean "epochs"?); known keys: entry, command, args, backend, dataset_size, epochs, cadence, checkpoint, checkpoint_pickle, outer_optimizer, async_alpha`
     ])
     expect(await refusal(base, sets("failure_policy.grase=10s"))).toEqual([
       `--set failure_policy.grase=10s: unknown key "grase" (did you mean "grace"?); known keys: before_formation, after_formation, rules, grace, heartbeat_timeout, max_failure_base, degraded_exit`
@@ -170,7 +170,7 @@ describe("overrides decoded with the file", () => {
     const broken = base.replace("devices: 2", "devices: 300")
     expect(await refusal(broken, sets("job.epoch=20", "failure_policy.grace=soon", "job.entry.x=1"))).toEqual([
       `--set job.entry.x=1: job.entry is "examples/train.ts", not a mapping: there is no key x in it`,
-      `--set job.epoch=20: unknown key "epoch" (did you mean "epochs"?); known keys: entry, command, args, backend, dataset_size, epochs, cadence, checkpoint, outer_optimizer, async_alpha`,
+      `--set job.epoch=20: unknown key "epoch" (did you mean "epochs"?); known keys: entry, command, args, backend, dataset_size, epochs, cadence, checkpoint, checkpoint_pickle, outer_optimizer, async_alpha`,
       `--set failure_policy.grace=soon: expected a duration like "250ms", "5s", "10m" or "1h", got "soon"`,
       `${join(dir, `cluster-${files - 1}.yml`)}: workers[0].devices (line 3, col 33): expected a number of CPU ranks (1 to 256), a list of GPU indices like [0, 1], or "all", got 300`
     ])
