@@ -12,6 +12,7 @@ import { readHostEnvelope } from "../src/actors/agent/Envelope.ts"
 import { hostRunSpec } from "../src/actors/launcher/Plan.ts"
 import { parseCluster } from "../src/config/ClusterConfig.ts"
 import { HostRunSpec } from "../src/wire/JoinMessages.ts"
+import { pythonEnvelope } from "./support/python-envelope.ts"
 
 const cluster = (job: string) => `workers:\n  - { host: localhost, devices: 1 }\njob: ${job}\n`
 const decode = (job: string) => Effect.runPromise(parseCluster(cluster(job), "cluster.yml"))
@@ -44,27 +45,9 @@ describe("the opt-in reaches the ranks", () => {
     expect("checkpointPickle" in off).toBe(false)
   })
 
+  /** One CPU rank's envelope, with `changes`. */
   const envelope = (changes: Record<string, unknown>) =>
-    JSON.stringify({
-      protocol: 2,
-      run: "r",
-      host: "localhost",
-      groupRank: 0,
-      worldSize: 1,
-      ranks: [0],
-      devices: [{ kind: "cpu", slot: 0 }],
-      controller: { host: "127.0.0.1", port: 29400 },
-      rankKeyHex: "00".repeat(32),
-      args: [],
-      backend: "cpu_sync",
-      dir: "/nonexistent",
-      socket: "/nonexistent/relay.sock",
-      datasetSize: 10,
-      epochs: 1,
-      cadence: 1,
-      heartbeatTimeoutMs: 300,
-      ...changes
-    })
+    pythonEnvelope({ worldSize: 1, ranks: [0], devices: [{ kind: "cpu", slot: 0 }], ...changes })
 
   test("the envelope reads it when present, and refuses what is not true or false", () => {
     const read = (changes: Record<string, unknown>) => readHostEnvelope("COHORT_RANK_ENVELOPE", envelope(changes))

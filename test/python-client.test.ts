@@ -6,6 +6,7 @@
  */
 import { describe, expect, test } from "bun:test"
 import { join, resolve } from "node:path"
+import { pythonEnvelope } from "./support/python-envelope.ts"
 
 const root = resolve(import.meta.dir, "..")
 const python = Bun.which("python3") ?? "/usr/bin/python3"
@@ -21,28 +22,7 @@ const runPython = (code: string, env: Record<string, string> = {}) => {
 
 const initOnly = "import cohort\ncohort.init()"
 
-/** An envelope as the agent writes one, with `changes` applied. */
-const envelope = (changes: Record<string, unknown> = {}) =>
-  JSON.stringify({
-    protocol: 2,
-    run: "r",
-    host: "localhost",
-    groupRank: 0,
-    worldSize: 2,
-    ranks: [0, 1],
-    devices: [{ kind: "cpu", slot: 0 }, { kind: "cpu", slot: 1 }],
-    controller: { host: "127.0.0.1", port: 29400 },
-    rankKeyHex: "00".repeat(32),
-    args: [],
-    backend: "cpu_sync",
-    dir: "/nonexistent",
-    socket: "/nonexistent/relay.sock",
-    datasetSize: 10,
-    epochs: 1,
-    cadence: 1,
-    heartbeatTimeoutMs: 300,
-    ...changes
-  })
+const envelope = pythonEnvelope
 
 describe("cohort.init() says what is wrong in one line, without a traceback", () => {
   const cases: ReadonlyArray<[string, Record<string, string>, string]> = [

@@ -11,20 +11,10 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { clusterFile, repoRoot, spawnLaunch } from "./support/launch-scenario.ts"
 import { environment, pidFiles, waitFor } from "./support/processes.ts"
+import { secondUser } from "./support/second-user.ts"
 
-const USER = "cohort-intruder"
 
-/** The intruder's uid, creating the user if need be; or why this machine cannot have one. */
-const intruder = (): { readonly uid: number; readonly gid: number } | string => {
-  if (process.getuid?.() !== 0) return "not root: useradd needs root"
-  const id = (flag: string) => Bun.spawnSync(["id", flag, USER], { stdout: "pipe", stderr: "ignore" })
-  if (id("-u").exitCode !== 0) {
-    const made = Bun.spawnSync(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", USER], { stderr: "pipe" })
-    if (made.exitCode !== 0) return `useradd failed: ${made.stderr.toString().trim()}`
-  }
-  return { uid: Number(id("-u").stdout.toString()), gid: Number(id("-g").stdout.toString()) }
-}
-const who = intruder()
+const who = secondUser()
 if (typeof who === "string") console.log(`second-user tests skipped: ${who}`)
 
 const dirs: Array<string> = []

@@ -20,25 +20,15 @@ import { tmpdir } from "node:os"
 import { join, resolve } from "node:path"
 import { debianTorchProblem, lastLine, python, runCommand } from "./support/debian-torch.ts"
 import { waitFor } from "./support/processes.ts"
+import { secondUser } from "./support/second-user.ts"
 
 const root = resolve(import.meta.dir, "..")
 const launch = join(root, "src", "cli", "launch.ts")
-const USER = "cohort-intruder"
 
 const torchProblem = await debianTorchProblem()
 if (torchProblem !== undefined) console.log(`torch rendezvous e2e skipped: python3-torch not available: ${torchProblem}`)
 
-/** The intruder's uid and gid, creating the user if need be; or why this machine cannot have one. */
-const intruder = (): { readonly uid: number; readonly gid: number } | string => {
-  if (process.getuid?.() !== 0) return "not root: useradd needs root"
-  const id = (flag: string) => Bun.spawnSync(["id", flag, USER], { stdout: "pipe", stderr: "ignore" })
-  if (id("-u").exitCode !== 0) {
-    const made = Bun.spawnSync(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", USER], { stderr: "pipe" })
-    if (made.exitCode !== 0) return `useradd failed: ${made.stderr.toString().trim()}`
-  }
-  return { uid: Number(id("-u").stdout.toString()), gid: Number(id("-g").stdout.toString()) }
-}
-const who = torchProblem === undefined ? intruder() : "no torch"
+const who = torchProblem === undefined ? secondUser() : "no torch"
 if (torchProblem === undefined && typeof who === "string") console.log(`torch rendezvous second-user test skipped: ${who}`)
 
 /** The TCP ports listening on this machine now (IPv4 and IPv6), as /proc/net/tcp and tcp6 show them to anyone. */
