@@ -31,6 +31,8 @@ import { join, resolve } from "node:path"
 import { median } from "./stats.ts"
 
 const RUNS = Number(process.env.BENCH_RUNS ?? 3)
+/** BENCH_ONLY=cohort runs only the contenders whose name starts so (an A/B of two checkouts' cohort, run in each). */
+const ONLY = process.env.BENCH_ONLY
 const PYTHON = "/usr/bin/python3"
 const RANKS = 4
 /** examples/torch_elastic.py's sizes (its TRAIN and the epochs of examples/torch.yml), written here again. */
@@ -212,8 +214,9 @@ export const torchRecovery = async (): Promise<string> => {
   if (problem !== undefined) return `torch recovery: skipped (${problem}; on Debian: apt-get install python3-torch)`
 
   const outcomes = new Map<Contender, Array<Outcome>>(contenders.map((contender) => [contender, []]))
+  const selected = contenders.filter((contender) => ONLY === undefined || contender.name.startsWith(ONLY))
   for (let round = 0; round < RUNS; round++) {
-    for (const contender of contenders) {
+    for (const contender of selected) {
       const outcome = await run(contender)
       outcomes.get(contender)!.push(outcome)
       console.error(`torch recovery: round ${round + 1}/${RUNS}, ${contender.name}: ${(outcome.wallMs / 1000).toFixed(1)} s` +
@@ -245,7 +248,7 @@ export const torchRecovery = async (): Promise<string> => {
     return ms === undefined ? undefined : (DATASET * EPOCHS) / (ms / 1000)
   }
 
-  const rows = contenders.map((contender) => {
+  const rows = selected.map((contender) => {
     const all = outcomes.get(contender)!
     const endings = [...new Set(all.map((outcome) => outcome.ending.replace(/ \(.*\)$/, "")))].join(" / ")
     const resumeMs = resume(contender)
