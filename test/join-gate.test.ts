@@ -50,7 +50,8 @@ const setup = (options: { rules?: JoinRules; open?: boolean; floodLimit?: number
       handshakeMs: 2_000,
       ...(options.floodLimit === undefined ? {} : { floodLimit: options.floodLimit })
     })
-    const mux = yield* PortMux.start({ address: "127.0.0.1", port: 0, magicDeadlineMs: 2_000, owners: { join: gate.owner } })
+    // The gate's own deadlines are under test here, not the door's first-frame deadline for strangers (PortMux).
+    const mux = yield* PortMux.start({ address: "127.0.0.1", port: 0, magicDeadlineMs: 2_000, firstFrameMs: 10_000, owners: { join: gate.owner } })
     return { gate, mux, salt, late }
   })
 

@@ -19,12 +19,14 @@ import * as LogLevel from "effect/LogLevel"
 import * as Scope from "effect/Scope"
 import * as fc from "fast-check"
 import * as Actor from "../src/actors/Actor.ts"
+import { UNREAD_GRACE_MS } from "../src/actors/launcher/Door.ts"
 import * as PortMux from "../src/actors/launcher/PortMux.ts"
 import { type ChannelName, defaultCeiling, magic } from "../src/wire/Channel.ts"
 import * as Codec from "../src/wire/Codec.ts"
 import type { Connection } from "../src/wire/Connection.ts"
 import { FrameDecoder, FrameError, frameBytes, HEADER_BYTES, MAC_BYTES, MAX_LENGTH } from "../src/wire/Frame.ts"
 import { Abort, Hello, JoinMessage } from "../src/wire/JoinMessages.ts"
+import { vouchingNonce } from "../src/wire/DoorToken.ts"
 import { deriveKeys, type FrameKeys, NONCE_BYTES, newSalt } from "../src/wire/Keys.ts"
 import * as Link from "../src/wire/Link.ts"
 import { echoOwner as linkOwner } from "./support/echo-owner.ts"
@@ -84,17 +86,22 @@ class Raw {
   received = 0
   private socket: Socket<undefined> | undefined
   private port = 0
+  private from = "127.0.0.1"
   private readonly chunks: Array<Uint8Array> = []
   private readonly backlog: Array<Uint8Array> = []
   private ending = false
   private wakers: Array<() => void> = []
 
-  static connect(port: number, host = "127.0.0.1"): Promise<Raw> {
+  /** `from`: the local address to dial from (another of 127.0.0.0/8: another source address, the same prefix). */
+  static connect(port: number, host = "127.0.0.1", from?: string): Promise<Raw> {
     const raw = new Raw()
+    if (from !== undefined) raw.from = from
     return Bun.connect<undefined>({
       hostname: host,
       port,
       data: undefined,
+      // Bun takes a local address as node:net does, though its types do not say so.
+      ...(from === undefined ? {} : { localAddress: from }),
       socket: {
         open: (socket) => {
           raw.socket = socket
@@ -123,7 +130,7 @@ class Raw {
 
   /** "127.0.0.1:53124": how the mux names this client. */
   get peer(): string {
-    return `127.0.0.1:${this.localPort}`
+    return `${this.from}:${this.localPort}`
   }
 
   bytes(): Uint8Array {
@@ -211,7 +218,7 @@ class Raw {
   }
 }
 
-const connect = (port: number, host = "127.0.0.1") => Effect.promise(() => Raw.connect(port, host))
+const connect = (port: number, host = "127.0.0.1", from?: string) => Effect.promise(() => Raw.connect(port, host, from))
 const closedWithin = (raw: Raw, ms: number) => Effect.promise(() => raw.until(() => raw.closed, ms))
 
 /** Capture the logs of an effect (the test adapter silences them). */
@@ -846,56 +853,163 @@ describe("PortMux", () => {
 
   describe("connections it refuses", () => {
     effect.live(
-      "strangers are capped: a connection over the limit of unauthenticated ones from its address is reset at once; one that authenticated no longer counts",
+      "unread connections are counted by source prefix (all of 127.0.0.0/8 is one): over the limit, the oldest makes room once it has had its time; a key holder gets in and stops counting",
       () =>
         Effect.gen(function*() {
           const salt = newSalt()
           const mux = yield* PortMux.start({
             address: "127.0.0.1",
             port: 0,
-            magicDeadlineMs: 3_000,
-            maxStrangersPerSource: 3,
+            // Longer than the test: the silent ones must go only to make room.
+            magicDeadlineMs: 10_000,
+            maxUnreadPerSource: 3,
+            maxUnreadHeldPerSource: 5,
             owners: { join: yield* linkOwner("join", salt) }
           })
-          // Three strangers: the join magic, then nothing (each waits in its handshake).
-          const strangers: Array<Raw> = []
-          for (let i = 0; i < 3; i++) {
-            const raw = yield* connect(mux.port)
+          // Three from three addresses of loopback, and a fourth: the join magic, then nothing (each waits for its nonce).
+          const silent: Array<Raw> = []
+          for (const from of ["127.0.0.1", "127.0.0.2", "127.9.8.7", "127.200.1.1"]) {
+            const raw = yield* connect(mux.port, "127.0.0.1", from)
             raw.write(magic.join)
-            strangers.push(raw)
+            silent.push(raw)
+            yield* eventually(Effect.map(mux.stats, (stats) => stats.routed["join channel"] === silent.length), `${from} routed`)
           }
-          yield* eventually(Effect.map(mux.stats, (stats) => stats.routed["join channel"] === 3), "three strangers handed to the join owner")
-          const fourth = yield* connect(mux.port)
-          expect(yield* closedWithin(fourth, 1_000)).toBe(true)
-          for (const raw of strangers) expect(raw.closed).toBe(false)
-          // One leaves: a real agent gets its seat, authenticates, and stops counting.
-          strangers[0]!.end()
-          yield* eventually(Effect.sync(() => strangers[0]!.closed), "the first stranger gone")
-          // Kept open: once its Hello has authenticated it is no stranger, though its connection lives on.
+          // Over the limit, but none has waited its grace yet: all kept.
+          expect((yield* mux.stats).waiting).toEqual({ unread: 4, strangers: 0 })
+          expect(silent.map((raw) => raw.closed)).toEqual([false, false, false, false])
+          // Time is what is under test here: the oldest may make room only once it has sent nothing for this long.
+          yield* Effect.sleep(UNREAD_GRACE_MS + 50)
+          const fifth = yield* connect(mux.port, "127.0.0.1", "127.0.0.5")
+          expect(yield* closedWithin(silent[0]!, 2_000)).toBe(true)
+          // A key holder: let in (the next oldest makes room), then no longer counted once its nonce is read.
           const agent = yield* Link.dial({ host: "127.0.0.1", port: mux.port, channel: "join", salt, inbound: join, outbound: join, handshakeMs: 5_000 })
+          expect(yield* closedWithin(silent[1]!, 2_000)).toBe(true)
           yield* agent.send(hello)
           expect(yield* agent.receive).toEqual(new Abort({ reason: "hello node-a" }))
-          const another = yield* connect(mux.port)
-          another.write(magic.join)
-          const overLimit = yield* connect(mux.port)
-          expect(yield* closedWithin(overLimit, 1_000)).toBe(true)
-          expect(another.closed).toBe(false)
+          expect([silent[2]!.closed, silent[3]!.closed, fifth.closed]).toEqual([false, false, false])
           const stats = yield* mux.stats
-          expect(stats.dropped["over 3 connections from 127.0.0.1 that have not authenticated"]).toBeGreaterThanOrEqual(2)
+          expect(stats.waiting).toEqual({ unread: 3, strangers: 0 })
+          expect(stats.dropped).toEqual({
+            [`the oldest of over 3 unread connections from its source prefix (it sent nothing in ${UNREAD_GRACE_MS} ms), reset to make room`]: 2
+          })
+          expect(stats.accepted).toBe(6)
         }),
       20_000
     )
 
-    effect.live("strangers are capped in all too: past the total, every new connection is reset at once", () =>
+    effect.live("unread connections are counted in all too: past what is held, a newcomer is reset; past the total, the oldest makes room once it has had its time", () =>
       Effect.gen(function*() {
-        const mux = yield* PortMux.start({ address: "127.0.0.1", port: 0, magicDeadlineMs: 3_000, maxStrangers: 2, owners: {} })
-        const first = yield* connect(mux.port)
-        const second = yield* connect(mux.port)
-        const third = yield* connect(mux.port)
-        expect(yield* closedWithin(third, 1_000)).toBe(true)
-        expect([first.closed, second.closed]).toEqual([false, false])
-        expect((yield* mux.stats).dropped).toEqual({ "over 2 connections that have not authenticated": 1 })
+        const mux = yield* PortMux.start({ address: "127.0.0.1", port: 0, magicDeadlineMs: 10_000, maxUnread: 2, maxUnreadHeld: 3, owners: {} })
+        const held: Array<Raw> = []
+        for (let i = 1; i <= 3; i++) {
+          held.push(yield* connect(mux.port))
+          yield* eventually(Effect.map(mux.stats, (stats) => stats.accepted === i), `connection ${i} accepted`)
+        }
+        const fourth = yield* connect(mux.port)
+        expect(yield* closedWithin(fourth, 2_000)).toBe(true)
+        expect(held.map((raw) => raw.closed)).toEqual([false, false, false])
+        yield* Effect.sleep(UNREAD_GRACE_MS + 50)
+        const fifth = yield* connect(mux.port)
+        expect(yield* closedWithin(held[0]!, 2_000)).toBe(true)
+        expect([held[1]!.closed, held[2]!.closed, fifth.closed]).toEqual([false, false, false])
+        expect((yield* mux.stats).dropped).toEqual({
+          "3 connections came in too short a time to have been read yet: reset": 1,
+          [`the oldest of over 2 unread connections (it sent nothing in ${UNREAD_GRACE_MS} ms), reset to make room`]: 1
+        })
+        expect((yield* mux.stats).waiting).toEqual({ unread: 3, strangers: 0 })
       }), 10_000)
+
+    effect.live(
+      "past the strangers' limit a new stranger is reset before its handshake, the seated ones keep their seats, and a key holder still gets in",
+      () =>
+        Effect.gen(function*() {
+          const salt = newSalt()
+          const mux = yield* PortMux.start({
+            address: "127.0.0.1",
+            port: 0,
+            magicDeadlineMs: 10_000,
+            // Longer than the test: the seated strangers must keep their seats throughout.
+            firstFrameMs: 10_000,
+            maxStrangersPerSource: 2,
+            doorKeys: { join: Link.unnamedKey(salt) },
+            owners: { join: yield* linkOwner("join", salt) }
+          })
+          // Magic, a nonce that vouches for nothing, the empty key id (the salt's): a stranger's dial.
+          const strangerDial = () =>
+            Effect.gen(function*() {
+              const raw = yield* connect(mux.port, "127.0.0.1", `127.1.2.${3 + Math.floor(Math.random() * 200)}`)
+              raw.write(concat(magic.join, crypto.getRandomValues(new Uint8Array(NONCE_BYTES)), new Uint8Array([0])))
+              return raw
+            })
+          const seated = [yield* strangerDial(), yield* strangerDial()]
+          for (const raw of seated) expect(yield* Effect.promise(() => raw.until(() => raw.received >= LISTENER_ANSWER_BYTES, 5_000))).toBe(true)
+          expect((yield* mux.stats).waiting).toEqual({ unread: 0, strangers: 2 })
+          const third = yield* strangerDial()
+          expect(yield* closedWithin(third, 2_000)).toBe(true)
+          // Reset before any answer: its owner never had it.
+          expect([third.received, third.closeError?.code]).toEqual([0, "ECONNRESET"])
+          expect(seated.map((raw) => raw.closed)).toEqual([false, false])
+          // A key holder from the same source: its nonce vouches, so no stranger's seat is needed.
+          yield* joinRoundTrip(mux.port, salt)
+          const stats = yield* mux.stats
+          expect(stats.dropped).toEqual({
+            "over 2 strangers from its source prefix or 256 in all (dialers that have not shown their key and not yet authenticated): reset before its handshake": 1
+          })
+          expect(stats.routed).toEqual({ "join channel": 3 })
+          expect(stats.waiting).toEqual({ unread: 0, strangers: 2 })
+        }),
+      15_000
+    )
+
+    effect.live(
+      "a stranger's first frame must authenticate within the door's deadline; a key holder's dial (its nonce vouches) is not held to it, and a replay of its nonce is a stranger",
+      () =>
+        Effect.gen(function*() {
+          const salt = newSalt()
+          const firstFrameMs = 300
+          const errors: Array<Link.LinkError> = []
+          const mux = yield* PortMux.start({
+            address: "127.0.0.1",
+            port: 0,
+            magicDeadlineMs: 3_000,
+            firstFrameMs,
+            owners: { join: yield* linkOwner("join", salt, { ended: (_peer, error) => void errors.push(error) }) }
+          })
+          const answered = (raw: Raw) => Effect.promise(() => raw.until(() => raw.received >= LISTENER_ANSWER_BYTES, 5_000))
+          const stranger = yield* connect(mux.port)
+          stranger.write(concat(magic.join, new Uint8Array(NONCE_BYTES).fill(9), new Uint8Array([0])))
+          expect(yield* answered(stranger)).toBe(true)
+          const answeredAt = performance.now()
+          expect(yield* closedWithin(stranger, 5_000)).toBe(true)
+          expect(stranger.closedAt! - answeredAt).toBeGreaterThanOrEqual(firstFrameMs - 25)
+          yield* eventually(Effect.sync(() => errors.length === 1), "the owner's link ended")
+          expect([errors[0]!.reason, errors[0]!.detail]).toEqual([
+            "handshake",
+            `no frame that authenticates within ${firstFrameMs} ms of the listener's nonce (a dialer whose nonce does not show its key gets that long)`
+          ])
+
+          // The nonce a dialer holding the salt makes: it vouches, so the door stops counting it at once.
+          const nonce = vouchingNonce(salt, magic.join, "")
+          const holder = yield* connect(mux.port)
+          holder.write(concat(magic.join, nonce, new Uint8Array([0])))
+          expect(yield* answered(holder)).toBe(true)
+          expect((yield* mux.stats).waiting).toEqual({ unread: 0, strangers: 0 })
+          // The same nonce again (a recording of it): a stranger's, held to the deadline.
+          const replay = yield* connect(mux.port)
+          replay.write(concat(magic.join, nonce, new Uint8Array([0])))
+          expect(yield* answered(replay)).toBe(true)
+          expect((yield* mux.stats).waiting).toEqual({ unread: 0, strangers: 1 })
+          expect(yield* closedWithin(replay, 5_000)).toBe(true)
+          // Three deadlines on, the key holder's connection is still open, and its Hello is answered.
+          expect(holder.closed).toBe(false)
+          expect(yield* closedWithin(holder, 2 * firstFrameMs)).toBe(false)
+          const keys = deriveKeys(salt, magic.join, nonce, holder.bytes().slice(0, NONCE_BYTES))
+          holder.write(frameBytes(keys.dialer, helloKind, 0n, helloPayload))
+          expect(yield* Effect.promise(() => holder.until(() => holder.received >= LISTENER_ANSWER_BYTES + abortFrameBytes, 5_000))).toBe(true)
+          holder.terminate()
+        }),
+      15_000
+    )
 
     effect.live(
       "unknown magic, a close after 2 bytes and a missed deadline are each closed and counted under their reason while a join link completes",
@@ -984,16 +1098,16 @@ describe("PortMux", () => {
     )
 
     effect.live(
-      "20 unknown-magic connections from 127.0.0.1 are all closed and counted, and logged once, naming the peer",
+      "20 unknown-magic connections from 20 addresses of 127.0.0.0/8 are all closed and counted, and logged once, naming the peer and the prefix",
       () => {
         const logs = captureLogs()
         return Effect.gen(function*() {
           const mux = yield* PortMux.start({ address: "127.0.0.1", port: 0, magicDeadlineMs: 2_000, owners: {} })
           // One after the other, so that only the logging is under test here.
-          const ports: Array<number> = []
+          const peers: Array<string> = []
           for (let i = 0; i < 20; i++) {
-            const raw = yield* connect(mux.port)
-            ports.push(raw.localPort)
+            const raw = yield* connect(mux.port, "127.0.0.1", `127.0.${i}.${i + 1}`)
+            peers.push(raw.peer)
             raw.write("XXXX")
             expect({ i, closed: yield* closedWithin(raw, 1_000) }).toEqual({ i, closed: true })
           }
@@ -1002,7 +1116,7 @@ describe("PortMux", () => {
           const warnings = logs.warnings("unknown channel magic")
           expect(warnings.length).toBe(1)
           expect(warnings[0]!.message).toBe(
-            `closed a connection from 127.0.0.1:${ports[0]}: unknown channel magic (further ones from 127.0.0.1 for this reason are not logged)`
+            `closed a connection from ${peers[0]}: unknown channel magic (further ones from 127.0.0.0/8 are counted, and logged at most once a minute)`
           )
         }).pipe(Effect.provide(logs.layer))
       },

@@ -12,12 +12,33 @@
  * comes after the data, in order, once reading resumes); a reset still is.
  * A parked connection (no receiver yet) pauses the same way once it holds
  * `PARKED_BYTES`, so a peer cannot fill our memory while its owner is busy.
+ *
+ * A connection the mux accepted carries its door's watch (`DoorWatch`)
+ * until its peer authenticates or it closes: the listener's handshake tells
+ * it whether the dialer's nonce vouched for its key (`shown`), and learns
+ * from it how long a stranger has for its first frame.
  */
 import type { Socket } from "bun"
 
 export interface Receiver {
   readonly data: (bytes: Uint8Array) => void
   readonly close: () => void
+}
+
+/**
+ * What the listener's door (PortMux) is told of a connection whose peer has not authenticated yet. A connection
+ * has one from its accept until `settled`.
+ */
+export interface DoorWatch {
+  /**
+   * The dialer's nonce has been read, and `vouched` or not for the key it named (`DoorToken`): the door counts it
+   * no more (a key holder's), seats it as a stranger's, or has no seat left for a stranger (`refused`).
+   */
+  readonly shown: (vouched: boolean, nonce: Uint8Array) => "vouched" | "stranger" | "refused"
+  /** Trusted (its first frame authenticated, or HTTP handed on) or closed: told once. */
+  readonly settled: () => void
+  /** How long a stranger has, from the listener's nonce, for a first frame that authenticates. */
+  readonly firstFrameMs: number
 }
 
 /** What each Bun socket carries: the connection it belongs to. */
@@ -48,8 +69,10 @@ export class Connection {
   private paused = false
   private outbox: Array<Uint8Array> = []
   private flushed: Array<() => void> = []
-  /** Told once, when the peer has authenticated or the connection has closed (the mux's count of strangers). */
-  private settle: (() => void) | undefined
+  /** The door's watch, until the peer has authenticated or the connection has closed (the mux's count of strangers). */
+  private door: DoorWatch | undefined
+  /** What the door made of the dialer's nonce, once told (the mux or the listener's handshake, whichever reads it first). */
+  private showing: { readonly as: "vouched" | "stranger" | "refused"; readonly firstFrameMs: number } | undefined
 
   /** "127.0.0.1:53124": for logs and per-peer bookkeeping (read while open: Bun forgets it once closed). */
   readonly peer: string
@@ -66,17 +89,40 @@ export class Connection {
     return this.closed
   }
 
-  /** Have `settle` called once: when the peer proves it holds the key (`trusted`), or when the connection closes. */
-  untilTrusted(settle: () => void): void {
-    if (this.closed) settle()
-    else this.settle = settle
+  /** Tell `door` what becomes of this connection until the peer proves it holds the key (`trusted`) or it closes. */
+  untilTrusted(door: DoorWatch): void {
+    if (this.closed) door.settled()
+    else this.door = door
+  }
+
+  /**
+   * The dialer's nonce has been read, and `vouched` or not for the key it named (`DoorToken`); the first call tells
+   * the door, later ones get the same answer. Returns how long the peer has, from the listener's answer, for a
+   * first frame that authenticates: the door's deadline for a stranger; undefined for a key holder (the door no
+   * longer counts it) or with no door (no mux: nothing to count); `refused` when the door has no seat for another
+   * stranger (the caller resets the connection).
+   */
+  shown(vouched: boolean, nonce: Uint8Array): number | undefined | "refused" {
+    if (this.showing === undefined) {
+      const door = this.door
+      if (door === undefined) return undefined
+      this.showing = { as: door.shown(vouched, nonce), firstFrameMs: door.firstFrameMs }
+    }
+    switch (this.showing.as) {
+      case "vouched":
+        return undefined
+      case "refused":
+        return "refused"
+      case "stranger":
+        return this.showing.firstFrameMs
+    }
   }
 
   /** The peer's first frame has authenticated (or its owner has its own limits, like HTTP): it is no stranger now. */
   trusted(): void {
-    const settle = this.settle
-    this.settle = undefined
-    settle?.()
+    const door = this.door
+    this.door = undefined
+    door?.settled()
   }
 
   /** Route incoming bytes to `receiver`, first any that arrived before it was set. */
@@ -185,6 +231,13 @@ export class Connection {
     }
     this.applyReading()
     return all.subarray(0, n)
+  }
+
+  /** The first `n` bytes kept for the next receiver, left where they are; undefined while fewer have come. */
+  peek(n: number): Uint8Array | undefined {
+    if (this.receiver !== undefined || this.earlyBytes < n) return undefined
+    const head = this.early[0]!
+    return head.length >= n ? head.subarray(0, n) : new Uint8Array(Buffer.concat(this.early)).subarray(0, n)
   }
 
   /** Queue bytes for sending; resolves once the kernel has taken all of them. */

@@ -15,6 +15,12 @@
  * undecodable message or EOF ends the link with a `LinkError` that says which
  * and names the peer; a bad tag is never answered.
  *
+ * The dialer's nonce carries a door token (`DoorToken`): the listener sees,
+ * before it answers, whether the dialer holds the key it named, and tells
+ * the connection's door (`Connection.shown`, the mux's count of strangers).
+ * A dialer that has not shown its key must have a frame authenticate within
+ * the door's short deadline (about a second) of the listener's nonce.
+ *
  * The inbox is bounded (`InboxBound`, per channel by default: `defaultInbox`).
  * A socket callback cannot wait, so the bound is kept before decoding: frames
  * are decoded one at a time while the inbox has room; once it is full the
@@ -36,6 +42,7 @@ import type { Codec } from "./Codec.ts"
 import { Connection, forwardingHandlers, type SocketData } from "./Connection.ts"
 import { encodeFrame, type Frame, FrameDecoder, type FrameErrorReason, HEADER_BYTES, MAC_BYTES } from "./Frame.ts"
 import * as WireCounters from "./WireCounters.ts"
+import { vouches, vouchingNonce } from "./DoorToken.ts"
 import { deriveKeys, deriveSealKeys, NONCE_BYTES, newNonce } from "./Keys.ts"
 import { open as openSealed, seal, SEALED, sealedTags } from "./Seal.ts"
 
@@ -171,11 +178,15 @@ interface Received<In> {
   readonly bytes: number
 }
 
-/** Wire a connection whose nonces are agreed into a Link. */
+/**
+ * Wire a connection whose nonces are agreed into a Link. `firstFrameMs` (a listener's, for a dialer its door holds
+ * as a stranger): the link ends, and the connection is reset, unless a frame has authenticated within it.
+ */
 const open = <In, Out>(
   connection: Connection,
   options: LinkOptions<In, Out>,
-  agreement: Agreement
+  agreement: Agreement,
+  firstFrameMs?: number
 ): Effect.Effect<Link<In, Out>> =>
   Effect.gen(function*() {
     const { channel } = options
@@ -259,7 +270,21 @@ const open = <In, Out>(
       // Accepted whatever the inbox holds: readers take what came before it, then every later one fails with it.
       inbox.unsafeDone(Exit.fail(error))
       arrived()
+      clearTimeout(firstFrameTimer)
     }
+
+    // A stranger's seat at the door costs the launcher a socket and a fiber: it is given up after a short time, not
+    // after the owner's whole handshake budget (a flood that redials at once then holds each seat a second, not ten).
+    const firstFrameTimer = firstFrameMs === undefined ? undefined : setTimeout(() => {
+      if (authenticated || ended !== undefined) return
+      end(new LinkError({
+        channel,
+        peer,
+        reason: "handshake",
+        detail: `no frame that authenticates within ${firstFrameMs} ms of the listener's nonce (a dialer whose nonce does not show its key gets that long)`
+      }))
+      connection.reset()
+    }, firstFrameMs)
 
     let framesDecoded = 0
     const deliver = (frame: Frame) => {
@@ -282,6 +307,7 @@ const open = <In, Out>(
       // An authenticated frame: the peer is no stranger (the mux stops counting it against the caps).
       if (!authenticated) {
         authenticated = true
+        clearTimeout(firstFrameTimer)
         connection.trusted()
       }
       // Switch before the next frame is parsed: it may already be in this chunk.
@@ -482,6 +508,26 @@ const closedBeforeNonce =
   "closed during the handshake (a launcher closes a dial it does not take: a key it does not know, a channel this run " +
   `does not serve, or another wire protocol than this cohort's ${WIRE_PROTOCOL}, for which run the same cohort version on every host)`
 
+/** A dial the listener closed before answering it: one it did not take, or one its door let go (`Agent` dials again). */
+export const closedBeforeAnswer = (error: LinkError): boolean => error.reason === "handshake" && error.detail === closedBeforeNonce
+
+/**
+ * The dialer's nonce and key id, if they came with its magic (a dialer sends them in one write) and are well formed;
+ * left in place for `accept`. For the door (PortMux), which tells a key holder from a stranger before any owner
+ * spends anything on the connection; undefined: `accept` reads them and tells the door itself.
+ */
+export const peekOpening = (connection: Connection): { readonly nonce: Uint8Array; readonly keyId: string } | undefined => {
+  const head = connection.peek(NONCE_BYTES + 1)
+  if (head === undefined || head[NONCE_BYTES]! > MAX_KEY_ID_BYTES) return undefined
+  const opening = connection.peek(NONCE_BYTES + 1 + head[NONCE_BYTES]!)
+  if (opening === undefined) return undefined
+  try {
+    return { nonce: opening.slice(0, NONCE_BYTES), keyId: utf8.decode(opening.subarray(NONCE_BYTES + 1)) }
+  } catch {
+    return undefined
+  }
+}
+
 export interface AcceptOptions<In, Out> extends LinkOptions<In, Out> {
   /** The key of each key id this listener knows (`unnamedKey(salt)`: the salt alone); undefined: unknown, reset. */
   readonly keyFor: (keyId: string) => Uint8Array | undefined
@@ -514,11 +560,15 @@ export const accept = <In, Out>(
     const key = options.keyFor(keyId)
     // Unknown ids are not echoed: a stranger's bytes are not printed.
     if (key === undefined) return yield* refuse(keyId === "" ? "no key id, and this channel takes only scoped keys" : "a key id this launcher does not know")
+    // Before answering: a dialer whose nonce shows its key stops counting at the door (PortMux); any other is a
+    // stranger's, and has a short time for its first frame.
+    const firstFrameMs = connection.shown(vouches(key, magic[options.channel], keyId, dialerNonce), dialerNonce)
+    if (firstFrameMs === "refused") return yield* refuse("no seat left at the door for another dialer that has not shown its key")
     const listenerNonce = newNonce()
     const encrypt = options.encrypt === true
     // Waiting only when the kernel's buffer is full, as `send` does.
     if (!connection.send(listenerNonce, new Uint8Array([encrypt ? ENCRYPTED_MODE : AUTHENTICATED_MODE]))) yield* Effect.promise(() => connection.drained())
-    return yield* open(connection, options, { dialerNonce, listenerNonce, role: "listener", key, keyId, encrypt })
+    return yield* open(connection, options, { dialerNonce, listenerNonce, role: "listener", key, keyId, encrypt }, firstFrameMs)
   })
 
 export interface DialOptions<In, Out> extends LinkOptions<In, Out> {
@@ -552,8 +602,9 @@ export const dial = <In, Out>(options: DialOptions<In, Out>): Effect.Effect<Link
           })
       })
       const connection = socket.data.connection ?? new Connection(socket)
-      const dialerNonce = newNonce()
       const keyId = options.keyId ?? ""
+      // It shows the listener's door, in the first bytes, that this dialer holds the key it names (`DoorToken`).
+      const dialerNonce = vouchingNonce(options.salt, magic[options.channel], keyId)
       const idBytes = new TextEncoder().encode(keyId)
       if (idBytes.length > MAX_KEY_ID_BYTES) {
         connection.reset()

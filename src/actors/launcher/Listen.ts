@@ -22,6 +22,7 @@ import { deadlines, scaled } from "../../config/NetTimeouts.ts"
 import { VERSION } from "../../version.ts"
 import { isRendezvousReport } from "../../wire/CoordinatorMessages.ts"
 import * as ControlGate from "./ControlGate.ts"
+import { doorKeys } from "./DoorKeys.ts"
 import type { Handoff } from "./Handoff.ts"
 import * as JoinGate from "./JoinGate.ts"
 import { ranksOf } from "./Membership.ts"
@@ -148,6 +149,8 @@ export const listen = (env: RunEnv, later: Later): Effect.Effect<Listening, Port
       address: plan.bindAddress,
       port: config.controller.port,
       magicDeadlineMs: scaled(deadlines.magicMs, env.scale),
+      firstFrameMs: scaled(PortMux.STRANGER_FIRST_FRAME_MS, env.scale),
+      doorKeys: doorKeys(env.salt, env.admission),
       owners: { join: gate.owner, control: control.owner, http: env.board, ...(rendezvous === undefined ? {} : { rendezvous: rendezvous.owner }) }
     })
     env.options.onListening?.(mux.port)
