@@ -16,7 +16,10 @@
  *
  * Exit status: 0 the run ended, 1 transient (the launcher was not there, or
  * went away; `--persist` dials again after 5 s, doubling to 60 s), 2
- * permanent (refused, or bad arguments).
+ * permanent (refused, or bad arguments). A dial the launcher closes before
+ * answering (a busy launcher, or one under a flood of strangers) is made
+ * again first, a few times over about 16 s (`HandshakeRetry`), each time
+ * with a line saying so.
  */
 import { closeSync, readFileSync } from "node:fs"
 import { hostname } from "node:os"

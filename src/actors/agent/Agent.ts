@@ -28,6 +28,7 @@ import * as Effect from "effect/Effect"
 import * as FiberRef from "effect/FiberRef"
 import * as Logger from "effect/Logger"
 import * as LogLevel from "effect/LogLevel"
+import * as Random from "effect/Random"
 import type * as Scope from "effect/Scope"
 import { describe as describeExit, isClean } from "../ChildExit.ts"
 import { type Directive, SupervisionEvent } from "../decide.ts"
@@ -48,6 +49,7 @@ import { pythonClientRoot, rankEntry, relayEntry } from "../../cli/entryPoints.t
 import { deviceIndex, deviceTag, type HostDevices } from "./Devices.ts"
 import { type HostEnvelope, toEnvironment } from "./Envelope.ts"
 import { LOCAL_PROTOCOL_VERSION } from "../../wire/LocalFrames.ts"
+import { HANDSHAKE_DIALS, retryDelayMs } from "./HandshakeRetry.ts"
 import { hostStrategy, isRankChild, rankChildId, relayHasEnded, RUN_END_WAIT } from "./HostPolicy.ts"
 import { rankChild, type RunningRank } from "./RankChild.ts"
 import { RelayEnd, relayChild } from "./RelayChild.ts"
@@ -100,18 +102,7 @@ export const run = (options: AgentOptions): Effect.Effect<void, AgentError, Scop
   Effect.gen(function*() {
     const { host } = options
     const failWith = (reason: string) => new AgentError({ host, reason })
-    const link: JoinLink = yield* Link.dial({
-      channel: "join",
-      host: options.controller.host,
-      port: options.controller.port,
-      salt: options.salt ?? OPEN_SALT,
-      // Without a salt, say so: a launcher that needs one can then answer instead of dropping the dial.
-      keyId: options.salt === undefined ? OPEN_KEY_ID : undefined,
-      inbound: joinCodec,
-      outbound: joinCodec,
-      handshakeMs: options.handshakeMs,
-      rekeyOn: (message: JoinMessage) => (message._tag === "Accept" && message.saltHex !== undefined ? saltFromHex(message.saltHex) : undefined)
-    }).pipe(Effect.mapError((error) => failWith(error.message)))
+    const link: JoinLink = yield* dialJoin(options).pipe(Effect.mapError((error) => failWith(error.message)))
     const next = (within: number, waiting: string) =>
       link.receive.pipe(
         Effect.timeoutFail({ duration: Duration.millis(within), onTimeout: () => failWith(`no ${waiting} from the launcher within ${within} ms`) }),
@@ -146,6 +137,43 @@ export const run = (options: AgentOptions): Effect.Effect<void, AgentError, Scop
     if (formed._tag !== "WorldFormed") return yield* refuse(`expected WorldFormed, got ${formed._tag}`)
     yield* serve(options, link, answer, formed, salt)
   })
+
+/**
+ * Dial the launcher's join channel. A dial it closes before answering is made again after a while
+ * (`HandshakeRetry`), with a line each time: under a flood of strangers the launcher's door may have let this one
+ * go before reading it, and a busy launcher is no reason to give up at once. Any other failure is final here.
+ */
+const dialJoin = (options: AgentOptions): Effect.Effect<JoinLink, Link.LinkError, Scope.Scope> => {
+  const where = `${options.controller.host}:${options.controller.port}`
+  const dial = Link.dial({
+    channel: "join",
+    host: options.controller.host,
+    port: options.controller.port,
+    salt: options.salt ?? OPEN_SALT,
+    // Without a salt, say so: a launcher that needs one can then answer instead of dropping the dial.
+    keyId: options.salt === undefined ? OPEN_KEY_ID : undefined,
+    inbound: joinCodec,
+    outbound: joinCodec,
+    handshakeMs: options.handshakeMs,
+    rekeyOn: (message: JoinMessage) => (message._tag === "Accept" && message.saltHex !== undefined ? saltFromHex(message.saltHex) : undefined)
+  })
+  const attempt = (made: number): Effect.Effect<JoinLink, Link.LinkError, Scope.Scope> =>
+    Effect.catchIf(dial, Link.closedBeforeAnswer, (error) =>
+      Effect.gen(function*() {
+        const delay = retryDelayMs(made + 1, yield* Random.next)
+        if (delay === undefined) {
+          const detail = `${error.detail}; ${HANDSHAKE_DIALS} dials in a row were closed before an answer`
+          return yield* new Link.LinkError({ channel: error.channel, peer: error.peer, reason: error.reason, detail })
+        }
+        yield* Effect.logWarning(
+          `the launcher at ${where} closed the handshake before answering (dial ${made} of ${HANDSHAKE_DIALS}): it may be busy, or ` +
+            `refusing strangers (under a flood of unauthenticated connections it lets the oldest go); dialling again in ${(delay / 1000).toFixed(2)} s`
+        )
+        yield* Effect.sleep(Duration.millis(delay))
+        return yield* attempt(made + 1)
+      }))
+  return attempt(1)
+}
 
 /** How long after its ranks run a host whose ranks never use the relay starts it (as the launcher's watchdog). */
 const WATCHDOG_RELAY_DELAY = Duration.seconds(1)
@@ -194,6 +222,7 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
       datasetSize: spec.datasetSize,
       epochs: spec.epochs,
       cadence: spec.cadence,
+      ...(spec.checkpointPickle === true ? { checkpointPickle: true } : {}),
       heartbeatTimeoutMs: spec.heartbeatTimeoutMs
     }
     /** A rank's envelope: its own key, and its number and the world's size when they moved since admission. */
@@ -222,7 +251,6 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
       options.output(line, stream)
       forwarder?.push(line, stream)
     }
-      ...(spec.checkpointPickle === true ? { checkpointPickle: true } : {}),
     // Lines forwarded so far go first: a rank's last lines reach the launcher before its RankExited.
     const report = (message: JoinMessage) => Effect.zipRight(forwarder?.flush ?? Effect.void, Effect.ignore(link.send(message)))
     const refuse = ({ incarnation, rank }: StartRank, detail: string) =>
