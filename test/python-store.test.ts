@@ -129,3 +129,33 @@ describe("StoreCalls: torch's Store operations as StoreCall reports", () => {
     expect(ran.stdout.trim().split("\n").slice(1)).toEqual(["RuntimeError: cohort store: lost the host's relay"])
   })
 })
+
+describe("gloo binds to the announced address's interface (python/cohort/_groups.py)", () => {
+  test("127.0.0.1 is lo's; an address no interface holds is refused in one line; a job's own GLOO_SOCKET_IFNAME is kept", () => {
+    const ran = runPython(
+      [
+        "from cohort._groups import bind_gloo, interface_of",
+        "from cohort._errors import CohortError",
+        "print(interface_of('127.0.0.1'), interface_of('203.0.113.9'))",
+        "env = {}",
+        "bind_gloo('127.0.0.1', env)",
+        "print(env)",
+        "env = {'GLOO_SOCKET_IFNAME': 'eth9'}",
+        "bind_gloo('127.0.0.1', env)",
+        "print(env)",
+        "try:",
+        "    bind_gloo('203.0.113.9', {})",
+        "except CohortError as error:",
+        "    print(error)"
+      ].join("\n")
+    )
+    expect(ran.stderr).toBe("")
+    expect(ran.stdout.trim().split("\n")).toEqual([
+      "lo None",
+      "{'GLOO_SOCKET_IFNAME': 'lo'}",
+      "{'GLOO_SOCKET_IFNAME': 'eth9'}",
+      "no network interface of this host holds 203.0.113.9, the address it reaches the controller from: set GLOO_SOCKET_IFNAME " +
+        "in the worker's env to the interface gloo should use"
+    ])
+  })
+})
