@@ -11,9 +11,10 @@
  * before anything starts, the files it points at unchanged.
  */
 import { afterEach, describe, expect, test } from "bun:test"
-import { chmodSync, chownSync, lchownSync, mkdirSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs"
+import { readFileSync, rmSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
 import { clusterFile, repoRoot, spawnLaunch } from "./support/launch-scenario.ts"
+import { plantedLink } from "./support/planted-link.ts"
 import { allPids, childrenOf, commandLine as cmdline, environment as environ, isRunning, pidFiles, waitFor } from "./support/processes.ts"
 import { mkdtempSync } from "node:fs"
 import { tmpdir } from "node:os"
@@ -204,24 +205,10 @@ describe("--log-dir and --events where another user could steer them", () => {
   /** Another user's folder with their 0600 files, and a link to it in a folder every user may write (sticky as /tmp, as root). */
   const planted = () => {
     const root = mkdtempSync(join(tmpdir(), "cohort-steer-"))
-    const victim = join(root, "victim")
-    mkdirSync(victim, { mode: 0o700 })
-    writeFileSync(join(victim, "launcher.log"), "the victim's own lines\n", { mode: 0o600 })
-    writeFileSync(join(victim, "events.jsonl"), "{\"the victim's\":1}\n", { mode: 0o600 })
-    const open = join(root, "open")
-    mkdirSync(open)
     // As root the link is another user's (65534) in a sticky folder, as planted in /tmp; otherwise the folder lacks the sticky bit.
-    chmodSync(open, isRoot ? 0o1777 : 0o777)
-    symlinkSync(victim, join(open, "shared"))
-    if (isRoot) {
-      lchownSync(join(open, "shared"), 65534, 65534)
-      chownSync(victim, 65534, 65534)
-    }
-    const why = isRoot
-      ? `${join(open, "shared")} is a symbolic link of uid 65534 in ${open}, which every user can write`
-      : `${open} is writable by every user (mode 777)`
-    const files = () => ({ names: readdirSync(victim).sort(), log: readFileSync(join(victim, "launcher.log"), "utf8"), events: readFileSync(join(victim, "events.jsonl"), "utf8") })
-    return { root, link: join(open, "shared"), why, files, before: files() }
+    const { before, link, open, untouched } = plantedLink(root, { sticky: isRoot, linkOwner: isRoot ? 65534 : undefined })
+    const why = isRoot ? `${link} is a symbolic link of uid 65534 in ${open}, which every user can write` : `${open} is writable by every user (mode 777)`
+    return { root, link, why, files: untouched, before }
   }
   const fix = "give a path whose folders only you (or root) can change, such as one under your home directory"
 

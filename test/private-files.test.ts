@@ -7,13 +7,14 @@
  * with lstat; the other-user cases chown to 65534 and run as root (CI does).
  */
 import { afterAll, describe, expect, test } from "bun:test"
-import { chmodSync, chownSync, existsSync, lchownSync, linkSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs"
+import { chmodSync, chownSync, existsSync, linkSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import * as Effect from "effect/Effect"
 import * as CheckpointFile from "../src/actors/launcher/CheckpointFile.ts"
 import { appendPrivate, checkPrivateFile, preparePrivateAppend, privateDirectory, steerable, writePrivateFile } from "../src/actors/launcher/PrivateFiles.ts"
 import { clusterFile, spawnLaunch } from "./support/launch-scenario.ts"
+import { plantedLink } from "./support/planted-link.ts"
 
 const dirs: Array<string> = []
 afterAll(() => dirs.forEach((dir) => rmSync(dir, { recursive: true, force: true })))
@@ -114,22 +115,7 @@ describe("appended files", () => {
  */
 const planted = (options: { sticky: boolean; linkOwner?: number }) => {
   const root = scratch()
-  const victim = join(root, "victim")
-  mkdirSync(victim, { mode: 0o700 })
-  writeFileSync(join(victim, "launcher.log"), "the victim's own lines\n", { mode: 0o600 })
-  writeFileSync(join(victim, "events.jsonl"), "{\"the victim's\":1}\n", { mode: 0o600 })
-  const open = join(root, "open")
-  mkdirSync(open)
-  chmodSync(open, options.sticky ? 0o1777 : 0o777)
-  symlinkSync(victim, join(open, "shared"))
-  if (options.linkOwner !== undefined) lchownSync(join(open, "shared"), options.linkOwner, options.linkOwner)
-  if (isRoot) chownSync(victim, 65534, 65534)
-  const untouched = () => ({
-    names: readdirSync(victim).sort(),
-    log: readFileSync(join(victim, "launcher.log"), "utf8"),
-    events: readFileSync(join(victim, "events.jsonl"), "utf8")
-  })
-  return { root, victim, open, link: join(open, "shared"), untouched, before: untouched() }
+  return { root, ...plantedLink(root, options) }
 }
 
 describe("the folders on the way to an appended file", () => {
