@@ -4,6 +4,7 @@ import { failureReaction } from "./failure-reaction.ts"
 import { frameThroughput } from "./frame-throughput.ts"
 import { growth } from "./growth.ts"
 import { launchLatency } from "./launch-latency.ts"
+import { localFrames } from "./local-frames.ts"
 import { multihostFormation } from "./multihost-formation.ts"
 import { nativeKernels } from "./native-kernels.ts"
 import { orderlyStop } from "./orderly-stop.ts"
@@ -21,6 +22,8 @@ console.log()
 console.log(await torchRecovery())
 console.log()
 console.log(await frameThroughput())
+console.log()
+console.log(await localFrames())
 console.log()
 console.log(await launchLatency())
 console.log()

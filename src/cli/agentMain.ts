@@ -36,6 +36,7 @@ import { requestedLogLevel } from "../config/LogVerbosity.ts"
 import { dieWithParent } from "../native/library.ts"
 import { VERSION } from "../version.ts"
 import { saltFromHex } from "../wire/Keys.ts"
+import { printableLine } from "../wire/Printable.ts"
 import * as Log from "./logger.ts"
 import * as TurnWriter from "./TurnWriter.ts"
 
@@ -165,7 +166,13 @@ const once = Effect.gen(function*() {
     // Over ssh the session carries this process's output to the launcher. A self-deployed agent sends its
     // ranks' lines up its join link instead, and (as mpirun's daemons do) shows only its own here, unless asked.
     forwardOutput: byHand !== undefined,
-    output: byHand !== undefined && !byHand.localOutput ? () => {} : (line, stream) => turns.write(`${line}\n`, stream)
+    // Over ssh the launcher escapes what it receives (or not, with --raw-output); shown here by hand, the
+    // terminal controls in a rank's line are escaped here, as the launcher would.
+    output: byHand === undefined
+      ? (line, stream) => turns.write(`${line}\n`, stream)
+      : byHand.localOutput
+      ? (line, stream) => turns.write(`${printableLine(line)}\n`, stream)
+      : () => {}
   })
 }).pipe(
   Effect.scoped,
