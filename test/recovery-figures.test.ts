@@ -112,6 +112,11 @@ describe("effective training ratio", () => {
     expect(RecoveryFigures.describeFigures(state, 0.974)).toBe("2 death(s): detected in 9/12 ms, recovered in 22/25 ms; effective training 97.4%")
     expect(RecoveryFigures.describeFigures(fold([{ event: "rank_lost", at: 5, ranks: [0], diedAt: 1 }]), undefined)).toBe("1 death(s): detected in 4 ms, none recovered")
     expect(RecoveryFigures.describeFigures(RecoveryFigures.empty, 0.5)).toBe("effective training 50.0%")
+    // A failed run's figures say they cover the time before the failure.
+    expect(RecoveryFigures.describeFigures(state, 0.974, true)).toBe(
+      "2 death(s) before the run failed: detected in 9/12 ms, recovered in 22/25 ms; effective training 97.4% until the run failed"
+    )
+    expect(RecoveryFigures.describeFigures(RecoveryFigures.empty, 0.5, true)).toBe("effective training 50.0% until the run failed")
   })
 })
 

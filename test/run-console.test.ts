@@ -290,4 +290,12 @@ describe("the end-of-run table", () => {
     ].join("\n"))
     expect(summaryTable(replay(base))).toBe("")
   })
+
+  test("a failed run's failures line says it covers the time before the failure; a completed one's does not", () => {
+    const lost: ReadonlyArray<RunView.RunEvent> = [...formed, { event: "rank_lost", at: formedAt + 2_005, ranks: [1], cause: "rank 1 lost: exited with signal SIGKILL", diedAt: formedAt + 2_000 }]
+    const failures = (state: RunView.RunState) => summaryTable(state).split("\n").filter((line) => line.startsWith("failures: "))
+    expect(failures(replay(lost))).toEqual([expect.stringMatching(/^failures: 1 death\(s\): detected in 5 ms, none recovered/)])
+    const failed = RunView.apply(replay(lost), { event: "verdict", at: formedAt + 3_000, outcome: "failed", exitCode: 1, summary: "run failed: max_failure exceeded" })
+    expect(failures(failed)).toEqual([expect.stringMatching(/^failures: 1 death\(s\) before the run failed: detected in 5 ms, none recovered(; effective training [\d.]+% until the run failed)?$/)])
+  })
 })

@@ -203,7 +203,7 @@ export const summaryTable = (state: RunState): string => {
   const recovery = state.recovery ?? RecoveryFigures.empty
   const figures = recovery.deaths.length === 0
     ? undefined
-    : RecoveryFigures.describeFigures(recovery, effectiveTrainingAt(state))
+    : RecoveryFigures.describeFigures(recovery, effectiveTrainingAt(state), state.phase === "failed")
   return [
     ...(inventory.length === 0 ? [] : [`inventory: ${Inventory.describe(inventory)}`]),
     format(header),

@@ -160,12 +160,17 @@ export const effectiveTrainingRatio = (
   return Math.max(0, weighted) / wall
 }
 
-/** "3 death(s): detected in 9/12/31 ms, recovered in 22/25/40 ms; effective training 97.4%". */
-export const describeFigures = (state: RecoveryState, ettr: number | undefined): string | undefined => {
+/**
+ * "3 death(s): detected in 9/12/31 ms, recovered in 22/25/40 ms; effective training 97.4%". For a run that
+ * failed (`failed`), both say they cover the time before the failure: a run stopped early has figures of its
+ * shorter life, and a high ratio must not read as a healthy run.
+ */
+export const describeFigures = (state: RecoveryState, ettr: number | undefined, failed = false): string | undefined => {
   const { detect, recover } = times(state)
-  const ratio = ettr === undefined ? "" : `effective training ${(ettr * 100).toFixed(1)}%`
+  const ratio = ettr === undefined ? "" : `effective training ${(ettr * 100).toFixed(1)}%${failed ? " until the run failed" : ""}`
   if (state.deaths.length === 0) return ratio === "" ? undefined : ratio
   const ms = (values: ReadonlyArray<number>) => values.map((value) => Math.round(value)).join("/")
   const recovery = recover.length === 0 ? "none recovered" : `recovered in ${ms(recover)} ms`
-  return `${state.deaths.length} death(s): detected in ${ms(detect)} ms, ${recovery}${ratio === "" ? "" : `; ${ratio}`}`
+  const deaths = `${state.deaths.length} death(s)${failed ? " before the run failed" : ""}`
+  return `${deaths}: detected in ${ms(detect)} ms, ${recovery}${ratio === "" ? "" : `; ${ratio}`}`
 }
