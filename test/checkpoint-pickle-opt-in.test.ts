@@ -12,7 +12,7 @@ import { readHostEnvelope } from "../src/actors/agent/Envelope.ts"
 import { hostRunSpec } from "../src/actors/launcher/Plan.ts"
 import { parseCluster } from "../src/config/ClusterConfig.ts"
 import { HostRunSpec } from "../src/wire/JoinMessages.ts"
-import { pythonEnvelope } from "./support/python-envelope.ts"
+import { pythonEnvelope } from "./support/python-client.ts"
 
 const cluster = (job: string) => `workers:\n  - { host: localhost, devices: 1 }\njob: ${job}\n`
 const decode = (job: string) => Effect.runPromise(parseCluster(cluster(job), "cluster.yml"))

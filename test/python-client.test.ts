@@ -5,20 +5,7 @@
  * PATH (any 3.9+: none of this imports torch). Expected values are literals.
  */
 import { describe, expect, test } from "bun:test"
-import { join, resolve } from "node:path"
-import { pythonEnvelope } from "./support/python-envelope.ts"
-
-const root = resolve(import.meta.dir, "..")
-const python = Bun.which("python3") ?? "/usr/bin/python3"
-
-const runPython = (code: string, env: Record<string, string> = {}) => {
-  const child = Bun.spawnSync([python, "-c", code], {
-    env: { PATH: process.env.PATH ?? "/usr/bin:/bin", PYTHONPATH: join(root, "python"), ...env },
-    stdout: "pipe",
-    stderr: "pipe"
-  })
-  return { code: child.exitCode, stdout: child.stdout.toString(), stderr: child.stderr.toString() }
-}
+import { pythonEnvelope, runPython } from "./support/python-client.ts"
 
 const initOnly = "import cohort\ncohort.init()"
 

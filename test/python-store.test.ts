@@ -4,20 +4,8 @@
  * launcher answers through `Orders.take`, as the relay reader does. Run with the python3 on PATH.
  */
 import { describe, expect, test } from "bun:test"
-import { join, resolve } from "node:path"
+import { runPython } from "./support/python-client.ts"
 
-const root = resolve(import.meta.dir, "..")
-const python = Bun.which("python3") ?? "/usr/bin/python3"
-
-const runPython = (code: string) => {
-  const child = Bun.spawnSync([python, "-c", code], {
-    env: { PATH: process.env.PATH ?? "/usr/bin:/bin", PYTHONPATH: join(root, "python") },
-    stdout: "pipe",
-    stderr: "pipe",
-    timeout: 30_000
-  })
-  return { code: child.exitCode, stdout: child.stdout.toString(), stderr: child.stderr.toString() }
-}
 
 /** A StoreCalls of generation 2 whose reports are printed as JSON and answered by `answer(report)` (a Python expression). */
 const harness = (answer: string, body: string) =>
