@@ -23,8 +23,8 @@ const show = (instruction: StoreInstruction): string => {
     }
     case "Lose":
       return `lose ${instruction.ranks.join(",")}: ${instruction.reason}`
-    case "Log":
-      return `${instruction.level}: ${instruction.message}`
+    case "Warn":
+      return `warning: ${instruction.message}`
   }
 }
 

@@ -52,8 +52,8 @@ export const make = (options: GroupRendezvousOptions): Effect.Effect<GroupRendez
             Effect.logWarning(`rank(s) ${instruction.ranks.join(", ")} lost: ${instruction.reason}`),
             options.lose(instruction.ranks, instruction.reason)
           )
-        case "Log":
-          return instruction.level === "info" ? Effect.logInfo(instruction.message) : Effect.logWarning(instruction.message)
+        case "Warn":
+          return Effect.logWarning(instruction.message)
       }
     }
 

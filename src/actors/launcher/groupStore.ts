@@ -53,7 +53,6 @@ interface Waiter {
 export interface GenerationStore {
   readonly generation: number
   readonly members: HashSet.HashSet<number>
-  readonly size: number
   readonly announcedAt: number
   readonly keys: HashMap.HashMap<string, string>
   /** Characters of values held. */
@@ -85,7 +84,7 @@ export type StoreEvent =
 export type StoreInstruction =
   | { readonly _tag: "Answer"; readonly rank: number; readonly answer: StoreAnswer }
   | { readonly _tag: "Lose"; readonly ranks: ReadonlyArray<number>; readonly reason: string }
-  | { readonly _tag: "Log"; readonly level: "info" | "warning"; readonly message: string }
+  | { readonly _tag: "Warn"; readonly message: string }
 
 type Step = readonly [ReadonlyArray<StoreInstruction>, GroupStoreState]
 
@@ -139,7 +138,6 @@ const announce = (state: GroupStoreState, generation: number, members: ReadonlyA
   const current: GenerationStore = {
     generation,
     members: HashSet.fromIterable(members),
-    size: members.length,
     announcedAt: at,
     keys: HashMap.empty(),
     bytes: 0,
@@ -168,8 +166,7 @@ const called = (state: GroupStoreState, rank: number, call: StoreCall): Step => 
     const reply = answer(rank, { id: call.id, error: refused.why })
     if (refused.quiet || HashSet.has(state.warned, rank)) return [[reply], state]
     const log: StoreInstruction = {
-      _tag: "Log",
-      level: "warning",
+      _tag: "Warn",
       message: `refused rank ${rank}'s process-group store call: ${refused.why} (further refusals of this rank are not logged)`
     }
     return [[reply, log], { ...state, warned: HashSet.add(state.warned, rank) }]
@@ -179,7 +176,9 @@ const called = (state: GroupStoreState, rank: number, call: StoreCall): Step => 
   return [instructions, { ...state, current: next }]
 }
 
-const keyLimit = (current: GenerationStore): number => current.size * KEYS_PER_MEMBER + KEYS_MARGIN
+const keyLimit = (current: GenerationStore): number => HashSet.size(current.members) * KEYS_PER_MEMBER + KEYS_MARGIN
+/** Every member has said it formed the generation. */
+const allFormed = (current: GenerationStore): boolean => HashSet.size(current.formed) === HashSet.size(current.members)
 
 /** `call` on the generation's keys: its answer (now, or once its keys exist), and any waiters it releases. */
 const apply = (current: GenerationStore, rank: number, call: StoreCall): readonly [ReadonlyArray<StoreInstruction>, GenerationStore] => {
@@ -265,14 +264,14 @@ const formed = (state: GroupStoreState, rank: number, generation: number): Step 
   if (current === undefined || current.generation !== generation || !HashSet.has(current.members, rank)) return [[], state]
   const next = { ...current, formed: HashSet.add(current.formed, rank) }
   // Formed by every member: its keys have done their work (nobody reads them again).
-  if (HashSet.size(next.formed) === next.size) return [[], { ...state, current: { ...next, keys: HashMap.empty(), bytes: 0 } }]
+  if (allFormed(next)) return [[], { ...state, current: { ...next, keys: HashMap.empty(), bytes: 0 } }]
   return [[], { ...state, current: next }]
 }
 
 const tick = (state: GroupStoreState, at: number): Step => {
   const { current } = state
   const { formWithinMs } = state.settings
-  if (current === undefined || current.overdue || HashSet.size(current.formed) === current.size) return [[], state]
+  if (current === undefined || current.overdue || allFormed(current)) return [[], state]
   if (at - current.announcedAt < formWithinMs) return [[], state]
   const members = [...current.members]
   const absent = members.filter((rank) => !HashSet.has(current.came, rank))
