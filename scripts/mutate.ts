@@ -35,6 +35,8 @@ export const targets: ReadonlyArray<Target> = [
   { name: "coordinate", mutate: "src/actors/launcher/coordinate.ts", tests: ["test/coordinate.table.test.ts", "test/coordinate.property.test.ts"] },
   { name: "Membership", mutate: "src/actors/launcher/Membership.ts", tests: ["test/membership.table.test.ts", "test/membership.property.test.ts"] },
   { name: "ProcessGroups", mutate: "src/actors/launcher/ProcessGroups.ts", tests: ["test/process-groups.test.ts", "test/coordinate.table.test.ts"] },
+  { name: "groupStore", mutate: "src/actors/launcher/groupStore.ts", tests: ["test/group-store.table.test.ts"] },
+  { name: "CheckpointBallot", mutate: "src/actors/launcher/CheckpointBallot.ts", tests: ["test/coordinate.table.test.ts", "test/coordinate.property.test.ts"] },
   { name: "ShrinkRules", mutate: "src/native/ShrinkRules.ts", tests: ["test/nccl-shrink.table.test.ts"] },
   { name: "ShrinkPlan", mutate: "src/actors/rank/ShrinkPlan.ts", tests: ["test/nccl-shrink.table.test.ts"] }
 ]
