@@ -233,7 +233,7 @@ test("an agent whose first dials the launcher closes before answering dials agai
   })
   listeners.push(proxy)
   const joining = agent(proxy.port, saltFile)
-  await waitFor(() => launch.stderr.lines.some((line) => formedLine.test(line)), "the world to form through the proxy", 15_000)
+  await waitFor(() => launch.stderr.lines.some((line) => formedLine.test(line)), "the world to form through the proxy", 40_000)
   const again = dialsAgain(joining.stderr.lines)
   expect(again).toHaveLength(2)
   const where = `the launcher at 127.0.0.1:${proxy.port} closed the handshake before answering`
@@ -246,4 +246,4 @@ test("an agent whose first dials the launcher closes before answering dials agai
   })
   launch.proc.kill("SIGINT")
   expect(await launch.proc.exited).toBe(130)
-}, 30_000)
+}, 60_000)
