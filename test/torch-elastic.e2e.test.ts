@@ -166,9 +166,7 @@ describe("PyTorch ranks under the Python client", () => {
     const stderr = collectLines(launcher.stderr)
     const stdout = collectLines(launcher.stdout)
     try {
-      // Started once the cohort has formed, not once epoch 1 is done: with two busy loops beside the suite, the
-      // agent, python and torch took longer to start than two epochs, and it entered at no boundary.
-      await waitFor(() => stderr.lines.some((line) => line.startsWith("cohort: cohort formed")), "the cohort to form", 90_000)
+      await waitFor(() => stderr.lines.some((line) => line.startsWith("cohort: epoch 1/4 done")), "epoch 1 to end", 90_000)
       launcher.kill("SIGINT")
       const code = await launcher.exited
       await Promise.all([stderr.done, stdout.done])
