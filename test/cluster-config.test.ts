@@ -129,7 +129,7 @@ describe("cluster.yml", () => {
     ["max_ranks without growth", `controller: { join: { max_ranks: 4 } }\n${minimal(w)}`, "controller.join.max_ranks (line 1, col 34): max_ranks caps growth after formation: add after_formation: accept, or remove max_ranks"],
     ["max_ranks below min_ranks", `controller: { join: { min_ranks: 2, after_formation: accept, max_ranks: 1 } }\n${minimal(w)}`, "controller.join.max_ranks (line 1, col 73): expected at least min_ranks (2), got 1"],
     ["growth of a command job", `controller: { join: { after_formation: accept } }\n${minimal(w, "job: { command: [python3, train.py] }")}`, "a plain command job (torchrun-style) has a fixed world: growth needs an entry job, or a command that uses the Python client (with job.dataset_size), or after_formation: reject"],
-    ["max_failure_base without a limit", `${minimal(w)}failure_policy: { after_formation: elastic, max_failure_base: current }\n`, "only an elastic after_formation policy with a max_failure has a base: add one, or remove max_failure_base"],
+    ["max_failure_base without a limit", `${minimal(w)}failure_policy: { after_formation: { elastic: { max_failure: none } }, max_failure_base: current }\n`, "only an elastic after_formation policy with a max_failure has a base: add one, or remove max_failure_base"],
     ["bad max_failure_base", `${minimal(w)}failure_policy: { after_formation: { elastic: { max_failure: 2 } }, max_failure_base: now }\n`, `expected one of "formation", "current", got "now"`],
     ["not YAML", "workers: [", "not valid YAML"]
   ])("refuses %s", async (_name, text, expected) => {

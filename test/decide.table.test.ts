@@ -323,7 +323,14 @@ describe("elastic", () => {
     ])
     run.step(exits("r1", 0))
     expect(run.act(exits("r2", 0))).toEqual([
-      { _tag: "Verdict", verdict: Verdict.Failed({ kind: "max-failure", message: "max_failure exceeded: 2/4 ranks dead, threshold 2" }) }
+      {
+        _tag: "Verdict",
+        verdict: Verdict.Failed({
+          kind: "max-failure",
+          // A signal is never an echo of another death: the first one leads, the second follows.
+          message: "max_failure exceeded: 2/4 ranks dead, threshold 2; root cause: rank 0 exited with signal SIGKILL; other deaths: rank 3 exited with signal SIGKILL"
+        })
+      }
     ])
   })
 
@@ -341,7 +348,13 @@ describe("elastic", () => {
       { _tag: "ReportDead", ranks: [1], cause: "rank 1 exited with signal SIGKILL", kind: "signal" },
       { _tag: "Note", message: "rank 1 exited with signal SIGKILL: reporting rank(s) 1 dead; survivors carry the work" },
       { _tag: "Note", message: "every rank was lost (2/2): stopping the run" },
-      { _tag: "Verdict", verdict: Verdict.Failed({ kind: "all-ranks-lost", message: "every rank was lost (2/2)" }) }
+      {
+        _tag: "Verdict",
+        verdict: Verdict.Failed({
+          kind: "all-ranks-lost",
+          message: "every rank was lost (2/2); root cause: rank 0 exited with signal SIGKILL; other deaths: rank 1 exited with signal SIGKILL"
+        })
+      }
     ])
   })
 
@@ -466,7 +479,7 @@ describe("stops from outside", () => {
     expect(run.act(crash("r0"))).toEqual([
       { _tag: "ReportDead", ranks: [0], cause: "rank 0 exited with signal SIGKILL", kind: "signal" },
       { _tag: "LimitCrossed", message: "max_failure exceeded (1/2 dead, threshold 1)" },
-      { _tag: "Verdict", verdict: Verdict.Failed({ kind: "max-failure", message: "max_failure exceeded: 1/2 ranks dead, threshold 1" }) }
+      { _tag: "Verdict", verdict: Verdict.Failed({ kind: "max-failure", message: "max_failure exceeded: 1/2 ranks dead, threshold 1; root cause: rank 0 exited with signal SIGKILL" }) }
     ])
   })
 
@@ -475,7 +488,7 @@ describe("stops from outside", () => {
     run.step(crash("r0"))
     expect(run.step(SupervisionEvent.AbortRequested({ reason: "received SIGINT", signal: "SIGINT" }))).toEqual([])
     expect(run.act(exits("r1", 0))).toEqual([
-      { _tag: "Verdict", verdict: Verdict.Failed({ kind: "max-failure", message: "max_failure exceeded: 1/2 ranks dead, threshold 1" }) }
+      { _tag: "Verdict", verdict: Verdict.Failed({ kind: "max-failure", message: "max_failure exceeded: 1/2 ranks dead, threshold 1; root cause: rank 0 exited with signal SIGKILL" }) }
     ])
   })
 

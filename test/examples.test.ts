@@ -40,7 +40,8 @@ const examples: Readonly<Record<string, Example>> = {
     strategy: withDefaultRules(new Phased({ beforeFormation: new KillAll(), afterFormation: new Elastic({ maxFailure: new Percent({ p: 50 }) }) })),
     world: 4,
     hosts: 1,
-    dryRun: ["run local: 4 rank(s) on 1 host(s)", "[localhost:cpu:r3]", "max_failure: 50%"]
+    // 50% is the default limit, so the policy is written as the bare word; the table says the limit.
+    dryRun: ["run local: 4 rank(s) on 1 host(s)", "[localhost:cpu:r3]", "  after_formation: elastic\n", "else elastic (max_failure 50%)"]
   },
   "restart.yml": {
     decodes: {
@@ -82,7 +83,7 @@ const examples: Readonly<Record<string, Example>> = {
       ],
       job: { program: { _tag: "Entry", entry: "examples/train.ts" }, datasetSize: 20_000, epochs: 4 }
     },
-    strategy: withDefaultRules(new Phased({ beforeFormation: new KillAll(), afterFormation: new Elastic({}) })),
+    strategy: withDefaultRules(new Phased({ beforeFormation: new KillAll(), afterFormation: new Elastic({ maxFailure: new Percent({ p: 50 }) }) })),
     world: 4,
     hosts: 2,
     dryRun: ["run self-agent: 4 rank(s) on 2 host(s)", "port: 0.0.0.0:29400", "[localhost:cpu:r1]", "[worker-b:cpu:r3]"]
@@ -93,7 +94,7 @@ const examples: Readonly<Record<string, Example>> = {
       workers: [{ host: "localhost", devices: { _tag: "Count", count: 4 }, env: { OMP_NUM_THREADS: "1", GLOO_SOCKET_IFNAME: "lo" } }],
       job: { program: { _tag: "Command", command: ["python3", "examples/torch_ddp.py"] }, args: ["--steps", "60"] }
     },
-    strategy: withDefaultRules(new Phased({ beforeFormation: new KillAll(), afterFormation: new Elastic({}) })),
+    strategy: withDefaultRules(new Phased({ beforeFormation: new KillAll(), afterFormation: new Elastic({ maxFailure: new Percent({ p: 50 }) }) })),
     world: 4,
     hosts: 1,
     dryRun: [`[localhost:cpu:r0] in ${root}: python3 examples/torch_ddp.py --steps 60`, "MASTER_ADDR=127.0.0.1", "WORLD_SIZE=4", "GLOO_SOCKET_IFNAME=lo"]

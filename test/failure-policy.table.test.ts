@@ -6,6 +6,7 @@
  */
 import { describe, expect, test } from "bun:test"
 import * as Effect from "effect/Effect"
+import { FailRun, FailureRule, RuleWhen } from "../src/actors/FailureRules.ts"
 import { Backoff, Count, Elastic, KillAll, Percent, Phased, Restart, type Strategy } from "../src/actors/Strategy.ts"
 import { defaultFailurePolicy, encodeFailurePolicy, encodeStrategy, parseFailurePolicy, parseStrategy, strategyToYaml } from "../src/config/FailurePolicy.ts"
 import { withDefaultRules } from "./support/default-rules.ts"
@@ -16,6 +17,9 @@ const strategy = (text: string) => Effect.runPromise(parseStrategy(text, "policy
 const strategyProblem = (text: string) => Effect.runPromise(Effect.flip(parseStrategy(text, "policy.yml"))).then((error) => error.message)
 const after = async (text: string) => (await policy(`failure_policy: { after_formation: ${text} }`)).strategy.afterFormation
 
+/** What `elastic`, `{ elastic: {} }` and an absent after_formation say: half the world. */
+const halfTheWorld = new Elastic({ maxFailure: new Percent({ p: 50 }) })
+
 const defaults = new Restart({ maxRestarts: 3, within: 600_000, backoff: new Backoff({ initial: 1_000, max: 30_000, factor: 2, jitter: 0.2 }), scope: "one" })
 
 describe("written as YAML", () => {
@@ -23,15 +27,18 @@ describe("written as YAML", () => {
     [new KillAll(), "kill_all\n"],
     [new KillAll({ grace: 0 }), "kill_all:\n  grace: 0ms\n"],
     [new KillAll({ grace: 90_000 }), "kill_all:\n  grace: 90s\n"],
-    [new Elastic({}), "elastic\n"],
+    [halfTheWorld, "elastic\n"],
+    [new Elastic({}), "elastic:\n  max_failure: none\n"],
     [new Elastic({ maxFailure: new Count({ n: 2 }) }), "elastic:\n  max_failure: 2\n"],
     [new Elastic({ maxFailure: new Percent({ p: 25 }), base: "current" }), "elastic:\n  max_failure: 25%\n  max_failure_base: current\n"],
-    [new Elastic({ base: "formation" }), "elastic:\n  max_failure_base: formation\n"],
+    [new Elastic({ maxFailure: new Percent({ p: 50 }), base: "formation" }), "elastic:\n  max_failure: 50%\n  max_failure_base: formation\n"],
+    [new Elastic({ base: "formation" }), "elastic:\n  max_failure: none\n  max_failure_base: formation\n"],
     [
       new Restart({ maxRestarts: 4, within: 600_000, backoff: new Backoff({ initial: 1_000, max: 30_000, factor: 2, jitter: 0.2 }), scope: "all" }),
       "restart:\n  max_restarts: 4\n  within: 10m\n  backoff:\n    initial: 1s\n    max: 30s\n    factor: 2\n    jitter: 0.2\n  scope: all\n"
     ],
-    [new Phased({ beforeFormation: new KillAll(), afterFormation: new Elastic({}) }), "before_formation: kill_all\nafter_formation: elastic\n"]
+    [new Phased({ beforeFormation: new KillAll(), afterFormation: halfTheWorld }), "before_formation: kill_all\nafter_formation: elastic\n"],
+    [new Phased({ beforeFormation: new KillAll(), afterFormation: new Elastic({}) }), "before_formation: kill_all\nafter_formation:\n  elastic:\n    max_failure: none\n"]
   ]
   for (const [value, yaml] of table) {
     test(`${JSON.stringify(yaml)}, and read back`, async () => {
@@ -42,17 +49,17 @@ describe("written as YAML", () => {
 
   test("no key is written for a field that is not set (not even as undefined)", () => {
     expect(encodeStrategy(new Elastic({ maxFailure: new Count({ n: 1 }) }))).toStrictEqual({ elastic: { max_failure: 1 } })
-    expect(encodeStrategy(new Elastic({ base: "current" }))).toStrictEqual({ elastic: { max_failure_base: "current" } })
+    expect(encodeStrategy(new Elastic({ maxFailure: new Percent({ p: 25 }) }))).toStrictEqual({ elastic: { max_failure: "25%" } })
+    // No limit is not the default (50%), so it is written, as the word a file uses for it.
+    expect(encodeStrategy(new Elastic({}))).toStrictEqual({ elastic: { max_failure: "none" } })
+    expect(encodeStrategy(new Elastic({ base: "current" }))).toStrictEqual({ elastic: { max_failure: "none", max_failure_base: "current" } })
   })
 
   test("a whole section: the strategy's keys, then grace and heartbeat_timeout", () => {
     expect(encodeFailurePolicy(defaultFailurePolicy)).toEqual({
       before_formation: "kill_all",
       after_formation: "elastic",
-      rules: [
-        { name: "exception", when: { cause: ["exception"], phase: "after_formation" }, then: "fail" },
-        { name: "exit-status", when: { exit_code: ["1-127"], cause: ["exit"], phase: "after_formation" }, then: "fail" }
-      ],
+      rules: [{ name: "repeated-error", when: { same_error_on: 2, phase: "after_formation" }, then: "fail" }],
       grace: "5s",
       heartbeat_timeout: "30s",
       degraded_exit: 0
@@ -61,16 +68,61 @@ describe("written as YAML", () => {
 })
 
 describe("read", () => {
-  test("an absent section, or an empty one: kill_all, then elastic; 5 s grace; 30 s heartbeat timeout", async () => {
-    const expected = { strategy: withDefaultRules(new Phased({ beforeFormation: new KillAll(), afterFormation: new Elastic({}) })), grace: 5_000, heartbeatTimeout: 30_000, degradedExit: 0 }
+  test("an absent section, or an empty one: kill_all, then elastic up to 50%; 5 s grace; 30 s heartbeat timeout", async () => {
+    const expected = {
+      strategy: new Phased({
+        beforeFormation: new KillAll(),
+        afterFormation: new Elastic({ maxFailure: new Percent({ p: 50 }) }),
+        rules: [new FailureRule({ name: "repeated-error", when: new RuleWhen({ sameErrorOn: 2, phase: "after_formation" }), then: new FailRun() })]
+      }),
+      grace: 5_000,
+      heartbeatTimeout: 30_000,
+      degradedExit: 0
+    }
     expect(await policy("name: x\n")).toEqual(expected)
     expect(await policy("failure_policy: {}\n")).toEqual(expected)
     expect(await policy("failure_policy: { grace: 250ms, heartbeat_timeout: 2s }")).toEqual({ ...expected, grace: 250, heartbeatTimeout: 2_000 })
   })
 
   test("one phase given: the other keeps its default", async () => {
-    expect((await policy("failure_policy: { before_formation: elastic }")).strategy).toEqual(withDefaultRules(new Phased({ beforeFormation: new Elastic({}), afterFormation: new Elastic({}) })))
+    expect((await policy("failure_policy: { before_formation: elastic }")).strategy).toEqual(withDefaultRules(new Phased({ beforeFormation: halfTheWorld, afterFormation: halfTheWorld })))
     expect((await policy("failure_policy: { after_formation: kill_all }")).strategy).toEqual(new Phased({ beforeFormation: new KillAll(), afterFormation: new KillAll() }))
+  })
+
+  test("an absent after_formation is elastic with max_failure 50%, strictly (no base, no other key)", async () => {
+    expect((await policy("failure_policy: { before_formation: kill_all }")).strategy.afterFormation).toStrictEqual(new Elastic({ maxFailure: new Percent({ p: 50 }) }))
+    expect((await policy("failure_policy: { grace: 1s }")).strategy.afterFormation).toStrictEqual(new Elastic({ maxFailure: new Percent({ p: 50 }) }))
+    expect(defaultFailurePolicy.strategy.afterFormation).toStrictEqual(new Elastic({ maxFailure: new Percent({ p: 50 }) }))
+    // Written out, 50% is the same value as the bare word.
+    expect(await after("{ elastic: { max_failure: 50% } }")).toStrictEqual(await after("elastic"))
+  })
+
+  test("max_failure: none: no limit, read as an elastic without one and written back as none", async () => {
+    const read = await policy("failure_policy: { after_formation: { elastic: { max_failure: none } } }")
+    expect(read.strategy.afterFormation).toStrictEqual(new Elastic({}))
+    // Still elastic: the default rules come with it.
+    expect(read.strategy).toEqual(withDefaultRules(new Phased({ beforeFormation: new KillAll(), afterFormation: new Elastic({}) })))
+    const written = encodeFailurePolicy(read) as { readonly after_formation: unknown }
+    expect(written.after_formation).toEqual({ elastic: { max_failure: "none" } })
+    expect(await strategy("{ elastic: { max_failure: none } }")).toStrictEqual(new Elastic({}))
+    expect(await strategy("{ elastic: { max_failure: none, max_failure_base: current } }")).toStrictEqual(new Elastic({ base: "current" }))
+    // Only the word itself: `None` is not it.
+    expect(await policyProblem("failure_policy: { after_formation: { elastic: { max_failure: None } } }")).toBe(
+      `cluster.yml: failure_policy.after_formation.elastic.max_failure (line 1, col 62): expected a count ≥ 0, a percentage like "25%", or none, got "None"`
+    )
+  })
+
+  test("same_error_on: a number of ranks from 2 to 1000000, refused on either side with the field's place", async () => {
+    const rule = (written: string) => `failure_policy:\n  rules:\n    - { when: { same_error_on: ${written} }, then: fail }\n`
+    const accepted = (ranks: number) => [new FailureRule({ name: "rule 1", when: new RuleWhen({ sameErrorOn: ranks }), then: new FailRun() })]
+    expect((await policy(rule("2"))).strategy.rules).toEqual(accepted(2))
+    expect((await policy(rule("1000000"))).strategy.rules).toEqual(accepted(1_000_000))
+    const column = "    - { when: { same_error_on: ".length + 1
+    for (const [written, quoted] of [["1", "1"], ["1000001", "1000001"], ["2.5", "2.5"], ["0", "0"], ["two", '"two"']] as const) {
+      expect(await policyProblem(rule(written))).toBe(
+        `cluster.yml: failure_policy.rules[0].when.same_error_on (line 3, col ${column}): expected a number of ranks from 2 to 1000000, got ${quoted}`
+      )
+    }
   })
 
   test("max_failure: a count, or a percentage (decimals, exponents, a space before %)", async () => {
@@ -106,18 +158,21 @@ describe("read", () => {
     const column = "failure_policy: { after_formation: { elastic: { max_failure: ".length + 1
     for (const [written, quoted] of refused) {
       expect(await policyProblem(`failure_policy: { after_formation: { elastic: { max_failure: ${written} } } }`)).toBe(
-        `cluster.yml: failure_policy.after_formation.elastic.max_failure (line 1, col ${column}): expected a count ≥ 0 or a percentage like "25%", got ${quoted}`
+        `cluster.yml: failure_policy.after_formation.elastic.max_failure (line 1, col ${column}): expected a count ≥ 0, a percentage like "25%", or none, got ${quoted}`
       )
     }
   })
 
-  test("a base: at the top (needs an elastic max_failure), or inside elastic", async () => {
+  test("a base: at the top (needs an elastic limit, the default 50% is one), or inside elastic", async () => {
     expect(await after("{ elastic: { max_failure: 50% } }")).toEqual(new Elastic({ maxFailure: new Percent({ p: 50 }) }))
     expect((await policy("failure_policy: { after_formation: { elastic: { max_failure: 50% } }, max_failure_base: current }")).strategy.afterFormation)
       .toEqual(new Elastic({ maxFailure: new Percent({ p: 50 }), base: "current" }))
     expect(await after("{ elastic: { max_failure: 2, max_failure_base: formation } }")).toEqual(new Elastic({ maxFailure: new Count({ n: 2 }), base: "formation" }))
+    expect((await policy("failure_policy: { max_failure_base: current }")).strategy.afterFormation).toStrictEqual(new Elastic({ maxFailure: new Percent({ p: 50 }), base: "current" }))
     const why = "only an elastic after_formation policy with a max_failure has a base: add one, or remove max_failure_base"
-    expect(await policyProblem("failure_policy: { max_failure_base: current }")).toBe(`cluster.yml: failure_policy.max_failure_base (line 1, col 37): ${why}`)
+    expect(await policyProblem("failure_policy: { after_formation: { elastic: { max_failure: none } }, max_failure_base: current }")).toBe(
+      `cluster.yml: failure_policy.max_failure_base (line 1, col 90): ${why}`
+    )
     expect(await policyProblem("failure_policy: { after_formation: kill_all, max_failure_base: current }")).toBe(`cluster.yml: failure_policy.max_failure_base (line 1, col 64): ${why}`)
     expect(await policyProblem("failure_policy: { after_formation: { elastic: { max_failure_base: now } } }")).toBe(
       `cluster.yml: failure_policy.after_formation.elastic.max_failure_base (line 1, col 67): expected one of "formation", "current", got "now"`
@@ -129,11 +184,12 @@ describe("read", () => {
     // Strictly: an omitted field is absent, not present as undefined.
     expect(await after("{ kill_all: }")).toStrictEqual(new KillAll())
     expect(await after("{ kill_all: {} }")).toStrictEqual(new KillAll())
-    expect(await after("{ elastic: {} }")).toStrictEqual(new Elastic({}))
-    expect(await after("{ elastic: { max_failure_base: current } }")).toStrictEqual(new Elastic({ base: "current" }))
+    expect(await after("{ elastic: {} }")).toStrictEqual(halfTheWorld)
+    expect(await after("{ elastic: { max_failure_base: current } }")).toStrictEqual(new Elastic({ maxFailure: new Percent({ p: 50 }), base: "current" }))
     expect(await after("{ elastic: { max_failure: 1 } }")).toStrictEqual(new Elastic({ maxFailure: new Count({ n: 1 }) }))
-    expect(await after("elastic")).toEqual(new Elastic({}))
-    expect(await after("{ elastic: }")).toEqual(new Elastic({}))
+    expect(await after("{ elastic: { max_failure: none } }")).toStrictEqual(new Elastic({}))
+    expect(await after("elastic")).toStrictEqual(halfTheWorld)
+    expect(await after("{ elastic: }")).toStrictEqual(halfTheWorld)
     expect(await after("restart")).toEqual(defaults)
     expect(await after("{ restart: }")).toEqual(defaults)
     expect(await after("{ restart: {} }")).toEqual(defaults)
@@ -180,7 +236,7 @@ describe("read", () => {
   test("a strategy on its own: one word, one key, or both phases", async () => {
     expect(await strategy("kill_all")).toEqual(new KillAll())
     expect(await strategy("{ elastic: { max_failure: 3 } }")).toEqual(new Elastic({ maxFailure: new Count({ n: 3 }) }))
-    expect(await strategy("{ before_formation: elastic, after_formation: restart }")).toEqual(new Phased({ beforeFormation: new Elastic({}), afterFormation: defaults }))
+    expect(await strategy("{ before_formation: elastic, after_formation: restart }")).toEqual(new Phased({ beforeFormation: halfTheWorld, afterFormation: defaults }))
     const expected = "expected one of kill_all, elastic, { elastic: { max_failure: … } } or { restart: { … } }"
     expect(await strategyProblem("{ before_formation: kill_all }")).toBe(`policy.yml: after_formation (line 1, col 1): ${expected}, got nothing`)
     expect(await strategyProblem("{ after_formation: kill_all }")).toBe(`policy.yml: before_formation (line 1, col 1): ${expected}, got nothing`)

@@ -11,11 +11,11 @@ const problem = (text: string) =>
   Effect.runPromise(Effect.flip(parseFailurePolicy(text, "cluster.yml"))).then((error) => error.message)
 
 describe("failure_policy", () => {
-  test("an absent section gives kill_all before formation and unlimited elastic after, with the default rules", async () => {
+  test("an absent section gives kill_all before formation and elastic up to 50% after, with the default rules", async () => {
     expect(await decode("name: demo\n")).toEqual(defaultFailurePolicy)
     expect(await decode("")).toEqual(defaultFailurePolicy)
     expect(defaultFailurePolicy.strategy).toEqual(
-      new Phased({ beforeFormation: new KillAll(), afterFormation: new Elastic({}), rules: readmeDefaultRules })
+      new Phased({ beforeFormation: new KillAll(), afterFormation: new Elastic({ maxFailure: new Percent({ p: 50 }) }), rules: readmeDefaultRules })
     )
   })
 
@@ -78,15 +78,15 @@ failure_policy:
     ].join("\n")
     expect(await problem(text)).toBe(
       `cluster.yml: failure_policy.after_formation.elastic.max_failure (line 9, col 29): ` +
-        `expected a count ≥ 0 or a percentage like "25%", got "lots"`
+        `expected a count ≥ 0, a percentage like "25%", or none, got "lots"`
     )
   })
 
   test.each([
     ["failure_policy: { grace: soon }", `failure_policy.grace (line 1, col 26): expected a duration like "250ms", "5s", "10m" or "1h", got "soon"`],
     ["failure_policy: { grace: 5 }", `failure_policy.grace (line 1, col 26): expected a duration like "250ms", "5s", "10m" or "1h", got 5`],
-    ["failure_policy: { after_formation: { elastic: { max_failure: 150% } } }", `max_failure (line 1, col 62): expected a count ≥ 0 or a percentage like "25%", got "150%"`],
-    ["failure_policy: { after_formation: { elastic: { max_failure: -1 } } }", `expected a count ≥ 0 or a percentage like "25%", got -1`],
+    ["failure_policy: { after_formation: { elastic: { max_failure: 150% } } }", `max_failure (line 1, col 62): expected a count ≥ 0, a percentage like "25%", or none, got "150%"`],
+    ["failure_policy: { after_formation: { elastic: { max_failure: -1 } } }", `expected a count ≥ 0, a percentage like "25%", or none, got -1`],
     ["failure_policy: { after_formation: { elastic: { max_failure: 1.5 } } }", `got 1.5`],
     ["failure_policy: { before_formation: shrug }", `failure_policy.before_formation (line 1, col 37): expected one of kill_all, elastic`],
     ["failure_policy: { after_formation: { elastic: {}, kill_all: {} } }", `expected exactly one of kill_all, elastic, restart, got 2`],
@@ -160,7 +160,7 @@ failure_policy:
 
   test("bare words and empty mappings are accepted where they read naturally", async () => {
     const policy = await decode("failure_policy: { before_formation: { kill_all: {} }, after_formation: elastic }")
-    expect(policy.strategy).toEqual(withDefaultRules(new Phased({ beforeFormation: new KillAll(), afterFormation: new Elastic({}) })))
+    expect(policy.strategy).toEqual(withDefaultRules(new Phased({ beforeFormation: new KillAll(), afterFormation: new Elastic({ maxFailure: new Percent({ p: 50 }) }) })))
     const restart = await decode("failure_policy: { after_formation: restart }")
     expect(restart.strategy.afterFormation._tag).toBe("Restart")
   })

@@ -28,7 +28,7 @@ import {
   RuleWhen
 } from "../src/actors/FailureRules.ts"
 import * as Schema from "effect/Schema"
-import { policyTable } from "../src/actors/PolicyTable.ts"
+import { policyTable, strategyWords } from "../src/actors/PolicyTable.ts"
 import { Backoff, Count, Elastic, KillAll, Percent, Phased, Restart, type Simple } from "../src/actors/Strategy.ts"
 import { encodeFailurePolicy, parseFailurePolicy } from "../src/config/FailurePolicy.ts"
 
@@ -72,6 +72,10 @@ describe("a rule's when, field by field", () => {
     ["log found", { log: "CUDA error|NCCL WARN" }, death({ lines: ["step 3", "NCCL WARN timeout"] }), true],
     ["log not found", { log: "CUDA error" }, death({ lines: ["step 3"] }), false],
     ["log without lines", { log: "." }, death(), false],
+    ["same_error_on reached", { sameErrorOn: 2 }, death({ sameErrorOn: 2 }), true],
+    ["same_error_on passed", { sameErrorOn: 2 }, death({ sameErrorOn: 5 }), true],
+    ["same_error_on not reached", { sameErrorOn: 3 }, death({ sameErrorOn: 2 }), false],
+    ["same_error_on of a death with no count (no signature, or secondary)", { sameErrorOn: 2 }, death(), false],
     ["every field must hold", { causes: ["exit" as const], exitCodes: new ExitCodes({ op: "in", values: [1] }), hosts: ["gpu-b"] }, death(), false]
   ])("%s", (_, when, given, expected) => {
     expect(matches(new RuleWhen(when), given)).toBe(expected)
@@ -307,11 +311,11 @@ describe("rules in the file", () => {
       "      then: explode"
     ].join("\n"))
     expect(read._tag === "Left" ? read.left.message.split("\n") : []).toEqual([
-      `cluster.yml: failure_policy.rules[0].when.cause[0] (line 3, col 23): expected one of exit, signal, exception, oom, heartbeat, host_lost, relay_lost, nccl, rendezvous, got "oops"`,
+      `cluster.yml: failure_policy.rules[0].when.cause[0] (line 3, col 23): expected one of exit, signal, exception, oom, heartbeat, host_lost, relay_lost, nccl, rendezvous, peer_lost, got "oops"`,
       `cluster.yml: failure_policy.rules[0].when.signal[0] (line 3, col 39): expected a signal name like SIGTERM (33 known), got "SIGFOO"`,
       `cluster.yml: failure_policy.rules[0].when.log (line 3, col 53): expected a regular expression, got "(" (missing ))`,
       `cluster.yml: failure_policy.rules[0].when.exit_code[0] (line 3, col 70): expected an exit code from 0 to 255, or a range like "1-127", got 300`,
-      `cluster.yml: failure_policy.rules[0].when (line 3, col 76): unknown key "color"; known keys: exit_code, signal, cause, ranks, hosts, phase, log`,
+      `cluster.yml: failure_policy.rules[0].when (line 3, col 76): unknown key "color"; known keys: exit_code, signal, cause, ranks, hosts, phase, log, same_error_on`,
       `cluster.yml: failure_policy.rules[0].then (line 4, col 13): expected one of fail, elastic, ignore or { restart: { … } }, got "explode"`
     ])
   })
@@ -354,12 +358,53 @@ describe("--dry-run's table", () => {
       "nccl        before     kill_all",
       "nccl        after      elastic (max_failure 25%)",
       "rendezvous  before     kill_all",
-      "rendezvous  after      elastic (max_failure 25%)"
+      "rendezvous  after      elastic (max_failure 25%)",
+      // A secondary death keeps its exit status: a rule on exit codes alone may still take it.
+      "peer_lost   before     exit_code 1, 2: fail [user-bug]; else kill_all",
+      "peer_lost   after      exit_code 1, 2: fail [user-bug]; else elastic (max_failure 25%)"
+    ])
+  })
+
+  test("the default rule: the same error on 2 ranks fails the run, after formation, for the deaths that have a signature", () => {
+    const strategy = new Phased({
+      beforeFormation: new KillAll(),
+      afterFormation: new Elastic({ maxFailure: new Percent({ p: 50 }) }),
+      rules: [rule("repeated-error", { sameErrorOn: 2, phase: "after_formation" }, new FailRun())]
+    })
+    expect(policyTable(strategy)).toEqual([
+      "cause       formation  what happens",
+      "exit        before     kill_all",
+      "exit        after      the same error on 2 ranks: fail [repeated-error]; else elastic (max_failure 50%)",
+      "signal      before     kill_all",
+      "signal      after      elastic (max_failure 50%)",
+      "exception   before     kill_all",
+      "exception   after      the same error on 2 ranks: fail [repeated-error]; else elastic (max_failure 50%)",
+      "oom         before     kill_all",
+      "oom         after      elastic (max_failure 50%)",
+      "heartbeat   before     kill_all",
+      "heartbeat   after      elastic (max_failure 50%)",
+      "host_lost   before     kill_all",
+      "host_lost   after      elastic (max_failure 50%)",
+      "relay_lost  before     kill_all",
+      "relay_lost  after      elastic (max_failure 50%)",
+      "nccl        before     kill_all",
+      "nccl        after      the same error on 2 ranks: fail [repeated-error]; else elastic (max_failure 50%)",
+      "rendezvous  before     kill_all",
+      "rendezvous  after      elastic (max_failure 50%)",
+      // A secondary death is never counted as a repeat of an error.
+      "peer_lost   before     kill_all",
+      "peer_lost   after      elastic (max_failure 50%)"
     ])
   })
 })
 
 describe("the rules' smaller parts", () => {
+  test("a strategy in a few words: each elastic limit, and none said as such", () => {
+    expect(strategyWords(new Elastic({}))).toBe("elastic (no limit)")
+    expect(strategyWords(new Elastic({ maxFailure: new Percent({ p: 50 }) }))).toBe("elastic (max_failure 50%)")
+    expect(strategyWords(new Elastic({ maxFailure: new Count({ n: 2 }) }))).toBe("elastic (max_failure 2)")
+  })
+
   test.each([
     [[1, 2, 3, 7], "1-3, 7"],
     [[1, 2], "1, 2"],
@@ -381,7 +426,8 @@ describe("the rules' smaller parts", () => {
       { ranks: ["0"] },
       { hosts: ["a"] },
       { phase: "after_formation" as const },
-      { log: "x" }
+      { log: "x" },
+      { sameErrorOn: 2 }
     ]) expect(matchesEverything(new RuleWhen(field))).toBe(false)
   })
 
@@ -410,7 +456,7 @@ describe("--dry-run's table, other forms", () => {
     const restartAll = new Restart({ maxRestarts: 4, within: 60_000, backoff: noJitter, scope: "all" })
     expect(policyTable(restartAll)).toEqual([
       "cause       formation  what happens",
-      ...["exit", "signal", "exception", "oom", "heartbeat", "host_lost", "relay_lost", "nccl", "rendezvous"].map((cause) => `${cause.padEnd(10)}  both       restart (4 within 1m, all)`)
+      ...["exit", "signal", "exception", "oom", "heartbeat", "host_lost", "relay_lost", "nccl", "rendezvous", "peer_lost"].map((cause) => `${cause.padEnd(10)}  both       restart (4 within 1m, all)`)
     ])
     const strategy = new Phased({
       beforeFormation: new KillAll({ grace: 0 }),

@@ -443,6 +443,7 @@ test("a verdict over a grown world names both sizes", () => {
   run(SupervisionEvent.ChildExited({ id: "rank-2", exit: ChildExit.Signaled({ signal: "SIGKILL" }) }))
   const verdict = run(SupervisionEvent.ChildExited({ id: "rank-1", exit: ChildExit.Exited({ code: 0 }) })).find((directive) => directive._tag === "Verdict")
   expect(verdict?._tag === "Verdict" && verdict.verdict._tag === "Failed" ? verdict.verdict.message : verdict).toBe(
-    "max_failure exceeded: 2 of 3 (2 at formation, 1 joined since) ranks dead, threshold 2"
+    "max_failure exceeded: 2 of 3 (2 at formation, 1 joined since) ranks dead, threshold 2; " +
+      "root cause: rank 0 exited with signal SIGKILL; other deaths: rank 2 exited with signal SIGKILL"
   )
 })

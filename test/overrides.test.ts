@@ -140,7 +140,7 @@ describe("overrides decoded with the file", () => {
   test("a mistake deep inside a section given whole names the flag and the place inside it", async () => {
     expect(await refusal(base, sets("failure_policy={ after_formation: { elastic: { max_failure: lots } } }"))).toEqual([
       `--set failure_policy={ after_formation: { elastic: { max_failure: lots } } }: failure_policy.after_formation.elastic.max_failure: ` +
-      `expected a count ≥ 0 or a percentage like "25%", got "lots"`
+      `expected a count ≥ 0, a percentage like "25%", or none, got "lots"`
     ])
   })
 

@@ -99,7 +99,9 @@ describe("what the quick form decodes to", () => {
       job: { program: { _tag: "Command", command: ["python3", "train.py", "--lr", "0.1"] }, args: [], backend: "cpu_sync", epochs: 1, datasetSize: 0 },
       failurePolicy: { grace: 5_000, heartbeatTimeout: 30_000 }
     })
-    expect((config as { failurePolicy: { strategy: Phased } }).failurePolicy.strategy).toEqual(withDefaultRules(new Phased({ beforeFormation: new KillAll(), afterFormation: new Elastic({}) })))
+    expect((config as { failurePolicy: { strategy: Phased } }).failurePolicy.strategy).toEqual(
+      withDefaultRules(new Phased({ beforeFormation: new KillAll(), afterFormation: new Elastic({ maxFailure: new Percent({ p: 50 }) }) }))
+    )
   })
 
   test("-n gpu: one rank per GPU of this machine (devices: all)", async () => {
@@ -125,6 +127,8 @@ describe("what the quick form decodes to", () => {
   test.each([
     ["kill_all", new KillAll()],
     ["kill_all:0s", new KillAll({ grace: 0 })],
+    ["elastic", new Elastic({ maxFailure: new Percent({ p: 50 }) })],
+    ["elastic:none", new Elastic({})],
     ["elastic:25%", new Elastic({ maxFailure: new Percent({ p: 25 }) })],
     ["elastic:2", new Elastic({ maxFailure: new Count({ n: 2 }) })],
     ["restart", new Restart({ maxRestarts: 3, within: 600_000, backoff: new Backoff({ initial: 1_000, max: 30_000, factor: 2, jitter: 0.2 }), scope: "one" })],
@@ -142,7 +146,7 @@ describe("what the quick form decodes to", () => {
       `--nproc-per-node 300: workers[0].devices: expected a number of CPU ranks (1 to 256), a list of GPU indices like [0, 1], or "all", got 300`
     ])
     expect(await decoded(input({ ranksPerHost: "2" }), [policyOverride("elastic:lots") as Override])).toEqual([
-      `--policy elastic:lots: failure_policy.after_formation.elastic.max_failure: expected a count ≥ 0 or a percentage like "25%", got "lots"`
+      `--policy elastic:lots: failure_policy.after_formation.elastic.max_failure: expected a count ≥ 0, a percentage like "25%", or none, got "lots"`
     ])
     expect(await decoded(input({ ranksPerHost: "2" }), [policyOverride("restart:5000") as Override])).toEqual([
       `--policy restart:5000: failure_policy.after_formation.restart.max_restarts: expected a whole number of restarts from 0 to 1000, got 5000`

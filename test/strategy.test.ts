@@ -100,9 +100,9 @@ describe("inForce: the strategy that governs an event", () => {
     }
   })
 
-  test("the default: kill_all (no grace of its own) before formation, elastic without a limit after", () => {
+  test("the default: kill_all (no grace of its own) before formation, elastic until half the world is lost after", () => {
     expect(inForce(defaultStrategy, false)).toStrictEqual(new KillAll())
-    expect(inForce(defaultStrategy, true)).toStrictEqual(new Elastic({}))
+    expect(inForce(defaultStrategy, true)).toStrictEqual(new Elastic({ maxFailure: new Percent({ p: 50 }) }))
   })
 })
 

@@ -24,9 +24,10 @@ import { ExpectedId } from "../config/Expected.ts"
  * - `host_lost`: its host's agent, or the link to it, is gone;
  * - `relay_lost`: its host's relay is gone;
  * - `nccl`: an asynchronous NCCL error;
- * - `rendezvous`: its process group's generation did not form in time (GroupRendezvous).
+ * - `rendezvous`: its process group's generation did not form in time (GroupRendezvous);
+ * - `peer_lost`: a secondary death, one that followed another and is explained by it (SecondaryDeaths).
  */
-export const Cause = Schema.Literal("exit", "signal", "exception", "oom", "heartbeat", "host_lost", "relay_lost", "nccl", "rendezvous")
+export const Cause = Schema.Literal("exit", "signal", "exception", "oom", "heartbeat", "host_lost", "relay_lost", "nccl", "rendezvous", "peer_lost")
 export type Cause = typeof Cause.Type
 export const causes: ReadonlyArray<Cause> = Cause.literals
 
@@ -82,6 +83,9 @@ export const Pattern = Schema.String.pipe(
   })
 )
 
+/** How many ranks a `same_error_on` asks for: a second one at least (one rank's error is every failure). */
+export const SameErrorOn = Schema.Int.pipe(Schema.between(2, 1_000_000), Schema.annotations({ [ExpectedId]: "a number of ranks from 2 to 1000000" }))
+
 /** What a death must be for the rule to apply: every field given must match. */
 export class RuleWhen extends Schema.Class<RuleWhen>("RuleWhen")({
   exitCodes: Schema.optional(ExitCodes),
@@ -91,7 +95,12 @@ export class RuleWhen extends Schema.Class<RuleWhen>("RuleWhen")({
   hosts: Schema.optional(Schema.Array(Glob).pipe(Schema.minItems(1))),
   phase: Schema.optional(PolicyPhase),
   /** Searched in the rank's last lines of output. */
-  log: Schema.optional(Pattern)
+  log: Schema.optional(Pattern),
+  /**
+   * The death's failure signature is the same as that of this many ranks' deaths, it included, none of them
+   * secondary (`repeated-error`: 2, a bug met on a second rank).
+   */
+  sameErrorOn: Schema.optional(SameErrorOn)
 }) {}
 
 /** The run fails with this death as its root cause; the siblings get their grace. */
@@ -113,7 +122,7 @@ export class FailureRule extends Schema.Class<FailureRule>("FailureRule")({
 /** Whether a rule's `when` says nothing: it matches every death, and the rules after it can never decide. */
 export const matchesEverything = (when: RuleWhen): boolean =>
   when.exitCodes === undefined && when.signals === undefined && when.causes === undefined && when.ranks === undefined &&
-  when.hosts === undefined && when.phase === undefined && when.log === undefined
+  when.hosts === undefined && when.phase === undefined && when.log === undefined && when.sameErrorOn === undefined
 
 /** Rules in order, none of them after one that matches every death (it could never decide). */
 export const RuleList = Schema.Array(FailureRule).pipe(
@@ -135,6 +144,8 @@ export interface Death {
   readonly lines?: ReadonlyArray<string> | undefined
   /** When it died, when whoever saw it end said (not matched: carried to the death's report). */
   readonly diedAt?: number | undefined
+  /** How many ranks, it included, died of its failure signature without being secondary (unset: it has none, or is secondary). */
+  readonly sameErrorOn?: number | undefined
 }
 
 const globCache = new Map<string, RegExp>()
@@ -166,6 +177,7 @@ export const matches = (when: RuleWhen, death: Death): boolean => {
     const pattern = new RegExp(when.log)
     if (!(death.lines ?? []).some((line) => pattern.test(line))) return false
   }
+  if (when.sameErrorOn !== undefined && (death.sameErrorOn ?? 0) < when.sameErrorOn) return false
   return true
 }
 

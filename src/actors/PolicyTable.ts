@@ -8,18 +8,22 @@ import { actionName, type Cause, causes, codesText, type FailureRule, type Polic
 import { formatDuration } from "../config/Duration.ts"
 import type { Simple, Strategy } from "./Strategy.ts"
 
-/** The causes whose deaths carry an exit status, and those that carry a signal. */
-const withExitCode: ReadonlyArray<Cause> = ["exit", "exception"]
+/**
+ * The causes whose deaths carry an exit status, those that carry a signal, and those that may have a
+ * failure signature (a rank's own end; a secondary death has one, but is never counted as a repeat).
+ */
+const withExitCode: ReadonlyArray<Cause> = ["exit", "exception", "peer_lost"]
 const withSignal: ReadonlyArray<Cause> = ["signal", "oom"]
+const withSignature: ReadonlyArray<Cause> = ["exit", "exception", "nccl"]
 
-/** A strategy in a few words: `kill_all`, `elastic (max_failure 25%)`, `restart (3 within 10m)`. */
+/** A strategy in a few words: `kill_all`, `elastic (max_failure 25%)`, `elastic (no limit)`, `restart (3 within 10m)`. */
 export const strategyWords = (strategy: Simple): string => {
   switch (strategy._tag) {
     case "KillAll":
       return strategy.grace === 0 ? "kill_all (no grace)" : "kill_all"
     case "Elastic":
       return strategy.maxFailure === undefined
-        ? "elastic"
+        ? "elastic (no limit)"
         : `elastic (max_failure ${strategy.maxFailure._tag === "Count" ? strategy.maxFailure.n : `${strategy.maxFailure.p}%`})`
     case "Restart":
       return `restart (${strategy.maxRestarts} within ${formatDuration(strategy.within)}${strategy.scope === "all" ? ", all" : ""})`
@@ -39,12 +43,14 @@ const remainingConditions = (when: RuleWhen, cause: Cause, phase: PolicyPhase): 
   if (when.causes !== undefined && !when.causes.includes(cause)) return undefined
   if (when.exitCodes !== undefined && !withExitCode.includes(cause)) return undefined
   if (when.signals !== undefined && !withSignal.includes(cause)) return undefined
+  if (when.sameErrorOn !== undefined && !withSignature.includes(cause)) return undefined
   return [
     ...(when.exitCodes === undefined ? [] : [`exit_code ${when.exitCodes.op === "in" ? "" : "not "}${codesText(when.exitCodes.values)}`]),
     ...(when.signals === undefined ? [] : [`signal ${when.signals.join(", ")}`]),
     ...(when.ranks === undefined ? [] : [`ranks ${when.ranks.join(", ")}`]),
     ...(when.hosts === undefined ? [] : [`hosts ${when.hosts.join(", ")}`]),
-    ...(when.log === undefined ? [] : [`log /${when.log}/`])
+    ...(when.log === undefined ? [] : [`log /${when.log}/`]),
+    ...(when.sameErrorOn === undefined ? [] : [`the same error on ${when.sameErrorOn} ranks`])
   ]
 }
 

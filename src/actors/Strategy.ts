@@ -102,10 +102,10 @@ export type Strategy = typeof Strategy.Type
 export const inForce = (strategy: Strategy, formed: boolean): Simple =>
   strategy._tag === "Phased" ? (formed ? strategy.afterFormation : strategy.beforeFormation) : strategy
 
-/** cohort's default: kill-all while the cohort forms, elastic with no limit after. */
+/** cohort's default: kill-all while the cohort forms, elastic after it until half the world is lost. */
 export const defaultStrategy: Strategy = new Phased({
   beforeFormation: new KillAll(),
-  afterFormation: new Elastic({})
+  afterFormation: new Elastic({ maxFailure: new Percent({ p: 50 }) })
 })
 
 /**

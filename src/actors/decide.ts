@@ -15,6 +15,8 @@ import { type ChildSpec, worldOf } from "./ChildSpec.ts"
 import { formatDuration } from "../config/Duration.ts"
 import { type Backoff, elasticLimit, inForce, killAllStop, type Restart, type Strategy } from "./Strategy.ts"
 import { actionName, type Cause, type Death, type FailureRule, firstMatch } from "./FailureRules.ts"
+import { errorOf, peerLossOf, type Signature, signatureOf } from "./FailureSignature.ts"
+import { chainText, type Classification, classify, type DeathRecord, firstRoot, followedText, rootOf } from "./SecondaryDeaths.ts"
 import type { StopSignal } from "./StopRequests.ts"
 import { Verdict } from "./Verdict.ts"
 
@@ -106,6 +108,18 @@ export interface ChildState {
   readonly ruledBy?: number | undefined
 }
 
+/**
+ * A child's abnormal exit as the policy judged it: the death the rules see (`peer_lost` when secondary,
+ * with how many ranks share its signature), what it is called, and its record for the deaths to come.
+ */
+interface Judged {
+  readonly death: Death
+  readonly what: string
+  readonly record: DeathRecord
+  readonly classification: Classification
+  readonly signature: Signature | undefined
+}
+
 /** A death's cause as the rules name it, and the rule that decided it. */
 type DeathKind = { readonly kind?: Cause | undefined; readonly rule?: string | undefined; readonly diedAt?: number | undefined }
 
@@ -129,6 +143,8 @@ export interface SupervisorState {
   readonly coordinatorFailure: string | undefined
   /** Dead ranks, ascending, each once. */
   readonly dead: ReadonlyArray<number>
+  /** Every death the policy judged (not an ignored one), in the order it met them: for secondary deaths and the root cause. */
+  readonly deaths: ReadonlyArray<DeathRecord>
   readonly tolerated: number
   /**
    * When each restart happened, oldest first; pruned to the intensity window. `rule`: a failure rule's
@@ -156,6 +172,7 @@ export const initialState = (children: ReadonlyArray<ChildSpec>, seed = 0x5eed):
     failure: undefined,
     coordinatorFailure: undefined,
     dead: [],
+    deaths: [],
     tolerated: 0,
     restarts: [],
     seed: seed >>> 0,
@@ -182,14 +199,16 @@ export const verdictOf = (strategy: Strategy, state: SupervisorState): Verdict =
   }
   if (state.failure !== undefined) return Verdict.Failed(state.failure)
   const dead = state.dead.length
+  // The deaths that led here, the first that was not secondary leading: no echo of a loss is blamed.
+  const chain = chainText(state.deaths, firstRoot(state.deaths), [])
   if (state.world > 0 && dead >= state.world + state.joined) {
-    return Verdict.Failed({ kind: "all-ranks-lost", message: `every rank was lost (${deadOfWorld(state)})` })
+    return Verdict.Failed({ kind: "all-ranks-lost", message: `every rank was lost (${deadOfWorld(state)})${chain}` })
   }
   const limit = deathLimit(strategy, state)
   if (limit !== undefined && dead >= limit) {
     return Verdict.Failed({
       kind: "max-failure",
-      message: `max_failure exceeded: ${deadOfWorld(state)} ranks dead, threshold ${limit}`
+      message: `max_failure exceeded: ${deadOfWorld(state)} ranks dead, threshold ${limit}${chain}`
     })
   }
   return Verdict.Completed({ dead, world: state.world + state.joined, tolerated: state.tolerated })
@@ -342,10 +361,12 @@ class Step {
       return
     }
 
-    const death = this.deathOf(child, exit)
-    const ruled = firstMatch(this.rules, death)
+    const judged = this.judge(child, exit, what)
+    const ruled = firstMatch(this.rules, judged.death)
+    // An ignored exit is not a death: it explains no other, and repeats no error.
+    if (ruled?.rule.then._tag !== "IgnoreExit") this.update({ deaths: [...this.state.deaths, judged.record] })
     if (ruled !== undefined) {
-      this.applyRule(child, ruled.rule, ruled.index, what, death)
+      this.applyRule(child, ruled.rule, ruled.index, judged)
       return
     }
 
@@ -353,21 +374,21 @@ class Step {
       case "KillAll": {
         this.setChild(id, { status: "exited" })
         const { graceMs, mode } = killAllStop(current)
-        this.fail({ kind: "child-failed", message: what }, mode, `${what}: terminating every sibling (kill_all)`, graceMs)
+        this.fail({ kind: "child-failed", message: this.led(judged.what, judged.record) }, mode, `${judged.what}: terminating every sibling (kill_all)`, graceMs)
         return
       }
       case "Elastic": {
         this.setChild(id, { status: "exited" })
-        this.loseMembers(child, what, { kind: death.cause, diedAt: exit.at })
+        this.loseMembers(child, judged.what, { kind: judged.death.cause, diedAt: exit.at })
         return
       }
       case "Restart": {
         if (spec.restart === "temporary") {
           this.setChild(id, { status: "exited" })
-          this.loseMembers(child, `${what} (temporary child: not restarted)`)
+          this.loseMembers(child, `${judged.what} (temporary child: not restarted)`)
           return
         }
-        this.restart(child, current, what)
+        this.restart(child, current, judged.what)
         return
       }
     }
@@ -392,16 +413,79 @@ class Step {
     }
   }
 
+  /**
+   * The death judged: its signature (a rank's own end only: an exit, an exception, a crash; a signal, an OOM
+   * kill or a lost relay says nothing of the code), whether it is secondary, and the words for it.
+   */
+  judge(child: ChildState, exit: ChildExit, what: string): Judged {
+    const base = this.deathOf(child, exit)
+    const at = exit.at ?? this.now
+    const ownEnd = (base.cause === "exit" || base.cause === "exception" || base.cause === "nccl") &&
+      (exit._tag === "Crashed" || (exit._tag === "Exited" && exit.code !== 0))
+    const report = {
+      code: exit._tag === "Exited" ? exit.code : undefined,
+      error: exit._tag === "Exited" ? exit.error : undefined,
+      detail: exit._tag === "Crashed" ? exit.detail : undefined,
+      lines: exit.lines
+    }
+    const signature = ownEnd ? signatureOf(report) : undefined
+    const peerLoss = ownEnd ? peerLossOf(report) : undefined
+    const classification = classify(this.state.deaths, { ranks: child.spec.ranks, at, cause: base.cause, signature, peerLoss })
+    // The error it said, when its exit's own words do not (an entry rank's error and a crash's detail already do).
+    const said = ownEnd && exit._tag === "Exited" && exit.error === undefined ? errorOf(exit.lines ?? [])?.line : undefined
+    const named = `${what}${said === undefined ? "" : ` (${said})`}`
+    const secondary = classification._tag === "Secondary"
+    const judgedWhat = secondary ? `${named} (${followedText(classification, (ranks) => this.labelOf(ranks))})` : named
+    const record: DeathRecord = {
+      ranks: child.spec.ranks,
+      what: judgedWhat,
+      at,
+      cause: secondary ? "peer_lost" : base.cause,
+      signature,
+      followed: secondary ? classification.followed : undefined,
+      secondary
+    }
+    const death: Death = {
+      ...base,
+      cause: record.cause,
+      ...(secondary || signature === undefined ? {} : { sameErrorOn: classification.sameError.length + 1 })
+    }
+    return { death, what: judgedWhat, record, classification, signature }
+  }
+
+  /** "rank 2 of gpu-a": the label of the child carrying these ranks, else the ranks' numbers. */
+  labelOf(ranks: ReadonlyArray<number>): string {
+    return this.state.children.find((child) => child.spec.ranks.some((rank) => ranks.includes(rank)))?.spec.label ?? `rank(s) ${ranks.join(", ")}`
+  }
+
+  /** A failure's words led by its root cause: `lead` names `record`; the root, when another, and the other deaths follow. */
+  led(lead: string, record: DeathRecord, named: ReadonlyArray<DeathRecord> = [record]): string {
+    const root = rootOf(record)
+    return `${lead}${chainText(this.state.deaths, root, named)}`
+  }
+
   /** Carry out a rule's action on a child's abnormal exit. */
-  applyRule(child: ChildState, rule: FailureRule, index: number, what: string, death: Death): void {
+  applyRule(child: ChildState, rule: FailureRule, index: number, judged: Judged): void {
     const id = child.spec.id
+    const { death, what } = judged
     const why = `${what} (rule ${rule.name})`
     this.directives.push(Directive.RuleMatched({ rule: rule.name, action: actionName(rule.then), ranks: child.spec.ranks }))
     switch (rule.then._tag) {
-      case "FailRun":
+      case "FailRun": {
         this.setChild(id, { status: "exited" })
-        this.fail({ kind: "child-failed", message: why }, "graceful", `${why}: stopping every sibling`)
+        const { classification, record, signature } = judged
+        if (rule.when.sameErrorOn !== undefined && classification._tag === "Primary" && signature !== undefined) {
+          // A bug met on several ranks: named by the first of them and its error.
+          const named = [...classification.sameError, record]
+          const ranks = named.flatMap((each) => each.ranks)
+          // In the first rank's words: the error as it was first met (the others' differ in their numbers at most).
+          const lead = `the same error on ${named.length} ranks (${ranks.join(", ")}): ${(named[0]!.signature ?? signature).text} (rule ${rule.name})`
+          this.fail({ kind: "child-failed", message: this.led(lead, named[0]!, named) }, "graceful", `${lead}: stopping every sibling`)
+          return
+        }
+        this.fail({ kind: "child-failed", message: this.led(why, record) }, "graceful", `${why}: stopping every sibling`)
         return
+      }
       case "DropRanks":
         this.setChild(id, { status: "exited" })
         this.loseMembers(child, why, { kind: death.cause, rule: rule.name, diedAt: death.diedAt })
@@ -468,6 +552,11 @@ class Step {
     const what = `rank(s) ${ranks.join(", ")} lost: ${reason}`
     const host = this.state.children.find((child) => child.spec.ranks.some((rank) => ranks.includes(rank)))?.spec.group
     const ruled = firstMatch(this.rules, { cause, ranks, host, phase: this.state.formed ? "after_formation" : "before_formation" })
+    // Silence, a lost host or relay, a group that never formed: never an echo of another death, but one others may echo.
+    const fresh = ranks.filter((rank) => !this.state.dead.includes(rank))
+    if (ruled?.rule.then._tag !== "IgnoreExit" && fresh.length > 0) {
+      this.update({ deaths: [...this.state.deaths, { ranks: fresh, what, at: this.now, cause, secondary: false }] })
+    }
     if (ruled !== undefined) {
       this.applyLossRule(ranks, ruled.rule, ruled.index, what)
       return

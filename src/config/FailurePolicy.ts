@@ -6,7 +6,7 @@
  * failure_policy:
  *   before_formation: kill_all                 # default; { kill_all: { grace: 0s } } kills the siblings at once
  *   after_formation:
- *     elastic: { max_failure: 25% }            # or a count: 2; omit it to tolerate any partial loss
+ *     elastic: { max_failure: 25% }            # or a count: 2; omitted: 50%; none tolerates any partial loss
  *   # after_formation:
  *   #   restart: { max_restarts: 3, within: 10m, backoff: { initial: 1s, max: 30s, factor: 2, jitter: 0.2 }, scope: all }
  *   grace: 5s                                  # SIGTERM → SIGKILL
@@ -14,7 +14,7 @@
  *   max_failure_base: formation                # or current: a max_failure percentage of every rank the run has had
  * ```
  *
- * A single strategy is written `kill_all`, `elastic` (no limit),
+ * A single strategy is written `kill_all`, `elastic` (max_failure 50%),
  * `{ elastic: { max_failure: … } }` or `{ restart: { … } }`; a phased one as a
  * mapping with `before_formation` and `after_formation`.
  *
@@ -47,6 +47,7 @@ import {
   RuleAction,
   RuleList,
   RuleWhen,
+  SameErrorOn,
   SignalName,
   signalNames
 } from "../actors/FailureRules.ts"
@@ -68,28 +69,34 @@ export interface FailurePolicy {
 }
 
 /**
- * The rules a file gets when it says none and its `after_formation` is elastic: a rank whose code threw,
- * or that exited with a status from 1 to 127, met a bug every rank will meet, and the run fails with it
- * rather than finishing DEGRADED with exit 0 (a bug CI would pass). Everything else (a signal cohort did
- * not send, an OOM kill, silence, a lost host, a status of 128 or more, which a shell gives a killed
- * child) is the infrastructure's, and stays elastic. Before formation kill_all already fails the run.
- * `rules: []` turns them off; a file's own rules replace them.
+ * The rules a file gets when it says none and its `after_formation` is elastic: a bug is what repeats. One
+ * rank's error may be its own machine's (a bad GPU, a flaky read: what elasticity is for), and a death
+ * that followed another (a survivor's collective failing as its peer went) is `peer_lost`, never a bug;
+ * but the same error on a second rank, neither of them secondary, is a bug every rank will meet, and the
+ * run fails with it rather than finishing DEGRADED (a bug CI would pass). Before formation kill_all
+ * already fails the run. `rules: []` turns them off; a file's own rules replace them.
  */
 export const defaultRules: ReadonlyArray<FailureRule> = [
-  new FailureRule({ name: "exception", when: new RuleWhen({ causes: ["exception"], phase: "after_formation" }), then: new FailRun() }),
-  new FailureRule({
-    name: "exit-status",
-    when: new RuleWhen({ causes: ["exit"], exitCodes: new ExitCodes({ op: "in", values: Array.from({ length: 127 }, (_, index) => index + 1) }), phase: "after_formation" }),
-    then: new FailRun()
-  })
+  new FailureRule({ name: "repeated-error", when: new RuleWhen({ sameErrorOn: 2, phase: "after_formation" }), then: new FailRun() })
 ]
+
+/**
+ * `max_failure` when a file (or `--policy elastic`) leaves it out: half the world. A run that lost half its
+ * ranks fails with the consensus checkpoint, as a torchrun user expects a job that lost its nodes to
+ * fail, instead of finishing with a quarter of its ranks and exit 0. `max_failure: none` tolerates any
+ * partial loss.
+ */
+export const defaultMaxFailure = new Percent({ p: 50 })
+
+/** The elastic strategy with its defaults: what `elastic` and `{ elastic: {} }` say. */
+const defaultElastic = new Elastic({ maxFailure: defaultMaxFailure })
 
 /** The rules of a policy: its file's, else the defaults under an elastic after_formation, else none (no key). */
 const rulesOf = (written: ReadonlyArray<FailureRule> | undefined, afterFormation: Simple): { readonly rules?: ReadonlyArray<FailureRule> } =>
   written !== undefined ? { rules: written } : afterFormation._tag === "Elastic" ? { rules: defaultRules } : {}
 
 export const defaultFailurePolicy: FailurePolicy = {
-  strategy: new Phased({ beforeFormation: new KillAll(), afterFormation: new Elastic({}), rules: defaultRules }),
+  strategy: new Phased({ beforeFormation: new KillAll(), afterFormation: defaultElastic, rules: defaultRules }),
   grace: 5_000,
   heartbeatTimeout: 30_000,
   degradedExit: 0
@@ -141,8 +148,11 @@ const FailurePercent = readInto(
 )
 
 const MaxFailure = Schema.Union(FailureCount, FailurePercent).pipe(
-  expecting(`a count ≥ ${rangeOf(Count.fields.n).min} or a percentage like "25%"`)
+  expecting(`a count ≥ ${rangeOf(Count.fields.n).min}, a percentage like "25%", or none`)
 )
+
+/** `max_failure: none`: no limit, any partial loss is tolerated (losing every rank still fails the run). */
+const NoLimit = Schema.Literal("none")
 
 /** `kill_all: { grace: 0s }`: siblings are killed at once instead of getting SIGTERM and a grace. */
 const KillAllOptions = readInto(
@@ -153,15 +163,18 @@ const KillAllOptions = readInto(
 )
 
 const ElasticOptions = readInto(
-  Schema.Struct({ max_failure: optionalKey(MaxFailure), max_failure_base: optionalKey(FailureBase) }),
+  Schema.Struct({
+    max_failure: keyOr(Schema.Union(NoLimit, MaxFailure).pipe(expecting(`a count ≥ ${rangeOf(Count.fields.n).min}, a percentage like "25%", or none`)), defaultMaxFailure),
+    max_failure_base: optionalKey(FailureBase)
+  }),
   Elastic,
   ({ max_failure, max_failure_base }) => ({
     _tag: "Elastic" as const,
-    ...(max_failure === undefined ? {} : { maxFailure: max_failure }),
+    ...(max_failure === "none" ? {} : { maxFailure: max_failure }),
     ...(max_failure_base === undefined ? {} : { base: max_failure_base })
   }),
   ({ base, maxFailure }) => ({
-    ...(maxFailure === undefined ? {} : { max_failure: maxFailure }),
+    max_failure: maxFailure ?? ("none" as const),
     ...(base === undefined ? {} : { max_failure_base: base })
   })
 )
@@ -253,7 +266,7 @@ const StrategyMapping = Schema.transform(
       given.kill_all !== undefined
         ? given.kill_all ?? new KillAll()
         : given.elastic !== undefined
-        ? given.elastic ?? new Elastic({})
+        ? given.elastic ?? defaultElastic
         : given.restart ?? defaultRestart,
     encode: (strategy) => ({
       given: strategy._tag === "KillAll" ? { kill_all: strategy } : strategy._tag === "Elastic" ? { elastic: strategy } : { restart: strategy }
@@ -264,7 +277,8 @@ const StrategyMapping = Schema.transform(
 /** A strategy that applies without regard to formation, in any of its YAML forms. */
 const SimpleStrategy = Schema.Union(
   word("kill_all", new KillAll(), (value) => value._tag === "KillAll" && value.grace === undefined),
-  word("elastic", new Elastic({}), (value) => value._tag === "Elastic" && value.maxFailure === undefined && value.base === undefined),
+  word("elastic", defaultElastic, (value) =>
+    value._tag === "Elastic" && value.maxFailure?._tag === "Percent" && value.maxFailure.p === defaultMaxFailure.p && value.base === undefined),
   word("restart", defaultRestart, () => false),
   StrategyMapping
 ).pipe(expecting("one of kill_all, elastic, { elastic: { max_failure: … } } or { restart: { … } }"))
@@ -335,16 +349,26 @@ const RuleWhenForm = readInto(
       ranks: optionalKey(Schema.Array(GlobForm).pipe(Schema.minItems(1))),
       hosts: optionalKey(Schema.Array(GlobForm).pipe(Schema.minItems(1))),
       phase: optionalKey(PolicyPhase),
-      log: optionalKey(Pattern)
+      log: optionalKey(Pattern),
+      same_error_on: optionalKey(SameErrorOn)
     })
-  }, ["exit_code", "signal", "cause", "ranks", "hosts", "phase", "log"]),
+  }, ["exit_code", "signal", "cause", "ranks", "hosts", "phase", "log", "same_error_on"]),
   RuleWhen,
   ({ given }) => renamed(given, fileToField),
   (when) => ({ given: renamed(when, fieldToFile) })
 )
 
 /** A `when`'s keys as the file writes them, and as RuleWhen names them. */
-const fileToField = { exit_code: "exitCodes", signal: "signals", cause: "causes", ranks: "ranks", hosts: "hosts", phase: "phase", log: "log" } as const
+const fileToField = {
+  exit_code: "exitCodes",
+  signal: "signals",
+  cause: "causes",
+  ranks: "ranks",
+  hosts: "hosts",
+  phase: "phase",
+  log: "log",
+  same_error_on: "sameErrorOn"
+} as const
 const fieldToFile = Object.fromEntries(Object.entries(fileToField).map(([file, field]) => [field, file]))
 
 /** The keys of `given` under their other names, the absent ones left out (never written as undefined). */

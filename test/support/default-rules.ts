@@ -1,17 +1,15 @@
 /**
  * The failure rules a file gets when it says none and its after_formation is elastic, written out here
- * from the README's words (a rank that threw, or exited 1 to 127, after formation fails the run), not
- * taken from the code: tests that decode a policy expect these.
+ * from the documented words (issue 34: after formation, the same error on a second rank, neither death
+ * secondary, is a bug every rank will meet, and the run fails with it; one rank's error, or a death that
+ * only followed another's, stays elastic), not taken from the code: tests that decode a policy expect
+ * this one rule, `{ name: repeated-error, when: { same_error_on: 2, phase: after_formation }, then: fail }`.
  */
-import { ExitCodes, FailRun, FailureRule, RuleWhen } from "../../src/actors/FailureRules.ts"
+import { FailRun, FailureRule, RuleWhen } from "../../src/actors/FailureRules.ts"
 import { type Phased, Phased as PhasedClass } from "../../src/actors/Strategy.ts"
 
-const oneTo127: Array<number> = []
-for (let status = 1; status <= 127; status++) oneTo127.push(status)
-
 export const readmeDefaultRules: ReadonlyArray<FailureRule> = [
-  new FailureRule({ name: "exception", when: new RuleWhen({ causes: ["exception"], phase: "after_formation" }), then: new FailRun() }),
-  new FailureRule({ name: "exit-status", when: new RuleWhen({ causes: ["exit"], exitCodes: new ExitCodes({ op: "in", values: oneTo127 }), phase: "after_formation" }), then: new FailRun() })
+  new FailureRule({ name: "repeated-error", when: new RuleWhen({ sameErrorOn: 2, phase: "after_formation" }), then: new FailRun() })
 ]
 
 /** A phased strategy with an elastic after_formation, as a file without rules decodes to. */

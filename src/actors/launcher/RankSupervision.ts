@@ -37,7 +37,7 @@ import type { RunEnv } from "./RunEnv.ts"
 import type { RunStops } from "./RunStops.ts"
 import type { TrainingPlane } from "./TrainingPlane.ts"
 
-/** How long a rank's abnormal exit waits for its last lines before a rule's `log` is searched in them. */
+/** How long a rank's abnormal exit waits for its last lines before its signature is read and a rule's `log` searched in them. */
 const LINES_WAIT_MS = 200
 
 export interface RankSupervision {
@@ -142,8 +142,10 @@ export const supervise = (env: RunEnv, wiring: SupervisionWiring): Effect.Effect
       resources: (host, samples) => env.journal.recordSoon({ event: "resources", at: Date.now(), host, samples }),
       // A self-deployed agent's ranks' lines: to the run's output, as an ssh host's session and this machine's agent bring theirs.
       output: (lines) => Effect.sync(() => lines.forEach(({ line, stream }) => env.output(line, stream))),
-      // Only when a rule searches them: the wait lets lines still in flight (an ssh session's) arrive first.
-      ...(logRules ? { lastLines: env.lastLines, linesWaitMs: LINES_WAIT_MS } : {})
+      // The wait lets lines still in flight (an ssh session's) arrive first; a signal's end waits only when a rule's log may search them.
+      lastLines: env.lastLines,
+      linesWaitMs: LINES_WAIT_MS,
+      linesForSignals: logRules
     }, graceMs, { renumber, seatOf: (rank) => seatOf(membership.snapshot(), rank) })
 
     const giveUp = (ranks: ReadonlyArray<number>, reason: string, cause: Cause, diedAt: ReadonlyArray<number>) =>

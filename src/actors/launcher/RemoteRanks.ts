@@ -42,11 +42,13 @@ export interface RankObserver {
   /** Lines of the host's ranks and relay, from an agent that forwards them (a self-deployed one), prefixes included. */
   readonly output: (lines: RankOutput["lines"]) => Effect.Effect<void>
   /**
-   * A rank's last lines, given to its abnormal exit for the failure rules' `log`; `linesWaitMs`: how long such
-   * an exit waits first for lines still on their way (an ssh session's output and the join link race).
+   * A rank's last lines, given to its abnormal exit for its failure signature and the rules' `log`;
+   * `linesWaitMs`: how long such an exit waits first for lines still on their way (an ssh session's output
+   * and the join link race); `linesForSignals`: a signal's end gets them too (a rule's `log` may search them).
    */
   readonly lastLines?: ((rank: number) => ReadonlyArray<string>) | undefined
   readonly linesWaitMs?: number | undefined
+  readonly linesForSignals?: boolean | undefined
 }
 
 interface Incarnation {
@@ -109,10 +111,15 @@ export const make = (
       return incarnation !== undefined && incarnation.number === number && incarnation.rank === rank ? incarnation : undefined
     }
 
-    /** An abnormal exit with the rank's last lines, when the rules may search them. */
+    /**
+     * An abnormal exit with the rank's last lines: a rank's own end always (its error is its failure signature:
+     * a repeat, or a lost peer), a signal only when a rule's `log` may search them (a SIGKILL says nothing, and
+     * its survivors must not wait for lines to be judged).
+     */
     const withLines = (rank: number, exit: ChildExit): Effect.Effect<ChildExit> => {
       const lastLines = observer.lastLines
       if (lastLines === undefined || isClean(exit)) return Effect.succeed(exit)
+      if (exit._tag === "Signaled" && observer.linesForSignals !== true) return Effect.succeed(exit)
       return Effect.map(Effect.sleep(observer.linesWaitMs ?? 0), () => ({ ...exit, lines: [...lastLines(rank)] }) as ChildExit)
     }
 
