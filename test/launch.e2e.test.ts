@@ -33,8 +33,10 @@ describe("bun run launch, local cluster", () => {
     const result = await run.result
     expect(result.outcome).toBe("failed")
     expect(result.exitCode).toBe(1)
-    expect(result.rootCause).toBe("rank 1 of localhost exited with status 1")
-    expect(result.summary).toBe("run failed: rank 1 of localhost exited with status 1")
+    const said = "cohort rank: cannot load the entry module test/fixtures/rank-fixture.ts (" + join(repoRoot, "test/fixtures/rank-fixture.ts") +
+      "): Error: rank 1: simulated crash while loading"
+    expect(result.rootCause).toBe(`rank 1 of localhost exited with status 1 (${said})`)
+    expect(result.summary).toBe(`run failed: rank 1 of localhost exited with status 1 (${said})`)
     expect(run.lines.some(({ line, stream }) => stream === "stderr" && line.startsWith("[localhost:cpu:r1] ") && line.includes("simulated crash while loading"))).toBe(true)
     // The others were stopped, not left to finish 20 s of work.
     expect(run.lines.some(({ line }) => line.includes("finished its work"))).toBe(false)
@@ -61,7 +63,7 @@ describe("bun run launch, local cluster", () => {
     const result = await run.result
     expect(result.outcome).toBe("degraded")
     expect(result.exitCode).toBe(0)
-    expect(result.summary).toBe("run completed DEGRADED (1 of 4 ranks lost: rank 2 of localhost exited with status 3)")
+    expect(result.summary).toBe("run completed DEGRADED (1 of 4 ranks lost: rank 2 of localhost exited with status 3 (rank 2: simulated failure, exiting 3))")
     // The recovery figures in the result: the one death, dropped, its moments in order; the run's ETTR below whole.
     expect(result.recovery?.deaths.map((death) => [death.rank, death.how, death.kind])).toEqual([[2, "dropped", "exit"]])
     const [death] = result.recovery!.deaths
@@ -84,29 +86,47 @@ describe("bun run launch, local cluster", () => {
     const result = await run.result
     expect(result.outcome).toBe("failed")
     expect(result.exitCode).toBe(1)
-    expect(result.rootCause).toMatch(/^max_failure exceeded: [12]\/4 ranks dead, threshold 1$/)
+    // The first death to arrive trips the limit: the verdict names it as the root cause (either may be first).
+    expect(result.rootCause).toMatch(/^max_failure exceeded: [12]\/4 ranks dead, threshold 1; root cause: rank ([12]) of localhost exited with status [34] \(rank \1: simulated failure, exiting [34]\)(; other deaths: rank [12] of localhost .*)?$/)
     await noSurvivor(run.pids())
   }, 20_000)
 
-  test("the default rules: under the default elastic policy a rank that exits 3 after formation is a bug: the run fails, naming the rule", async () => {
-    const run = startScenario({ devices: 3, args: ["fail=1:3", "trigger=$DIR/go", "hold"], policy: "  grace: 2s" })
+  test("the defaults: a lone exit (one rank of 4 exits 3 once) is elastic: DEGRADED, exit 0, its last error line named", async () => {
+    const run = startScenario({ devices: 4, args: ["fail=1:3", "trigger=$DIR/go", "wait-trigger", "work=100"], policy: "  grace: 2s" })
+    await waitForPhase(await run.port, "training")
+    writeFileSync(join(run.dir, "go"), "")
+    const result = await run.result
+    expect(result.outcome).toBe("degraded")
+    expect(result.exitCode).toBe(0)
+    expect(result.summary).toBe("run completed DEGRADED (1 of 4 ranks lost: rank 1 of localhost exited with status 3 (rank 1: simulated failure, exiting 3))")
+    await noSurvivor(run.pids())
+  }, 20_000)
+
+  test("the defaults: the same error on two ranks is a bug: the run fails, naming both ranks, the error and the rule (repeated-error)", async () => {
+    // Rank 3 throws 300 ms after rank 1: the first rank named is the first that met it.
+    const run = startScenario({ devices: 4, args: ["throw=1,3", "late=3:300", "trigger=$DIR/go", "hold"], policy: "  grace: 2s" })
     await waitForPhase(await run.port, "training")
     writeFileSync(join(run.dir, "go"), "")
     const result = await run.result
     expect(result.outcome).toBe("failed")
     expect(result.exitCode).toBe(1)
-    expect(result.rootCause).toBe("rank 1 of localhost exited with status 3 (rule exit-status)")
+    expect(result.rootCause).toBe("the same error on 2 ranks (1, 3): TypeError: rank 1: simulated bug (rule repeated-error)")
+    expect(result.ranks[1]!.exits).toEqual(["status 1 (TypeError: rank 1: simulated bug)"])
     await noSurvivor(run.pids())
   }, 20_000)
 
-  test("the default rules: a rank whose code throws after formation fails the run, its error named (cause exception)", async () => {
-    const run = startScenario({ devices: 3, args: ["throw=2", "trigger=$DIR/go", "hold"], policy: "  grace: 2s" })
+  test("the defaults: a SIGKILL, then a survivor's own failure 200 ms later: the survivor is peer_lost, the SIGKILL the root cause", async () => {
+    const run = startScenario({ devices: 4, args: ["kill=2", "fail=1:1", "late=1:200", "trigger=$DIR/go", "hold"], policy: "  grace: 2s" })
     await waitForPhase(await run.port, "training")
     writeFileSync(join(run.dir, "go"), "")
     const result = await run.result
+    // Two of four is the default max_failure (50%): the run stops, and its verdict leads with the SIGKILL, not the survivor.
     expect(result.outcome).toBe("failed")
-    expect(result.rootCause).toBe("rank 2 of localhost exited with status 1 (TypeError: rank 2: simulated bug) (rule exception)")
-    expect(result.ranks[2]!.exits).toEqual(["status 1 (TypeError: rank 2: simulated bug)"])
+    expect(result.rootCause).toBe(
+      "max_failure exceeded: 2/4 ranks dead, threshold 2; root cause: rank 2 of localhost exited with signal SIGKILL; " +
+        "other deaths: rank 1 of localhost exited with status 1 (rank 1: simulated failure, exiting 1) (peer_lost, after rank 2 of localhost's death)"
+    )
+    expect(result.recovery?.deaths.map((death) => [death.rank, death.kind])).toEqual([[2, "signal"], [1, "peer_lost"]])
     await noSurvivor(run.pids())
   }, 20_000)
 
@@ -127,7 +147,7 @@ describe("bun run launch, local cluster", () => {
     const result = await run.result
     expect(result.outcome).toBe("failed")
     expect(result.exitCode).toBe(1)
-    expect(result.rootCause).toBe("rank 2 of localhost exited with status 4 (rule bug)")
+    expect(result.rootCause).toBe("rank 2 of localhost exited with status 4 (rank 2: simulated failure, exiting 4) (rule bug)")
     // Rank 1's exit 3 was no death: nothing lost to it.
     expect(result.lost.flatMap((loss) => loss.ranks)).not.toContain(1)
     await noSurvivor(run.pids())
@@ -160,7 +180,7 @@ describe("bun run launch, local cluster", () => {
     await waitForPhase(await cuda.port, "training")
     writeFileSync(join(cuda.dir, "go"), "")
     const failed = await cuda.result
-    expect(failed.rootCause).toBe("rank 1 of localhost exited with status 3 (rule cuda)")
+    expect(failed.rootCause).toBe("rank 1 of localhost exited with status 3 (rank 1: simulated failure, exiting 3) (rule cuda)")
     await noSurvivor(cuda.pids())
     // The same exit with other last words: no rule matches, and elastic keeps the others training.
     const plain = startScenario({ devices: 3, args: ["fail=1:3", "say=done here", "trigger=$DIR/go", "wait-trigger", "work=100"], policy })

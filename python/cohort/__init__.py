@@ -130,8 +130,9 @@ def _install_stops(ctx: Context, orders: Orders) -> None:
     sys.exit = exit_with
 
     def leave() -> None:
-        # Said only on a normal end: a rank that raised is a death, and its silence from now on says so.
-        if not status["failed"] and orders.stop_reason is None:
+        # Said only on a normal end: a rank that raised, or chose a failing status (sys.exit(3)), is a death, and its
+        # silence from now on says so; its exit status, and what it printed, reach the policy from its agent.
+        if not status["failed"] and status["code"] in (None, 0) and orders.stop_reason is None:
             ctx._link.report({"_tag": "Exiting"})
         ctx._link.close()
         code = status["code"]
