@@ -123,11 +123,9 @@ export const predict = (scenario: Omit<Scenario, "id" | "seed">): Prediction | u
       // loss like any death (and under restart, restarted like one).
       return moment === "mid_epoch" ? afterDeaths(policy, 1, world, true) : undefined
     case "rank_exit":
-      if (moment !== "mid_epoch") return undefined
-      // The default rules of an elastic after_formation without rules of its own: a status from 1 to 127
-      // is a bug every rank will hit, and the run fails with it (README, Failure rules).
-      if (policy.startsWith("elastic") && fault.code >= 1 && fault.code <= 127) return failed(/^cohort: run failed: .* \(rule exit-status\)$/)
-      return afterDeaths(policy, 1, world, true)
+      // One rank's exit, whatever its status, is elastic under the default rule (repeated-error fails a run only
+      // when a second rank dies of the same failure: README, Failure rules).
+      return moment === "mid_epoch" ? afterDeaths(policy, 1, world, true) : undefined
     case "rank_freeze":
       return moment === "mid_epoch" ? afterDeaths(policy, 1, world, true) : undefined
     case "relay_kill":

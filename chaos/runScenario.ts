@@ -52,7 +52,8 @@ const policyYaml = (scenario: Scenario): string => {
     case "kill_all":
       return "kill_all"
     case "elastic":
-      return "{ elastic: {} }"
+      // No limit (50% is elastic_half's, and the default's).
+      return "{ elastic: { max_failure: none } }"
     case "elastic_max1":
       return "{ elastic: { max_failure: 1 } }"
     case "elastic_half":

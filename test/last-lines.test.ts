@@ -22,3 +22,15 @@ test("lines are kept per rank by their prefix, without it, the newest ones only;
   expect(kept.of(12)).toEqual(["[not a prefix] text"])
   expect(kept.of(7)).toEqual([])
 })
+
+test("a rank's stderr lines are kept apart too: what its failure signature is read from", () => {
+  const kept = LastLines.make(() => {}, 2)
+  kept.output("[gpu-a:0:r0] communicator 0: async error 0", "stdout")
+  kept.output("[gpu-a:0:r0] Traceback (most recent call last):", "stderr")
+  kept.output("[gpu-a:0:r0] step 4", "stdout")
+  kept.output("[gpu-a:0:r0] KeyError: 'x'", "stderr")
+  kept.output("[gpu-a:0:r0] ValueError: y", "stderr")
+  expect(kept.errorsOf(0)).toEqual(["KeyError: 'x'", "ValueError: y"])
+  expect(kept.of(0)).toEqual(["KeyError: 'x'", "ValueError: y"])
+  expect(kept.errorsOf(1)).toEqual([])
+})

@@ -186,6 +186,22 @@ describe("decide under the file's defaults: a bug is what repeats, an echo is ne
     expect(verdict).toEqual(Verdict.Completed({ dead: 1, world: 4, tolerated: 0 }))
   })
 
+  test("the error line is read from what the rank wrote on stderr: not stdout's progress", () => {
+    const cohort = run(8)
+    const exit = ChildExit.Exited({ code: 3, lines: ["communicator 0: async error 0", "fatal: shard 2 is unreadable", "step 9"], stderr: ["fatal: shard 2 is unreadable"], at: 1_000 })
+    cohort.step(SupervisionEvent.ChildExited({ id: "rank-2", exit }), 1_000)
+    // Nothing on stderr: no error line, whatever stdout said; no stderr kept at all (the agent's own policy): its lines.
+    const quiet = ChildExit.Exited({ code: 3, lines: ["fatal: no shard"], stderr: [], at: 60_000 })
+    cohort.step(SupervisionEvent.ChildExited({ id: "rank-0", exit: quiet }), 60_000)
+    const unkept = ChildExit.Exited({ code: 4, lines: ["fatal: no shard"], at: 120_000 })
+    cohort.step(SupervisionEvent.ChildExited({ id: "rank-1", exit: unkept }), 120_000)
+    expect(cohort.reported().map(([, , what]) => what)).toEqual([
+      "rank 2 of localhost exited with status 3 (fatal: shard 2 is unreadable)",
+      "rank 0 of localhost exited with status 3",
+      "rank 1 of localhost exited with status 4 (fatal: no shard)"
+    ])
+  })
+
   test("a lone exception of an entry rank stays elastic too", () => {
     const cohort = run(4)
     cohort.step(threw(1, "TypeError: x is not a function", 1_000), 1_000)

@@ -10,14 +10,22 @@ import type { Cause } from "./FailureRules.ts"
 
 /**
  * `cause`, where the one who saw the exit knows more than its form says (a lost host, an exception);
- * `lines`, a rank's last lines of output, for the failure rules' `log`; `at`, when it ended as whoever saw
- * it end says (a remote rank's agent), for the time cohort took to know.
+ * `lines`, a rank's last lines of output, for the failure rules' `log`; `stderr`, those of them it wrote on
+ * stderr, for its failure signature; `at`, when it ended as whoever saw it end says (a remote rank's agent),
+ * for the time cohort took to know.
  */
 export type ChildExit = Data.TaggedEnum<{
   /** `error`: what an `entry:` rank's code threw, as it said before exiting ("TypeError: …"). */
-  Exited: { readonly code: number; readonly cause?: Cause | undefined; readonly error?: string | undefined; readonly lines?: ReadonlyArray<string> | undefined; readonly at?: number | undefined }
-  Signaled: { readonly signal: string; readonly cause?: Cause | undefined; readonly lines?: ReadonlyArray<string> | undefined; readonly at?: number | undefined }
-  Crashed: { readonly detail: string; readonly cause?: Cause | undefined; readonly lines?: ReadonlyArray<string> | undefined; readonly at?: number | undefined }
+  Exited: {
+    readonly code: number
+    readonly cause?: Cause | undefined
+    readonly error?: string | undefined
+    readonly lines?: ReadonlyArray<string> | undefined
+    readonly stderr?: ReadonlyArray<string> | undefined
+    readonly at?: number | undefined
+  }
+  Signaled: { readonly signal: string; readonly cause?: Cause | undefined; readonly lines?: ReadonlyArray<string> | undefined; readonly stderr?: ReadonlyArray<string> | undefined; readonly at?: number | undefined }
+  Crashed: { readonly detail: string; readonly cause?: Cause | undefined; readonly lines?: ReadonlyArray<string> | undefined; readonly stderr?: ReadonlyArray<string> | undefined; readonly at?: number | undefined }
 }>
 
 export const ChildExit = Data.taggedEnum<ChildExit>()

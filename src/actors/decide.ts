@@ -422,18 +422,21 @@ class Step {
     const at = exit.at ?? this.now
     const ownEnd = (base.cause === "exit" || base.cause === "exception" || base.cause === "nccl") &&
       (exit._tag === "Crashed" || (exit._tag === "Exited" && exit.code !== 0))
+    // What it wrote on stderr, where a program says what it died of (every way a rank's lines come keeps the two
+    // streams apart); all its lines only where nobody kept them apart.
+    const said = exit.stderr ?? exit.lines
     const report = {
       code: exit._tag === "Exited" ? exit.code : undefined,
       error: exit._tag === "Exited" ? exit.error : undefined,
       detail: exit._tag === "Crashed" ? exit.detail : undefined,
-      lines: exit.lines
+      lines: said
     }
     const signature = ownEnd ? signatureOf(report) : undefined
     const peerLoss = ownEnd ? peerLossOf(report) : undefined
     const classification = classify(this.state.deaths, { ranks: child.spec.ranks, at, cause: base.cause, signature, peerLoss })
     // The error it said, when its exit's own words do not (an entry rank's error and a crash's detail already do).
-    const said = ownEnd && exit._tag === "Exited" && exit.error === undefined ? errorOf(exit.lines ?? [])?.line : undefined
-    const named = `${what}${said === undefined ? "" : ` (${said})`}`
+    const errorLine = ownEnd && exit._tag === "Exited" && exit.error === undefined ? errorOf(said ?? [])?.line : undefined
+    const named = `${what}${errorLine === undefined ? "" : ` (${errorLine})`}`
     const secondary = classification._tag === "Secondary"
     const judgedWhat = secondary ? `${named} (${followedText(classification, (ranks) => this.labelOf(ranks))})` : named
     const record: DeathRecord = {

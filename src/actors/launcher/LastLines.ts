@@ -16,22 +16,35 @@ export interface LastLines {
   readonly output: OutputSink
   /** A rank's last lines, oldest first, without their prefix. */
   readonly of: (rank: number) => ReadonlyArray<string>
+  /**
+   * A rank's last lines on stderr, oldest first: where a program says what it died of (a traceback, an error),
+   * apart from its progress on stdout, which may mention an error count without being one.
+   */
+  readonly errorsOf: (rank: number) => ReadonlyArray<string>
+}
+
+const keep = (lines: Map<number, Array<string>>, rank: number, line: string, kept: number) => {
+  const mine = lines.get(rank) ?? []
+  mine.push(line)
+  if (mine.length > kept) mine.splice(0, mine.length - kept)
+  lines.set(rank, mine)
 }
 
 export const make = (next: OutputSink, kept = KEPT_LINES): LastLines => {
   const lines = new Map<number, Array<string>>()
+  const errors = new Map<number, Array<string>>()
   return {
     output: (line, stream) => {
       const match = RANK_PREFIX.exec(line)
       if (match !== null) {
         const rank = Number(match[1])
-        const mine = lines.get(rank) ?? []
-        mine.push(line.slice(match[0].length))
-        if (mine.length > kept) mine.splice(0, mine.length - kept)
-        lines.set(rank, mine)
+        const text = line.slice(match[0].length)
+        keep(lines, rank, text, kept)
+        if (stream === "stderr") keep(errors, rank, text, kept)
       }
       next(line, stream)
     },
-    of: (rank) => lines.get(rank) ?? []
+    of: (rank) => lines.get(rank) ?? [],
+    errorsOf: (rank) => errors.get(rank) ?? []
   }
 }

@@ -144,6 +144,7 @@ export const supervise = (env: RunEnv, wiring: SupervisionWiring): Effect.Effect
       output: (lines) => Effect.sync(() => lines.forEach(({ line, stream }) => env.output(line, stream))),
       // The wait lets lines still in flight (an ssh session's) arrive first; a signal's end waits only when a rule's log may search them.
       lastLines: env.lastLines,
+      lastErrors: env.lastErrors,
       linesWaitMs: LINES_WAIT_MS,
       linesForSignals: logRules
     }, graceMs, { renumber, seatOf: (rank) => seatOf(membership.snapshot(), rank) })

@@ -47,6 +47,8 @@ export interface RankObserver {
    * and the join link race); `linesForSignals`: a signal's end gets them too (a rule's `log` may search them).
    */
   readonly lastLines?: ((rank: number) => ReadonlyArray<string>) | undefined
+  /** A rank's last lines on stderr, given with the others: its failure signature is read from these. */
+  readonly lastErrors?: ((rank: number) => ReadonlyArray<string>) | undefined
   readonly linesWaitMs?: number | undefined
   readonly linesForSignals?: boolean | undefined
 }
@@ -120,7 +122,8 @@ export const make = (
       const lastLines = observer.lastLines
       if (lastLines === undefined || isClean(exit)) return Effect.succeed(exit)
       if (exit._tag === "Signaled" && observer.linesForSignals !== true) return Effect.succeed(exit)
-      return Effect.map(Effect.sleep(observer.linesWaitMs ?? 0), () => ({ ...exit, lines: [...lastLines(rank)] }) as ChildExit)
+      return Effect.map(Effect.sleep(observer.linesWaitMs ?? 0), () =>
+        ({ ...exit, lines: [...lastLines(rank)], ...(observer.lastErrors === undefined ? {} : { stderr: [...observer.lastErrors(rank)] }) }) as ChildExit)
     }
 
     const endIncarnation = (incarnation: Incarnation, reported: ChildExit) =>

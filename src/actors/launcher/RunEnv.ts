@@ -42,6 +42,8 @@ export interface RunEnv {
   readonly output: Agent.OutputSink
   /** Each rank's last lines of output, for the failure rules' `log` (kept by `output`). */
   readonly lastLines: (rank: number) => ReadonlyArray<string>
+  /** A rank's last lines on stderr: what its failure signature is read from. */
+  readonly lastErrors: (rank: number) => ReadonlyArray<string>
   readonly salt: Uint8Array
   readonly admission: Admission
   /** `POST /start`'s bearer token. */
@@ -139,6 +141,7 @@ export const prepare = (
       options,
       output: kept.output,
       lastLines: kept.of,
+      lastErrors: kept.errorsOf,
       salt,
       admission,
       startToken: token,
