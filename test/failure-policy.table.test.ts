@@ -9,7 +9,7 @@ import * as Effect from "effect/Effect"
 import { FailRun, FailureRule, RuleWhen } from "../src/actors/FailureRules.ts"
 import { Backoff, Count, Elastic, KillAll, Percent, Phased, Restart, type Strategy } from "../src/actors/Strategy.ts"
 import { defaultFailurePolicy, encodeFailurePolicy, encodeStrategy, parseFailurePolicy, parseStrategy, strategyToYaml } from "../src/config/FailurePolicy.ts"
-import { withDefaultRules } from "./support/default-rules.ts"
+import { readmeDefaultRules, withDefaultRules } from "./support/default-rules.ts"
 
 const policy = (text: string) => Effect.runPromise(parseFailurePolicy(text, "cluster.yml"))
 const policyProblem = (text: string) => Effect.runPromise(Effect.flip(parseFailurePolicy(text, "cluster.yml"))).then((error) => error.message)
@@ -59,7 +59,14 @@ describe("written as YAML", () => {
     expect(encodeFailurePolicy(defaultFailurePolicy)).toEqual({
       before_formation: "kill_all",
       after_formation: "elastic",
-      rules: [{ name: "repeated-error", when: { same_error_on: 2, phase: "after_formation" }, then: "fail" }],
+      rules: [
+        {
+          name: "member-lost",
+          when: { cause: ["peer_lost"], exit_code: [75], phase: "after_formation" },
+          then: { restart: { max_restarts: 1000, within: "10m", backoff: { initial: "0ms", max: "30s", factor: 2, jitter: 0 }, scope: "one" } }
+        },
+        { name: "repeated-error", when: { same_error_on: 2, phase: "after_formation" }, then: "fail" }
+      ],
       grace: "5s",
       heartbeat_timeout: "30s",
       degraded_exit: 0
@@ -73,7 +80,7 @@ describe("read", () => {
       strategy: new Phased({
         beforeFormation: new KillAll(),
         afterFormation: new Elastic({ maxFailure: new Percent({ p: 50 }) }),
-        rules: [new FailureRule({ name: "repeated-error", when: new RuleWhen({ sameErrorOn: 2, phase: "after_formation" }), then: new FailRun() })]
+        rules: readmeDefaultRules
       }),
       grace: 5_000,
       heartbeatTimeout: 30_000,

@@ -24,11 +24,12 @@ from typing import Optional
 
 from ._context import Checkpoint, Context, Plan
 from ._envelope import PROTOCOL_VERSION, Envelope, read_envelope
-from ._errors import CohortError, Stopped, exit_status
+from ._errors import MEMBER_LOST_STATUS, CohortError, MemberLost, Stopped, exit_status
 from ._groups import GroupKeeper, trace
+from ._protected import guard_default_group
 from ._relay import Orders, RelayLink
 
-__all__ = ["init", "Context", "Plan", "Checkpoint", "CohortError", "Stopped", "PROTOCOL_VERSION"]
+__all__ = ["init", "Context", "Plan", "Checkpoint", "CohortError", "MemberLost", "Stopped", "PROTOCOL_VERSION"]
 __version__ = "0.1.0"
 
 _context: Optional[Context] = None
@@ -105,6 +106,8 @@ def init() -> Context:
         ctx._check_alive()
         if orders.group is not None:
             groups.catch_up(2 * envelope.heartbeat_timeout_s + 5)
+    # The user's own collectives on the default group give up on a lost member when cohort announces it (_protected).
+    trace(f"guarded: {', '.join(guard_default_group(groups.dist, groups, 2 * envelope.heartbeat_timeout_s + 5))}")
     _context = ctx
     return ctx
 
@@ -119,7 +122,8 @@ def _install_stops(ctx: Context, orders: Orders) -> None:
     previous_exit = sys.exit
 
     def hook(kind, value, traceback):
-        status["failed"], status["code"] = True, 1
+        # An uncaught MemberLost is no crash of this rank's: its own status, which the launcher restarts (rule member-lost).
+        status["failed"], status["code"] = True, MEMBER_LOST_STATUS if issubclass(kind, MemberLost) else 1
         previous_hook(kind, value, traceback)
 
     def exit_with(code=None):

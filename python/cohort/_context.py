@@ -11,12 +11,13 @@ import io
 import json
 import signal
 import threading
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from . import _state
 from ._envelope import Envelope
 from ._errors import CohortError, Stopped
 from ._groups import GroupKeeper, trace
+from ._protected import check_op
 from ._relay import Orders, RelayLink
 
 _WAIT_FOR_WORK_S = 0.05
@@ -248,6 +249,66 @@ class Context:
     def _watched_tensors(self) -> List[Any]:
         return [t for model, _, _ in self._watched for t in list(model.parameters()) + list(model.buffers())]
 
+    # ------------------------------------------------------------------ collectives of the user's own (_protected)
+
+    def _over_members(self, attempt: Callable[[], bool]) -> None:
+        """Run `attempt` (a collective on the client's group) until it completes over the current members: when a
+        member is lost during it, the group re-forms without it (its state copied, as at a step) and the call is
+        taken again. Every member must make the same calls, in the same order, as with any collective."""
+        groups = self._groups
+        patience = 2 * self._envelope.heartbeat_timeout_s + 5
+        while True:
+            self._check_alive()
+            if groups.is_broken() or groups.lost_since(groups.generation, groups.members):
+                groups.failure = groups.failure or "a member left before a protected call"
+                groups.catch_up(patience)
+            if groups.needs_sync and not groups.sync_state(self._watched_tensors(), [optimizer for _, optimizer, _ in self._watched]):
+                continue
+            if attempt():
+                return
+
+    def all_reduce(self, tensor: Any, op: str = "sum") -> Any:
+        """Reduce `tensor` over the current members, in place (and returned): `sum`, `mean`, `max` or `min`. A
+        member lost during the call does not fail it: the group re-forms and the call is taken again over the
+        members left, so the result is theirs (for an evaluation's metric: divide by what they report, not by the
+        world you started with). Never raises MemberLost; cohort's stop raises Stopped."""
+        check_op(op)
+        source = tensor.detach().cpu().clone()
+        done: Dict[str, Any] = {}
+
+        def attempt() -> bool:
+            staged = source.clone()
+            if not self._groups.allreduce(staged, "sum" if op == "mean" else op):
+                return False
+            done["value"] = staged / len(self._groups.members) if op == "mean" else staged
+            return True
+
+        self._over_members(attempt)
+        tensor.copy_(done["value"])
+        return tensor
+
+    def all_gather(self, tensor: Any) -> List[Any]:
+        """Every current member's `tensor` (same shape and dtype on each), in member order (`ctx.members`); a member
+        lost during the call is left out and the call taken again, as in all_reduce."""
+        torch = self._groups.torch
+        source = tensor.detach().cpu().clone()
+        done: Dict[str, List[Any]] = {}
+
+        def attempt() -> bool:
+            outputs = [torch.empty_like(source) for _ in self._groups.members]
+            if not self._groups.allgather(outputs, source.clone()):
+                return False
+            done["value"] = outputs
+            return True
+
+        self._over_members(attempt)
+        return [gathered.to(tensor.device) for gathered in done["value"]]
+
+    def barrier(self) -> None:
+        """Wait until every current member is here; a member lost meanwhile is not waited for."""
+        torch = self._groups.torch
+        self._over_members(lambda: self._groups.allreduce(torch.zeros(1, dtype=torch.float32)))
+
     # ------------------------------------------------------------------ epochs and steps
 
     def epochs(self) -> Iterator[Plan]:
@@ -337,6 +398,11 @@ class Context:
         if not isinstance(samples, int) or isinstance(samples, bool) or samples < 0:
             raise CohortError(f"progress(samples) needs a whole number of at least 0, got {samples!r}")
         if self._step_failed:
+            # The group is broken: form the new one now, so that ctx.generation and ctx.members say it from here on
+            # (the next step would form it anyway; every survivor's step failed alike, so they form it together).
+            groups = self._groups
+            if groups.is_broken() and groups.known_generation() > groups.generation:
+                groups.catch_up(2 * self._envelope.heartbeat_timeout_s + 5)
             return False
         self._done += samples
         report: Dict[str, Any] = {"_tag": "Progress", "epoch": self._epoch, "done": self._done}

@@ -9,7 +9,8 @@ generation (_store.py: calls over the rank's authenticated path, no port of the 
   instead of waiting out gloo's timeout (a survivor that is not the dead rank's neighbour in the ring hears of
   the death from nobody else);
 - torch's default group (`init_process_group`, gloo or, for `backend: nccl`, NCCL), for the user's own calls (`dist.get_rank()`, an evaluation's
-  all_reduce). Those are not protected: a death during one waits for the group's timeout.
+  all_reduce). Those are guarded the same way (_protected.py): when a member is lost during one, it raises
+  `cohort.MemberLost` as soon as the new generation is announced, instead of waiting out the group's timeout.
 
 Forming a generation runs in a thread, and every store call of a generation ends the moment a newer one is
 announced, so a member that dies while the others wait for it at the rendezvous costs one more generation, not
@@ -23,7 +24,7 @@ import threading
 from datetime import timedelta
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from ._errors import CohortError, Stopped
+from ._errors import CohortError, MemberLost, Stopped
 from ._relay import Orders, RelayLink
 from ._state import decode as decode_state, encode as encode_state
 from ._store import StoreCalls, make_store
@@ -146,6 +147,13 @@ class GroupKeeper:
         group = self.orders.group
         return group is not None and int(group["generation"]) > generation and not set(members) <= set(group["members"])
 
+    def lost_since(self, generation: int, members: Sequence[int]) -> List[int]:
+        """The `members` a generation newer than `generation` leaves out, ascending (none: nobody left)."""
+        group = self.orders.group
+        if group is None or int(group["generation"]) <= generation:
+            return []
+        return sorted(set(members) - set(int(m) for m in group["members"]))
+
     def catch_up(self, patience_s: float) -> None:
         """Form the newest generation this rank belongs to, when it has not: after a death, a restart, an entry, or
         a failed collective (which waits up to `patience_s` for the generation a death brings, and otherwise is an
@@ -261,6 +269,43 @@ class GroupKeeper:
             return False
         return True
 
+    # ------------------------------------------------------------------ the user's collectives (_protected)
+
+    def _member_lost(self, during: str, generation: int, members: Sequence[int]) -> MemberLost:
+        """The default group is broken from now on: the next step (or protected call) forms the new generation."""
+        lost = self.lost_since(generation, members)
+        self.failure = self.failure or f"rank(s) {', '.join(map(str, lost))} left during {during}"
+        trace(f"rank {self.rank}: {self.failure} (generation {generation})")
+        return MemberLost(lost, during, generation)
+
+    def before_user_collective(self, during: str) -> None:
+        """A collective of the user's on the default group is about to start: one whose members are known to be
+        gone already (a newer generation leaves one out) would wait for the dead; it fails at once instead."""
+        self._check_alive()
+        if self.pg is None:
+            raise CohortError(f"{during} before the rank's group formed: call it after cohort.init()")
+        if self._someone_left(self.generation, self.members):
+            raise self._member_lost(during, self.generation, self.members)
+
+    def wait_user(self, work: Any, during: str, patience_s: float) -> None:
+        """Wait for a collective of the user's on the default group, alongside the coordinator's orders: it raises
+        MemberLost the moment a generation without one of its members is announced, and also when it failed first
+        (gloo's "Connection closed by peer" comes before the launcher's word) and that announcement follows within
+        `patience_s`. A failure no death explains is raised as it came."""
+        generation, members = self.generation, list(self.members)
+        future = work.get_future()
+        future.add_done_callback(lambda _: self.orders.notify())
+        self.orders.wait(lambda: future.done() or self._someone_left(generation, members))
+        self._check_alive()
+        if not future.done():
+            raise self._member_lost(during, generation, members)
+        try:
+            future.wait()
+        except RuntimeError as error:
+            if self.orders.wait(lambda: self._someone_left(generation, members), patience_s):
+                raise self._member_lost(during, generation, members) from error
+            raise
+
     def _collective(self, start: Callable[[], Any]) -> bool:
         """Run the collective `start()` begins on the current group; False when the group is or became broken."""
         if self.is_broken():
@@ -272,10 +317,15 @@ class GroupKeeper:
             return False
 
     def allreduce(self, tensor, op: str = "sum") -> bool:
-        """Reduce `tensor` in place over the group (sum or max); False when the group broke meanwhile."""
+        """Reduce `tensor` in place over the group (sum, max or min); False when the group broke meanwhile."""
         options = self.dist.AllreduceOptions()
-        options.reduceOp = self.dist.ReduceOp.MAX if op == "max" else self.dist.ReduceOp.SUM
+        options.reduceOp = {"max": self.dist.ReduceOp.MAX, "min": self.dist.ReduceOp.MIN}.get(op, self.dist.ReduceOp.SUM)
         return self._collective(lambda: self.pg.allreduce([tensor], options))
+
+    def allgather(self, outputs: List[Any], tensor) -> bool:
+        """Gather `tensor` from every member into `outputs` (one per member, in member order); False when the group
+        broke meanwhile."""
+        return self._collective(lambda: self.pg.allgather([outputs], [tensor]))
 
     def broadcast(self, tensor, root: int) -> bool:
         options = self.dist.BroadcastOptions()

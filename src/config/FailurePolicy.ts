@@ -68,6 +68,9 @@ export interface FailurePolicy {
   readonly degradedExit: number
 }
 
+/** The status a Python rank exits with when it leaves `cohort.MemberLost` uncaught (python/cohort/_errors.py). */
+export const MEMBER_LOST_STATUS = 75
+
 /**
  * The rules a file gets when it says none and its `after_formation` is elastic: a bug is what repeats. One
  * rank's error may be its own machine's (a bad GPU, a flaky read: what elasticity is for), and a death
@@ -77,6 +80,14 @@ export interface FailurePolicy {
  * already fails the run. `rules: []` turns them off; a file's own rules replace them.
  */
 export const defaultRules: ReadonlyArray<FailureRule> = [
+  // A Python rank that left cohort.MemberLost uncaught (status 75) only lost a peer during a collective of its own:
+  // it comes back (at the next epoch boundary, from the consensus weights) rather than count as dead. One restart per
+  // survivor of each death: the bound is for a loop, not for the deaths of a long run.
+  new FailureRule({
+    name: "member-lost",
+    when: new RuleWhen({ causes: ["peer_lost"], exitCodes: new ExitCodes({ op: "in", values: [MEMBER_LOST_STATUS] }), phase: "after_formation" }),
+    then: new Restart({ maxRestarts: 1_000, within: 600_000, backoff: new Backoff({ initial: 0, max: 30_000, factor: 2, jitter: 0 }), scope: "one" })
+  }),
   new FailureRule({ name: "repeated-error", when: new RuleWhen({ sameErrorOn: 2, phase: "after_formation" }), then: new FailRun() })
 ]
 
