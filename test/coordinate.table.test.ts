@@ -21,7 +21,8 @@ import {
   type CoordinatorSettings,
   type CoordinatorState,
   initialState,
-  type Instruction
+  type Instruction,
+  unfinishedTraining
 } from "../src/actors/launcher/coordinate.ts"
 import type { SampleRange } from "../src/actors/launcher/EpochLedger.ts"
 import {
@@ -329,6 +330,53 @@ describe("liveness", () => {
     expect(run.tick(10_000)).toEqual(["0 ← Beat"])
     // Rank 0 last beat at 5000: 6001 ms at 11001. Rank 1 is leaving: never lost.
     expect(run.tick(11_001)).toEqual(["0 ← Beat", "lose 0: no heartbeat for 6.0 s"])
+  })
+
+  test("a command: job with a plan whose script never attaches (no cohort.init()): the rank is a fatal loss, naming what to add", () => {
+    const command = { job: { backend: "cpu_sync" as const, datasetSize: 8, epochs: 1, program: { _tag: "Command" as const, command: ["python3", "t.py"] } } }
+    const why = "a command: job with job.dataset_size is coordinated, and its script must join it (call cohort.init() before training), " +
+      "or drop job.dataset_size to run the command as torchrun would"
+    // Silent from formation (0) for more than the 6 s timeout, never heard at all.
+    const silent = coordinator(settingsOf([0, 1], 8, 1, command))
+    silent.say(0, new Attach(), 0)
+    silent.step(CoordinatorEvent.CohortFormed({ at: 0 }))
+    silent.step(CoordinatorEvent.Beats({ ranks: [0], at: 6000 }))
+    // No plan was made (the first waits for every live rank): nothing to hand on.
+    expect(silent.tick(6001)).toEqual(["0 ← Beat", `lose 1: never attached within 6.0 s of the cohort's formation: ${why}`])
+    // It ended with status 0 before attaching: the same, at once.
+    const ended = coordinator(settingsOf([0, 1], 8, 1, command))
+    ended.say(0, new Attach(), 0)
+    ended.step(CoordinatorEvent.CohortFormed({ at: 0 }))
+    expect(ended.step(CoordinatorEvent.ExitedCleanly({ rank: 1, at: 50 }))).toEqual([`lose 1: exited with status 0 without attaching: ${why}`])
+    // An entry: job's rank attaches by itself: one that never does is only silent (cause heartbeat, not the job's mistake).
+    const entry = coordinator(settingsOf([0, 1], 8, 1))
+    entry.say(0, new Attach(), 0)
+    entry.step(CoordinatorEvent.CohortFormed({ at: 0 }))
+    entry.step(CoordinatorEvent.Beats({ ranks: [0], at: 6000 }))
+    expect(entry.tick(6001)).toEqual(["0 ← Beat", "lose 1: no heartbeat for 6.0 s"])
+    // A command: job without a plan runs as torchrun would: nobody attaches, nobody is lost for it.
+    const torchrun = coordinator(settingsOf([0, 1], 0, 1, { job: { ...command.job, datasetSize: 0 } }))
+    torchrun.step(CoordinatorEvent.CohortFormed({ at: 0 }))
+    expect(torchrun.step(CoordinatorEvent.ExitedCleanly({ rank: 1, at: 50 }))).toEqual([])
+  })
+
+  test("unfinishedTraining: why a run whose ranks all ended has not trained its plan, when it has not", () => {
+    const command = { job: { backend: "cpu_sync" as const, datasetSize: 8, epochs: 2, program: { _tag: "Command" as const, command: ["python3", "t.py"] } } }
+    expect(unfinishedTraining(initialState(settingsOf([0, 1], 8, 2, command)))).toBe(
+      "every rank ended without attaching, so nothing trained: a command: job with job.dataset_size is coordinated, and its script must join it " +
+        "(call cohort.init() before training), or drop job.dataset_size to run the command as torchrun would"
+    )
+    expect(unfinishedTraining(initialState(settingsOf([0, 1], 8, 2)))).toBe("every rank ended without attaching, so nothing trained")
+    // No plan (dataset_size 0), or nothing left after the resumed epoch: nothing is missing.
+    expect(unfinishedTraining(initialState(settingsOf([0, 1], 0, 2)))).toBeUndefined()
+    const resumedAtEnd = { resume: { version: 1, run: "r", epoch: 2, savedAt: "2026-12-03T00:00:00Z", state: "s" } as unknown as CoordinatorSettings["resume"] }
+    expect(unfinishedTraining(initialState(settingsOf([0, 1], 8, 2, resumedAtEnd)))).toBeUndefined()
+    // Attached, the first epoch under way: said; every epoch done: nothing.
+    const run = attachedAll(settingsOf([0, 1], 8, 2))
+    expect(unfinishedTraining(run.state)).toBe("every rank ended before training was done (epoch 1 of 2 under way)")
+    const done = attachedAll(settingsOf([0], 4, 1))
+    done.say(0, progress(1, 4), 10)
+    expect(unfinishedTraining(done.state)).toBeUndefined()
   })
 
   test("a joiner's silence counts from its joining", () => {

@@ -346,6 +346,12 @@ describe("decide under the file's defaults: a bug is what repeats, an echo is ne
     expect(cohort.reported()).toEqual([[[1], "peer_lost", `rank 1 of localhost exited with status 1 (${gloo}) (peer_lost: it lost a peer before cohort knew of any death)`]])
   })
 
+  test("a fatal loss (ranks of a coordinated job that never attached) fails the run, whatever the rules and the limit", () => {
+    const cohort = run(4, new Phased({ beforeFormation: new KillAll(), afterFormation: new Elastic({}), rules: [] }))
+    cohort.step(SupervisionEvent.RanksLost({ ranks: [1], reason: "exited with status 0 without attaching: call cohort.init()", cause: "exit", fatal: true }), 2_000)
+    expect(describeVerdict(cohort.finish(3_000)!)).toBe("run failed: rank(s) 1 lost: exited with status 0 without attaching: call cohort.init()")
+  })
+
   test("silence (a heartbeat loss) is a death others may echo", () => {
     const cohort = run(4)
     cohort.step(SupervisionEvent.RanksLost({ ranks: [3], reason: "silent for 30000 ms", cause: "heartbeat" }), 31_000)

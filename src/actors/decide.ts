@@ -27,7 +27,13 @@ export type SupervisionEvent = Data.TaggedEnum<{
   /** The cohort formed: from now on the after-formation strategy is in force. One-way. */
   CohortFormed: {}
   /** Ranks declared dead by someone other than a child exit (heartbeat staleness); `cause` for the rules (default heartbeat). */
-  RanksLost: { readonly ranks: ReadonlyArray<number>; readonly reason: string; readonly cause?: Cause | undefined }
+  RanksLost: {
+    readonly ranks: ReadonlyArray<number>
+    readonly reason: string
+    readonly cause?: Cause | undefined
+    /** The job's mistake, not a death (ranks of a coordinated job that never attached): the run fails with it, rules or not. */
+    readonly fatal?: boolean | undefined
+  }
   CoordinatorFailed: { readonly reason: string }
   /** One of the run's own actors died of a defect: a bug in cohort, the root cause unless one came first. */
   ActorFailed: { readonly actor: string; readonly reason: string }
@@ -251,7 +257,7 @@ export const decide = (
     Boot: () => step.boot(),
     ChildExited: ({ exit, id }) => step.childExited(id, exit),
     CohortFormed: () => step.update({ formed: true }),
-    RanksLost: ({ cause, ranks, reason }) => step.ranksLost(ranks, reason, cause ?? "heartbeat"),
+    RanksLost: ({ cause, fatal, ranks, reason }) => step.ranksLost(ranks, reason, cause ?? "heartbeat", fatal === true),
     CoordinatorFailed: ({ reason }) => step.coordinatorFailed(reason),
     ActorFailed: ({ actor, reason }) => step.actorFailed(actor, reason),
     RunDrained: () => step.drain(),
@@ -549,10 +555,15 @@ class Step {
     this.markDead(ranks, what, true, how)
   }
 
-  ranksLost(ranks: ReadonlyArray<number>, reason: string, cause: Cause): void {
+  ranksLost(ranks: ReadonlyArray<number>, reason: string, cause: Cause, fatal = false): void {
     if (this.state.stopping || this.state.drained) return
     const current = inForce(this.strategy, this.state.formed)
     const what = `rank(s) ${ranks.join(", ")} lost: ${reason}`
+    if (fatal) {
+      this.update({ deaths: [...this.state.deaths, { ranks, what, at: this.now, cause, secondary: false }] })
+      this.fail({ kind: "child-failed", message: what }, "graceful", `${what}: stopping every child`)
+      return
+    }
     const host = this.state.children.find((child) => child.spec.ranks.some((rank) => ranks.includes(rank)))?.spec.group
     const ruled = firstMatch(this.rules, { cause, ranks, host, phase: this.state.formed ? "after_formation" : "before_formation" })
     // Silence, a lost host or relay, a group that never formed: never an echo of another death, but one others may echo.

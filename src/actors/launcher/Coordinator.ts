@@ -26,7 +26,7 @@ import { beatEveryMs } from "../../config/Heartbeat.ts"
 import type { CoordinatorOrder, RankReport } from "../../wire/CoordinatorMessages.ts"
 import type { LatencyCounts } from "../../wire/LatencyBuckets.ts"
 import * as CheckpointFile from "./CheckpointFile.ts"
-import { coordinate, CoordinatorEvent, type CoordinatorState, initialState, Instruction } from "./coordinate.ts"
+import { coordinate, CoordinatorEvent, type CoordinatorState, initialState, Instruction, unfinishedTraining } from "./coordinate.ts"
 import type * as Ledger from "./EpochLedger.ts"
 import type { RunEvent } from "./RunView.ts"
 import * as SurvivorsStep from "./SurvivorsStep.ts"
@@ -42,7 +42,7 @@ export interface CoordinatorOptions {
   readonly resume: CheckpointFile.CheckpointRecord | undefined
   readonly send: (ranks: ReadonlyArray<number>, order: CoordinatorOrder) => Effect.Effect<void>
   /** Declare ranks dead that went silent (the supervisor counts them, their processes are killed). */
-  readonly loseRanks: (ranks: ReadonlyArray<number>, reason: string, cause: Cause, diedAt: ReadonlyArray<number>) => Effect.Effect<void>
+  readonly loseRanks: (ranks: ReadonlyArray<number>, reason: string, cause: Cause, diedAt: ReadonlyArray<number>, fatal: boolean) => Effect.Effect<void>
   /** Every epoch is done: the ranks now leave on their own. */
   readonly drained: Effect.Effect<void>
   /** The controller's model root as StateJson text, saved with every checkpoint. */
@@ -82,6 +82,8 @@ export interface Coordinator {
   readonly stopRun: (why: string) => Effect.Effect<void>
   /** The epoch of the consensus checkpoint on disk for this run (written by it, or resumed from), if any, once everything told before has been handled. */
   readonly checkpointEpoch: Effect.Effect<number | undefined>
+  /** Why training is not done though every rank has ended, if it is not (`coordinate.unfinishedTraining`). */
+  readonly unfinished: Effect.Effect<string | undefined>
 }
 
 /** What the coordinator hears from outside; `CheckpointWritten` comes only from its own writes, `Ending` from `Settled`. */
@@ -157,7 +159,7 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
             journal({ event: "work_moved", at: Date.now(), rank: dead, survivors: [...extensions.keys()] })
           ),
         Enter: ({ epoch, ranks }) => options.onEnter?.(ranks, epoch) ?? Effect.void,
-        LoseRanks: ({ cause, diedAt, ranks, reason }) => options.loseRanks(ranks, reason, cause, diedAt),
+        LoseRanks: ({ cause, diedAt, fatal, ranks, reason }) => options.loseRanks(ranks, reason, cause, diedAt, fatal === true),
         Drained: () => options.drained,
         WriteCheckpoint: write
       })
@@ -220,6 +222,7 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
         "ActorStopped",
         () => Effect.map(Ref.get(state), ({ consensus }: CoordinatorState) => consensus.written)
       ),
+      unfinished: Effect.map(Ref.get(state), unfinishedTraining),
       exitedCleanly: (rank) =>
         Effect.asVoid(Effect.forkIn(Effect.zipRight(Effect.sleep(Duration.millis(LAST_WORDS_MS)), hear((at) => CoordinatorEvent.ExitedCleanly({ rank, at }))), scope))
     }

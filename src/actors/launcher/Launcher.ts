@@ -113,7 +113,10 @@ const runPlan = (
     yield* Effect.forkScoped(Effect.flatMap(Deferred.await(actorFailed), (failure) => supervisor.send(SupervisionEvent.ActorFailed(failure))))
 
     // The verdict is said as soon as it is known; the hosts are told and cleaned up after it (see Teardown).
-    const verdict = yield* supervisor.verdict
+    const supervised = yield* supervisor.verdict
+    // Every rank ended without a failure, yet the plan is not done: never "completed" (a script that never joined).
+    const unfinished = supervised._tag === "Completed" && training !== undefined ? yield* training.coordinator.unfinished : undefined
+    const verdict = unfinished === undefined ? supervised : Verdict.Failed({ kind: "child-failed", message: unfinished })
     return yield* end(env, {
       verdict,
       membership,

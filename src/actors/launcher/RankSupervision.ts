@@ -47,7 +47,7 @@ export interface RankSupervision {
    * Ranks lost without an exit: `cause` is for the failure rules (silence, an absent NCCL member), `diedAt`
    * (rank by rank) their deaths' moments, for the recovery figures.
    */
-  readonly giveUp: (ranks: ReadonlyArray<number>, reason: string, cause: Cause, diedAt: ReadonlyArray<number>) => Effect.Effect<void>
+  readonly giveUp: (ranks: ReadonlyArray<number>, reason: string, cause: Cause, diedAt: ReadonlyArray<number>, fatal?: boolean) => Effect.Effect<void>
   /** Every rank has run user code: the policy after formation is in force from now on. */
   readonly cohortFormed: Effect.Effect<void>
   /** Every epoch is done: the ranks now leave on their own. */
@@ -149,12 +149,12 @@ export const supervise = (env: RunEnv, wiring: SupervisionWiring): Effect.Effect
       linesForSignals: logRules
     }, graceMs, { renumber, seatOf: (rank) => seatOf(membership.snapshot(), rank) })
 
-    const giveUp = (ranks: ReadonlyArray<number>, reason: string, cause: Cause, diedAt: ReadonlyArray<number>) =>
+    const giveUp = (ranks: ReadonlyArray<number>, reason: string, cause: Cause, diedAt: ReadonlyArray<number>, fatal = false) =>
       withSupervisor((supervisor) =>
         Effect.gen(function*() {
           const now = membership.snapshot()
           // The supervisor knows seats (a restarted rank runs under a new number in its first number's seat).
-          yield* supervisor.send(SupervisionEvent.RanksLost({ ranks: ranks.map((rank) => seatOf(now, rank)), reason, cause }))
+          yield* supervisor.send(SupervisionEvent.RanksLost({ ranks: ranks.map((rank) => seatOf(now, rank)), reason, cause, ...(fatal ? { fatal } : {}) }))
           // The policy does not report these (membership knows): the journal has them here, each with its moment.
           yield* Effect.forEach(ranks, (rank, index) =>
             record({ event: "rank_lost", at: Date.now(), ranks: [rank], cause: `rank ${rank} lost: ${reason}`, kind: cause, ...(diedAt[index] === undefined ? {} : { diedAt: diedAt[index]! }) }), { discard: true })

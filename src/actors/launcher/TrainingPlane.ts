@@ -121,7 +121,7 @@ export const make = (env: RunEnv, wiring: TrainingWiring): Effect.Effect<Trainin
         return state === undefined ? undefined : stringifyState(state)
       },
       send: announcing,
-      loseRanks: (ranks, reason, cause, diedAt) => supervision.ifReady((ranksSupervision) => ranksSupervision.giveUp(ranks, reason, cause, diedAt)),
+      loseRanks: (ranks, reason, cause, diedAt, fatal) => supervision.ifReady((ranksSupervision) => ranksSupervision.giveUp(ranks, reason, cause, diedAt, fatal)),
       onEvent: env.record,
       onLatency: (counts) => env.latency.add(counts),
       drained: supervision.ifReady((ranksSupervision) => ranksSupervision.drained),

@@ -153,7 +153,14 @@ export type Instruction = Data.TaggedEnum<{
    * `cause` for the failure rules: silence is `heartbeat`, a return with work left an `exit`. `diedAt`, rank
    * by rank: its last beat (silence), when it went (a return): the deaths' moments, for the time to detect them.
    */
-  LoseRanks: { readonly ranks: ReadonlyArray<number>; readonly reason: string; readonly cause: Cause; readonly diedAt: ReadonlyArray<number> }
+  LoseRanks: {
+    readonly ranks: ReadonlyArray<number>
+    readonly reason: string
+    readonly cause: Cause
+    readonly diedAt: ReadonlyArray<number>
+    /** Not a death but the job's mistake (a rank that never attached): the run fails with it, whatever the policy. */
+    readonly fatal?: boolean | undefined
+  }
   /** Every epoch is done: the ranks now leave on their own. */
   Drained: {}
   /**
@@ -177,7 +184,7 @@ export const Instruction = Data.taggedEnum<Instruction>()
 
 /** What the run fixed before the first event. */
 export interface CoordinatorSettings {
-  readonly job: Pick<Job, "backend" | "datasetSize" | "epochs">
+  readonly job: Pick<Job, "backend" | "datasetSize" | "epochs"> & Partial<Pick<Job, "program">>
   /** The world's ranks at formation. */
   readonly ranks: ReadonlyArray<number>
   readonly heartbeatTimeoutMs: number
@@ -324,6 +331,25 @@ export interface CoordinatorState {
   readonly progress: ProgressTold
   /** The ranks' own process groups (ranks that attached with a store): the generation announced and its members. */
   readonly groups: Groups.ProcessGroups
+}
+
+/**
+ * Why a run whose ranks all ended has not trained what it planned, if it has not: asked when every rank has
+ * ended without a failure, so that such a run never says "completed". A coordinated job whose ranks ended with
+ * no epoch left to train (or none planned) has nothing missing. None of them attached: its script never joined
+ * (the Python client's cohort.init()); else they ended with an epoch under way or not begun.
+ */
+export const unfinishedTraining = (state: CoordinatorState): string | undefined => {
+  const { epochs, members, settings } = state
+  if (epochs.finished || settings.job.datasetSize === 0 || settings.job.epochs <= (settings.resume?.epoch ?? 0)) return undefined
+  if (HashSet.size(members.attached) === 0) {
+    return settings.job.program?._tag === "Command"
+      ? "every rank ended without attaching, so nothing trained: a command: job with job.dataset_size is coordinated, and its script must join it " +
+        "(call cohort.init() before training), or drop job.dataset_size to run the command as torchrun would"
+      : "every rank ended without attaching, so nothing trained"
+  }
+  const under = epochs.ledger?.epoch
+  return `every rank ended before training was done (${under === undefined ? "no epoch began" : `epoch ${under} of ${settings.job.epochs} under way`})`
 }
 
 export const initialState = (settings: CoordinatorSettings): CoordinatorState => ({
@@ -525,7 +551,31 @@ class Step {
     this.abstained(rank)
     // Its last reports had their chance to arrive: one that said it was leaving (`Exiting`) was judged then.
     if (HashSet.has(this.liveness.exiting, rank) || !this.isAlive(rank)) return
+    if (this.scriptMustAttach() && !HashSet.has(this.members.attached, rank) && !this.epochs.finished && !this.deaths.stopping && !HashSet.has(this.deaths.ordered, rank)) {
+      // A script that never joined its coordinator (no cohort.init()) and ended: nothing of the plan was trained by it.
+      this.neverAttached([rank], "exited with status 0 without attaching")
+      return
+    }
     this.leftWithWork(rank, "exited with status 0")
+  }
+
+  /**
+   * Whether the job's ranks attach only if their script says so: a `command:` job with a plan (the Python client's
+   * cohort.init()). An `entry:` rank attaches by itself before the user's code runs; one that never does is silent.
+   */
+  private scriptMustAttach(): boolean {
+    return this.settings.job.program?._tag === "Command" && this.settings.job.datasetSize > 0
+  }
+
+  /**
+   * Ranks of a coordinated job (job.dataset_size) that never attached: the job's script does not speak to cohort.
+   * The run fails, saying what to add: nothing would train, and a run that trained nothing must not say completed.
+   */
+  private neverAttached(ranks: ReadonlyArray<number>, how: string): void {
+    const reason = `${how}: a command: job with job.dataset_size is coordinated, and its script must join it ` +
+      "(call cohort.init() before training), or drop job.dataset_size to run the command as torchrun would"
+    this.instructions.push(Instruction.LoseRanks({ ranks, reason, cause: "exit", diedAt: ranks.map(() => this.at), fatal: true }))
+    this.markDead(ranks, reason)
   }
 
   stopRun(why: string): void {
@@ -598,6 +648,11 @@ class Step {
     const { lastSeen } = this.liveness
     const silent = watched.filter((rank) => at - (valueOf(lastSeen, rank) ?? formedAt ?? at) > timeout)
     if (silent.length === 0) return
+    // Ranks of the formed world that never attached nor beat: their script does not speak to cohort (no cohort.init()).
+    const unheard = silent.filter((rank) => !HashSet.has(attached, rank) && !HashMap.has(lastSeen, rank) && !this.growth.joining.has(rank))
+    if (unheard.length > 0 && this.scriptMustAttach()) {
+      return this.neverAttached(unheard, `never attached within ${(timeout / 1000).toFixed(1)} s of the cohort's formation`)
+    }
     const reason = `no heartbeat for ${(timeout / 1000).toFixed(1)} s`
     this.instructions.push(Instruction.LoseRanks({ ranks: silent, reason, cause: "heartbeat", diedAt: silent.map((rank) => valueOf(lastSeen, rank) ?? formedAt ?? at) }))
     this.markDead(silent, reason)
