@@ -112,3 +112,23 @@ describe("the client's pure parts", () => {
     ])
   })
 })
+
+describe("backend: nccl on a torch without NCCL (issue 35, part 6)", () => {
+  const torchPython = "/usr/bin/python3"
+  const hasTorch = Bun.spawnSync([torchPython, "-c", "import torch.distributed as d; raise SystemExit(0 if not d.is_nccl_available() else 3)"]).exitCode === 0
+  test.skipIf(!hasTorch)("cohort.init() says it in one line, before reaching for the relay, in well under 2 s", () => {
+    const started = performance.now()
+    const ran = Bun.spawnSync([torchPython, "-c", initOnly], {
+      env: { PATH: "/usr/bin:/bin", PYTHONPATH: `${import.meta.dir}/../python`, COHORT_RANK_ENVELOPE: envelope({ backend: "nccl" }), COHORT_LOCAL_SLOT: "0" },
+      stdout: "pipe",
+      stderr: "pipe"
+    })
+    const seconds = (performance.now() - started) / 1000
+    expect(ran.stderr.toString().trim()).toMatch(
+      /^cohort: job\.backend is nccl, but this torch \(\d+\.\d+[^)]*\) was built without NCCL: install a CUDA build of torch on this host, or set job\.backend: cpu_sync$/
+    )
+    expect(ran.exitCode).toBe(1)
+    // torch's import is most of it (1–3 s on a loaded machine); it used to take a failed rendezvous, 67 s.
+    expect(seconds).toBeLessThan(15)
+  }, 30_000)
+})

@@ -63,6 +63,25 @@ def _address_toward(host: str, port: int) -> str:
         probe.close()
 
 
+def _check_nccl(local_rank: int) -> None:
+    """`backend: nccl` needs a torch with NCCL that sees this rank's GPU: said at once, not after a failed rendezvous."""
+    from ._groups import _torch
+
+    torch, dist = _torch()
+    if not dist.is_nccl_available():
+        raise CohortError(
+            f"job.backend is nccl, but this torch ({torch.__version__}) was built without NCCL: install a CUDA build of torch on "
+            "this host, or set job.backend: cpu_sync"
+        )
+    # cohort gives each rank its own GPU (CUDA_VISIBLE_DEVICES): it must see that one.
+    if not torch.cuda.is_available() or torch.cuda.device_count() == 0:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>")
+        raise CohortError(
+            f"job.backend is nccl, but torch sees no CUDA device for local rank {local_rank} (CUDA_VISIBLE_DEVICES={visible}): "
+            "check the host's driver and its devices in the cluster file, or set job.backend: cpu_sync"
+        )
+
+
 def init() -> Context:
     """Join the cohort this process was started in: read the environment, reach the host's relay, and form
     torch.distributed's default group with the current members. Called once; again returns the same context."""
@@ -75,6 +94,8 @@ def init() -> Context:
             f"job.backend is {envelope.backend}: the Python client averages the gradients at every step, which is "
             "cpu_sync (gloo) or nccl; local steps between averages (cpu_cadence, cpu_async) are for entry: jobs only"
         )
+    if envelope.backend == "nccl":
+        _check_nccl(envelope.local_rank)
     if envelope.dataset_size == 0:
         # Without a dataset the launcher runs no coordinator: nobody would welcome the rank or form its group.
         raise CohortError(

@@ -250,6 +250,9 @@ export const describePlan = (plan: Plan): string => {
     `join window: min ${min}, target ${target}, timeout ${formatDuration(join.timeoutMs)}, ` +
       `max ${formatDuration(join.maxTimeoutMs)}, start ${join.start}`,
     `backend: ${config.job.backend}` + trainingLine(config),
+    ...(config.job.backend === "nccl" && config.job.program._tag === "Command" && config.job.datasetSize > 0
+      ? ["  not checked here: whether each host's torch has NCCL and sees its GPUs (cohort.init() checks it there, and says so in one line)"]
+      : []),
     "ranks (numbered in the order hosts join; this is declaration order):"
   ]
   const program = config.job.program
