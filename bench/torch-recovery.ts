@@ -50,6 +50,8 @@ interface Contender {
   readonly kill: boolean
   /** torchrun's --monitor_interval, in seconds; undefined: its default (5 s). */
   readonly monitor?: number
+  /** cohort's ranks wrap the model with ctx.ddp (torch's DDP, its buckets reduced over the current members). */
+  readonly ddp?: boolean
 }
 
 const contenders: ReadonlyArray<Contender> = [
@@ -58,7 +60,9 @@ const contenders: ReadonlyArray<Contender> = [
   { name: "torchrun, group restart, --monitor_interval 0.1", launcher: "torchrun", kill: true, monitor: 0.1 },
   { name: "cohort, no kill", launcher: "cohort", kill: false },
   { name: "torchrun, no kill", launcher: "torchrun", kill: false },
-  { name: "torchrun, no kill, --monitor_interval 0.1", launcher: "torchrun", kill: false, monitor: 0.1 }
+  { name: "torchrun, no kill, --monitor_interval 0.1", launcher: "torchrun", kill: false, monitor: 0.1 },
+  { name: "cohort ctx.ddp, elastic re-form", launcher: "cohort", kill: true, ddp: true },
+  { name: "cohort ctx.ddp, no kill", launcher: "cohort", kill: false, ddp: true }
 ]
 
 interface Outcome {
@@ -134,7 +138,7 @@ workers:
     env: ${JSON.stringify(workerEnv)}
 job:
   command: [${PYTHON}, ${JSON.stringify(join(root, "bench", "torch_recovery_cohort.py"))}]
-  args: [--record, ${JSON.stringify(records)}]
+  args: [--record, ${JSON.stringify(records)}${contender.ddp === true ? ", --ddp" : ""}]
   dataset_size: ${DATASET}
   epochs: ${EPOCHS}
   checkpoint: ${JSON.stringify(checkpoint)}
@@ -261,8 +265,8 @@ export const torchRecovery = async (): Promise<string> => {
   })
 
   const ratio = (a: number | undefined, b: number | undefined) => (a === undefined || b === undefined ? "–" : (a / b).toFixed(2))
-  const [cohortKill, torchrunKill, torchrunFastKill, cohortNone, torchrunNone, torchrunFastNone] = contenders as [
-    Contender, Contender, Contender, Contender, Contender, Contender
+  const [cohortKill, torchrunKill, torchrunFastKill, cohortNone, torchrunNone, torchrunFastNone, ddpKill, ddpNone] = contenders as [
+    Contender, Contender, Contender, Contender, Contender, Contender, Contender, Contender
   ]
   const costOf = (kill: Contender, none: Contender) => {
     const [a, b] = [wall(kill), wall(none)]
@@ -290,6 +294,11 @@ export const torchRecovery = async (): Promise<string> => {
     "| torchrun ÷ cohort | kill → resumed | wall, with the kill | samples/s, with the kill | wall, no kill | the kill's cost: wall with it − without |",
     "|---|---:|---:|---:|---:|---|",
     ...ratios,
+    "",
+    "| cohort's DDP path ÷ | samples/s, no kill | samples/s, with the kill | kill → resumed | the kill's cost |",
+    "|---|---:|---:|---:|---|",
+    `| ÷ torchrun + DDP (default monitor) | ${ratio(rate(ddpNone), rate(torchrunNone))} | ${ratio(rate(ddpKill), rate(torchrunKill))} | ${ratio(resume(ddpKill), resume(torchrunKill))} | ${costOf(ddpKill, ddpNone)} (torchrun: ${costOf(torchrunKill, torchrunNone)}) |`,
+    `| ÷ cohort's ctx.watch path | ${ratio(rate(ddpNone), rate(cohortNone))} | ${ratio(rate(ddpKill), rate(cohortKill))} | ${ratio(resume(ddpKill), resume(cohortKill))} | ${costOf(ddpKill, ddpNone)} (ctx.watch: ${costOf(cohortKill, cohortNone)}) |`,
     ...(problems.length === 0 ? [] : ["", "Runs that do not count:", ...problems])
   ].join("\n")
 }

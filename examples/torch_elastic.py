@@ -16,6 +16,8 @@ digest of its weights, and rank 0 says whether the accuracy reached --target (th
   --lr 3e-3         Adam's learning rate
   --target 0.95     the held-out accuracy to reach
   --record DIR      append each finished step's sample indices to DIR/r<rank>.txt (an audit of who did what)
+  --ddp             wrap the model in torch's DistributedDataParallel, made by ctx.ddp (its buckets reduced over
+                    the current members during backward), instead of averaging at optimizer.step()
 """
 import argparse
 import hashlib
@@ -65,6 +67,7 @@ def main(argv=None, after_step=None) -> int:
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--target", type=float, default=0.95)
     parser.add_argument("--record", default=None)
+    parser.add_argument("--ddp", action="store_true")
     args = parser.parse_args(argv)
 
     torch.set_num_threads(1)
@@ -72,11 +75,13 @@ def main(argv=None, after_step=None) -> int:
     points, labels = spirals(TRAIN, seed=1)
     test_points, test_labels = spirals(HELD_OUT, seed=2)
     model = model_of()
+    if args.ddp:
+        model = ctx.ddp(model)  # where DistributedDataParallel(model) was
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     ctx.watch(model, optimizer)
     state = ctx.checkpoint.load()  # after --resume, or the consensus for a rank restarted mid-run
     if state is not None:
-        model.load_state_dict(state["model"])
+        (model.module if args.ddp else model).load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
     record = None if args.record is None else open(os.path.join(args.record, f"r{ctx.rank}.txt"), "a", buffering=1)
 
@@ -97,7 +102,7 @@ def main(argv=None, after_step=None) -> int:
                 after_step(ctx, plan.epoch, steps)
         # Every rank offers it: the coordinator writes the state a majority of the epoch's members offered (they hold
         # equal weights), and a rank entering at the next epoch is welcomed with it.
-        ctx.checkpoint.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": plan.epoch})
+        ctx.checkpoint.save({"model": (model.module if args.ddp else model).state_dict(), "optimizer": optimizer.state_dict(), "epoch": plan.epoch})
 
     reached = accuracy(model, test_points, test_labels)
     print(f"rank {ctx.rank} (pid {os.getpid()}, {ctx.world_size} member(s), generation {ctx.generation}): "

@@ -62,10 +62,10 @@ const readSteps = (dir: string): Map<number, Array<Step>> => {
 }
 
 /** Each epoch's samples that were learnt from other than exactly once: [epoch, sample, count]. */
-const notExactlyOnce = (byRank: Map<number, Array<Step>>): Array<[number, number, number]> => {
+const notExactlyOnce = (byRank: Map<number, Array<Step>>, dataset = DATASET): Array<[number, number, number]> => {
   const wrong: Array<[number, number, number]> = []
   for (let epoch = 1; epoch <= EPOCHS; epoch++) {
-    const counts = new Uint8Array(DATASET)
+    const counts = new Uint8Array(dataset)
     for (const steps of byRank.values()) for (const step of steps) if (step.epoch === epoch) for (const sample of step.samples) counts[sample]! += 1
     counts.forEach((count, sample) => {
       if (count !== 1) wrong.push([epoch, sample, count])
@@ -80,7 +80,7 @@ const finals = (stdout: string) =>
     (m) => [Number(m[1]), { pid: Number(m[2]), members: Number(m[3]), accuracy: Number(m[5]), weights: m[6]! }]
   ))
 
-const run = async (policy: string, dieStep = DIE_STEP) => {
+const run = async (policy: string, dieStep = DIE_STEP, extraArgs: ReadonlyArray<string> = [], dataset = DATASET) => {
   const dir = mkdtempSync(join(tmpdir(), `cohort-torch-elastic-${policy}-`))
   const records = join(dir, "records")
   await Bun.write(join(records, ".keep"), "")
@@ -96,8 +96,8 @@ workers:
     env: { OMP_NUM_THREADS: "1", GLOO_SOCKET_IFNAME: lo, TEST_DIE_RANK: "${DYING}", TEST_DIE_STEP: "${dieStep}" }
 job:
   command: [${python}, ${fixture}]
-  args: [--record, ${JSON.stringify(records)}, ${TRAINING.map((word) => JSON.stringify(word)).join(", ")}]
-  dataset_size: ${DATASET}
+  args: [--record, ${JSON.stringify(records)}, ${[...TRAINING, ...extraArgs].map((word) => JSON.stringify(word)).join(", ")}]
+  dataset_size: ${dataset}
   epochs: ${EPOCHS}
   checkpoint: ${JSON.stringify(join(dir, "checkpoint.json"))}
 failure_policy:
@@ -129,6 +129,31 @@ describe("PyTorch ranks under the Python client", () => {
     }
     expect(new Set([...end.values()].map((each) => each.weights)).size, ran.transcript).toBe(1)
     expect(ran.stdout).toContain("reached the target 0.95")
+  }, 180_000)
+
+  test.skipIf(torchProblem !== undefined)("ctx.ddp: torch's DDP, its buckets reduced over the current members; a SIGKILL mid-epoch re-forms in-process: each sample once, same pids, equal weights, the accuracy reached", async () => {
+    const ran = await run("elastic", DIE_STEP, ["--ddp"])
+    expect(lastLine(ran.stderr), ran.transcript).toBe("cohort: run completed DEGRADED (1 of 4 ranks lost: rank 2 of localhost exited with signal SIGKILL)")
+    expect(notExactlyOnce(ran.steps).slice(0, 5), ran.transcript).toEqual([])
+    expect(ran.steps.get(DYING)!.length).toBe(DIE_STEP)
+    const end = finals(ran.stdout)
+    expect([...end.keys()].sort(), ran.transcript).toEqual([0, 1, 3])
+    for (const survivor of [0, 1, 3]) {
+      expect(pidsOf(ran.steps.get(survivor)!), ran.transcript).toEqual([end.get(survivor)!.pid])
+      expect(end.get(survivor)!.accuracy, ran.transcript).toBeGreaterThanOrEqual(0.95)
+    }
+    expect(new Set([...end.values()].map((each) => each.weights)).size, ran.transcript).toBe(1)
+  }, 180_000)
+
+  test.skipIf(torchProblem !== undefined)("ctx.ddp, shares of unequal steps: a rank with no batch left steps at weight 0 on one it learnt, so the buckets match; each sample once, equal weights", async () => {
+    // 24,002 samples: shares of 6,001, 6,001, 6,000 and 6,000; batches of 2,000 are 4 steps for the first two, 3 for the others.
+    const ran = await run("elastic", 1_000_000, ["--ddp", "--batch", "2000", "--lr", "3e-2", "--target", "0"], 24_002)
+    expect(lastLine(ran.stderr), ran.transcript).toBe("cohort: run completed")
+    expect(notExactlyOnce(ran.steps, 24_002).slice(0, 5), ran.transcript).toEqual([])
+    // Counted steps only (a replay is not): 4, 4, 3, 3 an epoch.
+    expect([0, 1, 2, 3].map((rank) => ran.steps.get(rank)!.filter((step) => step.epoch === 1).length), ran.transcript).toEqual([4, 4, 3, 3])
+    const end = finals(ran.stdout)
+    expect(new Set([...end.values()].map((each) => each.weights)).size, ran.transcript).toBe(1)
   }, 180_000)
 
   test.skipIf(torchProblem !== undefined)("restart: the rank comes back as a new process (rank 4) at an epoch boundary and joins the survivors' group; each sample once, equal weights", async () => {
@@ -180,7 +205,7 @@ describe("PyTorch ranks under the Python client", () => {
     }
   }, 120_000)
 
-  test.skipIf(torchProblem !== undefined)("ctx.watch refuses a DistributedDataParallel wrapper, saying to pass the module", async () => {
+  test.skipIf(torchProblem !== undefined)("ctx.watch refuses torch's own DistributedDataParallel, pointing to ctx.ddp", async () => {
     const code = [
       "import tempfile, torch, torch.distributed as dist",
       "from cohort._context import Context",
@@ -194,9 +219,9 @@ describe("PyTorch ranks under the Python client", () => {
     ].join("\n")
     const ran = await runCommand([python, "-c", code], 60_000, { PYTHONPATH: join(root, "python") })
     expect(ran.stdout.trim(), ran.stderr).toBe(
-      "ctx.watch(model, optimizer) takes the module itself, not a DistributedDataParallel: cohort averages the gradients at " +
-        "optimizer.step() over the current members (DDP would pin the first group, and a rank joining later would wait in DDP's " +
-        "set-up for the others). Pass model.module, or drop the wrapper"
+      "ctx.watch(model, optimizer) got torch's DistributedDataParallel, which pins the first group (and a rank joining later would " +
+        "wait in its set-up for the others): make it with model = ctx.ddp(module) instead, which reduces DDP's buckets over the " +
+        "current members, or pass the module itself"
     )
   }, 60_000)
 

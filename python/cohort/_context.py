@@ -173,6 +173,12 @@ class Context:
         #: The batch of the step under way (its size weighs this rank's gradients), and whether its all-reduce failed.
         self._step_samples: Optional[int] = None
         self._step_failed = False
+        #: The model made by ctx.ddp and watched, if one was: its buckets are reduced during backward.
+        self._ddp: Any = None
+        #: This rank's last batch: what it steps on, at weight 0, when it has none left and DDP's buckets must be reduced.
+        self._last_batch: Optional[List[int]] = None
+        #: The step under way is such a replay: its samples are not reported.
+        self._replaying = False
 
     # ------------------------------------------------------------------ who
 
@@ -204,18 +210,32 @@ class Context:
         model and optimizer state. This is DistributedDataParallel's job done so that groups can change: pass the
         module itself, not a DDP wrapper."""
         torch = self._groups.torch
-        if isinstance(model, torch.nn.parallel.DistributedDataParallel):
-            # DDP pins the group it was made with, and making one is a collective: a rank that joins a running group
-            # would wait in it for members that are not making one. ctx.watch averages the gradients instead.
+        ddp = isinstance(model, torch.nn.parallel.DistributedDataParallel)
+        if ddp and getattr(model, "_cohort_reducer", None) is None:
+            # torch's DDP pins the group it was made with, and making one is a collective: a rank that joins a running
+            # group would wait in it for members that are not making one. ctx.ddp makes one that follows the group.
             raise CohortError(
-                "ctx.watch(model, optimizer) takes the module itself, not a DistributedDataParallel: cohort averages "
-                "the gradients at optimizer.step() over the current members (DDP would pin the first group, and a "
-                "rank joining later would wait in DDP's set-up for the others). Pass model.module, or drop the wrapper"
+                "ctx.watch(model, optimizer) got torch's DistributedDataParallel, which pins the first group (and a rank "
+                "joining later would wait in its set-up for the others): make it with model = ctx.ddp(module) instead, "
+                "which reduces DDP's buckets over the current members, or pass the module itself"
             )
         if not hasattr(optimizer, "step") or not hasattr(optimizer, "state_dict"):
             raise CohortError(f"watch(model, optimizer) needs a torch optimizer, got {type(optimizer).__name__}")
+        if self._watched and (self._ddp is not None) != ddp:
+            raise CohortError("ctx.watch keeps every model one way: all made with ctx.ddp, or none")
         step = optimizer.step
         self._watched.append((model, optimizer, step))
+        if ddp:
+            self._ddp = model
+
+            def ddp_step(*args: Any, **kwargs: Any) -> Any:
+                # The buckets were reduced during backward (_ddp); a member lost meanwhile: no update, the batch again.
+                if self._step_failed:
+                    return None
+                return step(*args, **kwargs)
+
+            optimizer.step = ddp_step
+            return
 
         def synced_step(*args: Any, **kwargs: Any) -> Any:
             if not self._sync_gradients(model, self._step_samples or 0):
@@ -225,6 +245,15 @@ class Context:
             return step(*args, **kwargs)
 
         optimizer.step = synced_step
+
+    def ddp(self, module: Any, **options: Any) -> Any:
+        """torch's DistributedDataParallel for `module`, reducing its buckets over the current members (the group
+        follows deaths, restarts and newcomers): use it where `DDP(module)` was, then `ctx.watch(model, optimizer)`.
+        `options` are DDP's own (bucket_cap_mb, find_unused_parameters, gradient_as_bucket_view, …); not
+        process_group. See cohort/_ddp.py for how it stays elastic."""
+        from ._ddp import make_ddp
+
+        return make_ddp(self, module, options)
 
     def _sync_gradients(self, model: Any, weight: int) -> bool:
         torch = self._groups.torch
@@ -366,9 +395,20 @@ class Context:
                     if again is None:
                         handed += len(batch)
                     self._step_samples, self._step_failed = len(batch), False
+                    self._last_batch = batch
                     yield batch
                     again = batch if self._step_failed else None
                     self._step_samples = None
+                elif self._ddp is not None:
+                    # DDP reduces its buckets during backward: this rank must make the same calls, so it steps on a
+                    # batch it has learnt from already, at weight 0 (adding nothing; progress() says it did not count).
+                    replay = self._last_batch or list(range(min(size, self.dataset_size)))
+                    self._step_samples, self._step_failed, self._replaying = 0, False, True
+                    try:
+                        yield replay
+                    finally:
+                        self._replaying = False
+                        self._step_samples = None
                 else:
                     self._step_without_batch()
                 continue
@@ -397,6 +437,8 @@ class Context:
             raise CohortError("ctx.progress() is for samples of an epoch plan: call it inside `for plan in ctx.epochs()`")
         if not isinstance(samples, int) or isinstance(samples, bool) or samples < 0:
             raise CohortError(f"progress(samples) needs a whole number of at least 0, got {samples!r}")
+        if self._replaying:
+            return False  # a step at weight 0 (DDP, no batch left): it did not count; its samples were another step's
         if self._step_failed:
             # The group is broken: form the new one now, so that ctx.generation and ctx.members say it from here on
             # (the next step would form it anyway; every survivor's step failed alike, so they form it together).
