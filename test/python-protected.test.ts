@@ -268,3 +268,29 @@ ${raise}
     expect([three.code, three.stdout.trim()]).toEqual([3, "said []"])
   })
 })
+
+describe("ctx.progress after a failed step (issue 35, part 9)", () => {
+  test("it forms the new group before saying False: ctx.generation and ctx.members are the new ones from then on", () => {
+    const ran = runPython(`
+import types
+from cohort._context import Context
+class Keeper:
+    generation, members, failure = 4, [0, 1, 2], "a member died"
+    def is_broken(self):
+        return self.failure is not None
+    def known_generation(self):
+        return 5
+    def catch_up(self, patience):
+        print("catch_up", patience)
+        self.generation, self.members, self.failure = 5, [0, 2], None
+ctx = Context.__new__(Context)
+ctx._groups, ctx._epoch, ctx._replaying, ctx._step_failed = Keeper(), 1, False, True
+ctx._envelope = types.SimpleNamespace(heartbeat_timeout_s=30.0)
+print(ctx.generation, ctx.members)
+print(ctx.progress(64))
+print(ctx.generation, ctx.members, ctx.world_size)
+`)
+    expect(ran.stderr).toBe("")
+    expect(ran.stdout.trim().split("\n")).toEqual(["4 [0, 1, 2]", "catch_up 65.0", "False", "5 [0, 2] 2"])
+  })
+})
