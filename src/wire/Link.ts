@@ -594,12 +594,16 @@ export const dial = <In, Out>(options: DialOptions<In, Out>): Effect.Effect<Link
             socket: { ...forwardingHandlers, open: (opened: Socket<SocketData>) => void new Connection(opened) }
           }),
         catch: (error) =>
-          new LinkError({
-            channel: options.channel,
-            peer: where,
-            reason: "connect",
-            detail: `${error instanceof Error ? error.message : String(error)}; is the launcher running and is ${where} reachable?`
-          })
+          // A reset while connecting is a listener that took the connection and let it go at once (a launcher's door
+          // under a flood does): the same as a close before its answer, which a dialer may try again. Refused is not.
+          (error as { readonly code?: unknown }).code === "ECONNRESET"
+            ? new LinkError({ channel: options.channel, peer: where, reason: "handshake", detail: closedBeforeNonce })
+            : new LinkError({
+              channel: options.channel,
+              peer: where,
+              reason: "connect",
+              detail: `${error instanceof Error ? error.message : String(error)}; is the launcher running and is ${where} reachable?`
+            })
       })
       const connection = socket.data.connection ?? new Connection(socket)
       const keyId = options.keyId ?? ""
