@@ -79,9 +79,12 @@ def main(argv=None, after_step=None) -> int:
         model = ctx.ddp(model)  # where DistributedDataParallel(model) was
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     ctx.watch(model, optimizer)
-    state = ctx.checkpoint.load()  # after --resume, or the consensus for a rank restarted mid-run
+    module = model.module if args.ddp else model
+    # The state between two steps, for a stop mid-epoch (max_failure): --resume then trains only the rest of the epoch.
+    ctx.checkpoint.provide(lambda: {"model": module.state_dict(), "optimizer": optimizer.state_dict()})
+    state = ctx.checkpoint.load()  # after --resume (mid-epoch too), or the consensus for a rank restarted mid-run
     if state is not None:
-        (model.module if args.ddp else model).load_state_dict(state["model"])
+        module.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
     record = None if args.record is None else open(os.path.join(args.record, f"r{ctx.rank}.txt"), "a", buffering=1)
 
@@ -102,7 +105,7 @@ def main(argv=None, after_step=None) -> int:
                 after_step(ctx, plan.epoch, steps)
         # Every rank offers it: the coordinator writes the state a majority of the epoch's members offered (they hold
         # equal weights), and a rank entering at the next epoch is welcomed with it.
-        ctx.checkpoint.save({"model": (model.module if args.ddp else model).state_dict(), "optimizer": optimizer.state_dict(), "epoch": plan.epoch})
+        ctx.checkpoint.save({"model": module.state_dict(), "optimizer": optimizer.state_dict(), "epoch": plan.epoch})
 
     reached = accuracy(model, test_points, test_labels)
     print(f"rank {ctx.rank} (pid {os.getpid()}, {ctx.world_size} member(s), generation {ctx.generation}): "

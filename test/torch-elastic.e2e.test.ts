@@ -80,14 +80,21 @@ const finals = (stdout: string) =>
     (m) => [Number(m[1]), { pid: Number(m[2]), members: Number(m[3]), accuracy: Number(m[5]), weights: m[6]! }]
   ))
 
-const run = async (policy: string, dieStep = DIE_STEP, extraArgs: ReadonlyArray<string> = [], dataset = DATASET) => {
-  const dir = mkdtempSync(join(tmpdir(), `cohort-torch-elastic-${policy}-`))
+const run = async (
+  policy: string,
+  dieStep = DIE_STEP,
+  extraArgs: ReadonlyArray<string> = [],
+  dataset = DATASET,
+  /** Another run's folder (its records, its checkpoint), with the launch's own arguments (`--resume`). */
+  again?: { readonly dir: string; readonly launchArgs: ReadonlyArray<string> }
+) => {
+  const dir = again?.dir ?? mkdtempSync(join(tmpdir(), `cohort-torch-elastic-${policy.replace(/[^a-z0-9]+/g, "-")}-`))
   const records = join(dir, "records")
   await Bun.write(join(records, ".keep"), "")
   const file = join(dir, "torch.yml")
   writeFileSync(
     file,
-    `name: torch-elastic-${policy}
+    `name: torch-elastic-${policy.replace(/[^a-z0-9]+/g, "-")}
 controller: { host: 127.0.0.1, port: 0 }
 workers:
   - host: localhost
@@ -106,8 +113,8 @@ failure_policy:
   grace: 5s
 `
   )
-  const ran = await runCommand([process.execPath, launch, file], 170_000)
-  return { ...ran, steps: readSteps(records), transcript: `exit ${ran.code}\n--- stdout ---\n${ran.stdout}\n--- stderr ---\n${ran.stderr}` }
+  const ran = await runCommand([process.execPath, launch, file, ...(again?.launchArgs ?? [])], 170_000)
+  return { ...ran, dir, steps: readSteps(records), transcript: `exit ${ran.code}\n--- stdout ---\n${ran.stdout}\n--- stderr ---\n${ran.stderr}` }
 }
 
 const pidsOf = (steps: ReadonlyArray<Step>) => [...new Set(steps.map((step) => step.pid))]
@@ -149,6 +156,25 @@ describe("PyTorch ranks under the Python client", () => {
     const end = finals(ran.stdout)
     expect(new Set([...end.values()].map((each) => each.weights)).size, ran.transcript).toBe(1)
   }, 180_000)
+
+  test.skipIf(torchProblem !== undefined)("a max_failure stop mid-epoch keeps a cut (ctx.checkpoint.provide); --resume trains only the rest: every sample of every epoch learnt once over both runs", async () => {
+    const policy = "{ elastic: { max_failure: 1 } }"
+    const first = await run(policy)
+    expect(first.code, first.transcript).toBe(1)
+    expect(lastLine(first.stderr), first.transcript).toBe(
+      "cohort: run failed: max_failure exceeded: 1/4 ranks dead, threshold 1; root cause: rank 2 of localhost exited with signal SIGKILL"
+    )
+    // Rank 2 died inside epoch 2 (its step 75): the checkpoint is of epoch 2, mid-way.
+    const saved = JSON.parse(readFileSync(join(first.dir, "checkpoint.json"), "utf8")) as { epoch: number; coverage?: { epoch: number; done: ReadonlyArray<unknown> } }
+    expect([saved.epoch, saved.coverage?.epoch], first.transcript).toEqual([1, 2])
+    const second = await run(policy, 1_000_000, [], DATASET, { dir: first.dir, launchArgs: ["--resume"] })
+    expect(lastLine(second.stderr), second.transcript).toBe("cohort: run completed")
+    // The records hold both runs: epoch 2's samples split between them, each once; epochs 3 and 4 the second run's.
+    expect(notExactlyOnce(second.steps).slice(0, 5), second.transcript).toEqual([])
+    const end = finals(second.stdout)
+    expect(new Set([...end.values()].map((each) => each.weights)).size, second.transcript).toBe(1)
+    for (const each of end.values()) expect(each.accuracy, second.transcript).toBeGreaterThanOrEqual(0.95)
+  }, 240_000)
 
   test.skipIf(torchProblem !== undefined)("restart: the rank comes back as a new process (rank 4) at an epoch boundary and joins the survivors' group; each sample once, equal weights", async () => {
     const ran = await run("restart", RESTART_DIE_STEP)

@@ -173,6 +173,8 @@ def _install_stops(ctx: Context, orders: Orders) -> None:
     atexit.register(leave)
 
     def on_term(signum, frame):
+        if ctx._defer_term():
+            return  # training with a state to offer: the rank stops at its next step boundary (Context._steps)
         with orders.changed:
             orders.stop_reason = orders.stop_reason or "cohort is stopping this rank (SIGTERM)"
             orders.changed.notify_all()

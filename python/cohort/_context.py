@@ -21,6 +21,8 @@ from ._protected import check_op
 from ._relay import Orders, RelayLink
 
 _WAIT_FOR_WORK_S = 0.05
+#: How long a rank stopped by SIGTERM mid-epoch waits at its step boundary for the cut its stop may ask for.
+_CUT_ORDER_WAIT_S = 1.0
 
 
 def take(ranges: Sequence[Tuple[int, int]], skip: int, count: int) -> List[int]:
@@ -120,6 +122,15 @@ class Checkpoint:
         ctx._orders.wait(lambda: epoch in ctx._orders.saved)
         ctx._check_alive()
 
+    def provide(self, read: Any) -> None:
+        """How to read the run's state between two steps (what save() takes). When the run stops mid-epoch
+        (max_failure crossed), the members agree on their next step boundary, call it there, and cohort writes
+        it with the samples done so far: --resume then trains only the rest of that epoch. Without it such a stop
+        keeps the last epoch's checkpoint, and --resume redoes the epoch."""
+        if not callable(read):
+            raise CohortError(f"ctx.checkpoint.provide(read) takes a function returning the state, got {type(read).__name__}")
+        self._ctx._provide = read
+
     def load(self) -> Any:
         """The state to start from, or None: the checkpoint a --resume run resumed from, or, for a rank restarted or
         entering mid-run, the latest consensus. It loads as data: no code in it runs."""
@@ -179,6 +190,14 @@ class Context:
         self._last_batch: Optional[List[int]] = None
         #: The step under way is such a replay: its samples are not reported.
         self._replaying = False
+        #: ctx.checkpoint.provide's reader: the state between two steps, for a mid-epoch cut.
+        self._provide: Any = None
+        #: Steps this rank took part in during the current epoch (every member takes the same): a cut's rounds.
+        self._rounds = 0
+        #: Inside an epoch's steps (between their boundaries, the user's step included).
+        self._in_steps = False
+        #: When SIGTERM came while in the steps with a state to offer: the rank stops at its next boundary instead.
+        self._term_at: Optional[float] = None
 
     # ------------------------------------------------------------------ who
 
@@ -360,13 +379,21 @@ class Context:
         groups = self._groups
         torch = groups.torch
         state = self._orders.epochs[epoch]
+        self._rounds = 0
+        self._in_steps = True
+        try:
+            yield from self._steps_of(epoch, size, state, groups, torch)
+        finally:
+            self._in_steps = False
+
+    def _steps_of(self, epoch: int, size: int, state: Dict[str, Any], groups: Any, torch: Any) -> Iterator[List[int]]:
         handed = 0
         again: Optional[List[int]] = None
         patience = 2 * self._envelope.heartbeat_timeout_s + 5
         while True:
+            if self._term_at is not None:
+                self._stop_at_boundary(epoch)
             self._check_alive()
-            if epoch in self._orders.cut_asked:
-                self._offer_cut(epoch)
             # Only a broken group is re-formed here: a newer generation that leaves no one out is formed by all
             # members together, once the step's agreement shows someone knows of it (below).
             if groups.is_broken():
@@ -376,10 +403,18 @@ class Context:
             with self._orders.changed:
                 batch = again if again is not None else take(state["ranges"], handed, size)
                 ended = state["ended"]
-            flags = torch.tensor([1.0 if batch else 0.0, 0.0 if ended else 1.0, float(groups.known_generation())], dtype=torch.float64)
+            cut = 1.0 if epoch in self._orders.cut_asked else 0.0
+            flags = torch.tensor([1.0 if batch else 0.0, 0.0 if ended else 1.0, float(groups.known_generation()), cut], dtype=torch.float64)
             if not groups.allreduce(flags, "max"):
                 continue
-            anyone_has_work, anyone_before_end, newest = (float(v) for v in flags.tolist())
+            anyone_has_work, anyone_before_end, newest, anyone_asked_cut = (float(v) for v in flags.tolist())
+            if anyone_asked_cut > 0:
+                # A mid-epoch cut: every member offers at this same boundary (the same weights, its own samples done),
+                # then takes no more steps until cohort's stop.
+                self._offer_cut(epoch)
+                self._orders.wait(lambda: self._orders.stop_reason is not None or self._orders.finished)
+                self._check_alive()
+                return
             trace(f"rank {self.rank} epoch {epoch} gen {groups.generation}: batch {len(batch)} flags {flags.tolist()}")
             if not anyone_has_work and not anyone_before_end:
                 # Every member saw the epoch end. A newer group waits for the next epoch: a rank entering at the
@@ -396,6 +431,7 @@ class Context:
                         handed += len(batch)
                     self._step_samples, self._step_failed = len(batch), False
                     self._last_batch = batch
+                    self._rounds += 1
                     yield batch
                     again = batch if self._step_failed else None
                     self._step_samples = None
@@ -404,15 +440,42 @@ class Context:
                     # batch it has learnt from already, at weight 0 (adding nothing; progress() says it did not count).
                     replay = self._last_batch or list(range(min(size, self.dataset_size)))
                     self._step_samples, self._step_failed, self._replaying = 0, False, True
+                    self._rounds += 1
                     try:
                         yield replay
                     finally:
                         self._replaying = False
                         self._step_samples = None
                 else:
+                    self._rounds += 1
                     self._step_without_batch()
                 continue
             self._orders.wait(lambda: False, _WAIT_FOR_WORK_S)
+
+    def _defer_term(self) -> bool:
+        """Whether a SIGTERM now waits for the next step boundary: in an epoch's steps, with ctx.checkpoint.provide,
+        on cpu_sync. A stop mid-epoch (max_failure) asks the members for their state there (OfferCut), and the
+        SIGTERM that comes with it must not end the rank first. Anywhere else, and a second time, it stops at once."""
+        if not self._in_steps or self._provide is None or self.backend != "cpu_sync" or self._term_at is not None:
+            return False
+        import time
+
+        self._term_at = time.monotonic()
+        self._orders.notify()
+        return True
+
+    def _stop_at_boundary(self, epoch: int) -> bool:
+        """After a deferred SIGTERM, at a step boundary: wait a moment for the cut the stop may ask for (its order and
+        the SIGTERM leave the launcher together); True when one is asked, to be offered after this step's agreement.
+        Without one the rank stops here (Stopped)."""
+        asked = self._orders.wait(lambda: epoch in self._orders.cut_asked, _CUT_ORDER_WAIT_S)
+        if asked:
+            return True
+        with self._orders.changed:
+            self._orders.stop_reason = self._orders.stop_reason or "cohort is stopping this rank (SIGTERM)"
+            self._orders.changed.notify_all()
+        self.stopping.set()
+        raise Stopped(self._orders.stop_reason)
 
     def _step_without_batch(self) -> None:
         """The others step: join their all-reduce with nothing to add, and take the same optimizer step."""
@@ -424,10 +487,15 @@ class Context:
                 step()
 
     def _offer_cut(self, epoch: int) -> None:
-        # A mid-epoch cut needs a state between two steps (TypeScript's checkpoint.provide): this client offers none,
-        # so the stop keeps the last epoch's consensus, at once rather than after a timeout.
+        """This rank's state at the members' agreed boundary, with the samples it has done: every member's is the same
+        weights (the step's all-reduce), so the coordinator may write any one with the epoch's coverage. Without
+        ctx.checkpoint.provide there is no state to offer, and the stop keeps the last epoch's consensus at once."""
         self._orders.cut_asked.discard(epoch)
-        self._link.report({"_tag": "CutOffer", "epoch": epoch, "done": self._done, "rounds": 0, "steady": False})
+        offer: Dict[str, Any] = {"_tag": "CutOffer", "epoch": epoch, "done": self._done, "rounds": self._rounds, "steady": self._provide is not None}
+        if self._provide is not None:
+            offer["state"] = _encode_state(self._provide(), self._envelope.checkpoint_pickle)
+        trace(f"rank {self.rank} offers a cut of epoch {epoch}: {self._done} sample(s) done, {self._rounds} round(s)")
+        self._link.report(offer)
 
     def progress(self, samples: int, **metrics: float) -> bool:
         """`samples` more samples of the current plan are done (after the step that learnt from them); `metrics` are
