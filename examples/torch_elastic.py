@@ -61,7 +61,7 @@ def digest(model) -> str:
     return hashlib.sha256(weights.numpy().tobytes()).hexdigest()[:16]
 
 
-def main(argv=None, after_step=None) -> int:
+def main(argv=None, after_step=None, after_epoch=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--lr", type=float, default=3e-3)
@@ -103,6 +103,8 @@ def main(argv=None, after_step=None) -> int:
                 record.write(f"{plan.epoch} {os.getpid()} {' '.join(map(str, batch))}\n")
             if after_step is not None:
                 after_step(ctx, plan.epoch, steps)
+        if after_epoch is not None:
+            after_epoch(ctx, module, plan.epoch)
         # Every rank offers it: the coordinator writes the state a majority of the epoch's members offered (they hold
         # equal weights), and a rank entering at the next epoch is welcomed with it.
         ctx.checkpoint.save({"model": module.state_dict(), "optimizer": optimizer.state_dict(), "epoch": plan.epoch})

@@ -289,7 +289,8 @@ failure_policy: { after_formation: elastic, grace: 5s }
       expect(code, transcript).toBe(0)
       expect(stderr.lines.at(-1), transcript).toBe("cohort: run completed")
       const entered = Number(/cohort: rank\(s\) 2 enter the cohort at epoch (\d)/.exec(stderr.lines.join("\n"))?.[1])
-      expect([2, 3, 4], transcript).toContain(entered)
+      // Epoch 1's start is a boundary too: on an idle machine the agent can join before the first plan leaves.
+      expect([1, 2, 3, 4], transcript).toContain(entered)
       const steps = readSteps(records)
       expect(notExactlyOnce(steps).slice(0, 5), transcript).toEqual([])
       // The newcomer's steps start at its boundary, and it does a share of each epoch from then on.
