@@ -167,6 +167,8 @@ describe("PyTorch ranks under the Python client", () => {
     // Rank 2 died inside epoch 2 (its step 75): the checkpoint is of epoch 2, mid-way.
     const saved = JSON.parse(readFileSync(join(first.dir, "checkpoint.json"), "utf8")) as { epoch: number; coverage?: { epoch: number; done: ReadonlyArray<unknown> } }
     expect([saved.epoch, saved.coverage?.epoch], first.transcript).toEqual([1, 2])
+    // The launcher says where it resumes, not only its last whole epoch.
+    expect(first.stderr, first.transcript).toMatch(/\ncohort: checkpoint: \S+checkpoint\.json \(resumes epoch 2 at [\d,]+ of 24,000 samples done\); continue with: bun run launch \S+ --resume\n/)
     const second = await run(policy, 1_000_000, [], DATASET, { dir: first.dir, launchArgs: ["--resume"] })
     expect(lastLine(second.stderr), second.transcript).toBe("cohort: run completed")
     // The records hold both runs: epoch 2's samples split between them, each once; epochs 3 and 4 the second run's.

@@ -245,7 +245,8 @@ const main = async (): Promise<never> => {
   if (table !== "") say(table)
   // A run that did not complete says where its work is and how to go on from it, just before the verdict.
   if (result.checkpoint !== undefined && result.outcome !== "completed" && result.outcome !== "degraded") {
-    say(`cohort: checkpoint: ${result.checkpoint.path} (epoch ${result.checkpoint.epoch}); continue with: ${resumeCommand()}`)
+    const where = result.checkpoint.resumes === undefined ? `epoch ${result.checkpoint.epoch}` : `resumes ${result.checkpoint.resumes}`
+    say(`cohort: checkpoint: ${result.checkpoint.path} (${where}); continue with: ${resumeCommand()}`)
   }
   say(`cohort: ${result.summary}`)
   runConsole.close()

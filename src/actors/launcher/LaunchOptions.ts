@@ -42,7 +42,8 @@ export interface RunResult {
   readonly inventory: Inventory
   readonly port: number
   /** The consensus checkpoint on disk for this run, when it has one: where `--resume` continues from. */
-  readonly checkpoint?: { readonly path: string; readonly epoch: number } | undefined
+  /** `resumes`: where a mid-epoch checkpoint resumes (`epoch 2 at 14,336 of 24,000 samples done`). */
+  readonly checkpoint?: { readonly path: string; readonly epoch: number; readonly resumes?: string | undefined } | undefined
   /**
    * The recovery figures (RecoveryFigures): each death the policy carried with its moments (times to detect
    * and recover are `knownAt` and `recoveredAt` less `diedAt`), and the run's effective training ratio.

@@ -15,6 +15,7 @@ import { Abort, RunEnded } from "../../wire/JoinMessages.ts"
 import type * as ControlGate from "./ControlGate.ts"
 import type { Outcome, RunResult } from "./LaunchOptions.ts"
 import { inventoryOf, rankRecords } from "./Membership.ts"
+import * as CheckpointFile from "./CheckpointFile.ts"
 import type { MembershipOwner } from "./MembershipOwner.ts"
 import { checkpointPath, sshWorkers } from "./Plan.ts"
 import { cleanupHosts } from "./RemoteCleanup.ts"
@@ -105,6 +106,13 @@ export const end = (env: EndingEnv, { checkpointEpoch, cleanUp, membership, port
       yield* env.record({ event: "cleanup_done", at: Date.now() })
     }
     const epoch = yield* checkpointEpoch
+    // A mid-epoch checkpoint says where it resumes (`epoch 2 at 14,336 of 24,000 samples done`), not only its last whole epoch.
+    const resumes = epoch === undefined
+      ? undefined
+      : yield* Effect.match(CheckpointFile.read(checkpointPath(config)), {
+        onFailure: () => undefined,
+        onSuccess: (record) => (record.coverage === undefined ? undefined : CheckpointFile.describeCoverage(record.coverage))
+      })
     const view = env.journal === undefined ? undefined : yield* env.journal.state
     yield* env.board.endStreams
     // Read after the cleanup: a rank's last exit may come in while its agent leaves.
@@ -127,7 +135,7 @@ export const end = (env: EndingEnv, { checkpointEpoch, cleanUp, membership, port
       })),
       inventory: state === undefined ? [] : inventoryOf(state),
       port,
-      checkpoint: epoch === undefined ? undefined : { path: checkpointPath(config), epoch },
+      checkpoint: epoch === undefined ? undefined : { path: checkpointPath(config), epoch, ...(resumes === undefined ? {} : { resumes }) },
       recovery: view === undefined ? undefined : {
         deaths: (view.recovery ?? RecoveryFigures.empty).deaths,
         effectiveTraining: RunView.effectiveTrainingAt(view)
