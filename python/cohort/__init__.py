@@ -23,7 +23,7 @@ import threading
 from typing import Optional
 
 from ._context import Checkpoint, Context, Plan
-from ._envelope import PROTOCOL_VERSION, Envelope, read_envelope
+from ._envelope import PROTOCOL_VERSION, Envelope, death_patience_s, read_envelope
 from ._errors import MEMBER_LOST_STATUS, CohortError, MemberLost, Stopped, exit_status
 from ._groups import GroupKeeper, trace
 from ._protected import guard_default_group
@@ -126,9 +126,9 @@ def init() -> Context:
         orders.wait(lambda: orders.group is not None and envelope.rank in orders.group["members"] or orders.finished)
         ctx._check_alive()
         if orders.group is not None:
-            groups.catch_up(2 * envelope.heartbeat_timeout_s + 5)
+            groups.catch_up(death_patience_s(envelope))
     # The user's own collectives on the default group give up on a lost member when cohort announces it (_protected).
-    trace(f"guarded: {', '.join(guard_default_group(groups.dist, groups, 2 * envelope.heartbeat_timeout_s + 5))}")
+    trace(f"guarded: {', '.join(guard_default_group(groups.dist, groups, death_patience_s(envelope)))}")
     _context = ctx
     return ctx
 

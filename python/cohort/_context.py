@@ -14,7 +14,7 @@ import threading
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from . import _state
-from ._envelope import Envelope
+from ._envelope import Envelope, death_patience_s
 from ._errors import CohortError, Stopped
 from ._groups import GroupKeeper, trace
 from ._protected import check_op
@@ -299,18 +299,23 @@ class Context:
 
     # ------------------------------------------------------------------ collectives of the user's own (_protected)
 
+    def _synced(self) -> bool:
+        """A group just formed has every member's state copied from the one that held it; False when it broke meanwhile."""
+        groups = self._groups
+        return not groups.needs_sync or groups.sync_state(self._watched_tensors(), [optimizer for _, optimizer, _ in self._watched])
+
     def _over_members(self, attempt: Callable[[], bool]) -> None:
         """Run `attempt` (a collective on the client's group) until it completes over the current members: when a
         member is lost during it, the group re-forms without it (its state copied, as at a step) and the call is
         taken again. Every member must make the same calls, in the same order, as with any collective."""
         groups = self._groups
-        patience = 2 * self._envelope.heartbeat_timeout_s + 5
+        patience = death_patience_s(self._envelope)
         while True:
             self._check_alive()
             if groups.is_broken() or groups.lost_since(groups.generation, groups.members):
                 groups.failure = groups.failure or "a member left before a protected call"
                 groups.catch_up(patience)
-            if groups.needs_sync and not groups.sync_state(self._watched_tensors(), [optimizer for _, optimizer, _ in self._watched]):
+            if not self._synced():
                 continue
             if attempt():
                 return
@@ -389,7 +394,7 @@ class Context:
     def _steps_of(self, epoch: int, size: int, state: Dict[str, Any], groups: Any, torch: Any) -> Iterator[List[int]]:
         handed = 0
         again: Optional[List[int]] = None
-        patience = 2 * self._envelope.heartbeat_timeout_s + 5
+        patience = death_patience_s(self._envelope)
         while True:
             if self._term_at is not None:
                 self._stop_at_boundary(epoch)
@@ -398,7 +403,7 @@ class Context:
             # members together, once the step's agreement shows someone knows of it (below).
             if groups.is_broken():
                 groups.catch_up(patience)
-            if groups.needs_sync and not groups.sync_state(self._watched_tensors(), [optimizer for _, optimizer, _ in self._watched]):
+            if not self._synced():
                 continue
             with self._orders.changed:
                 batch = again if again is not None else take(state["ranges"], handed, size)
@@ -512,7 +517,7 @@ class Context:
             # (the next step would form it anyway; every survivor's step failed alike, so they form it together).
             groups = self._groups
             if groups.is_broken() and groups.known_generation() > groups.generation:
-                groups.catch_up(2 * self._envelope.heartbeat_timeout_s + 5)
+                groups.catch_up(death_patience_s(self._envelope))
             return False
         self._done += samples
         report: Dict[str, Any] = {"_tag": "Progress", "epoch": self._epoch, "done": self._done}

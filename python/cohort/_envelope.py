@@ -39,6 +39,12 @@ class Envelope:
     checkpoint_pickle: bool = False
 
 
+def death_patience_s(envelope: "Envelope") -> float:
+    """How long a rank whose group broke waits for cohort to announce the death that broke it (a silent member is
+    found at the heartbeat timeout, and told at the next beat): past that, the failure is the job's own."""
+    return 2 * envelope.heartbeat_timeout_s + 5
+
+
 def _field(fields: Mapping[str, object], name: str, kind: type, variable: str) -> object:
     value = fields.get(name)
     if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
