@@ -18,6 +18,8 @@ digest of its weights, and rank 0 says whether the accuracy reached --target (th
   --record DIR      append each finished step's sample indices to DIR/r<rank>.txt (an audit of who did what)
   --ddp             wrap the model in torch's DistributedDataParallel, made by ctx.ddp (its buckets reduced over
                     the current members during backward), instead of averaging at optimizer.step()
+  --save-on-stop    save in `except cohort.Stopped`, as a torchrun script saves on SIGTERM, instead of telling
+                    cohort how to read the state (ctx.checkpoint.provide): a stop mid-epoch keeps that save
 """
 import argparse
 import hashlib
@@ -68,6 +70,7 @@ def main(argv=None, after_step=None, after_epoch=None) -> int:
     parser.add_argument("--target", type=float, default=0.95)
     parser.add_argument("--record", default=None)
     parser.add_argument("--ddp", action="store_true")
+    parser.add_argument("--save-on-stop", action="store_true")
     args = parser.parse_args(argv)
 
     torch.set_num_threads(1)
@@ -80,14 +83,32 @@ def main(argv=None, after_step=None, after_epoch=None) -> int:
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     ctx.watch(model, optimizer)
     module = model.module if args.ddp else model
-    # The state between two steps, for a stop mid-epoch (max_failure): --resume then trains only the rest of the epoch.
-    ctx.checkpoint.provide(lambda: {"model": module.state_dict(), "optimizer": optimizer.state_dict()})
+    if not args.save_on_stop:
+        # The state between two steps, for a stop mid-epoch (max_failure, Ctrl-C): --resume then trains only the rest.
+        ctx.checkpoint.provide(lambda: {"model": module.state_dict(), "optimizer": optimizer.state_dict()})
     state = ctx.checkpoint.load()  # after --resume (mid-epoch too), or the consensus for a rank restarted mid-run
     if state is not None:
         module.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
     record = None if args.record is None else open(os.path.join(args.record, f"r{ctx.rank}.txt"), "a", buffering=1)
 
+    try:
+        train(ctx, args, model, module, optimizer, record, after_step, after_epoch, points, labels)
+    except cohort.Stopped:
+        if args.save_on_stop:
+            # Stopped mid-epoch, the rank is at the step boundary the members agreed on: this save is the run's cut.
+            ctx.checkpoint.save({"model": module.state_dict(), "optimizer": optimizer.state_dict()})
+        raise
+
+    reached = accuracy(model, test_points, test_labels)
+    print(f"rank {ctx.rank} (pid {os.getpid()}, {ctx.world_size} member(s), generation {ctx.generation}): "
+          f"held-out accuracy {reached:.4f}, weights {digest(model)}", flush=True)
+    if ctx.group_rank == 0:
+        print(f"held-out accuracy {reached:.4f} {'reached' if reached >= args.target else 'DID NOT reach'} the target {args.target}", flush=True)
+    return 0 if reached >= args.target else 1
+
+
+def train(ctx, args, model, module, optimizer, record, after_step, after_epoch, points, labels) -> None:
     steps = 0
     for plan in ctx.epochs():
         for batch in plan.batches(args.batch):
@@ -108,13 +129,6 @@ def main(argv=None, after_step=None, after_epoch=None) -> int:
         # Every rank offers it: the coordinator writes the state a majority of the epoch's members offered (they hold
         # equal weights), and a rank entering at the next epoch is welcomed with it.
         ctx.checkpoint.save({"model": module.state_dict(), "optimizer": optimizer.state_dict(), "epoch": plan.epoch})
-
-    reached = accuracy(model, test_points, test_labels)
-    print(f"rank {ctx.rank} (pid {os.getpid()}, {ctx.world_size} member(s), generation {ctx.generation}): "
-          f"held-out accuracy {reached:.4f}, weights {digest(model)}", flush=True)
-    if ctx.group_rank == 0:
-        print(f"held-out accuracy {reached:.4f} {'reached' if reached >= args.target else 'DID NOT reach'} the target {args.target}", flush=True)
-    return 0 if reached >= args.target else 1
 
 
 if __name__ == "__main__":

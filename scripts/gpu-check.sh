@@ -33,6 +33,8 @@
 # `backend: nccl` job on every GPU whose rank 1 dies: the survivors must say
 # they shrank their communicator (ncclCommShrink) rather than build a new one
 # (skipped, saying why, with one GPU or an older NCCL).
+# Then, where python3 has a torch with CUDA and NCCL, examples/torch_elastic.py as a
+# `backend: nccl` job on every GPU must complete (skipped, saying so, without one).
 # Everything goes to stdout and to $OUT/gpu-check.txt.
 # A failing step is recorded and the next one runs; the exit status is 1 when
 # any step failed. Every step has a time limit inside an overall budget.
@@ -256,6 +258,50 @@ YAML
   echo "NCCL $version: the $((gpus - 1)) survivor(s) shrank generation 0's communicator after rank 1 died"
 }
 
+# A PyTorch job with `backend: nccl` on every GPU (examples/torch_elastic.py through the Python client): cohort.init()'s
+# NCCL check passes and the run completes. Only where python3 has a torch with CUDA and NCCL; it says so otherwise.
+torch_nccl() {
+  local python probe
+  for python in python3 /usr/bin/python3; do
+    probe=$(timeout 60 "$python" -c 'import torch, torch.distributed as d; print(torch.__version__, torch.cuda.is_available(), d.is_nccl_available(), torch.cuda.device_count())' 2>&1 | tail -1)
+    case "$probe" in
+      *" True True "*) break ;;
+    esac
+  done
+  case "$probe" in
+    *" True True "*) ;;
+    *)
+      echo "SKIP: no python3 here has a torch with CUDA and NCCL (last said: $probe): the torch step needs one"
+      return 0
+      ;;
+  esac
+  echo "torch on $python: $probe (version, CUDA, NCCL, devices)"
+  local dir=$OUT/torch-nccl
+  mkdir -p "$dir"
+  cat >"$dir/cluster.yml" <<YAML
+name: torch-nccl
+controller: { host: 127.0.0.1, port: 0 }
+workers:
+  - { host: localhost, devices: all, path: $ROOT, env: { OMP_NUM_THREADS: "1", GLOO_SOCKET_IFNAME: lo } }
+job:
+  command: [$python, examples/torch_elastic.py]
+  args: [--batch, "128", --lr, "6e-3"]
+  dataset_size: 24000
+  epochs: 4
+  backend: nccl
+  checkpoint: $dir/checkpoint.json
+failure_policy: { after_formation: elastic, grace: 5s }
+YAML
+  timeout -k 5 200 "$BUN" src/cli/launch.ts "$dir/cluster.yml" >"$dir/launch.txt" 2>&1
+  local rc=$?
+  grep -E "held-out accuracy|run completed|run failed" "$dir/launch.txt"
+  if [ "$rc" -ne 0 ] || ! grep -q "^cohort: run completed" "$dir/launch.txt"; then
+    echo "expected the torch job to complete under backend: nccl; exit $rc:"
+    tail -60 "$dir/launch.txt"
+    return 1
+  fi
+}
+
 main() {
   # NCCL says why, if it fails.
   export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
@@ -268,6 +314,7 @@ main() {
   step "bun test (native GPU, kernels, errors)" 240 "$BUN" test test/native.gpu.test.ts test/native-kernels.test.ts test/native-errors.test.ts
   step "NCCL all-reduce benchmark" 180 "$BUN" bench/nccl-allreduce.ts
   step "NCCL shrink after a death (2+ GPUs, NCCL 2.27+)" 170 nccl_shrink
+  step "PyTorch job under backend: nccl (a CUDA torch)" 210 torch_nccl
   echo
   echo "=== summary (${SECONDS}s) ==="
   printf '%s\n' "${RESULTS[@]}"

@@ -797,6 +797,55 @@ describe("the mid-epoch cut", () => {
   })
 })
 
+describe("a stop asked from outside (Ctrl-C, SIGTERM)", () => {
+  /** As stoppedMidEpoch, but interrupted at 200 instead of the limit crossed. */
+  const interruptedMidEpoch = (extra: Partial<CoordinatorSettings> = {}) => {
+    const run = attachedAll(settingsOf([0, 1, 2], 12, 3, { resume: { epoch: 0, state: "w0" }, ...extra }))
+    run.say(2, progress(1, 1), 20)
+    run.step(dead([2], 100))
+    run.say(0, progress(1, 3), 110)
+    run.say(1, progress(1, 4), 120)
+    return { run, stop: run.step(CoordinatorEvent.Interrupted({ why: "aborted: received SIGINT", at: 200 })) }
+  }
+
+  test("cpu_sync mid-epoch: the same cut as at the limit, written as interrupted and said", () => {
+    const { run, stop } = interruptedMidEpoch()
+    expect(stop).toEqual([
+      "info: aborted: received SIGINT: asking rank(s) 0, 1 for their state at their next step, to keep epoch 1's 8 sample(s) done",
+      "0,1 ← OfferCut 1"
+    ])
+    run.say(0, offer(1, 3, 3, "s0"), 210)
+    expect(run.say(1, offer(1, 4, 4, "s1"), 220)).toEqual([
+      "write epoch 0 \"s1\" (interrupted) world 3 dead [2] covering epoch 1 of 12: [0,3) [4,9)",
+      `journal checkpoint epoch 0 at 220 ${PATH} (interrupted)`,
+      `error: aborted: received SIGINT: consensus checkpoint written to ${PATH}, resuming epoch 1 at 8 of 12 samples done; resume with --resume`,
+      "0,1 ← Stop \"aborted: received SIGINT\" saved"
+    ])
+    // A second Ctrl-C (or the limit crossed meanwhile) asks nothing more.
+    expect(run.step(CoordinatorEvent.Interrupted({ why: "again", at: 230 }))).toEqual([])
+    expect(run.step(CoordinatorEvent.StopRun({ why: "limit", at: 240 }))).toEqual([])
+  })
+
+  test("a survivor that stops without a state: the last epoch's consensus, written as interrupted", () => {
+    const { run } = interruptedMidEpoch()
+    run.say(1, offer(1, 4, 4, "s1"), 210)
+    expect(run.say(0, offer(1, 3, 3, undefined), 300)).toEqual([
+      "warning: epoch 1's progress cannot be kept (rank 0's job offers no state between steps (ctx.checkpoint.provide)): the checkpoint keeps the consensus of epoch 0",
+      "write epoch 0 \"w0\" (interrupted) world 3 dead [2]",
+      `journal checkpoint epoch 0 at 300 ${PATH} (interrupted)`,
+      `error: aborted: received SIGINT: consensus checkpoint of epoch 0 written to ${PATH}; resume with --resume`,
+      "0,1 ← Stop \"aborted: received SIGINT\" saved"
+    ])
+  })
+
+  test("no cut to be had (cpu_cadence, before the first epoch): nothing here; the supervisor stops the ranks", () => {
+    expect(interruptedMidEpoch({ job: { backend: "cpu_cadence", datasetSize: 12, epochs: 3 } }).stop).toEqual([])
+    const early = coordinator(settingsOf([0, 1], 4, 1))
+    early.say(0, new Attach())
+    expect(early.step(CoordinatorEvent.Interrupted({ why: "aborted: received SIGINT", at: 5 }))).toEqual([])
+  })
+})
+
 describe("resuming mid-epoch", () => {
   // The checkpoint the first test of "the mid-epoch cut" writes: epoch 1 of 12 with [0, 3) and [4, 9) done.
   const resume = { epoch: 0, state: "s1", coverage: { epoch: 1, datasetSize: 12, done: [{ start: 0, end: 3 }, { start: 4, end: 9 }] } }

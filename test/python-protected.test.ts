@@ -248,7 +248,7 @@ attempt(work, patience=0.6)
 import threading, types, cohort
 from cohort._relay import Orders
 said = []
-ctx = types.SimpleNamespace(_link=types.SimpleNamespace(report=said.append, close=lambda: print("said", said, flush=True)), stopping=threading.Event())
+ctx = types.SimpleNamespace(_link=types.SimpleNamespace(report=said.append, close=lambda: print("said", said, flush=True)), stopping=threading.Event(), _settle_owed_cut=lambda: None)
 cohort._install_stops(ctx, Orders())
 ${raise}
 `)

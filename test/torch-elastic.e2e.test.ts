@@ -89,6 +89,13 @@ const run = async (
   again?: { readonly dir: string; readonly launchArgs: ReadonlyArray<string> }
 ) => {
   const dir = again?.dir ?? mkdtempSync(join(tmpdir(), `cohort-torch-elastic-${policy.replace(/[^a-z0-9]+/g, "-")}-`))
+  const { file, records } = await clusterFile(dir, policy, dieStep, extraArgs, dataset)
+  const ran = await runCommand([process.execPath, launch, file, ...(again?.launchArgs ?? [])], 170_000)
+  return { ...ran, dir, steps: readSteps(records), transcript: `exit ${ran.code}\n--- stdout ---\n${ran.stdout}\n--- stderr ---\n${ran.stderr}` }
+}
+
+/** The cluster file of a run in `dir` (its records folder beside it), the example's fixture as the job. */
+const clusterFile = async (dir: string, policy: string, dieStep: number, extraArgs: ReadonlyArray<string>, dataset: number) => {
   const records = join(dir, "records")
   await Bun.write(join(records, ".keep"), "")
   const file = join(dir, "torch.yml")
@@ -113,8 +120,7 @@ failure_policy:
   grace: 5s
 `
   )
-  const ran = await runCommand([process.execPath, launch, file, ...(again?.launchArgs ?? [])], 170_000)
-  return { ...ran, dir, steps: readSteps(records), transcript: `exit ${ran.code}\n--- stdout ---\n${ran.stdout}\n--- stderr ---\n${ran.stderr}` }
+  return { file, records }
 }
 
 const pidsOf = (steps: ReadonlyArray<Step>) => [...new Set(steps.map((step) => step.pid))]
@@ -226,6 +232,42 @@ describe("PyTorch ranks under the Python client", () => {
       launcher.kill("SIGKILL")
     }
   }, 120_000)
+
+  test.skipIf(torchProblem !== undefined)("Ctrl-C mid-epoch with a save in `except cohort.Stopped` (no provide): that save is the run's cut, the launcher says so, and --resume trains only the rest: every sample once over both runs", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "cohort-torch-save-on-stop-"))
+    const { file, records } = await clusterFile(dir, "elastic", 1_000_000, ["--save-on-stop"], DATASET)
+    const launcher = Bun.spawn([process.execPath, launch, file], { cwd: root, stdout: "pipe", stderr: "pipe" })
+    const stderr = collectLines(launcher.stderr)
+    const stdout = collectLines(launcher.stdout)
+    try {
+      // Inside epoch 2: rank 0 has recorded 10 of its steps there (of 47).
+      const inEpoch2 = () => (readSteps(records).get(0) ?? []).filter((step) => step.epoch === 2).length
+      await waitFor(() => inEpoch2() >= 10, "rank 0's 10th step of epoch 2", 120_000)
+      launcher.kill("SIGINT")
+      const code = await launcher.exited
+      await Promise.all([stderr.done, stdout.done])
+      const transcript = `--- stdout ---\n${stdout.lines.join("\n")}\n--- stderr ---\n${stderr.lines.join("\n")}`
+      expect(code, transcript).toBe(130)
+      expect(stderr.lines.at(-1), transcript).toBe("cohort: run failed: aborted: received SIGINT")
+      const saved = JSON.parse(readFileSync(join(dir, "checkpoint.json"), "utf8")) as { epoch: number; reason: string; coverage?: { epoch: number } }
+      expect([saved.epoch, saved.coverage?.epoch, saved.reason], transcript).toEqual([1, 2, "interrupted"])
+      // What was kept, said on the SIGINT path, with the samples the records show were done in epoch 2.
+      const done = [...readSteps(records).values()].flat().filter((step) => step.epoch === 2).reduce((sum, step) => sum + step.samples.length, 0)
+      expect(done, transcript).toBeGreaterThanOrEqual(4 * 10 * 128)
+      expect(stderr.lines, transcript).toContain(
+        `cohort: error: aborted: received SIGINT: consensus checkpoint written to ${join(dir, "checkpoint.json")}, resuming epoch 2 at ` +
+          `${done.toLocaleString("en-US")} of 24,000 samples done; resume with --resume`
+      )
+    } finally {
+      launcher.kill("SIGKILL")
+    }
+    const second = await run("elastic", 1_000_000, ["--save-on-stop"], DATASET, { dir, launchArgs: ["--resume"] })
+    expect(lastLine(second.stderr), second.transcript).toBe("cohort: run completed")
+    expect(notExactlyOnce(second.steps).slice(0, 5), second.transcript).toEqual([])
+    const end = finals(second.stdout)
+    expect(new Set([...end.values()].map((each) => each.weights)).size, second.transcript).toBe(1)
+    for (const each of end.values()) expect(each.accuracy, second.transcript).toBeGreaterThanOrEqual(0.95)
+  }, 300_000)
 
   test.skipIf(torchProblem !== undefined)("ctx.watch refuses torch's own DistributedDataParallel, pointing to ctx.ddp", async () => {
     const code = [

@@ -22,7 +22,7 @@ import sys
 import threading
 from typing import Optional
 
-from ._context import Checkpoint, Context, Plan
+from ._context import TERM_REASON, Checkpoint, Context, Plan
 from ._envelope import PROTOCOL_VERSION, Envelope, death_patience_s, read_envelope
 from ._errors import MEMBER_LOST_STATUS, CohortError, MemberLost, Stopped, exit_status
 from ._groups import GroupKeeper, trace
@@ -159,6 +159,7 @@ def _install_stops(ctx: Context, orders: Orders) -> None:
         # silence from now on says so; its exit status, and what it printed, reach the policy from its agent.
         if not status["failed"] and status["code"] in (None, 0) and orders.stop_reason is None:
             ctx._link.report({"_tag": "Exiting"})
+        ctx._settle_owed_cut()
         ctx._link.close()
         code = status["code"]
         if code is None:
@@ -174,12 +175,8 @@ def _install_stops(ctx: Context, orders: Orders) -> None:
 
     def on_term(signum, frame):
         if ctx._defer_term():
-            return  # training with a state to offer: the rank stops at its next step boundary (Context._steps)
-        with orders.changed:
-            orders.stop_reason = orders.stop_reason or "cohort is stopping this rank (SIGTERM)"
-            orders.changed.notify_all()
-        ctx.stopping.set()
-        raise Stopped(orders.stop_reason)
+            return  # in an epoch's steps: the rank stops at its next step boundary (Context._steps)
+        ctx._stop(TERM_REASON)
 
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, on_term)

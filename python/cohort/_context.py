@@ -23,6 +23,10 @@ from ._relay import Orders, RelayLink
 _WAIT_FOR_WORK_S = 0.05
 #: How long a rank stopped by SIGTERM mid-epoch waits at its step boundary for the cut its stop may ask for.
 _CUT_ORDER_WAIT_S = 1.0
+#: How long a save made on stop waits for the coordinator's answer (it answers every save at once).
+_SAVE_ANSWER_WAIT_S = 5.0
+#: Why the rank stops when SIGTERM came first, before any word from cohort (shown as "cohort is stopping this rank: …").
+TERM_REASON = "it received SIGTERM"
 
 
 def take(ranges: Sequence[Tuple[int, int]], skip: int, count: int) -> List[int]:
@@ -112,11 +116,10 @@ class Checkpoint:
         weights, so their states are equal bytes). Anything else is refused here, in one line, unless the job sets
         job.checkpoint_pickle (torch.save's pickle, which lets any rank's code run on every host)."""
         ctx = self._ctx
+        if ctx._orders.stop_reason is not None and ctx._orders.lost is None:
+            return ctx._save_on_stop(state)
         ctx._check_alive()
-        if ctx._epoch is None:
-            raise CohortError("ctx.checkpoint.save(state) offers the state after an epoch: call it once the epoch's "
-                              "batches are done, inside `for plan in ctx.epochs()` (a save before any epoch is not counted)")
-        epoch = ctx._epoch
+        epoch = ctx._save_epoch()
         text = _encode_state(state, ctx._envelope.checkpoint_pickle)
         ctx._link.report({"_tag": "CheckpointSave", "epoch": epoch, "state": text})
         ctx._orders.wait(lambda: epoch in ctx._orders.saved)
@@ -196,8 +199,13 @@ class Context:
         self._rounds = 0
         #: Inside an epoch's steps (between their boundaries, the user's step included).
         self._in_steps = False
-        #: When SIGTERM came while in the steps with a state to offer: the rank stops at its next boundary instead.
+        #: When SIGTERM came while in the steps: the rank stops at its next boundary instead.
         self._term_at: Optional[float] = None
+        #: The cut this rank owes (its done work at the members' agreed boundary) when it stopped there without
+        #: ctx.checkpoint.provide: a save in `except cohort.Stopped` sends it with its state, and the exit without.
+        self._cut_owed: Optional[Dict[str, Any]] = None
+        #: Whether this rank has used the one save a stop allows.
+        self._saved_on_stop = False
 
     # ------------------------------------------------------------------ who
 
@@ -415,7 +423,9 @@ class Context:
             anyone_has_work, anyone_before_end, newest, anyone_asked_cut = (float(v) for v in flags.tolist())
             if anyone_asked_cut > 0:
                 # A mid-epoch cut: every member offers at this same boundary (the same weights, its own samples done),
-                # then takes no more steps until cohort's stop.
+                # then takes no more steps until cohort's stop. Without provide, its state is what it saves on Stopped.
+                if self._provide is None:
+                    self._stop_owing_cut(epoch)
                 self._offer_cut(epoch)
                 self._orders.wait(lambda: self._orders.stop_reason is not None or self._orders.finished)
                 self._check_alive()
@@ -458,10 +468,11 @@ class Context:
             self._orders.wait(lambda: False, _WAIT_FOR_WORK_S)
 
     def _defer_term(self) -> bool:
-        """Whether a SIGTERM now waits for the next step boundary: in an epoch's steps, with ctx.checkpoint.provide,
-        on cpu_sync. A stop mid-epoch (max_failure) asks the members for their state there (OfferCut), and the
-        SIGTERM that comes with it must not end the rank first. Anywhere else, and a second time, it stops at once."""
-        if not self._in_steps or self._provide is None or self.backend != "cpu_sync" or self._term_at is not None:
+        """Whether a SIGTERM now waits for the next step boundary: in an epoch's steps, on cpu_sync. A stop mid-epoch
+        (max_failure, Ctrl-C) asks the members for their state there (OfferCut), and the SIGTERM that comes with it
+        must not end the rank first, nor leave its weights half-stepped for a save in `except cohort.Stopped`.
+        Anywhere else, and a second time, it stops at once."""
+        if not self._in_steps or self.backend != "cpu_sync" or self._term_at is not None:
             return False
         import time
 
@@ -476,11 +487,51 @@ class Context:
         asked = self._orders.wait(lambda: epoch in self._orders.cut_asked, _CUT_ORDER_WAIT_S)
         if asked:
             return True
+        self._stop(TERM_REASON)
+
+    def _stop(self, reason: str) -> None:
+        """Stop here: `reason` unless cohort gave one first."""
         with self._orders.changed:
-            self._orders.stop_reason = self._orders.stop_reason or "cohort is stopping this rank (SIGTERM)"
+            self._orders.stop_reason = self._orders.stop_reason or reason
             self._orders.changed.notify_all()
         self.stopping.set()
         raise Stopped(self._orders.stop_reason)
+
+    def _stop_owing_cut(self, epoch: int) -> None:
+        """At the members' agreed boundary, without ctx.checkpoint.provide: the rank stops here, its weights whole,
+        and its save in `except cohort.Stopped` is its cut (or its exit says it has none)."""
+        self._orders.cut_asked.discard(epoch)
+        self._cut_owed = {"_tag": "CutOffer", "epoch": epoch, "done": self._done, "rounds": self._rounds, "steady": True}
+        self._stop("the run is stopping mid-epoch (a save in `except cohort.Stopped` keeps the epoch's progress)")
+
+    def _save_epoch(self) -> int:
+        if self._epoch is None:
+            raise CohortError("ctx.checkpoint.save(state) offers the state after an epoch: call it once the epoch's "
+                              "batches are done, inside `for plan in ctx.epochs()` (a save before any epoch is not counted)")
+        return self._epoch
+
+    def _save_on_stop(self, state: Any) -> None:
+        """The one save a stopped rank may make, in `except cohort.Stopped`: its cut when it stopped at the members'
+        agreed boundary mid-epoch, else its offer for the epoch just trained (counted if the vote is still open)."""
+        if self._saved_on_stop:
+            raise Stopped(self._orders.stop_reason or TERM_REASON)
+        self._saved_on_stop = True
+        text = _encode_state(state, self._envelope.checkpoint_pickle)
+        owed, self._cut_owed = self._cut_owed, None
+        if owed is not None:
+            # The coordinator writes it once every member asked has answered; nothing comes back to wait for.
+            trace(f"rank {self.rank} saves its cut of epoch {owed['epoch']} on stop: {owed['done']} sample(s) done")
+            self._link.report({**owed, "state": text})
+            return
+        epoch = self._save_epoch()
+        self._link.report({"_tag": "CheckpointSave", "epoch": epoch, "state": text})
+        self._orders.wait_through_stop(lambda: epoch in self._orders.saved, _SAVE_ANSWER_WAIT_S)
+
+    def _settle_owed_cut(self) -> None:
+        """At exit: a cut still owed is answered without a state, so the coordinator need not wait for the exit."""
+        owed, self._cut_owed = self._cut_owed, None
+        if owed is not None:
+            self._link.report(owed)
 
     def _step_without_batch(self) -> None:
         """The others step: join their all-reduce with nothing to add, and take the same optimizer step."""

@@ -112,6 +112,17 @@ class Orders:
                 self.changed.wait(0.2 if left is None else min(left, 0.2))
             return True
 
+    def wait_through_stop(self, ready: Callable[[], bool], timeout: float) -> bool:
+        """As `wait`, but a stop does not end it (a stopped rank's last save waits for its answer); a lost link does."""
+        deadline = time.monotonic() + timeout
+        with self.changed:
+            while not ready() and self.lost is None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self.changed.wait(min(left, 0.2))
+            return ready()
+
     def notify(self) -> None:
         with self.changed:
             self.changed.notify_all()

@@ -11,7 +11,8 @@ import * as Data from "effect/Data"
 import * as Effect from "effect/Effect"
 import { checkPrivateFile, PrivateFileError, privateDirectory, writePrivateFile } from "./PrivateFiles.ts"
 
-export type SaveReason = "checkpoint" | "max_failure_exceeded" | "all_ranks_lost"
+/** Why a checkpoint was written: an epoch's consensus, or a stop (the limit crossed, every rank lost, Ctrl-C or SIGTERM). */
+export type SaveReason = "checkpoint" | "max_failure_exceeded" | "all_ranks_lost" | "interrupted"
 
 /** The samples [start, end). */
 export interface SampleRange {

@@ -80,6 +80,11 @@ export interface Coordinator {
    * stopping, or training is done, it changes nothing.
    */
   readonly stopRun: (why: string) => Effect.Effect<void>
+  /**
+   * The run is asked to stop (Ctrl-C, SIGTERM), told before the supervisor stops the ranks: a `cpu_sync` run
+   * mid-epoch asks them for their state at their next step (reason `interrupted`) and says what it kept.
+   */
+  readonly interrupted: (why: string) => Effect.Effect<void>
   /** The epoch of the consensus checkpoint on disk for this run (written by it, or resumed from), if any, once everything told before has been handled. */
   readonly checkpointEpoch: Effect.Effect<number | undefined>
   /** Why training is not done though every rank has ended, if it is not (`coordinate.unfinishedTraining`). */
@@ -188,6 +193,7 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
         ExitedCleanly: step,
         Tick: step,
         StopRun: step,
+        Interrupted: step,
         CutWaiting: () => Effect.map(Ref.get(state), ({ consensus }: CoordinatorState) => consensus.cut !== undefined),
         Settled: () =>
           Effect.zipRight(
@@ -211,6 +217,7 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
       stopOrdered: (ranks) => hear((at) => CoordinatorEvent.StopOrdered({ ranks, at })),
       join: (ranks) => hear((at) => CoordinatorEvent.Joined({ ranks, at })),
       stopRun: (why) => hear((at) => CoordinatorEvent.StopRun({ why, at })),
+      interrupted: (why) => hear((at) => CoordinatorEvent.Interrupted({ why, at })),
       // A coordinator that has stopped answers from its last state.
       checkpointEpoch: Effect.catchTag(
         Effect.gen(function*() {

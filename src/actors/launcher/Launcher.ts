@@ -108,7 +108,7 @@ const runPlan = (
     const { supervisor } = supervision
     // A stop that raced formation still stops the ranks, in order.
     const early = yield* Deferred.poll(stops.beforeRanks)
-    if (early._tag === "Some") yield* supervisor.send(SupervisionEvent.AbortRequested(yield* early.value))
+    if (early._tag === "Some") yield* supervision.abort(yield* early.value)
     // A defect in any of the run's actors is the root cause, and the ranks are stopped in order.
     yield* Effect.forkScoped(Effect.flatMap(Deferred.await(actorFailed), (failure) => supervisor.send(SupervisionEvent.ActorFailed(failure))))
 

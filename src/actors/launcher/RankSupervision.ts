@@ -35,6 +35,7 @@ import type { MembershipOwner } from "./MembershipOwner.ts"
 import * as RemoteRanks from "./RemoteRanks.ts"
 import type { RunEnv } from "./RunEnv.ts"
 import type { RunStops } from "./RunStops.ts"
+import type { StopRequest } from "../StopRequests.ts"
 import type { TrainingPlane } from "./TrainingPlane.ts"
 
 /** How long a rank's abnormal exit waits for its last lines before its signature is read and a rule's `log` searched in them. */
@@ -52,6 +53,11 @@ export interface RankSupervision {
   readonly cohortFormed: Effect.Effect<void>
   /** Every epoch is done: the ranks now leave on their own. */
   readonly drained: Effect.Effect<void>
+  /**
+   * Stop the run in order (Ctrl-C, SIGTERM, the caller's interrupt): the coordinator hears it first, so a run
+   * mid-epoch asks the ranks for their state before the supervisor's SIGTERM reaches them.
+   */
+  readonly abort: (request: StopRequest) => Effect.Effect<void>
 }
 
 export interface SupervisionWiring {
@@ -293,7 +299,9 @@ export const supervise = (env: RunEnv, wiring: SupervisionWiring): Effect.Effect
     // Hosts that dial in while the cohort is still forming wait for it to form.
     yield* Effect.forkScoped(Effect.forever(Effect.flatMap(Queue.take(listening.lateArrivals), (member) => Effect.zipRight(Deferred.await(cohortFormedAt), grow(member)))))
 
-    return { supervisor, giveUp, cohortFormed, drained: supervisor.send(SupervisionEvent.RunDrained()) }
+    const abort = (request: StopRequest) =>
+      Effect.zipRight(coordinator?.interrupted(`aborted: ${request.reason}`) ?? Effect.void, supervisor.send(SupervisionEvent.AbortRequested(request)))
+    return { supervisor, giveUp, cohortFormed, drained: supervisor.send(SupervisionEvent.RunDrained()), abort }
   })
 
 /** A supervisor's decision, in words, for the events file. */

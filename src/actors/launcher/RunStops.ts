@@ -9,7 +9,6 @@
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import type * as Scope from "effect/Scope"
-import { SupervisionEvent } from "../decide.ts"
 import { onStops } from "../ScopedStops.ts"
 import { exitStatusFor, type StopRequest, type StopSignal } from "../StopRequests.ts"
 import type { Handoff } from "./Handoff.ts"
@@ -34,7 +33,7 @@ export const wire = (options: LaunchOptions, supervision: Handoff<RankSupervisio
         asked = true
         return Effect.flatMap(supervision.poll, (ready) =>
           ready._tag === "Some"
-            ? ready.value.supervisor.send(SupervisionEvent.AbortRequested(request))
+            ? ready.value.abort(request)
             : Effect.asVoid(Deferred.succeed(beforeRanks, request)))
       })
     if (options.handleSignals === true) {

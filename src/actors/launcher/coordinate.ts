@@ -122,6 +122,11 @@ export type CoordinatorEvent = Data.TaggedEnum<{
   Tick: { readonly at: number }
   /** The failure policy's limit is crossed (the kernel's `decide` judged it): save the consensus and stop the survivors. */
   StopRun: { readonly why: string; readonly at: number }
+  /**
+   * The run was asked to stop (Ctrl-C, SIGTERM, the caller's interrupt) before the supervisor stops the ranks: a
+   * `cpu_sync` run mid-epoch keeps what was done, as a stop at the limit does (the mid-epoch cut).
+   */
+  Interrupted: { readonly why: string; readonly at: number }
   /** What became of a `WriteCheckpoint` (of its `epoch`, for its `reason`, mid-epoch with its `coverage`): `failure` says why it was not written. */
   CheckpointWritten: {
     readonly epoch: number
@@ -393,6 +398,7 @@ export const coordinate = (
     ExitedCleanly: ({ rank }) => step.exitedCleanly(rank),
     Tick: () => step.tick(),
     StopRun: ({ why }) => step.stopRun(why),
+    Interrupted: ({ why }) => step.interrupted(why),
     CheckpointWritten: ({ coverage, epoch, failure, reason }) => step.checkpointWritten(epoch, reason, coverage, failure),
     Ending: () => step.ending()
   })
@@ -582,6 +588,15 @@ class Step {
     // Once training is done the ranks leave on their own: there is nothing left to save them from.
     if (this.epochs.finished || this.deaths.stopping) return
     if (!this.beginCut(why, "max_failure_exceeded")) this.saveAndStop(why, "max_failure_exceeded")
+  }
+
+  /**
+   * Asked to stop from outside: a cut when one can be had; otherwise nothing changes here (the supervisor stops
+   * the ranks, and the consensus already on disk is what is kept).
+   */
+  interrupted(why: string): void {
+    if (this.epochs.finished || this.deaths.stopping) return
+    this.beginCut(why, "interrupted")
   }
 
   ending(): void {
