@@ -42,6 +42,13 @@ describe("cohort.init() says what is wrong in one line, without a traceback", ()
       "cohort: the cohort that started this rank names no rank-relay protocol version (it is older than this Python client, which speaks 2): " +
         "use the client that comes with the launcher (its python/ folder)"
     ],
+    // (JSON has no 2.0 apart from 2: JSON.stringify writes 2.0 as 2, which is version 2.)
+    ...([["2.5", 2.5], ['"2"', "2"], ["true", true], ["[2]", [2]]] as const).map(([shown, protocol]): [string, Record<string, string>, string] => [
+      `a protocol version of the wrong type (${shown})`,
+      { COHORT_RANK_ENVELOPE: envelope({ protocol }), COHORT_LOCAL_SLOT: "0" },
+      `cohort: COHORT_RANK_ENVELOPE is not a valid cohort envelope: protocol is ${shown}, not a whole number; ` +
+        "it is set by cohort for its own processes, do not set it by hand"
+    ]),
     [
       "a backend the client does not offer",
       { COHORT_RANK_ENVELOPE: envelope({ backend: "cpu_cadence" }), COHORT_LOCAL_SLOT: "0" },

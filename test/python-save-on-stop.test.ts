@@ -17,6 +17,8 @@ from cohort._relay import Orders
 class Link:
     def __init__(self, orders):
         self.reports, self.orders = [], orders
+    def close(self):
+        pass
     def report(self, report):
         self.reports.append(report)
         # The coordinator answers every CheckpointSave at once.
@@ -96,6 +98,21 @@ ctx._settle_owed_cut()
 print(json.dumps(link.reports))
 `)
     expect(lines).toEqual(['[{"_tag": "CutOffer", "epoch": 1, "done": 0, "rounds": 0, "steady": true}]'])
+  })
+
+  test("a SIGTERM that comes while the rank saves after Stopped does not cut the save short", () => {
+    const lines = run(`
+import os, signal, cohort
+cohort._install_stops(ctx, orders)
+ctx._epoch, ctx._done, ctx._rounds = 2, 128, 1
+try:
+    ctx._stop_owing_cut(2)
+except Stopped:
+    os.kill(os.getpid(), signal.SIGTERM)  # the supervisor's, after the cut's order
+    ctx.checkpoint.save({"step": 1})
+print(json.dumps([[r["_tag"], "state" in r] for r in link.reports]), flush=True)
+`)
+    expect(lines).toEqual(['[["CutOffer", true]]'])
   })
 
   test("the stop's reason from cohort wins over SIGTERM's, and is said once", () => {

@@ -174,6 +174,10 @@ def _install_stops(ctx: Context, orders: Orders) -> None:
     atexit.register(leave)
 
     def on_term(signum, frame):
+        if ctx.stopping.is_set():
+            # Stopped was raised already (a cut's boundary, cohort's Stop order): the rank is winding down, and its
+            # save in `except cohort.Stopped` must not be cut short. The grace's SIGKILL ends one that dawdles.
+            return
         if ctx._defer_term():
             return  # in an epoch's steps: the rank stops at its next step boundary (Context._steps)
         ctx._stop(TERM_REASON)

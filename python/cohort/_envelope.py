@@ -72,6 +72,12 @@ def read_envelope(environ: Optional[Mapping[str, str]] = None) -> Envelope:
             f"the cohort that started this rank names no rank-relay protocol version (it is older than this Python "
             f"client, which speaks {PROTOCOL_VERSION}): use the client that comes with the launcher (its python/ folder)"
         )
+    if type(protocol) is not int:
+        # 2.0, "2" or true is no version any cohort writes: the envelope was made by hand, or by something else.
+        raise CohortError(
+            f"{variable} is not a valid cohort envelope: protocol is {json.dumps(protocol)}, not a whole number; "
+            "it is set by cohort for its own processes, do not set it by hand"
+        )
     if protocol != PROTOCOL_VERSION:
         raise CohortError(
             f"this cohort speaks version {protocol} of the rank-relay protocol and this Python client speaks "
