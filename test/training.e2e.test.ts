@@ -280,6 +280,42 @@ describe("elastic training", () => {
     }
   }, 90_000)
 
+  test("Ctrl-C mid-epoch: exit 130 with the epoch's coverage in the checkpoint (interrupted), said; --resume trains only the rest, every sample once", async () => {
+    // Slower steps (25 ms) than the others' tests: the Ctrl-C must come while every rank still has work in epoch 2
+    // (one that ran out has waited for work, and its weights miss the others' last rounds: no cut, by design).
+    const { dir, file } = setUp("interrupt", "50%", 2, 25)
+    const first = spawnLaunch(file)
+    await waitForLine(first.stderr.lines, /epoch 1\/2 done/, "epoch 1 to end", 60_000)
+    await waitFor(() => (traces(dir).get(2)?.size ?? 0) > 0, "epoch 2 to make progress", 20_000)
+    first.proc.kill("SIGINT")
+    expect(await first.proc.exited).toBe(130)
+    await first.stdout.done
+    expect(first.stderr.lines.at(-1)).toBe("cohort: run failed: aborted: received SIGINT")
+    const path = join(dir, "checkpoint.json")
+    const saved = JSON.parse(readFileSync(path, "utf8")) as {
+      epoch: number
+      reason: string
+      coverage?: { epoch: number; done: Array<{ start: number; end: number }> }
+    }
+    expect([saved.reason, saved.epoch, saved.coverage?.epoch], first.stderr.lines.join("\n")).toEqual(["interrupted", 1, 2])
+    const covered = new Set(saved.coverage!.done.flatMap(({ end, start }) => Array.from({ length: end - start }, (_, i) => start + i)))
+    // Exactly what the ranks did of epoch 2 (no rank died: nothing done is left out).
+    expect(covered).toEqual(new Set(traces(dir).get(2)!.keys()))
+    const where = `epoch 2 at ${covered.size.toLocaleString("en-US")} of 50,000 samples done`
+    expect(first.stderr.lines).toContain(`cohort: error: aborted: received SIGINT: consensus checkpoint written to ${path}, resuming ${where}; resume with --resume`)
+
+    const second = spawnLaunch(file, {}, ["--resume"])
+    expect(await second.proc.exited).toBe(0)
+    await second.stdout.done
+    expect(second.stderr.lines.at(-1)).toBe("cohort: run completed")
+    const seen = traces(dir)
+    expect([...seen.keys()].sort()).toEqual([1, 2])
+    for (const samples of seen.values()) {
+      expect(samples.size).toBe(DATASET)
+      expect([...samples.values()].filter((ranks) => ranks.length !== 1)).toEqual([])
+    }
+  }, 90_000)
+
   test("a rank that stops beating (SIGSTOP) is declared dead after the heartbeat timeout, killed, and its work redistributed", async () => {
     const { dir, file } = setUp("silent", "50%", 3, 8, { heartbeatTimeout: "2s" })
     const launch = spawnLaunch(file)
