@@ -12,11 +12,16 @@ const problem = (text: string) =>
 
 describe("failure_policy", () => {
   test("an absent section gives kill_all before formation and elastic up to 50% after, with the default rules", async () => {
-    expect(await decode("name: demo\n")).toEqual(defaultFailurePolicy)
-    expect(await decode("")).toEqual(defaultFailurePolicy)
-    expect(defaultFailurePolicy.strategy).toEqual(
-      new Phased({ beforeFormation: new KillAll(), afterFormation: new Elastic({ maxFailure: new Percent({ p: 50 }) }), rules: readmeDefaultRules })
-    )
+    // The README's defaults, typed here: a 5 s grace, a 30 s heartbeat timeout, exit status 0 when DEGRADED.
+    const readmeDefaults = {
+      strategy: new Phased({ beforeFormation: new KillAll(), afterFormation: new Elastic({ maxFailure: new Percent({ p: 50 }) }), rules: readmeDefaultRules }),
+      grace: 5_000,
+      heartbeatTimeout: 30_000,
+      degradedExit: 0
+    }
+    expect(await decode("name: demo\n")).toEqual(readmeDefaults)
+    expect(await decode("")).toEqual(readmeDefaults)
+    expect(defaultFailurePolicy).toEqual(readmeDefaults)
   })
 
   test("the default rules come with an elastic after_formation only; rules: [] turns them off; a file's own replace them", async () => {
