@@ -25,6 +25,7 @@ const scratch = () => {
 }
 const mode = (path: string) => (lstatSync(path).mode & 0o777).toString(8)
 const isRoot = process.getuid?.() === 0
+if (!isRoot) console.log("private-files: the four other-user cases skipped: not root, so no file can be given to another uid (chown)")
 
 describe("folders", () => {
   test("made 0700, .cohort and the folder under it", () => {

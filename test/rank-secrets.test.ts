@@ -22,6 +22,7 @@ afterEach(() => {
 })
 
 const isRoot = process.getuid?.() === 0
+if (!isRoot) console.log("rank-secrets: the other-user check (uid 65534 reads a rank's argv, not its environment) skipped: not root, so setpriv cannot become another uid")
 
 const decode = (text: string, from: Readonly<Record<string, string>>) =>
   Effect.runPromise(Effect.either(parse(text, "cluster.yml", (root) => decodeEnv(root.get("env"), from))))

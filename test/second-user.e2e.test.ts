@@ -4,10 +4,14 @@
  * test/fixtures/intruder-fixture.ts under its own uid while root's run holds
  * its ranks. It must read none of the run's files, folders or processes,
  * must not join over loopback, reach the relay's socket or open the window.
+ *
+ * The intruder runs as one self-contained executable (bun build --compile) in
+ * a world-readable folder under /tmp, never from the checkout: a clone in a
+ * private home (0700, as root's is on Debian) is closed to the second user,
+ * and so are its sources, node_modules and bun.
  */
 import { afterAll, describe, expect, test } from "bun:test"
 import { chmodSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs"
-import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { clusterFile, repoRoot, spawnLaunch } from "./support/launch-scenario.ts"
 import { environment, pidFiles, waitFor } from "./support/processes.ts"
@@ -20,13 +24,34 @@ if (typeof who === "string") console.log(`second-user tests skipped: ${who}`)
 const dirs: Array<string> = []
 afterAll(() => dirs.forEach((dir) => rmSync(dir, { recursive: true, force: true })))
 
+/**
+ * A folder under /tmp itself, open to all (not under $TMPDIR, which may be private): the second user must be
+ * able to reach what is in it, so that what refuses them is each file's own mode, not a folder on the way.
+ */
+const openFolder = (prefix: string): string => {
+  const dir = mkdtempSync(join("/tmp", prefix))
+  dirs.push(dir)
+  chmodSync(dir, 0o755)
+  return dir
+}
+
+/** The intruder fixture built into one executable that needs nothing of the checkout, in a folder the second user can read. */
+const buildIntruder = (): string => {
+  const executable = join(openFolder("cohort-intruder-"), "intruder")
+  const build = Bun.spawnSync(
+    [process.execPath, "build", "--compile", join(repoRoot, "test", "fixtures", "intruder-fixture.ts"), "--outfile", executable],
+    { cwd: repoRoot, stdout: "pipe", stderr: "pipe" }
+  )
+  if (build.exitCode !== 0) throw new Error(`bun build --compile of the intruder fixture failed: ${build.stderr.toString().trim()}`)
+  chmodSync(executable, 0o755)
+  return executable
+}
+
 describe.skipIf(typeof who === "string")("a second local user", () => {
   test("reads no run file, folder or process, gets no answer over loopback, no relay socket and no /start", async () => {
     const { uid, gid } = who as { uid: number; gid: number }
-    const dir = mkdtempSync(join(tmpdir(), "cohort-user2-"))
-    dirs.push(dir)
-    // Open to all, so that what refuses the intruder is each file's own mode, not this folder's.
-    chmodSync(dir, 0o755)
+    const intruder = buildIntruder()
+    const dir = openFolder("cohort-user2-")
     const file = join(dir, "cluster.yml")
     const run = `user2-${process.pid}`
     writeFileSync(file, clusterFile({ name: run, devices: 2, args: ["hold"] }, dir).replace("workers:", "controller: { host: 127.0.0.1, port: 0 }\nworkers:"))
@@ -46,8 +71,8 @@ describe.skipIf(typeof who === "string")("a second local user", () => {
         relaySocket: envelope.socket
       }
       const attempt = Bun.spawnSync(
-        ["setpriv", `--reuid=${uid}`, `--regid=${gid}`, "--clear-groups", process.execPath, "test/fixtures/intruder-fixture.ts", JSON.stringify(targets)],
-        { cwd: repoRoot, env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: dir, BUN_INSTALL_CACHE_DIR: join(dir, "bun-cache") }, stdout: "pipe", stderr: "pipe", timeout: 30_000 }
+        ["setpriv", `--reuid=${uid}`, `--regid=${gid}`, "--clear-groups", intruder, JSON.stringify(targets)],
+        { cwd: dir, env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: dir }, stdout: "pipe", stderr: "pipe", timeout: 30_000 }
       )
       expect(attempt.stderr.toString()).toBe("")
       const got = JSON.parse(attempt.stdout.toString()) as Record<string, unknown>

@@ -5,7 +5,7 @@
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
-import { tmpdir, userInfo } from "node:os"
+import { tmpdir } from "node:os"
 import { isAbsolute, join, relative } from "node:path"
 import { judge } from "../src/actors/launcher/Preflight.ts"
 import { ABI_VERSION } from "../src/native/library.ts"
@@ -21,10 +21,12 @@ const dirs: Array<string> = []
 beforeAll(async () => {
   if (unavailable === undefined) sshd = await startSshd()
 })
+// Removing --sync's copy of the checkout (node_modules and all, some 300 MB) outlasts bun's 5 s hook default
+// on a loaded machine.
 afterAll(() => {
   sshd?.stop()
   dirs.forEach((dir) => rmSync(dir, { recursive: true, force: true }))
-})
+}, 60_000)
 
 const clusterFile = (worker: string, job = "entry: examples/train.ts\n  dataset_size: 20000\n  epochs: 2") => {
   const dir = mkdtempSync(join(tmpdir(), "cohort-ssh-"))
@@ -46,6 +48,18 @@ const sshWorker = (overrides: { host?: string; path?: string; identity?: string 
   `{ host: ${overrides.host ?? "sshhost"}, devices: 2, path: ${overrides.path ?? repoRoot}, ssh: { target: 127.0.0.1, port: ${sshd!.port}, ` +
   `identity_file: ${overrides.identity ?? sshd!.identityFile}, options: ${JSON.stringify(sshd!.options)} } }`
 
+/**
+ * This user's home as sshd logs them in there: their passwd entry's, through NSS as sshd reads it. Neither
+ * $HOME nor Bun's os.userInfo().homedir (which returns $HOME) will do: a user may have set HOME elsewhere.
+ */
+const loginHome = (): string => {
+  const uid = process.getuid!()
+  const entry = Bun.spawnSync(["getent", "passwd", String(uid)], { stdout: "pipe", stderr: "pipe" })
+  const home = entry.stdout.toString().trim().split(":")[5]
+  if (entry.exitCode !== 0 || home === undefined || home === "") throw new Error(`getent passwd ${uid} gave no home directory (exit ${entry.exitCode}); the ssh test needs this user's passwd entry`)
+  return home
+}
+
 /** Every process's argv, joined, while the run is on. */
 const commandLines = (): Array<string> =>
   readdirSync("/proc").filter((name) => /^\d+$/.test(name)).flatMap((pid) => {
@@ -60,7 +74,7 @@ describe.skipIf(unavailable !== undefined)("ssh fan-out", () => {
   test("a host reached over ssh runs its ranks from a path relative to the login directory; the salt is in no argv", async () => {
     // The sshd logs this user in at their home: a relative path names the checkout from there, entered once
     // (flodl's convention; the preflight and the agent each entering it failed with "No such file or directory").
-    const fromHome = relative(userInfo().homedir, repoRoot)
+    const fromHome = relative(loginHome(), repoRoot)
     expect(isAbsolute(fromHome)).toBe(false)
     const launch = spawnLaunch(clusterFile(sshWorker({ path: fromHome })))
     const seen: Array<string> = []
