@@ -7,7 +7,8 @@
  *
  * Checked after every step: the effects said (the cohort's formation once, at
  * the right step; each host given up on once per time it joined), the world's
- * size, every number's host, device and seat, each seat's current number, the
+ * size, every number's host, device and seat, its last pid and every exit (before
+ * formation and after it), each seat's current number, the
  * ranks each host's relay speaks for, the live hosts, the losses, and the
  * cohort's inventory (each host's device slots over all its joins, with every
  * number each slot's ranks ran as).
@@ -45,7 +46,16 @@ class Paper {
   formedRanks: Array<number> = []
   cohortSaid = false
   lost: Array<{ ranks: ReadonlyArray<number>; cause: string }> = []
+  /** number → its last incarnation's pid (none before it starts), and how each incarnation ended, oldest first. */
+  pids = new Map<number, number | null>()
+  exits = new Map<number, Array<string>>()
   next = 0
+
+  /** A number new to the run: no pid yet, no exits. */
+  fresh(rank: number) {
+    this.pids.set(rank, null)
+    this.exits.set(rank, [])
+  }
 
   join(host: string, count: number) {
     const ranks = Array.from({ length: count }, () => this.next++)
@@ -55,6 +65,7 @@ class Paper {
     ranks.forEach((rank, slot) => {
       this.numbers.set(rank, [host, devices[slot]!, rank])
       this.runsAs.set(rank, [rank])
+      this.fresh(rank)
     })
     this.world += count
     this.gone.delete(host)
@@ -121,12 +132,22 @@ test("membership follows the paper model, step by step", () => {
               }
               break
             }
-            case "started":
-              event = MembershipEvent.RankStarted({ rank: numbersEver()[step.pick % paper.numbers.size]!, pid: step.pick })
+            case "started": {
+              // Before formation or after it, a start is kept: the last pid is the number's.
+              const rank = numbersEver()[step.pick % paper.numbers.size]!
+              const pid = 1_000 + step.pick
+              event = MembershipEvent.RankStarted({ rank, pid })
+              paper.pids.set(rank, pid)
               break
-            case "exited":
-              event = MembershipEvent.RankExited({ rank: numbersEver()[step.pick % paper.numbers.size]!, exit: `status ${step.pick % 4}` })
+            }
+            case "exited": {
+              // Every exit is kept, after formation too, oldest first.
+              const rank = numbersEver()[step.pick % paper.numbers.size]!
+              const exit = step.pick % 2 === 0 ? `status ${step.pick % 4}` : "signal SIGKILL"
+              event = MembershipEvent.RankExited({ rank, exit })
+              paper.exits.get(rank)!.push(exit)
               break
+            }
             case "lost": {
               const ranks = [numbersEver()[step.pick % paper.numbers.size]!]
               event = MembershipEvent.RanksLost({ ranks, cause: `cause ${step.pick}` })
@@ -141,6 +162,7 @@ test("membership follows the paper model, step by step", () => {
               const [host, device] = paper.numbers.get(seat)!
               paper.numbers.set(rank, [host, device, seat])
               paper.runsAs.get(seat)!.push(rank)
+              paper.fresh(rank)
               paper.world += 1
               renumberedSeen++
               break
@@ -198,6 +220,9 @@ const compare = (state: MembershipState, paper: Paper) => {
   const numbers = [...paper.numbers.keys()].sort((a, b) => a - b)
   expect(rankRecords(state).map(([rank, record]) => [rank, record.host, record.device, record.seat])).toEqual(
     numbers.map((rank) => [rank, ...paper.numbers.get(rank)!])
+  )
+  expect(rankRecords(state).map(([rank, record]) => [rank, record.pid, record.exits])).toEqual(
+    numbers.map((rank) => [rank, paper.pids.get(rank), paper.exits.get(rank)])
   )
   for (const rank of numbers) {
     expect(hostOf(state, rank)).toBe(paper.numbers.get(rank)![0])
