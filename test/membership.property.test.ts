@@ -221,8 +221,8 @@ const compare = (state: MembershipState, paper: Paper) => {
   expect(rankRecords(state).map(([rank, record]) => [rank, record.host, record.device, record.seat])).toEqual(
     numbers.map((rank) => [rank, ...paper.numbers.get(rank)!])
   )
-  expect(rankRecords(state).map(([rank, record]) => [rank, record.pid, record.exits])).toEqual(
-    numbers.map((rank) => [rank, paper.pids.get(rank), paper.exits.get(rank)])
+  expect(rankRecords(state).map(([rank, record]): Array<unknown> => [rank, record.pid, record.exits])).toEqual(
+    numbers.map((rank) => [rank, paper.pids.get(rank)!, paper.exits.get(rank)!])
   )
   for (const rank of numbers) {
     expect(hostOf(state, rank)).toBe(paper.numbers.get(rank)![0])
