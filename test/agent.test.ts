@@ -8,7 +8,7 @@
 import { describe, expect } from "bun:test"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
-import { mkdtempSync, readFileSync } from "node:fs"
+import { mkdtempSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import * as Agent from "../src/actors/agent/Agent.ts"
@@ -163,8 +163,10 @@ describe("the agent", () => {
 
   effect.live("Abort: the ranks stop side by side, and the relay only once they have ended", () =>
     Effect.gen(function*() {
-      // Each rank takes 600 ms over its stop: stopped one after the other, the second would save 600 ms after the first.
-      const joined = yield* joinAgent((dir) => [`save=600:${dir}`])
+      // Each rank says it heard its stop, then takes 1 s before it saves. Stopped side by side, both hear the stop
+      // before either has saved; stopped one after the other, the second would hear it only once the first had
+      // saved and ended, whatever the load. The order of their lines tells the two apart, a second to spare.
+      const joined = yield* joinAgent((dir) => [`save=1000:${dir}`])
       const ranks = yield* startBoth(joined)
       yield* eventually(Effect.sync(() => relayOf(joined) !== undefined), "the relay started")
       const relay = relayOf(joined)!
@@ -180,8 +182,11 @@ describe("the agent", () => {
         10_000
       )
       expect(ranksLeftWhenTheRelayWent).toBe(0)
-      const savedAt = [0, 1].map((rank) => (JSON.parse(readFileSync(join(joined.dir, `saved-${rank}`), "utf8")) as { at: number }).at)
-      expect(Math.abs(savedAt[0]! - savedAt[1]!)).toBeLessThan(600)
+      const said = (rank: number, what: string) => joined.lines.indexOf(`[localhost:cpu:r${rank}] rank ${rank}: ${what}`)
+      yield* eventually(Effect.sync(() => said(0, "saved") >= 0 && said(1, "saved") >= 0), "both ranks' saves told")
+      const heard = [0, 1].map((rank) => said(rank, "stopped by cohort"))
+      expect(heard.every((at) => at >= 0)).toBe(true)
+      expect(Math.max(...heard)).toBeLessThan(Math.min(said(0, "saved"), said(1, "saved")))
       yield* Fiber.join(joined.agent)
     }), 20_000)
 })

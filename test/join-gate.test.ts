@@ -5,13 +5,16 @@
 import { describe, expect } from "bun:test"
 import * as Effect from "effect/Effect"
 import type * as Either from "effect/Either"
+import * as Fiber from "effect/Fiber"
+import * as Option from "effect/Option"
+import * as TestClock from "effect/TestClock"
 import * as JoinGate from "../src/actors/launcher/JoinGate.ts"
 import type { JoinRules } from "../src/actors/launcher/joinVerdict.ts"
 import * as PortMux from "../src/actors/launcher/PortMux.ts"
 import { Hello, joinCodec, type JoinMessage, Reject, WorldFormed } from "../src/wire/JoinMessages.ts"
 import { newSalt, OPEN_SALT, saltFromHex } from "../src/wire/Keys.ts"
 import * as Link from "../src/wire/Link.ts"
-import { effect } from "./support/effect.ts"
+import { effect, eventually } from "./support/effect.ts"
 import { runSpec } from "./support/run-spec.ts"
 
 const rules = (overrides: Partial<JoinRules> = {}): JoinRules => ({
@@ -28,7 +31,7 @@ interface Growth {
   readonly canRejoin?: (host: string) => boolean
 }
 
-const setup = (options: { rules?: JoinRules; open?: boolean; floodLimit?: number; growth?: Growth } = {}) =>
+const setup = (options: { rules?: JoinRules; open?: boolean; floodLimit?: number; growth?: Growth; handshakeMs?: number } = {}) =>
   Effect.gen(function*() {
     const salt = newSalt()
     const late: Array<JoinGate.Member> = []
@@ -47,7 +50,7 @@ const setup = (options: { rules?: JoinRules; open?: boolean; floodLimit?: number
       specFor: (host) => runSpec({ run: host }),
       salt,
       version: "0.1.0",
-      handshakeMs: 2_000,
+      handshakeMs: options.handshakeMs ?? 2_000,
       ...(options.floodLimit === undefined ? {} : { floodLimit: options.floodLimit })
     })
     // The gate's own deadlines are under test here, not the door's first-frame deadline for strangers (PortMux).
@@ -74,6 +77,10 @@ const join = (port: number, salt: Uint8Array, message: Hello, open = false) =>
     const answer = yield* Effect.either(link.receive)
     return { answer, link }
   })
+
+/** A forked wait's result once it has come (in real time: what it waits on runs once the TestClock has moved). */
+const settled = <A, E>(fiber: Fiber.RuntimeFiber<A, E>, what: string) =>
+  Effect.zipRight(eventually(Effect.map(Fiber.poll(fiber), Option.isSome), what), Fiber.join(fiber))
 
 const ranksOf = (answer: Either.Either<JoinMessage, unknown>) =>
   answer._tag === "Right" && answer.right._tag === "Accept" ? answer.right.ranks : answer
@@ -191,7 +198,10 @@ describe("JoinGate", () => {
 
   effect.live("a first frame that announces more than 64 KiB is refused at its header: closed at once, nothing buffered", () =>
     Effect.gen(function*() {
-      const { mux } = yield* setup()
+      // A Hello deadline of 20 s (the door's first-frame deadline is 10 s): a frame that was buffered instead
+      // would be closed at 10 s at the soonest, past closedAfter's 6 s. What the bound separates: refused at
+      // the header is tens of milliseconds, loaded or not; held for a deadline is ten seconds or more.
+      const { mux } = yield* setup({ handshakeMs: 20_000 })
       const closed = yield* Effect.all([64 << 10 | 1, 1 << 20, 16 << 20].map((length) => closedAfter(mux.port, halfFrame(length))), { concurrency: "unbounded" })
       for (const after of closed) {
         expect(after._tag).toBe("Some")
@@ -300,17 +310,28 @@ describe("JoinGate", () => {
       if (formation._tag === "Failed") expect(formation.reason).toStartWith("a left before the cohort formed:")
     }))
 
-  effect.live("the quorum forms at the window's end; without it the window fails at the hard cap, naming the hosts that never joined", () =>
+  effect.it("the quorum forms at the window's end, not before; without it the window fails at the hard cap, not at the window's end, naming the hosts that never joined", () =>
     Effect.gen(function*() {
+      // The gate's deadlines run on Effect's Clock, here the TestClock: a join slowed by a loaded machine cannot
+      // outlast them, and each is checked to the millisecond. The sockets and handshakes are real.
       const quorum = yield* setup({ rules: rules({ minRanks: 2, timeoutMs: 150, maxTimeoutMs: 300 }) })
       yield* join(quorum.mux.port, quorum.salt, hello("a", 2))
-      const formed = yield* quorum.gate.formation
-      expect(formed._tag === "Formed" && formed.worldSize).toBe(2)
+      const formed = yield* Effect.fork(quorum.gate.formation)
+      yield* TestClock.adjust("149 millis")
+      expect(yield* Fiber.poll(formed)).toEqual(Option.none())
+      yield* TestClock.adjust("1 millis")
+      const outcome = yield* settled(formed, "the window's outcome at its end")
+      expect(outcome._tag === "Formed" && outcome.worldSize).toBe(2)
       const short = yield* setup({ rules: rules({ minRanks: 3, timeoutMs: 100, maxTimeoutMs: 200 }) })
       yield* join(short.mux.port, short.salt, hello("a", 2))
+      const failed = yield* Effect.fork(short.gate.formation)
+      // Past the window's end without a quorum, the window stays open to the hard cap.
+      yield* TestClock.adjust("199 millis")
+      expect(yield* Fiber.poll(failed)).toEqual(Option.none())
+      yield* TestClock.adjust("1 millis")
       // a joined, b (declared with 3) never did.
-      expect(yield* short.gate.formation).toEqual({ _tag: "Failed", reason: "quorum not met: 2/3 ranks (never joined: b)" })
-    }))
+      expect(yield* settled(failed, "the window's outcome at the hard cap")).toEqual({ _tag: "Failed", reason: "quorum not met: 2/3 ranks (never joined: b)" })
+    }), 15_000)
 
   effect.live("open admission: the Accept carries the salt, and the link is keyed by it from then on", () =>
     Effect.gen(function*() {

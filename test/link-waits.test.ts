@@ -16,6 +16,7 @@ import { newSalt } from "../src/wire/Keys.ts"
 import * as Link from "../src/wire/Link.ts"
 import { listenForConnections } from "./support/connections.ts"
 import { effect, eventually } from "./support/effect.ts"
+import { parked } from "./support/fibers.ts"
 
 class Ping extends Schema.TaggedClass<Ping>()("Ping", { n: Schema.Int }) {}
 const codec = Codec.make("control", Schema.Union(Ping))
@@ -37,7 +38,8 @@ describe("receiveWithin", () => {
     Effect.gen(function*() {
       const { dialer, listener } = yield* pair
       const waiting = yield* Effect.fork(listener.receiveWithin(5_000, "a ping"))
-      yield* Effect.sleep("20 millis")
+      // Sent once the reader waits, not after a guessed pause: sent earlier, it would be the one already waiting.
+      yield* parked(waiting, "the reader waiting for a ping")
       yield* dialer.send(new Ping({ n: 1 }))
       expect(yield* Fiber.join(waiting)).toEqual(new Ping({ n: 1 }))
       yield* dialer.send(new Ping({ n: 2 }))
@@ -61,7 +63,8 @@ describe("receiveWithin", () => {
     Effect.gen(function*() {
       const { dialer, listener } = yield* pair
       const waiting = yield* Effect.fork(listener.receiveWithin(5_000, "a ping"))
-      yield* Effect.sleep("20 millis")
+      // Aborted once the reader waits: aborted earlier, the wait would find the link ended and not be woken.
+      yield* parked(waiting, "the reader waiting for a ping")
       yield* dialer.abort("gone")
       const ended = yield* Effect.either(Fiber.join(waiting))
       expect(Either.isLeft(ended) && ended.left.reason).toBe("closed")

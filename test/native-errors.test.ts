@@ -16,6 +16,7 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { ABI_VERSION, libraryPath } from "../src/native/library.ts"
 import { collectLines, isRunning, jsonLines, parentOf, processState, waitFor } from "./support/processes.ts"
+import { signalPending } from "./support/signals.ts"
 
 const fixture = join(import.meta.dir, "fixtures/native-fixture.ts")
 const scratch = mkdtempSync(join(tmpdir(), "cohort-native-errors-"))
@@ -213,9 +214,11 @@ describe("process helpers through the library", () => {
       expect(report).toMatchObject({ armed: "not-called", pid: child })
       parent.kill("SIGKILL")
       await parent.exited
-      // Orphaned and re-parented, and still running a while later.
+      // Orphaned and re-parented, and never sent its parent's death. The kernel hands an orphan to its new parent
+      // and sends its parent-death signal in one step, so once it is re-parented an armed child (the tests
+      // above) has SIGKILL pending until it is reaped, or is gone: no pause is needed to see that it was not.
       await waitFor(() => parentOf(child) !== parent.pid, `child ${child} to be re-parented`, 5_000)
-      await Bun.sleep(300)
+      expect(signalPending(child, 9)).toBe(false)
       expect(isRunning(child)).toBe(true)
     } finally {
       if (isRunning(child)) process.kill(child, "SIGKILL")
