@@ -681,13 +681,13 @@ const offer = (epoch: number, done: number, rounds: number, state: string | unde
  * dies after 1 sample: its [9, 12) goes [9, 11) to rank 0 and [11, 12) to rank 1. Ranks 0 and 1 then report 3
  * and 4: done are [0, 3), [4, 8) and rank 2's [8, 9), 8 samples. The limit is crossed at 200.
  */
-const stoppedMidEpoch = (extra: Partial<CoordinatorSettings> = {}) => {
+const stoppedMidEpoch = (extra: Partial<CoordinatorSettings> = {}, stopping: CoordinatorEvent = CoordinatorEvent.StopRun({ why: "limit", at: 200 })) => {
   const run = attachedAll(settingsOf([0, 1, 2], 12, 3, { resume: { epoch: 0, state: "w0" }, ...extra }))
   run.say(2, progress(1, 1), 20)
   run.step(dead([2], 100))
   run.say(0, progress(1, 3), 110)
   run.say(1, progress(1, 4), 120)
-  const stop = run.step(CoordinatorEvent.StopRun({ why: "limit", at: 200 }))
+  const stop = run.step(stopping)
   return { run, stop }
 }
 
@@ -799,14 +799,8 @@ describe("the mid-epoch cut", () => {
 
 describe("a stop asked from outside (Ctrl-C, SIGTERM)", () => {
   /** As stoppedMidEpoch, but interrupted at 200 instead of the limit crossed. */
-  const interruptedMidEpoch = (extra: Partial<CoordinatorSettings> = {}) => {
-    const run = attachedAll(settingsOf([0, 1, 2], 12, 3, { resume: { epoch: 0, state: "w0" }, ...extra }))
-    run.say(2, progress(1, 1), 20)
-    run.step(dead([2], 100))
-    run.say(0, progress(1, 3), 110)
-    run.say(1, progress(1, 4), 120)
-    return { run, stop: run.step(CoordinatorEvent.Interrupted({ why: "aborted: received SIGINT", at: 200 })) }
-  }
+  const interruptedMidEpoch = (extra: Partial<CoordinatorSettings> = {}) =>
+    stoppedMidEpoch(extra, CoordinatorEvent.Interrupted({ why: "aborted: received SIGINT", at: 200 }))
 
   test("cpu_sync mid-epoch: the same cut as at the limit, written as interrupted and said", () => {
     const { run, stop } = interruptedMidEpoch()

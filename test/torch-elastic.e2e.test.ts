@@ -123,6 +123,17 @@ failure_policy:
   return { file, records }
 }
 
+/** Ctrl-C to a launcher: it must exit 130 saying it was aborted; its transcript. */
+const pressCtrlC = async (launcher: Bun.Subprocess, stderr: ReturnType<typeof collectLines>, stdout: ReturnType<typeof collectLines>) => {
+  launcher.kill("SIGINT")
+  const code = await launcher.exited
+  await Promise.all([stderr.done, stdout.done])
+  const transcript = `--- stdout ---\n${stdout.lines.join("\n")}\n--- stderr ---\n${stderr.lines.join("\n")}`
+  expect(code, transcript).toBe(130)
+  expect(stderr.lines.at(-1), transcript).toBe("cohort: run failed: aborted: received SIGINT")
+  return transcript
+}
+
 const pidsOf = (steps: ReadonlyArray<Step>) => [...new Set(steps.map((step) => step.pid))]
 
 /** Rank 2 SIGKILLed at its step 75, the survivors re-formed in-process: what such a run must show, whatever its gradient path. */
@@ -220,12 +231,7 @@ describe("PyTorch ranks under the Python client", () => {
     const stdout = collectLines(launcher.stdout)
     try {
       await waitFor(() => stderr.lines.some((line) => line.startsWith("cohort: epoch 1/4 done")), "epoch 1 to end", 90_000)
-      launcher.kill("SIGINT")
-      const code = await launcher.exited
-      await Promise.all([stderr.done, stdout.done])
-      const transcript = `--- stdout ---\n${stdout.lines.join("\n")}\n--- stderr ---\n${stderr.lines.join("\n")}`
-      expect(code, transcript).toBe(130)
-      expect(stderr.lines.at(-1), transcript).toBe("cohort: run failed: aborted: received SIGINT")
+      const transcript = await pressCtrlC(launcher, stderr, stdout)
       const exits = [0, 1, 2, 3].map((rank) => stdout.lines.concat(stderr.lines).map((line) => new RegExp(`^localhost\\s+${rank}\\s+cpu\\s+(\\S+)`).exec(line)?.[1]).find(Boolean))
       expect(exits, transcript).toEqual(["143", "143", "143", "143"])
     } finally {
@@ -243,12 +249,7 @@ describe("PyTorch ranks under the Python client", () => {
       // Inside epoch 2: rank 0 has recorded 10 of its steps there (of 47).
       const inEpoch2 = () => (readSteps(records).get(0) ?? []).filter((step) => step.epoch === 2).length
       await waitFor(() => inEpoch2() >= 10, "rank 0's 10th step of epoch 2", 120_000)
-      launcher.kill("SIGINT")
-      const code = await launcher.exited
-      await Promise.all([stderr.done, stdout.done])
-      const transcript = `--- stdout ---\n${stdout.lines.join("\n")}\n--- stderr ---\n${stderr.lines.join("\n")}`
-      expect(code, transcript).toBe(130)
-      expect(stderr.lines.at(-1), transcript).toBe("cohort: run failed: aborted: received SIGINT")
+      const transcript = await pressCtrlC(launcher, stderr, stdout)
       const saved = JSON.parse(readFileSync(join(dir, "checkpoint.json"), "utf8")) as { epoch: number; reason: string; coverage?: { epoch: number } }
       expect([saved.epoch, saved.coverage?.epoch, saved.reason], transcript).toEqual([1, 2, "interrupted"])
       // What was kept, said on the SIGINT path, with the samples the records show were done in epoch 2.
