@@ -298,12 +298,17 @@ const SimpleStrategy = Schema.Union(
 // Failure rules (`FailureRules`): `rules:` beside the phases.
 // ---------------------------------------------------------------------------------------------------------
 
+/** A list that must hold something: said as what is missing (Schema.minItems alone reads "expected a list, got a list"). */
+const atLeastOne = (what: string) => <A, I>(list: Schema.Schema<ReadonlyArray<A>, I>) =>
+  list.pipe(Schema.filter((items) => items.length > 0 || `expected at least one ${what}, got an empty list`))
+
 /** `"1-127"`: every exit status from the first to the last. */
 const CodeRange = Schema.transformOrFail(Schema.String, Schema.Tuple(ExitCode, ExitCode), {
   strict: true,
   decode: (text, _, ast) => {
     const match = /^\s*(\d+)\s*-\s*(\d+)\s*$/.exec(text)
-    return match === null || Number(match[1]) > Number(match[2])
+    // An end past the last status is refused here, at the range: the tuple would point inside the string, at nothing.
+    return match === null || Number(match[1]) > Number(match[2]) || Number(match[2]) > rangeOf(ExitCode).max
       ? ParseResult.fail(new ParseResult.Type(ast, text))
       : ParseResult.succeed([Number(match[1]), Number(match[2])] as const)
   },
@@ -318,7 +323,7 @@ const compressCodes = (codes: ReadonlyArray<number>): Array<number | readonly [n
 
 /** A list of statuses and ranges (`[1, 2, "64-78"]`), as the statuses it stands for. */
 const CodeList = Schema.transform(
-  Schema.Array(Schema.Union(ExitCode, CodeRange).pipe(expecting(`an exit code from 0 to 255, or a range like "1-127"`))).pipe(Schema.minItems(1)),
+  Schema.Array(Schema.Union(ExitCode, CodeRange).pipe(expecting(`an exit code from 0 to 255, or a range like "1-127"`))).pipe(atLeastOne("exit code")),
   Schema.Array(ExitCode),
   {
     strict: true,
@@ -330,18 +335,24 @@ const CodeList = Schema.transform(
 
 /** `exit_code: [1, 2]`, `{ in: [1, 2] }` or `{ not_in: [0, 143] }`; written back as a list, or `{ not_in }`. */
 const ExitCodesForm = Schema.transform(
-  Schema.Union(CodeList, Schema.Struct({ in: CodeList }), Schema.Struct({ not_in: CodeList })).pipe(
+  Schema.Union(
+    CodeList,
+    // One mapping with either key, not a mapping per key: a mistake inside `not_in` is then said once, at it,
+    // rather than also as a missing `in` and an unknown `not_in` by the other mapping.
+    Schema.Struct({ in: optionalKey(CodeList), not_in: optionalKey(CodeList) }).pipe(
+      Schema.filter((written) => (written.in === undefined) !== (written.not_in === undefined) || "give one of in or not_in")
+    )
+  ).pipe(
     expecting(`a list of exit codes from 0 to 255 (ranges like "1-127" too), { in: [...] } or { not_in: [...] }`)
   ),
   Schema.typeSchema(ExitCodes),
   {
     strict: true,
-    decode: (written) =>
-      Array.isArray(written)
-        ? new ExitCodes({ op: "in", values: written })
-        : "in" in written
-        ? new ExitCodes({ op: "in", values: written.in })
-        : new ExitCodes({ op: "not_in", values: (written as { readonly not_in: ReadonlyArray<number> }).not_in }),
+    decode: (written) => {
+      if (Array.isArray(written)) return new ExitCodes({ op: "in", values: written })
+      const { in: listed, not_in: excluded } = written as { readonly in?: ReadonlyArray<number>; readonly not_in?: ReadonlyArray<number> }
+      return listed !== undefined ? new ExitCodes({ op: "in", values: listed }) : new ExitCodes({ op: "not_in", values: excluded ?? [] })
+    },
     encode: (codes) => (codes.op === "in" ? codes.values : { not_in: codes.values })
   }
 )
@@ -355,10 +366,10 @@ const RuleWhenForm = readInto(
   keyGroups({
     given: Schema.Struct({
       exit_code: optionalKey(ExitCodesForm),
-      signal: optionalKey(Schema.Array(SignalName.pipe(expecting(`a signal name like SIGTERM (${signalNames.length} known)`))).pipe(Schema.minItems(1))),
-      cause: optionalKey(Schema.Array(Cause.pipe(expecting(`one of ${causes.join(", ")}`))).pipe(Schema.minItems(1))),
-      ranks: optionalKey(Schema.Array(GlobForm).pipe(Schema.minItems(1))),
-      hosts: optionalKey(Schema.Array(GlobForm).pipe(Schema.minItems(1))),
+      signal: optionalKey(Schema.Array(SignalName.pipe(expecting(`a signal name like SIGTERM (${signalNames.length} known)`))).pipe(atLeastOne("signal name"))),
+      cause: optionalKey(Schema.Array(Cause.pipe(expecting(`one of ${causes.join(", ")}`))).pipe(atLeastOne("cause"))),
+      ranks: optionalKey(Schema.Array(GlobForm).pipe(atLeastOne("rank"))),
+      hosts: optionalKey(Schema.Array(GlobForm).pipe(atLeastOne("host"))),
       phase: optionalKey(PolicyPhase),
       log: optionalKey(Pattern),
       same_error_on: optionalKey(SameErrorOn)
