@@ -102,7 +102,7 @@ describe("cluster.yml", () => {
     ["workers not a list", "workers: { host: a }\njob: { entry: t.ts }", "workers (line 1, col 10): expected a list of workers"],
     ["worker without host", minimal("  - { devices: 2 }"), "workers[0].host (line 2, col 5): expected a host name"],
     ["worker without devices", minimal("  - { host: a }"), "workers[0].devices (line 2, col 5): expected a devices entry"],
-    ["too many devices", minimal("  - { host: a, devices: 257 }"), "workers[0].devices (line 2, col 25): expected a number of CPU ranks (1 to 256)"],
+    ["too many devices", minimal("  - { host: a, devices: 257 }"), "workers[0].devices (line 2, col 25): expected a number of CPU ranks (0 to 256)"],
     ["devices as a word", minimal("  - { host: a, devices: many }"), `got "many"`],
     ["duplicate device", minimal("  - { host: a, devices: [0, 0] }"), "device 0 is listed twice"],
     ["negative device index", minimal("  - { host: a, devices: [-1] }"), "workers[0].devices[0] (line 2, col 26): expected a GPU index from 0 to 255, got -1"],

@@ -213,10 +213,10 @@ const clusterRows: ReadonlyArray<Row> = [
 
   // workers: devices 0 to 256 CPU ranks, GPU indices 0 to 255.
   ["workers[0].devices", "workers: [{ host: a, devices: 0 }]", accepts({ _tag: "Count", count: 0 })],
-  ["workers[0].devices", "workers: [{ host: a, devices: -1 }]", refuses("expected a number of CPU ranks (1 to 256)")],
+  ["workers[0].devices", "workers: [{ host: a, devices: -1 }]", refuses("expected a number of CPU ranks (0 to 256)")],
   ["workers[0].devices", "workers: [{ host: a, devices: 1 }]", accepts({ _tag: "Count", count: 1 })],
   ["workers[0].devices", "workers: [{ host: a, devices: 256 }]", accepts({ _tag: "Count", count: 256 })],
-  ["workers[0].devices", "workers: [{ host: a, devices: 257 }]", refuses("expected a number of CPU ranks (1 to 256)")],
+  ["workers[0].devices", "workers: [{ host: a, devices: 257 }]", refuses("expected a number of CPU ranks (0 to 256)")],
   ["workers[0].devices", "workers: [{ host: a, devices: 2.5 }]", refuses("got 2.5")],
   ["workers[0].devices", "workers: [{ host: a, devices: [] }]", accepts({ _tag: "Indices", indices: [] })],
   ["workers[0].devices", "workers: [{ host: a, devices: all }]", accepts({ _tag: "All" })],

@@ -124,7 +124,7 @@ const rows: ReadonlyArray<BadInput> = [
   {
     name: "devices: 257",
     yaml: lines("workers:", "  - { host: localhost, devices: 257 }", entry),
-    says: ["workers[0].devices (line 2, col 33): expected a number of CPU ranks (1 to 256)", `or "all", got 257`]
+    says: ["workers[0].devices (line 2, col 33): expected a number of CPU ranks (0 to 256)", `or "all", got 257`]
   },
   {
     name: `devices: "some"`,
@@ -438,7 +438,7 @@ const rows: ReadonlyArray<BadInput> = [
   {
     name: "the quick form with too many ranks",
     args: ["--nproc-per-node", "300", "--", "true"],
-    says: [`cohort: --nproc-per-node 300: workers[0].devices: expected a number of CPU ranks (1 to 256), a list of GPU indices like [0, 1], or "all", got 300\n`],
+    says: [`cohort: --nproc-per-node 300: workers[0].devices: expected a number of CPU ranks (0 to 256), a list of GPU indices like [0, 1], or "all", got 300\n`],
     oneLine: true
   },
   {

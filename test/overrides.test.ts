@@ -172,7 +172,7 @@ describe("overrides decoded with the file", () => {
       `--set job.entry.x=1: job.entry is "examples/train.ts", not a mapping: there is no key x in it`,
       `--set job.epoch=20: unknown key "epoch" (did you mean "epochs"?); known keys: entry, command, args, backend, dataset_size, epochs, cadence, checkpoint, checkpoint_pickle, outer_optimizer, async_alpha`,
       `--set failure_policy.grace=soon: expected a duration like "250ms", "5s", "10m" or "1h", got "soon"`,
-      `${join(dir, `cluster-${files - 1}.yml`)}: workers[0].devices (line 3, col 33): expected a number of CPU ranks (1 to 256), a list of GPU indices like [0, 1], or "all", got 300`
+      `${join(dir, `cluster-${files - 1}.yml`)}: workers[0].devices (line 3, col 33): expected a number of CPU ranks (0 to 256), a list of GPU indices like [0, 1], or "all", got 300`
     ])
   })
 

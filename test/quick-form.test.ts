@@ -143,7 +143,7 @@ describe("what the quick form decodes to", () => {
 
   test("a flag's value the decoder refuses is said as the flag's", async () => {
     expect(await decoded(input({ ranksPerHost: "300" }))).toEqual([
-      `--nproc-per-node 300: workers[0].devices: expected a number of CPU ranks (1 to 256), a list of GPU indices like [0, 1], or "all", got 300`
+      `--nproc-per-node 300: workers[0].devices: expected a number of CPU ranks (0 to 256), a list of GPU indices like [0, 1], or "all", got 300`
     ])
     expect(await decoded(input({ ranksPerHost: "2" }), [policyOverride("elastic:lots") as Override])).toEqual([
       `--policy elastic:lots: failure_policy.after_formation.elastic.max_failure: expected a count ≥ 0, a percentage like "25%", or none, got "lots"`

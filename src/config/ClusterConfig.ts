@@ -113,7 +113,7 @@ export const declaredRanks = (workers: ReadonlyArray<Worker>): number | undefine
 
 const topKeys = ["name", "controller", "workers", "env", "job", "failure_policy"]
 
-const devicesWhat = `a number of CPU ranks (1 to 256), a list of GPU indices like [0, 1], or "all"`
+const devicesWhat = `a number of CPU ranks (0 to 256), a list of GPU indices like [0, 1], or "all"`
 
 const decodeDevices = (field: Field): Devices => {
   const value = field.scalar
