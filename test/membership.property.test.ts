@@ -26,6 +26,7 @@ import {
   MembershipEvent,
   type MembershipState,
   numberOf,
+  recordOf,
   rankRecords,
   ranksByHost,
   seatOf
@@ -229,6 +230,10 @@ const compare = (state: MembershipState, paper: Paper) => {
     expect(seatOf(state, rank)).toBe(paper.numbers.get(rank)![2])
   }
   for (const seat of paper.runsAs.keys()) expect(numberOf(state, seat)).toBe(paper.current(seat))
+  // Each number a seat ran as replaces the one before it on the paper; the seat's own number replaces none.
+  for (const numbers of paper.runsAs.values()) {
+    expect(numbers.map((rank) => recordOf(state, rank)?.replaces)).toEqual(numbers.map((_, at) => at === 0 ? null : numbers[at - 1]))
+  }
   // A relay speaks for its host's latest ranks and every number their seats ran as since.
   const relays = new Map<string, Array<number>>()
   for (const join of paper.joins) relays.set(join.host, [...join.ranks])

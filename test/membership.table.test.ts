@@ -49,9 +49,9 @@ describe("formation and the cohort", () => {
     const state = formed()
     expect([state.world, state.formedWith, state.cohortFormed]).toEqual([3, 3, false])
     expect(rankRecords(state)).toEqual([
-      [0, { host: "a", device: "0", label: "NVIDIA H200", seat: 0, pid: null, exits: [] }],
-      [1, { host: "a", device: "1", label: "NVIDIA A100", seat: 1, pid: null, exits: [] }],
-      [2, { host: "b", device: "cpu", label: "cpu", seat: 2, pid: null, exits: [] }]
+      [0, { host: "a", device: "0", label: "NVIDIA H200", seat: 0, pid: null, exits: [], replaces: null }],
+      [1, { host: "a", device: "1", label: "NVIDIA A100", seat: 1, pid: null, exits: [], replaces: null }],
+      [2, { host: "b", device: "cpu", label: "cpu", seat: 2, pid: null, exits: [], replaces: null }]
     ])
     expect([...ranksByHost(state)]).toEqual([["a", [0, 1]], ["b", [2]]])
     expect(liveHosts(state)).toEqual(["a", "b"])
@@ -93,7 +93,7 @@ describe("formation and the cohort", () => {
       MembershipEvent.RankStarted({ rank: 1, pid: 200 }),
       MembershipEvent.RankExited({ rank: 1, exit: "status 0" })
     ])
-    expect(recordOf(state, 1)).toEqual({ host: "a", device: "1", label: "NVIDIA A100", seat: 1, pid: 200, exits: ["signal SIGKILL", "status 0"] })
+    expect(recordOf(state, 1)).toEqual({ host: "a", device: "1", label: "NVIDIA A100", seat: 1, pid: 200, exits: ["signal SIGKILL", "status 0"], replaces: null })
   })
 })
 
@@ -104,7 +104,9 @@ describe("restarts under new numbers", () => {
     expect([numberOf(state, 0), numberOf(state, 1), numberOf(state, 2)]).toEqual([0, 5, 2])
     expect([seatOf(state, 3), seatOf(state, 5), seatOf(state, 2)]).toEqual([1, 1, 2])
     expect([hostOf(state, 3), hostOf(state, 5)]).toEqual(["a", "a"])
-    expect(recordOf(state, 5)).toEqual({ host: "a", device: "1", label: "NVIDIA A100", seat: 1, pid: null, exits: [] })
+    // The second restart replaces 3, the number the first one ran as, not the seat.
+    expect(recordOf(state, 3)?.replaces).toBe(1)
+    expect(recordOf(state, 5)).toEqual({ host: "a", device: "1", label: "NVIDIA A100", seat: 1, pid: null, exits: [], replaces: 3 })
     expect([...ranksByHost(state)]).toEqual([["a", [0, 1, 3, 5]], ["b", [2]]])
   })
 

@@ -49,6 +49,12 @@ export interface RankRecord {
   readonly pid: number | null
   /** How each incarnation ended, oldest first: "status 0", "signal SIGKILL", … */
   readonly exits: ReadonlyArray<string>
+  /**
+   * The number its seat ran as until it restarted under this one (the seat itself at the first restart, the
+   * previous restart's number at a second); null for a number that joined. Kept here, where the seat's
+   * numbers are, so the restart's line and the coordinator's loss name the number that really died.
+   */
+  readonly replaces: number | null
 }
 
 export interface MembershipState {
@@ -125,7 +131,7 @@ const none: ReadonlyArray<MembershipEffect> = []
 /** The host's own ranks, as records keyed by number. */
 const recordsOf = (entry: HostEntry, ranks: HashMap.HashMap<number, RankRecord>) =>
   entry.ranks.reduce(
-    (map, rank, slot) => HashMap.set(map, rank, { host: entry.host, device: entry.devices[slot] ?? "?", label: entry.labels[slot] ?? "?", seat: rank, pid: null, exits: [] }),
+    (map, rank, slot) => HashMap.set(map, rank, { host: entry.host, device: entry.devices[slot] ?? "?", label: entry.labels[slot] ?? "?", seat: rank, pid: null, exits: [], replaces: null }),
     ranks
   )
 
@@ -188,7 +194,7 @@ export const membership = (state: MembershipState, event: MembershipEvent): read
       return [none, {
         ...state,
         world: state.world + 1,
-        ranks: HashMap.set(state.ranks, event.rank, { host: old.value.host, device: old.value.device, label: old.value.label, seat: event.seat, pid: null, exits: [] }),
+        ranks: HashMap.set(state.ranks, event.rank, { host: old.value.host, device: old.value.device, label: old.value.label, seat: event.seat, pid: null, exits: [], replaces: previous }),
         renumbered: HashMap.set(state.renumbered, event.seat, event.rank),
         relays: speaks ? HashMap.modify(state.relays, host, (ranks) => [...ranks, event.rank]) : state.relays
       }]

@@ -104,13 +104,15 @@ export const supervise = (env: RunEnv, wiring: SupervisionWiring): Effect.Effect
     const renumber = (seat: number, member: JoinGate.Member): Effect.Effect<RemoteRanks.Renumbered | undefined> =>
       Effect.gen(function*() {
         if (coordinator === undefined || config.job.datasetSize === 0) return undefined
-        const old = numberOf(membership.snapshot(), seat)
         // The gate numbers every rank: late hosts and restarts never share a number.
         const rank = yield* gate.take(1)
         yield* membership.tell(MembershipEvent.Renumbered({ seat, rank }))
         const now = membership.snapshot()
         yield* control.adopt(member.host, [rank])
         const restarted = recordOf(now, rank)
+        // Membership says which number died: the seat's own at a first restart, the last restart's at a second
+        // (the gate never hands out a number in use, the one case membership would refuse and leave no record of).
+        const old = restarted?.replaces ?? seat
         yield* Effect.logInfo(`rank ${old} of ${member.host} restarts as rank ${rank}: it rejoins at the next epoch boundary from the consensus weights`)
         yield* record({
           event: "world_grew",
