@@ -4,7 +4,9 @@
  * gets the launcher's beat, and a link the launcher already talks on gets none.
  */
 import { describe, expect } from "bun:test"
+import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
+import * as TestClock from "effect/TestClock"
 import * as ControlGate from "../src/actors/launcher/ControlGate.ts"
 import * as PortMux from "../src/actors/launcher/PortMux.ts"
 import { controlCodec, type ControlMessage, FromRank, HostBeats, RelayHello, ToRanks } from "../src/wire/ControlMessages.ts"
@@ -50,7 +52,7 @@ const relayOn = ({ dial, salt }: Effect.Effect.Success<typeof gate>, host: strin
     yield* relay.send(new RelayHello({ host, ranks: world.get(host)! }))
     expect((yield* relay.receive)._tag).toBe("RelayAccepted")
     const received: Array<{ at: number; message: ControlMessage }> = []
-    yield* Effect.forkScoped(Effect.forever(Effect.flatMap(relay.receive, (message) => Effect.sync(() => received.push({ at: performance.now(), message })))).pipe(Effect.ignore))
+    yield* Effect.forkScoped(Effect.forever(Effect.flatMap(relay.receive, (message) => Effect.map(Clock.currentTimeMillis, (at) => received.push({ at, message })))).pipe(Effect.ignore))
     return { received, relay }
   })
 
@@ -111,31 +113,26 @@ describe("ControlGate", () => {
       ])
     }))
 
-  effect.live("a quiet link gets a LauncherBeat every ~1.1 s; a link the launcher keeps talking on gets none", () =>
+  effect.it("a quiet link gets a LauncherBeat at the first 250 ms check once it has been quiet for the beat interval and 100 ms; a link the launcher talks on gets none", () =>
     Effect.gen(function*() {
+      // The gate's clock is the TestClock: time moves in the gate's own check steps, and only here, so a loaded
+      // machine's late timer can neither make a busy link look quiet nor stretch a quiet one's gap.
       const started = yield* gate
       const quiet = yield* relayOn(started, "node-a")
       const busy = yield* relayOn(started, "node-b")
-      // The launcher talks on node-b's link the whole time: the next order as soon as the last one is there,
-      // so it is never quiet for more than a few ms (a beat needs 1.1 s of quiet: a loaded machine's late
-      // timer cannot make it look quiet). It talks until the same gate has beaten the quiet link three
-      // times: its beat loop has run for over 3 s, past several beat intervals, while node-b's link was busy.
+      // Both registered at 0 ms, RelayAccepted the last thing sent to either. With a 1,000 ms beat interval a
+      // link is quiet once nothing went down it for 1,100 ms: the checks at 1,250, 2,500 and 3,750 ms beat it.
+      const beatsBy = (ms: number) => [1_250, 2_500, 3_750].filter((at) => at <= ms).length
       const order = new ToRanks({ ranks: [2, 3], order: new CoordinatorBeat() })
-      const deadline = performance.now() + 10_000
-      let sent = 0
-      while (quiet.received.length < 3) {
-        if (performance.now() > deadline) return yield* Effect.dieMessage(`timed out waiting for three beats on the quiet link (${quiet.received.length} so far)`)
+      for (let step = 1; step <= 16; step++) {
+        yield* TestClock.adjust("250 millis")
+        // Each beat due by now has arrived before time moves on, so it is stamped with the step it was sent at.
+        yield* eventually(Effect.sync(() => quiet.received.length >= beatsBy(step * 250)), `the beats due by ${step * 250} ms`)
+        // The launcher talks on node-b's link at every step: never quiet for 1,100 ms.
         yield* started.control.send("node-b", order)
-        sent += 1
-        yield* eventually(Effect.sync(() => busy.received.length >= sent), `order ${sent} on node-b's link`)
+        yield* eventually(Effect.sync(() => busy.received.length >= step), `order ${step} on node-b's link`)
       }
-      expect(busy.received.map(({ message }) => message._tag)).toEqual(Array(sent).fill("ToRanks"))
-
-      expect(quiet.received.every(({ message }) => message._tag === "LauncherBeat")).toBe(true)
-      const gaps = quiet.received.slice(1).map(({ at }, index) => at - quiet.received[index]!.at)
-      // QUIET_MS (1,100) checked every 250 ms: a relay waits about 1.35 s at most. The bound is what that
-      // serves, a relay's 2 s minimum timeout (twice the interval), not the 1.35 s: a loaded machine's late
-      // timer may stretch a gap, while a gate that beat only every 2 s or more would drop the relays.
-      for (const gap of gaps) expect(gap).toBeLessThan(2_000)
-    }), 15_000)
+      expect(busy.received.map(({ at, message }) => [at, message._tag])).toEqual(Array.from({ length: 16 }, (_, at) => [(at + 1) * 250, "ToRanks"]))
+      expect(quiet.received.map(({ at, message }) => [at, message._tag])).toEqual([[1_250, "LauncherBeat"], [2_500, "LauncherBeat"], [3_750, "LauncherBeat"]])
+    }))
 })

@@ -10,6 +10,7 @@
  * ends goes to `onClosed`. A link that has carried nothing for a while gets a
  * `LauncherBeat`: a relay leaves a launcher it has not heard from.
  */
+import * as Clock from "effect/Clock"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import type * as Scope from "effect/Scope"
@@ -69,9 +70,10 @@ interface Registered {
   warned: boolean
 }
 
+// Effect's Clock, not Date.now(): the beat's timing is then a test's to drive (TestClock), not the machine's load.
 const sendOn = (registered: Registered, message: ControlMessage): Effect.Effect<void> =>
-  Effect.suspend(() => {
-    registered.sentAt = Date.now()
+  Effect.flatMap(Clock.currentTimeMillis, (now) => {
+    registered.sentAt = now
     return Effect.ignore(registered.link.send(message))
   })
 
@@ -125,7 +127,7 @@ export const make = (options: ControlGateOptions): Effect.Effect<ControlGate, ne
           : problem(hello, ranks)
         if (why !== undefined) return yield* refuse(link, why)
         const host = hello.host
-        const registered: Registered = { link, ranks: new Set(ranks), sentAt: Date.now(), warned: false }
+        const registered: Registered = { link, ranks: new Set(ranks), sentAt: yield* Clock.currentTimeMillis, warned: false }
         links.set(host, registered)
         yield* sendOn(registered, new RelayAccepted())
         yield* Effect.logDebug(`relay of ${host} registered`)
@@ -152,8 +154,8 @@ export const make = (options: ControlGateOptions): Effect.Effect<ControlGate, ne
     // The relays leave when the launcher goes silent: one loop beats every link that has been quiet.
     yield* Effect.forkScoped(Effect.forever(Effect.zipRight(
       Effect.sleep(Duration.millis(BEAT_CHECK_MS)),
-      Effect.suspend(() => {
-        const quietSince = Date.now() - options.beatEveryMs - QUIET_MARGIN_MS
+      Effect.flatMap(Clock.currentTimeMillis, (now) => {
+        const quietSince = now - options.beatEveryMs - QUIET_MARGIN_MS
         return Effect.forEach(links.values(), (registered) => registered.sentAt <= quietSince ? sendOn(registered, beat) : Effect.void, { discard: true })
       })
     )))
