@@ -153,7 +153,7 @@ describe("cluster.yml", () => {
 
   test("controller.join: a check between knobs is made although another knob is wrong", async () => {
     expect(await problems(`controller: { join: { min_ranks: x, timeout: 2m, max_timeout: 1m, open_admission: 1 } }\n${minimal(w)}`)).toEqual([
-      `cluster.yml: controller.join.min_ranks (line 1, col 34): expected a number of ranks ≥ 1, got "x"`,
+      `cluster.yml: controller.join.min_ranks (line 1, col 34): expected a number of ranks from 1 to 1000000, got "x"`,
       `cluster.yml: controller.join.max_timeout (line 1, col 63): expected a duration ≥ timeout, got "1m"`,
       "cluster.yml: controller.join.open_admission (line 1, col 83): expected true or false, got 1"
     ])

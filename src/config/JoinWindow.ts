@@ -14,6 +14,7 @@
  */
 import * as Schema from "effect/Schema"
 import { Millis } from "../actors/Strategy.ts"
+import { MAX_DURATION_MS } from "./Duration.ts"
 import { durationText } from "./DurationSchema.ts"
 import { expectedAt, expecting, rangeOf } from "./Expected.ts"
 import { keyGroups, keyOr, optionalKey } from "./Mapping.ts"
@@ -39,7 +40,8 @@ export interface JoinWindow {
 }
 
 const RankCount = Schema.Int.pipe(Schema.between(1, 1_000_000))
-const rankCount = RankCount.pipe(expecting(`a number of ranks ≥ ${rangeOf(RankCount).min}`))
+// Both ends said: a count past the top is refused with the top named, not with "≥ 1", which it is.
+const rankCount = RankCount.pipe(expecting(`a number of ranks from ${rangeOf(RankCount).min} to ${rangeOf(RankCount).max}`))
 
 const WrittenRanks = Schema.Struct({
   min_ranks: optionalKey(rankCount),
@@ -89,10 +91,13 @@ const WindowDuration = durationText(Millis.pipe(Schema.greaterThan(0)))
 const WrittenTimeouts = Schema.Struct({ timeout: optionalKey(WindowDuration), max_timeout: optionalKey(WindowDuration) })
 type WrittenTimeouts = typeof WrittenTimeouts.Type
 
-/** A minute to join by default; the hard limit at least two minutes, and twice the timeout. */
+/**
+ * A minute to join by default; the hard limit at least two minutes and twice the timeout, but never past the
+ * week any duration may be: a limit no one could have written is no default.
+ */
 const timeoutSettings = (written: WrittenTimeouts) => {
   const timeoutMs = written.timeout ?? 60_000
-  return { timeoutMs, maxTimeoutMs: written.max_timeout ?? Math.max(120_000, 2 * timeoutMs) }
+  return { timeoutMs, maxTimeoutMs: written.max_timeout ?? Math.min(MAX_DURATION_MS, Math.max(120_000, 2 * timeoutMs)) }
 }
 
 const joinKeys = (capacity: number | undefined) =>
