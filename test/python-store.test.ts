@@ -116,6 +116,96 @@ describe("StoreCalls: torch's Store operations as StoreCall reports", () => {
     ))
     expect(ran.stdout.trim().split("\n").slice(1)).toEqual(["RuntimeError: cohort store: lost the host's relay"])
   })
+
+  test("a stop ends a waiting call, naming the stop, not the timeout", () => {
+    const ran = runPython(harness(
+      "None",
+      [
+        "threading.Timer(0.1, lambda: orders.take({'_tag': 'Stop', 'reason': 'the run was interrupted'})).start()",
+        "attempt(lambda: calls.get('k'))"
+      ].join("\n")
+    ))
+    expect(ran.stdout.trim().split("\n").slice(1)).toEqual(["RuntimeError: cohort store: the rank is stopping (the run was interrupted)"])
+  })
+
+  test("calls in flight at once each get their own answer, whichever comes first", () => {
+    // Two threads' gets, answered in the reverse order of their sending: each call is told apart by its id.
+    const ran = runPython(harness(
+      "None",
+      [
+        "sent = []",
+        "real_send = calls._send",
+        "calls._send = lambda report: (sent.append(report), real_send(report))",
+        "results = {}",
+        "threads = [threading.Thread(target=lambda key=key: results.__setitem__(key, calls.get(key))) for key in ('first', 'second')]",
+        "import time",
+        "threads[0].start()",
+        "while len(sent) < 1: time.sleep(0.01)",
+        "threads[1].start()",
+        "while len(sent) < 2: time.sleep(0.01)",
+        "for report, value in ((sent[1], 'U0VDT05E'), (sent[0], 'RklSU1Q=')):",
+        "    orders.take({'_tag': 'StoreAnswer', 'id': report['id'], 'value': value})",
+        "for thread in threads: thread.join(5)",
+        "print(sorted(results.items()))"
+      ].join("\n")
+    ))
+    expect(ran.stderr).toBe("")
+    expect(ran.stdout.trim().split("\n").slice(2)).toEqual(["[('first', b'FIRST'), ('second', b'SECOND')]"])
+  })
+})
+
+describe("make_store: torch's Store as a subclass over StoreCalls (a stand-in dist module: no torch needed)", () => {
+  test("every operation goes to the calls as torch gave it; wait's timedelta is seconds, and torch's zero is no timeout", () => {
+    const ran = runPython(
+      [
+        "import types",
+        "from datetime import timedelta",
+        "from cohort._store import make_store",
+        "class Calls:",
+        "    timeout_s = 300.0",
+        "    def __getattr__(self, name):",
+        "        def record(*args):",
+        "            print(name, repr(args))",
+        "            return {'get': b'v', 'add': 5, 'compare_set': b'd', 'check': True, 'delete_key': False, 'num_keys': 9}.get(name)",
+        "        return record",
+        "calls = Calls()",
+        "store = make_store(types.SimpleNamespace(Store=object), calls)",
+        "print(repr(store.set('k', b'v')))",
+        "print(repr(store.get('k')))",
+        "print(repr(store.add('n', 2)))",
+        "print(repr(store.compare_set('k', b'', b'd')))",
+        "store.wait(['a', 'b'])",
+        "store.wait(['a'], timedelta(seconds=0))",
+        "store.wait(['a'], timedelta(milliseconds=2500))",
+        "print(repr(store.check(['a'])))",
+        "print(repr(store.delete_key('k')))",
+        "print(repr(store.num_keys()))",
+        "store.set_timeout(timedelta(minutes=2))",
+        "print(calls.timeout_s)"
+      ].join("\n")
+    )
+    expect(ran.stderr).toBe("")
+    expect(ran.stdout.trim().split("\n")).toEqual([
+      "set ('k', b'v')",
+      "None",
+      "get ('k',)",
+      "b'v'",
+      "add ('n', 2)",
+      "5",
+      "compare_set ('k', b'', b'd')",
+      "b'd'",
+      "wait (['a', 'b'], None)",
+      "wait (['a'], None)",
+      "wait (['a'], 2.5)",
+      "check (['a'],)",
+      "True",
+      "delete_key ('k',)",
+      "False",
+      "num_keys ()",
+      "9",
+      "120.0"
+    ])
+  })
 })
 
 describe("gloo binds to the announced address's interface (python/cohort/_groups.py)", () => {
