@@ -222,7 +222,8 @@ describe("the failure figures in /metrics", () => {
       ruleMatches: { "user-bug": 2, "say \"hi\"": 1 },
       recovery: {
         deaths: [{ rank: 1, kind: "signal", rule: null, how: "dropped", diedAt: 49_980, knownAt: 50_000, recoveredAt: 50_300 }],
-        replacing: {}
+        replacing: {},
+        seats: [{ at: 10_000, seats: 2 }]
       }
     }
     const text = Metrics.render(state, noLatency, new Map())

@@ -1,7 +1,7 @@
 /**
  * The recovery figures from a story of events, every number worked out by hand: which deaths count,
  * their times to detect and recover, a restart under a new number, a silent rank restarted, and the
- * effective training ratio over a timeline. Then when the survivors' next counted step is
+ * effective training ratio over the world's seats. Then when the survivors' next counted step is
  * (SurvivorsStep), on the pure coordinator's own steps. recovery-figures.e2e.test.ts has a real run.
  */
 import { describe, expect, test } from "bun:test"
@@ -11,6 +11,9 @@ import * as SurvivorsStep from "../src/actors/launcher/SurvivorsStep.ts"
 import { Attach, Progress } from "../src/wire/CoordinatorMessages.ts"
 
 const fold = (events: ReadonlyArray<RecoveryFigures.RecoveryEvent>) => events.reduce(RecoveryFigures.apply, RecoveryFigures.empty)
+const formed = (world: number, at: number): RecoveryFigures.RecoveryEvent => ({ event: "world_formed", at, world })
+const ettr = (events: ReadonlyArray<RecoveryFigures.RecoveryEvent>, startedAt: number, endAt: number) =>
+  RecoveryFigures.effectiveTrainingRatio(fold(events), startedAt, endAt)
 
 describe("deaths and their times", () => {
   test("a dropped rank: detected when reported, recovered at the survivors' next counted step; one they never step after never recovers", () => {
@@ -86,20 +89,67 @@ describe("deaths and their times", () => {
 
 describe("effective training ratio", () => {
   test("full membership counts whole, fewer by their share, before formation nothing", () => {
-    // Wall 0..100: formed at 10 with 4 alive; 3 of 4 from 50; run ends at 100.
+    // Wall 0..100: formed at 10 with 4 seats; 3 of 4 at work from 50; run ends at 100.
     // (50 − 10) × 1 + (100 − 50) × 0.75 = 40 + 37.5 = 77.5 → 0.775
-    const timeline = [{ at: 10, ranks: 4, alive: 4 }, { at: 50, ranks: 4, alive: 3 }]
-    expect(RecoveryFigures.effectiveTrainingRatio(timeline, 0, 100)).toBeCloseTo(0.775, 10)
-    // Growth: 6 ranks with 6 alive counts whole again.
-    expect(RecoveryFigures.effectiveTrainingRatio([...timeline, { at: 80, ranks: 6, alive: 6 }], 0, 100)).toBeCloseTo((40 + 30 * 0.75 + 20) / 100, 10)
-    expect(RecoveryFigures.effectiveTrainingRatio([], 0, 100)).toBe(0)
+    const dropped = [formed(4, 10), { event: "rank_lost", at: 50, ranks: [3], diedAt: 45 }] as const
+    expect(ettr(dropped, 0, 100)).toBeCloseTo(0.775, 10)
+    // Growth by 2 at 80: 5 of 6 seats at work: 40 + 30 × 0.75 + 20 × 5/6.
+    expect(ettr([...dropped, { event: "world_grew", at: 80, ranks: [4, 5] }], 0, 100)).toBeCloseTo((40 + 22.5 + 20 * 5 / 6) / 100, 10)
+    expect(ettr([], 0, 100)).toBe(0)
     // A restarted rank of the 4 is absent from its death at 20 to its recovery at 60: 40 × 1/4 = 10 less.
-    const restart = fold([{ event: "rank_restarting", at: 21, rank: 0, diedAt: 20 }, { event: "ranks_entered", at: 60, ranks: [0] }])
-    expect(RecoveryFigures.effectiveTrainingRatio([{ at: 10, ranks: 4, alive: 4 }], 0, 100, restart)).toBeCloseTo((90 - 10) / 100, 10)
+    const restart = [formed(4, 10), { event: "rank_restarting", at: 21, rank: 0, diedAt: 20 }, { event: "ranks_entered", at: 60, ranks: [0] }] as const
+    expect(ettr(restart, 0, 100)).toBeCloseTo((90 - 10) / 100, 10)
     // Not recovered by the end: absent to the end (100 − 20 = 80, a quarter of it).
-    const never = fold([{ event: "rank_restarting", at: 21, rank: 0, diedAt: 20 }])
-    expect(RecoveryFigures.effectiveTrainingRatio([{ at: 10, ranks: 4, alive: 4 }], 0, 100, never)).toBeCloseTo((90 - 20) / 100, 10)
-    expect(RecoveryFigures.effectiveTrainingRatio(timeline, 100, 100)).toBeUndefined()
+    expect(ettr([formed(4, 10), { event: "rank_restarting", at: 21, rank: 0, diedAt: 20 }], 0, 100)).toBeCloseTo((90 - 20) / 100, 10)
+    expect(ettr(dropped, 100, 100)).toBeUndefined()
+  })
+
+  test("a restart costs its share of the world it happens in, and a seat restarted under a new number is one seat", () => {
+    // 4 form at 0, 2 join at 10, rank 0 restarts from 20 and trains again at 60: 40 ms of one seat in 6.
+    expect(ettr([
+      formed(4, 0),
+      { event: "world_grew", at: 10, ranks: [4, 5] },
+      { event: "rank_restarting", at: 20, rank: 0, diedAt: 20 },
+      { event: "rank_running", at: 60, rank: 0 }
+    ], 0, 100)).toBeCloseTo((100 - 40 / 6) / 100, 10)
+    // 1 forms at 0, 2 join at 1, ranks 1 and 2 restart at 10 and never recover: 1 of 3 seats at work from 10.
+    // (Weighting each by the world at formation, 1/1, once took the figure below zero and said 0.)
+    expect(ettr([
+      formed(1, 0),
+      { event: "world_grew", at: 1, ranks: [1, 2] },
+      { event: "rank_restarting", at: 10, rank: 1, diedAt: 10 },
+      { event: "rank_restarting", at: 10, rank: 2, diedAt: 10 }
+    ], 0, 100)).toBeCloseTo((10 + 90 / 3) / 100, 10)
+    // 4 form; rank 1 restarts at 10, becomes rank 4 at 20 and enters at 40; rank 2 is dropped at 50: the old
+    // number 1 is no seat of its own. 30 ms of one seat in 4 away, then 50 ms of one seat in 4 lost.
+    expect(ettr([
+      formed(4, 0),
+      { event: "rank_restarting", at: 10, rank: 1, diedAt: 10 },
+      { event: "world_grew", at: 20, ranks: [4], replaces: 1 },
+      { event: "ranks_entered", at: 40, ranks: [4] },
+      { event: "rank_lost", at: 50, ranks: [2], diedAt: 50 }
+    ], 0, 100)).toBeCloseTo((100 - 30 / 4 - 50 / 4) / 100, 10)
+  })
+
+  test("a rank given up for silence and then restarted is one absence, from its last beat to its recovery", () => {
+    // Rank 2 of 4 silent from 10, given up at 30, restarted at 35, running again at 50: away 10..50 only.
+    expect(ettr([
+      formed(4, 0),
+      { event: "rank_lost", at: 30, ranks: [2], kind: "heartbeat", diedAt: 10 },
+      { event: "rank_restarting", at: 35, rank: 2, diedAt: 30 },
+      { event: "rank_running", at: 50, rank: 2 }
+    ], 0, 100)).toBeCloseTo((100 - 40 / 4) / 100, 10)
+  })
+
+  test("formation stays counted in a long run, and growth in its own ms adds to it", () => {
+    // 1,000 form at 0; 300 are dropped one per ms from 500 (the silence path says each on its own).
+    const losses = Array.from({ length: 300 }, (_, n): RecoveryFigures.RecoveryEvent => ({ event: "rank_lost", at: 500 + n, ranks: [n], diedAt: 500 + n }))
+    // 500 whole, then 300 ms losing one per ms (Σ (1000 − k)/1000 for k = 1..300), then 200 at 0.7.
+    const expected = (500 + (300 * 1_000 - (300 * 301) / 2) / 1_000 + 200 * 0.7) / 1_000
+    expect(ettr([formed(1_000, 0), ...losses], 0, 1_000)).toBeCloseTo(expected, 10)
+    // 2 form at 10 and 2 join in the same ms: 4 seats, one dropped at 60: 50 whole, 40 at 3/4.
+    expect(ettr([formed(2, 10), { event: "world_grew", at: 10, ranks: [2, 3] }, { event: "rank_lost", at: 60, ranks: [0], diedAt: 60 }], 0, 100))
+      .toBeCloseTo((50 + 40 * 0.75) / 100, 10)
   })
 
   test("the end-of-run line", () => {
@@ -162,12 +212,13 @@ describe("whose death a later event closes", () => {
     expect(entered.deaths.map((death) => [death.rank, death.recoveredAt])).toEqual([[1, null], [3, 30]])
   })
 
-  test("stretches of no length, of no ranks, or after the end count nothing", () => {
-    expect(RecoveryFigures.effectiveTrainingRatio([{ at: 10, ranks: 0, alive: 0 }], 0, 100)).toBe(0)
-    expect(RecoveryFigures.effectiveTrainingRatio([{ at: 10, ranks: 4, alive: 4 }, { at: 10, ranks: 4, alive: 2 }], 0, 100)).toBeCloseTo(0.45, 10)
-    expect(RecoveryFigures.effectiveTrainingRatio([{ at: 10, ranks: 4, alive: 4 }, { at: 200, ranks: 4, alive: 0 }], 0, 100)).toBeCloseTo(0.9, 10)
-    // More alive than ranks (a restart's new number counted before its old one is) is never more than whole.
-    expect(RecoveryFigures.effectiveTrainingRatio([{ at: 0, ranks: 4, alive: 5 }], 0, 100)).toBe(1)
+  test("stretches of no length, of no seats, or after the end count nothing", () => {
+    expect(ettr([formed(0, 10)], 0, 100)).toBe(0)
+    // A loss in the ms of formation: 2 of 4 dropped at 10: 90 ms at half.
+    expect(ettr([formed(4, 10), { event: "rank_lost", at: 10, ranks: [0, 1], diedAt: 10 }], 0, 100)).toBeCloseTo(0.45, 10)
+    expect(ettr([formed(4, 10), { event: "rank_lost", at: 200, ranks: [0, 1, 2, 3], diedAt: 200 }], 0, 100)).toBeCloseTo(0.9, 10)
+    // A recovery heard without its death (a journal cut short) is never more than whole.
+    expect(ettr([formed(4, 0), { event: "rank_running", at: 50, rank: 1 }], 0, 100)).toBe(1)
   })
 
   test("no deaths and no ratio: nothing to say", () => {

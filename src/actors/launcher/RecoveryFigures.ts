@@ -16,11 +16,15 @@
  *   runs user code (`rank_running`); under its new number when it has one (`world_grew`'s `replaces`).
  *   Time to recover = recoveredAt − diedAt. A dropped rank that died with no epoch under way (no
  *   training, or between epochs), or whose survivors never step again, has none.
- * - ETTR: the time the cohort spent with every rank alive, plus the time with fewer weighted by the
- *   share alive, over the run's wall time (from its start to its end, or now). A restarted rank counts
- *   as absent from its death to its recovery. The join window and the time before a death is known
- *   count as they are, so 100% is never quite reached. Work done again (a group restarted from its
- *   checkpoint) is not in it: the wall time to finish the same job tells that.
+ * - ETTR: at each instant, the world's seats at work over the seats it has, averaged over the run's wall
+ *   time (from its start to its end, or now). A seat is a place in the world: one per rank at formation and
+ *   per rank that grew it; a restart under a new number keeps its seat. A dropped rank's seat is lost from
+ *   when the policy knew; a restarted one is absent from its death to its recovery (a rank given up for
+ *   silence and then restarted is that one absence, not a loss as well). Before formation nothing counts.
+ *   So a restart in a world of 6 costs a sixth of its absence, whatever the world was at formation, and the
+ *   join window and the time before a death is known count as they are, so 100% is never quite reached.
+ *   Work done again (a group restarted from its checkpoint) is not in it: the wall time to finish the same
+ *   job tells that.
  */
 
 export interface DeathFigures {
@@ -40,15 +44,28 @@ export interface RecoveryState {
   readonly deaths: ReadonlyArray<DeathFigures>
   /** A restarted rank's new number → the number it died under. */
   readonly replacing: Readonly<Record<number, number>>
+  /**
+   * The world's seats over time, oldest first: formation's, then each growth's (never a restart's new
+   * number). Every one is kept, unlike the run view's display series: ETTR must see formation in a long run.
+   * (Optional: a state served by an older launcher has none.)
+   */
+  readonly seats?: ReadonlyArray<SeatsPoint>
 }
 
-export const empty: RecoveryState = { deaths: [], replacing: {} }
+/** From `at` on, the world has `seats` seats. */
+export interface SeatsPoint {
+  readonly at: number
+  readonly seats: number
+}
+
+export const empty: RecoveryState = { deaths: [], replacing: {}, seats: [] }
 
 /** The events the figures are made of, as the journal records them. */
 export type RecoveryEvent =
   | { readonly event: "rank_lost"; readonly at: number; readonly ranks: ReadonlyArray<number>; readonly kind?: string; readonly rule?: string; readonly diedAt?: number }
   | { readonly event: "rank_restarting"; readonly at: number; readonly rank: number; readonly kind?: string; readonly rule?: string; readonly diedAt?: number }
   | { readonly event: "survivors_stepped"; readonly at: number; readonly ranks: ReadonlyArray<number> }
+  | { readonly event: "world_formed"; readonly at: number; readonly world: number }
   | { readonly event: "world_grew"; readonly at: number; readonly ranks: ReadonlyArray<number>; readonly replaces?: number }
   | { readonly event: "rank_running"; readonly at: number; readonly rank: number }
   | { readonly event: "ranks_entered"; readonly at: number; readonly ranks: ReadonlyArray<number> }
@@ -96,10 +113,15 @@ export const apply = (state: RecoveryState, event: RecoveryEvent): RecoveryState
     case "survivors_stepped":
       // Each of the deaths the step was the first after; a restarted one recovers when its new incarnation trains.
       return event.ranks.reduce((current, rank) => recovered(current, openDeath(current.deaths, rank, "dropped"), event.at), state)
-    case "world_grew":
-      return event.replaces === undefined || event.ranks.length === 0
-        ? state
-        : { ...state, replacing: { ...state.replacing, [event.ranks[0]!]: event.replaces } }
+    case "world_formed":
+      return { ...state, seats: [{ at: event.at, seats: event.world }] }
+    case "world_grew": {
+      if (event.ranks.length === 0) return state
+      if (event.replaces !== undefined) return { ...state, replacing: { ...state.replacing, [event.ranks[0]!]: event.replaces } }
+      // Growth in the same ms as formation adds to it: the point of formation stays.
+      const seats = state.seats ?? []
+      return { ...state, seats: [...seats, { at: event.at, seats: (seats.at(-1)?.seats ?? 0) + event.ranks.length }] }
+    }
     case "rank_running": {
       const rank = state.replacing[event.rank] ?? event.rank
       return recovered(state, openDeath(state.deaths, rank, "restarted"), event.at)
@@ -125,39 +147,39 @@ export const times = (state: RecoveryState): { readonly detect: ReadonlyArray<nu
   recover: state.deaths.flatMap((death) => (death.recoveredAt === null ? [] : [Math.max(0, death.recoveredAt - death.diedAt)]))
 })
 
-/** The world over time as RunView keeps it: every rank the run has had, and those alive, from `at` on. */
-export interface WorldPoint {
-  readonly at: number
-  readonly ranks: number
-  readonly alive: number
-}
-
 /**
- * ETTR over [startedAt, endAt]: each stretch of the world's timeline counts its share alive (alive/ranks);
- * before the world formed nothing counts; a restarted rank is one rank of the formed world absent from its
- * death to its recovery (or the end). undefined for a run of no length.
+ * ETTR over [startedAt, endAt] (see the header): one sweep over the moments the seats, the losses and the
+ * absences change, each stretch counting its seats at work over its seats; undefined for a run of no length.
  */
-export const effectiveTrainingRatio = (
-  timeline: ReadonlyArray<WorldPoint>,
-  startedAt: number,
-  endAt: number,
-  recovery: RecoveryState = empty
-): number | undefined => {
+export const effectiveTrainingRatio = (recovery: RecoveryState, startedAt: number, endAt: number): number | undefined => {
   const wall = endAt - startedAt
   if (wall <= 0) return undefined
-  let weighted = 0
-  timeline.forEach((point, index) => {
-    const from = Math.max(point.at, startedAt)
-    const to = Math.min(timeline[index + 1]?.at ?? endAt, endAt)
-    if (to > from && point.ranks > 0) weighted += (to - from) * Math.min(1, point.alive / point.ranks)
-  })
-  const formed = timeline[0]?.ranks ?? 0
-  for (const death of recovery.deaths) {
-    if (death.how !== "restarted" || formed === 0) continue
-    const absent = Math.min(death.recoveredAt ?? endAt, endAt) - Math.max(death.diedAt, startedAt)
-    if (absent > 0) weighted -= absent / formed
+  // Each moment's change to the seats the world has and to those not at work.
+  const changes: Array<{ readonly at: number; readonly seats: number; readonly away: number }> = []
+  let had = 0
+  for (const point of recovery.seats ?? []) {
+    changes.push({ at: point.at, seats: point.seats - had, away: 0 })
+    had = point.seats
   }
-  return Math.max(0, weighted) / wall
+  for (const death of recovery.deaths) {
+    if (death.how === "dropped") changes.push({ at: death.knownAt, seats: 0, away: 1 })
+    else {
+      changes.push({ at: Math.min(death.diedAt, death.knownAt), seats: 0, away: 1 })
+      if (death.recoveredAt !== null) changes.push({ at: death.recoveredAt, seats: 0, away: -1 })
+    }
+  }
+  changes.sort((a, b) => a.at - b.at)
+  let seats = 0
+  let away = 0
+  let weighted = 0
+  changes.forEach((change, index) => {
+    seats += change.seats
+    away += change.away
+    const from = Math.max(change.at, startedAt)
+    const to = Math.min(changes[index + 1]?.at ?? endAt, endAt)
+    if (to > from && seats > 0) weighted += ((to - from) * Math.min(seats, Math.max(0, seats - away))) / seats
+  })
+  return weighted / wall
 }
 
 /**

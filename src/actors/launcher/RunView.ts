@@ -358,7 +358,7 @@ const ettrMoves: ReadonlySet<RunEvent["event"]> = new Set<RunEvent["event"]>([
 
 /** The run's effective training ratio as of `at` (its verdict's moment once said; RecoveryFigures); undefined before it can be said. */
 export const effectiveTrainingAt = (state: RunState, at: number = state.updatedAt): number | undefined =>
-  RecoveryFigures.effectiveTrainingRatio(state.worldSizes, state.startedAt, state.endedAt ?? at, state.recovery)
+  RecoveryFigures.effectiveTrainingRatio(state.recovery ?? RecoveryFigures.empty, state.startedAt, state.endedAt ?? at)
 
 const step = (state: RunState, event: RunEvent): RunState => {
   switch (event.event) {
@@ -408,6 +408,7 @@ const step = (state: RunState, event: RunEvent): RunState => {
         phase: "forming",
         world: event.world,
         worldSizes: withWorldSize(state, event.at, event.world, event.world),
+        recovery: RecoveryFigures.apply(state.recovery ?? RecoveryFigures.empty, event),
         inventory: Inventory.withHosts([], event.hosts),
         ranks: event.hosts.flatMap((host) => host.ranks.map((rank, slot) => newRank(rank, host.host, host.devices[slot]))).sort((a, b) => a.rank - b.rank)
       }
