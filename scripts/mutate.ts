@@ -35,7 +35,7 @@ export const targets: ReadonlyArray<Target> = [
   { name: "FailureSignature", mutate: "src/actors/FailureSignature.ts", tests: ["test/failure-signature.table.test.ts"] },
   { name: "SecondaryDeaths", mutate: "src/actors/SecondaryDeaths.ts", tests: ["test/secondary-deaths.table.test.ts"] },
   { name: "PolicyTable", mutate: "src/actors/PolicyTable.ts", tests: ["test/failure-rules.test.ts"] },
-  { name: "RecoveryFigures", mutate: "src/actors/launcher/RecoveryFigures.ts", tests: ["test/recovery-figures.test.ts", "test/metrics.test.ts"] },
+  { name: "RecoveryFigures", mutate: "src/actors/launcher/RecoveryFigures.ts", tests: ["test/recovery-figures.test.ts", "test/recovery-figures.property.test.ts", "test/metrics.test.ts"] },
   { name: "coordinate", mutate: "src/actors/launcher/coordinate.ts", tests: ["test/coordinate.table.test.ts", "test/coordinate.property.test.ts"] },
   { name: "Membership", mutate: "src/actors/launcher/Membership.ts", tests: ["test/membership.table.test.ts", "test/membership.property.test.ts"] },
   { name: "ProcessGroups", mutate: "src/actors/launcher/ProcessGroups.ts", tests: ["test/process-groups.test.ts", "test/coordinate.table.test.ts"] },
