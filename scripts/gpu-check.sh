@@ -33,8 +33,9 @@
 # `backend: nccl` job on every GPU whose rank 1 dies: the survivors must say
 # they shrank their communicator (ncclCommShrink) rather than build a new one
 # (skipped, saying why, with one GPU or an older NCCL).
-# Then, where python3 has a torch with CUDA and NCCL, examples/torch_elastic.py as a
-# `backend: nccl` job on every GPU must complete (skipped, saying so, without one).
+# Then, where python3 has a torch with CUDA and NCCL, scripts/gpu-torch-rank.py as a `backend: nccl` job on
+# every GPU, under ctx.watch and ctx.ddp: it must complete with its gradients reduced on the GPU over NCCL
+# (skipped, saying so, without such a torch).
 # Everything goes to stdout and to $OUT/gpu-check.txt.
 # A failing step is recorded and the next one runs; the exit status is 1 when
 # any step failed. Every step has a time limit inside an overall budget.
@@ -95,7 +96,7 @@ fi
 OUT=${OUT:-$ROOT/.scratch/gpu-check}
 mkdir -p "$OUT"
 LOG=$OUT/gpu-check.txt
-BUDGET_S=${GPU_CHECK_BUDGET_S:-450}
+BUDGET_S=${GPU_CHECK_BUDGET_S:-520}
 RESULTS=()
 FAILED=0
 
@@ -276,30 +277,62 @@ torch_nccl() {
       ;;
   esac
   echo "torch on $python: $probe (version, CUDA, NCCL, devices)"
-  local dir=$OUT/torch-nccl
+  local dir=$OUT/torch-nccl mode failed=0
   mkdir -p "$dir"
-  cat >"$dir/cluster.yml" <<YAML
-name: torch-nccl
+  # The client's rank (scripts/gpu-torch-rank.py) under ctx.watch and under ctx.ddp, each as a backend: nccl job on
+  # every GPU; its JSON line says where the gradients were reduced, the evaluation's sums, the reduction's time on
+  # NCCL against the client's gloo path, and the abort it used.
+  for mode in watch ddp; do
+    cat >"$dir/$mode.yml" <<YAML
+name: torch-nccl-$mode
 controller: { host: 127.0.0.1, port: 0 }
 workers:
   - { host: localhost, devices: all, path: $ROOT, env: { OMP_NUM_THREADS: "1", GLOO_SOCKET_IFNAME: lo } }
 job:
-  command: [$python, examples/torch_elastic.py]
-  args: [--batch, "128", --lr, "6e-3"]
+  command: [$python, scripts/gpu-torch-rank.py$( [ "$mode" = ddp ] && echo ", --ddp")]
   dataset_size: 24000
-  epochs: 4
+  epochs: 3
   backend: nccl
-  checkpoint: $dir/checkpoint.json
+  checkpoint: $dir/$mode-checkpoint.json
 failure_policy: { after_formation: elastic, grace: 5s }
 YAML
-  timeout -k 5 200 "$BUN" src/cli/launch.ts "$dir/cluster.yml" >"$dir/launch.txt" 2>&1
-  local rc=$?
-  grep -E "held-out accuracy|run completed|run failed" "$dir/launch.txt"
-  if [ "$rc" -ne 0 ] || ! grep -q "^cohort: run completed" "$dir/launch.txt"; then
-    echo "expected the torch job to complete under backend: nccl; exit $rc:"
-    tail -60 "$dir/launch.txt"
-    return 1
-  fi
+    timeout -k 5 150 "$BUN" src/cli/launch.ts "$dir/$mode.yml" >"$dir/$mode.txt" 2>&1
+    local rc=$?
+    grep -E "GPU-TORCH|run completed|run failed" "$dir/$mode.txt"
+    if [ "$rc" -ne 0 ] || ! grep -q "^cohort: run completed" "$dir/$mode.txt"; then
+      echo "expected the torch job ($mode) to complete under backend: nccl; exit $rc:"
+      tail -60 "$dir/$mode.txt"
+      failed=1
+      continue
+    fi
+    # Each rank's gradients reduced on its GPU over NCCL, none of them through gloo (only the small agreement
+    # flags and the evaluation go there), and the evaluation's sums equal on both paths.
+    if ! grep -h "GPU-TORCH" "$dir/$mode.txt" | sed 's/.*GPU-TORCH //' | "$python" -c '
+import json, sys
+for line in sys.stdin:
+    facts = json.loads(line)
+    nccl, gloo = facts["reductions"]["nccl"], facts["reductions"]["gloo"]
+    problems = []
+    if nccl["devices"] != ["cuda:0"] or nccl["largest"] < 60000:
+        problems.append(f"the gradients were not reduced on the GPU over NCCL: {nccl}")
+    if gloo["largest"] >= 1000:
+        problems.append("a tensor of %d elements went through gloo" % gloo["largest"])
+    if facts["dist_all_reduce"] != facts["correct"] * facts["world"] or facts["ctx_all_reduce"] != facts["dist_all_reduce"]:
+        problems.append("the evaluation sums differ")
+    if facts["accuracy"] < 0.9:
+        problems.append("accuracy %s under 0.9" % facts["accuracy"])
+    if facts["aborted_by"] is None:
+        problems.append("no way to abort an NCCL group")
+    if facts.get("mean_is_one") is False:
+        problems.append("the gradient mean of the 25M-parameter model is not 1")
+    if problems:
+        print("; ".join(problems))
+        sys.exit(1)
+'; then
+      failed=1
+    fi
+  done
+  return "$failed"
 }
 
 main() {
@@ -314,7 +347,7 @@ main() {
   step "bun test (native GPU, kernels, errors)" 240 "$BUN" test test/native.gpu.test.ts test/native-kernels.test.ts test/native-errors.test.ts
   step "NCCL all-reduce benchmark" 180 "$BUN" bench/nccl-allreduce.ts
   step "NCCL shrink after a death (2+ GPUs, NCCL 2.27+)" 170 nccl_shrink
-  step "PyTorch job under backend: nccl (a CUDA torch)" 210 torch_nccl
+  step "PyTorch jobs under backend: nccl (a CUDA torch)" 330 torch_nccl
   echo
   echo "=== summary (${SECONDS}s) ==="
   printf '%s\n' "${RESULTS[@]}"

@@ -38,6 +38,7 @@ class Reducer:
 class Groups:
     def __init__(self, reducer):
         self.torch, self.reducer = torch, reducer
+        self.bulk = None  # no NCCL group: the CPU path
     def allreduce(self, tensor, op="sum"):
         return self.reducer.allreduce(tensor, op)
 

@@ -80,6 +80,8 @@ def _check_nccl(local_rank: int) -> None:
             f"job.backend is nccl, but torch sees no CUDA device for local rank {local_rank} (CUDA_VISIBLE_DEVICES={visible}): "
             "check the host's driver and its devices in the cluster file, or set job.backend: cpu_sync"
         )
+    # The rank's one GPU (cohort scopes CUDA_VISIBLE_DEVICES to it): NCCL's groups bind to the current device.
+    torch.cuda.set_device(0)
 
 
 def init() -> Context:

@@ -286,15 +286,18 @@ class Context:
         torch = self._groups.torch
         params = [p for p in model.parameters() if p.requires_grad]
         grads = [(p.grad if p.grad is not None else torch.zeros_like(p)).detach().reshape(-1) for p in params]
-        # On the CPU: the client's group is gloo's (a GPU's gradients make the trip; NCCL's path is not done).
-        flat = torch.cat([g.cpu() for g in grads] + [torch.ones(1, dtype=grads[0].dtype)]) * float(weight)
-        if not self._groups.allreduce(flat):
+        # Under backend: nccl a GPU's gradients are reduced where they are, on NCCL's group; otherwise on the CPU,
+        # over the client's gloo group.
+        on_gpu = self._groups.bulk is not None and grads[0].is_cuda
+        device = grads[0].device if on_gpu else torch.device("cpu")
+        flat = torch.cat([g.to(device) for g in grads] + [torch.ones(1, dtype=grads[0].dtype, device=device)]) * float(weight)
+        if not (self._groups.allreduce_bulk(flat) if on_gpu else self._groups.allreduce(flat)):
             return False
         total = float(flat[-1].item())
         offset = 0
         for p in params:
             n = p.numel()
-            mean = (flat[offset:offset + n].view(p.shape) / total if total > 0 else torch.zeros(p.shape)).to(p.device)
+            mean = (flat[offset:offset + n].view(p.shape) / total if total > 0 else torch.zeros(p.shape, dtype=flat.dtype, device=device)).to(p.device)
             if p.grad is None:
                 p.grad = mean.clone()
             else:

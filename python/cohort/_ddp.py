@@ -5,8 +5,9 @@ of one rank, so that making it is no collective (a rank entering a running group
 DDP's set-up for members that are not making one), with a communication hook that reduces each bucket over
 the current generation's group instead:
 
-- each bucket is reduced as it becomes ready, over the client's own gloo group of the moment (a GPU's
-  gradients make the trip through host memory), weighted by each member's batch: the mean is per sample,
+- each bucket is reduced as it becomes ready, over the client's own gloo group of the moment (under
+  `backend: nccl`, a GPU's bucket over the generation's NCCL group, never leaving the GPU), weighted by
+  each member's batch: the mean is per sample,
   as ctx.watch's is, with the weight carried in one more element of the bucket;
 - when a member is lost during a step, every bucket still under way ends the moment cohort announces the
   group without it (a watcher thread, beside the coordinator's orders), with zeros; the step is then not
@@ -49,12 +50,15 @@ class BucketReducer:
             result.set_result(torch.zeros_like(buffer))
             return result
         weight = float(ctx._step_samples or 0)
-        flat = torch.cat([buffer.detach().reshape(-1).to("cpu", torch.float32) * weight, torch.tensor([weight], dtype=torch.float32)])
+        # A GPU's bucket stays on it under backend: nccl (NCCL's group); otherwise it is reduced on the CPU (gloo's).
+        group = keeper.bulk if keeper.bulk is not None and buffer.is_cuda else keeper.pg
+        device = buffer.device if group is keeper.bulk else torch.device("cpu")
+        flat = torch.cat([buffer.detach().reshape(-1).to(device, torch.float32) * weight, torch.tensor([weight], dtype=torch.float32, device=device)])
         entry = _Bucket(result, buffer, keeper.generation, list(keeper.members))
         options = keeper.dist.AllreduceOptions()
         options.reduceOp = keeper.dist.ReduceOp.SUM
         try:
-            work = keeper.pg.allreduce([flat], options)
+            work = group.allreduce([flat], options)
         except RuntimeError:
             self._settle(entry, None)
             return result
@@ -88,7 +92,7 @@ class BucketReducer:
             entry.result.set_result(torch.zeros_like(buffer))
             return
         total = float(flat[-1].item())
-        mean = flat[:-1] / total if total > 0 else torch.zeros(flat.numel() - 1)
+        mean = flat[:-1] / total if total > 0 else torch.zeros(flat.numel() - 1, device=flat.device)
         entry.result.set_result(mean.view(buffer.shape).to(buffer.device, buffer.dtype))
 
     def _watch(self) -> None:
@@ -116,6 +120,22 @@ class BucketReducer:
             if ending:
                 return
 
+def solo_group(torch: Any, dist: Any, timeout: Any) -> Any:
+    """A process group of this rank alone, made without a collective, that DDP accepts. Since torch 2.0 a
+    ProcessGroupGloo is a backend, which DDP refuses: it is wrapped in a ProcessGroup, as torch's own groups are,
+    for CPU and GPU tensors alike (gloo stages a GPU's through host memory; in a group of one it moves nothing)."""
+    store = dist.HashStore()
+    backend = dist.ProcessGroupGloo(store, 0, 1, timeout)
+    if isinstance(backend, dist.ProcessGroup):  # torch 1.x: the backend is the group
+        return backend
+    group = dist.ProcessGroup(store, 0, 1)
+    kind = dist.ProcessGroup.BackendType.GLOO
+    for device in ("cpu", "cuda"):
+        group._register_backend(torch.device(device), kind, backend)
+    group._set_default_backend(kind)
+    return group
+
+
 def make_ddp(ctx: Any, module: Any, options: dict) -> Any:
     """torch's DDP over a group of one, reducing through cohort's current group (see the header)."""
     keeper = ctx._groups
@@ -123,7 +143,7 @@ def make_ddp(ctx: Any, module: Any, options: dict) -> Any:
     if "process_group" in options:
         raise CohortError("ctx.ddp(module) reduces over cohort's current group, which changes as members come and go: leave process_group out")
     options = {"broadcast_buffers": False, **options}
-    solo = dist.ProcessGroupGloo(dist.HashStore(), 0, 1, keeper.timeout)
+    solo = solo_group(torch, dist, keeper.timeout)
     ddp = torch.nn.parallel.DistributedDataParallel(module, process_group=solo, **options)
     reducer = BucketReducer(ctx)
 

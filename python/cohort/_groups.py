@@ -3,7 +3,8 @@
 Each generation has two groups over the same members, meeting at the launcher's rendezvous store for that
 generation (_store.py: calls over the rank's authenticated path, no port of the rank's own):
 - the client's own (`ProcessGroupGloo`, on CPU tensors whatever the job's backend), which carries every collective the client
-  makes: the per-step agreement, the gradients, the state a re-form copies. No one else holds it, and the client
+  makes: the per-step agreement, the gradients (under `backend: nccl`, a GPU's go through the default group
+  instead, so they never leave the GPU), the state a re-form copies. No one else holds it, and the client
   never blocks inside it: each collective is started asynchronously and waited for alongside the coordinator's
   orders, so when a member dies the survivors drop the collective the moment the new generation is announced,
   instead of waiting out gloo's timeout (a survivor that is not the dead rank's neighbour in the ring hears of
@@ -11,6 +12,9 @@ generation (_store.py: calls over the rank's authenticated path, no port of the 
 - torch's default group (`init_process_group`, gloo or, for `backend: nccl`, NCCL), for the user's own calls (`dist.get_rank()`, an evaluation's
   all_reduce). Those are guarded the same way (_protected.py): when a member is lost during one, it raises
   `cohort.MemberLost` as soon as the new generation is announced, instead of waiting out the group's timeout.
+  An NCCL group is aborted before it is dropped (a collective waiting for the dead would hold it), and NCCL's
+  watchdog is told not to end the process on a failed collective (TORCH_NCCL_ASYNC_ERROR_HANDLING=0, unless the
+  job sets it): cohort's announcement is what ends the generation.
 
 Forming a generation runs in a thread, and every store call of a generation ends the moment a newer one is
 announced, so a member that dies while the others wait for it at the rendezvous costs one more generation, not
@@ -105,6 +109,33 @@ def bind_gloo(address: str, environ: Dict[str, str] = os.environ) -> None:
     trace(f"gloo binds to {name} ({address})")
 
 
+def abort_nccl(dist: Any, group: Any) -> Optional[str]:
+    """Abort an NCCL group's communicators, by the first way this torch has (newest first); the way taken, or None
+    when it has none (the group is then only destroyed)."""
+    ways = (
+        ("distributed_c10d._abort_process_group", lambda: getattr(dist.distributed_c10d, "_abort_process_group")(group)),
+        ("ProcessGroup.abort", lambda: group.abort()),
+        ("ProcessGroupNCCL.abort", lambda: group._get_backend(_cuda_device()).abort()),
+        ("ProcessGroupNCCL._abort", lambda: group._get_backend(_cuda_device())._abort()),
+    )
+    for name, way in ways:
+        try:
+            way()
+        except (AttributeError, NotImplementedError, TypeError):
+            continue
+        except RuntimeError as error:  # aborted already, or broken past aborting: it holds nothing now
+            trace(f"NCCL group abort by {name}: {error}".splitlines()[0])
+        trace(f"NCCL group aborted ({name})")
+        return name
+    return None
+
+
+def _cuda_device() -> Any:
+    import torch
+
+    return torch.device("cuda", torch.cuda.current_device())
+
+
 class GroupKeeper:
     def __init__(self, rank: int, backend: str, orders: Orders, link: RelayLink, address: str) -> None:
         self.torch, self.dist = _torch()
@@ -125,6 +156,13 @@ class GroupKeeper:
         self.needs_sync = False
         #: Why the last collective failed, when it did (the group is then broken until the next generation).
         self.failure: Optional[str] = None
+        #: `backend: nccl`: the generation's default group (NCCL's), which also reduces the gradients, so that a GPU's
+        #: stay on it. None on the CPU: everything goes through the client's gloo group.
+        self.bulk: Any = None
+        if self.backend == "nccl":
+            # A peer's death must not end this process from NCCL's watchdog (its default tears the process down on a
+            # failed collective): cohort announces the death, and the group is aborted and formed again (_drop).
+            os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "0")
 
     # ------------------------------------------------------------------ generations
 
@@ -201,6 +239,8 @@ class GroupKeeper:
             rank=position, world_size=len(members), timeout=self.timeout,
         )
         self.pg, self.generation, self.members, self._store = pg, generation, members, store
+        if self.backend == "nccl":
+            self.bulk = self.dist.distributed_c10d._get_default_group()
         self.failure = None
         self.needs_sync = True
         self.link.report({"_tag": "GroupFormed", "generation": generation})
@@ -208,10 +248,15 @@ class GroupKeeper:
 
     def _drop(self) -> None:
         self.pg = None
+        bulk, self.bulk = self.bulk, None
+        if bulk is not None:
+            # A collective that waits for a dead peer holds NCCL's communicator (and its stream) for ever: abort it
+            # before the group is destroyed, which would otherwise wait for that collective.
+            abort_nccl(self.dist, bulk)
         if self.dist.is_initialized():
             try:
                 self.dist.destroy_process_group()
-            except RuntimeError:
+            except Exception:  # noqa: BLE001: an aborted NCCL group may refuse its destruction; it is gone either way
                 pass
 
     def _in_thread(self, make: Callable[[], Any], generation: int, members: Sequence[int]) -> Any:
@@ -321,6 +366,16 @@ class GroupKeeper:
         options = self.dist.AllreduceOptions()
         options.reduceOp = {"max": self.dist.ReduceOp.MAX, "min": self.dist.ReduceOp.MIN}.get(op, self.dist.ReduceOp.SUM)
         return self._collective(lambda: self.pg.allreduce([tensor], options))
+
+    def allreduce_bulk(self, tensor) -> bool:
+        """Sum `tensor` in place over the group: on NCCL's group where there is one and the tensor is on the GPU
+        (the gradients), else as `allreduce`; False when the group broke meanwhile."""
+        if self.bulk is None or not tensor.is_cuda:
+            return self.allreduce(tensor)
+        options = self.dist.AllreduceOptions()
+        options.reduceOp = self.dist.ReduceOp.SUM
+        bulk = self.bulk
+        return self._collective(lambda: bulk.allreduce([tensor], options))
 
     def allgather(self, outputs: List[Any], tensor) -> bool:
         """Gather `tensor` from every member into `outputs` (one per member, in member order); False when the group
