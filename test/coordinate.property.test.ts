@@ -7,6 +7,10 @@
  *    time, who has attached or said it is leaving, when the cohort formed. At
  *    every beat interval the coordinator must beat exactly the attached,
  *    live, non-leaving ranks and lose exactly those the model finds silent.
+ *    Ranks that attach keeping process groups (whose rendezvous is the
+ *    coordinator's store) are sent each new group, generation by generation:
+ *    the live keepers not leaving, once every live rank has attached, never
+ *    once the run stops.
  * 2. Training against simulated ranks that know only the orders they were
  *    sent (like epoch-ledger.property): through random work, deaths, ranks
  *    leaving with work or attaching again, joins and offers of checkpoints,
@@ -22,8 +26,23 @@
  *    majority of the ended epoch's members offered), which ranks' refusals are
  *    said (once each), what is on disk, whom `Stop` reaches and whether it
  *    says the checkpoint was saved.
- * 4. Purity: the same state and event give the same instructions and the
- *    same next state, and the state given is left as it was.
+ * 4. The mid-epoch cut, against simulated ranks (keeping groups or not) and
+ *    a model of the cut: a limit or an interrupt mid-epoch (`cpu_sync`;
+ *    `cpu_cadence` has no cut) asks every live, non-leaving rank once for
+ *    its state, and nothing after it begins a second cut, ends the epoch or
+ *    forms a group; an answer counts only from a live rank asked and still
+ *    waited for, of the cut's epoch (a dead rank's never does); the cut
+ *    settles once every asked rank has answered, died or left, a heartbeat
+ *    timeout after the stop, or at the run's end. It writes the answer with
+ *    the most rounds (the lowest rank on a tie) with exactly the samples the
+ *    ranks reported, and only when every asked rank gave a state, steady,
+ *    after the samples it reported; else the last consensus is kept (or
+ *    nothing) and the first reason is said. The stop's line and `Stop` say
+ *    saved only when a write succeeded, and `Stop` reaches exactly the ranks
+ *    still counted in.
+ * 5. Purity: the same state and event give the same instructions and the
+ *    same next state, and the state given is left as it was (through stores
+ *    attached, cuts offered, interrupts and the run's end too).
  *
  * Literal worked examples are in coordinate.table.test.ts. Every `fc.assert`
  * is seeded, so a failure reproduces; fast-check prints the shrunk
@@ -46,10 +65,17 @@ import {
   Attach,
   CheckpointSave,
   CoordinatorBeat,
+  CutOffer,
+  EpochEnd,
+  EpochExtend,
+  EpochStart,
   Exiting,
+  Group,
   Heartbeat,
+  OfferCut,
   Progress,
   Stop,
+  TrainingDone,
   Welcome
 } from "../src/wire/CoordinatorMessages.ts"
 
@@ -80,7 +106,8 @@ const interpret = (
     out.push(instruction)
     if (instruction._tag !== "WriteCheckpoint") continue
     const failure = fails() ? "disk full" : undefined
-    const [more, after] = interpret(current, CoordinatorEvent.CheckpointWritten({ epoch: instruction.epoch, reason: instruction.reason, failure, at: instruction.at }), fails)
+    const { at, coverage, epoch, reason } = instruction
+    const [more, after] = interpret(current, CoordinatorEvent.CheckpointWritten({ epoch, reason, coverage, failure, at }), fails)
     out.push(...more)
     current = after
   }
@@ -94,14 +121,17 @@ const ascending = (ranks: Iterable<number>) => [...ranks].sort((a, b) => a - b)
 // ---------------------------------------------------------------------------
 
 type LivenessAction =
-  | { readonly kind: "attach" | "heartbeat" | "exiting" | "die"; readonly pick: number; readonly after: number }
+  /** `groups`: the rank keeps process groups of its own, which rendezvous through the coordinator's store. */
+  | { readonly kind: "attach"; readonly pick: number; readonly groups: boolean; readonly after: number }
+  | { readonly kind: "heartbeat" | "exiting" | "die"; readonly pick: number; readonly after: number }
   | { readonly kind: "beats"; readonly picks: ReadonlyArray<number>; readonly after: number }
   | { readonly kind: "formed" | "tick"; readonly after: number }
 
 // Steps of 500 ms land exactly on a timeout often: silence is "more than" the timeout, never "at least".
 const after = fc.integer({ min: 0, max: 8 }).map((steps) => steps * 500)
 const livenessAction: fc.Arbitrary<LivenessAction> = fc.oneof(
-  { arbitrary: fc.record({ kind: fc.constantFrom("attach" as const, "heartbeat" as const), pick: fc.nat(), after }), weight: 4 },
+  { arbitrary: fc.record({ kind: fc.constant("attach" as const), pick: fc.nat(), groups: fc.boolean(), after }), weight: 2 },
+  { arbitrary: fc.record({ kind: fc.constant("heartbeat" as const), pick: fc.nat(), after }), weight: 2 },
   { arbitrary: fc.record({ kind: fc.constantFrom("exiting" as const, "die" as const), pick: fc.nat(), after }), weight: 1 },
   // Picks past the world are strangers: their beats must be ignored.
   { arbitrary: fc.record({ kind: fc.constant("beats" as const), picks: fc.array(fc.nat({ max: 7 }), { maxLength: 4 }), after }), weight: 4 },
@@ -109,7 +139,7 @@ const livenessAction: fc.Arbitrary<LivenessAction> = fc.oneof(
   { arbitrary: fc.record({ kind: fc.constant("tick" as const), after }), weight: 6 }
 )
 
-test("liveness: each beat interval beats the attached live ranks and loses exactly the silent ones", () => {
+test("liveness: each beat interval beats the attached live ranks and loses exactly the silent ones; ranks that keep groups are sent each new one", () => {
   fc.assert(
     fc.property(
       fc.integer({ min: 1, max: 5 }),
@@ -126,6 +156,20 @@ test("liveness: each beat interval beats the attached live ranks and loses exact
         let formedAt: number | undefined
         let stopped = false
         let at = 0
+        /** Ranks that attached keeping groups, and the group last announced. */
+        const keepers = new Set<number>()
+        let group = { generation: 0, members: [] as ReadonlyArray<number> }
+        /**
+         * Once every live rank has attached, and until the run stops, the group is the live keepers not leaving: each
+         * change is announced to its members as the next generation (no keeper, no group).
+         */
+        const regroup = (): Array<string> => {
+          if (stopped || [...alive].some((rank) => !attached.has(rank))) return []
+          const members = ascending(alive).filter((rank) => keepers.has(rank) && !exiting.has(rank))
+          if (members.length === 0 || members.join() === group.members.join()) return []
+          group = { generation: group.generation + 1, members }
+          return [`group ${group.generation} [${members.join(",")}] to ${members.join(",")}`]
+        }
         /** The model's death of `ranks`: every rank lost stops the run, with nothing saved (none was offered). */
         const lose = (ranks: ReadonlyArray<number>): Array<string> => {
           for (const rank of ranks) alive.delete(rank)
@@ -141,6 +185,7 @@ test("liveness: each beat interval beats the attached live ranks and loses exact
             if (order instanceof CoordinatorBeat) return [`beat ${ranks.join(",")}`]
             if (order instanceof Welcome) return [`welcome ${ranks.join(",")}`]
             if (order instanceof Stop) return [`Stop ${order.reason} saved=${order.saved}`]
+            if (order instanceof Group) return [`group ${order.generation} [${order.members.join(",")}] to ${ranks.join(",")}`]
             return [`${order._tag} ${ranks.join(",")}`]
           })
         for (const action of actions) {
@@ -150,7 +195,9 @@ test("liveness: each beat interval beats the attached live ranks and loses exact
           switch (action.kind) {
             case "attach": {
               const rank = action.pick % world
-              event = CoordinatorEvent.Reported({ rank, report: new Attach(), at })
+              event = CoordinatorEvent.Reported({ rank, report: new Attach(action.groups ? { groups: true } : {}), at })
+              // Kept whatever becomes of the attach (a rank of the run's, even one not taken back).
+              if (action.groups) keepers.add(rank)
               // A rank lost and restarted is taken back, unless the run is stopping.
               if (!alive.has(rank) && !stopped) {
                 alive.add(rank)
@@ -199,6 +246,8 @@ test("liveness: each beat interval beats the attached live ranks and loses exact
               break
             }
           }
+          // The group comes last: it is judged after the step.
+          expected.push(...regroup())
           const [instructions, next] = interpret(state, event)
           state = next
           expect(shown(instructions)).toEqual(expected)
@@ -647,7 +696,381 @@ test("consensus: only a majority of the just-ended epoch's members decides it; a
 })
 
 // ---------------------------------------------------------------------------
-// 4. Purity
+// 4. The mid-epoch cut
+// ---------------------------------------------------------------------------
+
+/** How a rank answers `OfferCut`: as asked, or with the one thing wrong that keeps its state from matching the epoch's coverage. */
+type CutAnswer = "honest" | "stateless" | "unsteady" | "behind" | "otherEpoch"
+
+type CutAction =
+  | { readonly kind: "work"; readonly pick: number; readonly samples: number; readonly fails: boolean }
+  | { readonly kind: "die"; readonly pick: number; readonly fails: boolean }
+  /** The rank's process ends: it says so (`Exiting`), or its agent reports a clean exit. */
+  | { readonly kind: "leave"; readonly pick: number; readonly how: "exiting" | "exited"; readonly fails: boolean }
+  /** `anyone`: the pick is of every rank (dead, unasked or done answering too); else of those the cut still waits for, when it waits. */
+  | { readonly kind: "answer"; readonly pick: number; readonly anyone: boolean; readonly answer: CutAnswer; readonly rounds: number; readonly fails: boolean }
+  | { readonly kind: "limit" | "interrupt"; readonly fails: boolean }
+  /** The run ends (its ranks are gone): every run ends so, after its random actions. */
+  | { readonly kind: "ending"; readonly fails: boolean }
+  /**
+   * Time goes by (every rank beating), then a beat interval. `edge`: with a cut waiting, to exactly its timeout, or
+   * (a wait of more than 3 s) 1 ms past it.
+   */
+  | { readonly kind: "wait"; readonly ms: number; readonly edge: boolean; readonly fails: boolean }
+
+const cutAction: fc.Arbitrary<CutAction> = fc.oneof(
+  { arbitrary: fc.record({ kind: fc.constant("work" as const), pick: fc.nat(), samples: fc.integer({ min: 1, max: 6 }), fails: fc.boolean() }), weight: 10 },
+  { arbitrary: fc.record({ kind: fc.constant("die" as const), pick: fc.nat(), fails: fc.boolean() }), weight: 1 },
+  { arbitrary: fc.record({ kind: fc.constant("leave" as const), pick: fc.nat(), how: fc.constantFrom("exiting" as const, "exited" as const), fails: fc.boolean() }), weight: 1 },
+  {
+    arbitrary: fc.record({
+      kind: fc.constant("answer" as const),
+      pick: fc.nat(),
+      anyone: fc.boolean(),
+      answer: fc.constantFrom<CutAnswer>(...Array<CutAnswer>(8).fill("honest"), "stateless", "unsteady", "behind", "otherEpoch"),
+      rounds: fc.integer({ min: 0, max: 4 }),
+      fails: fc.boolean()
+    }),
+    weight: 6
+  },
+  { arbitrary: fc.record({ kind: fc.constantFrom("limit" as const, "interrupt" as const), fails: fc.boolean() }), weight: 3 },
+  { arbitrary: fc.record({ kind: fc.constant("wait" as const), ms: fc.integer({ min: 0, max: 7 }).map((s) => s * 1_000), edge: fc.boolean(), fails: fc.boolean() }), weight: 2 }
+)
+
+/** A rank of the cut's run, as it and the model see it. */
+interface CutRank {
+  readonly rank: number
+  /** Not dead, to the coordinator (a rank that exited while the run stops is still counted in). */
+  alive: boolean
+  /** Its process ended: it reports nothing more. */
+  gone: boolean
+  /** It said it is leaving (`Exiting`). */
+  exiting: boolean
+  /** What its orders gave it: the epoch, the plan (start plus extensions), and how much of it it has done and reported. */
+  epoch: number | undefined
+  plan: Array<SampleRange>
+  done: number
+  /** It gave its cut, or was told to stop: it trains no further. */
+  stopped: boolean
+}
+
+/** A rank's answer, as the model keeps it. */
+interface ModelOffer {
+  readonly done: number
+  readonly rounds: number
+  readonly steady: boolean
+  readonly state: string | undefined
+}
+
+/** The model's cut: who was asked, who is still waited for, what they answered. */
+interface ModelCut {
+  readonly why: string
+  readonly reason: string
+  readonly epoch: number
+  readonly since: number
+  readonly asked: ReadonlyArray<number>
+  readonly waiting: Set<number>
+  readonly offers: Map<number, ModelOffer>
+}
+
+/** The samples `ranges` hold, one by one in their order. */
+const samplesIn = (ranges: ReadonlyArray<SampleRange>): Array<number> => samplesOf(ranges, 0, lengthOf(ranges))
+
+/** A cut's "cannot be kept" reason, in the model's words (an unknown one is shown as it is, to fail against the model). */
+const cutProblemShown = (why: string): string => {
+  const silent = /^rank (\d+) stopped without offering its state$/.exec(why)
+  if (silent !== null) return `rank ${silent[1]} gave no answer`
+  const stateless = /^rank (\d+)'s job offers no state between steps \(ctx\.checkpoint\.provide\)$/.exec(why)
+  if (stateless !== null) return `rank ${stateless[1]} offered no state`
+  const unsteady = /^rank (\d+) waited for work, so its weights miss the others' last rounds$/.exec(why)
+  if (unsteady !== null) return `rank ${unsteady[1]} waited for work`
+  const behind = /^rank (\d+) offered a state after (\d+) sample\(s\), but reported (\d+)$/.exec(why)
+  if (behind !== null) return `rank ${behind[1]} offered after ${behind[2]}, reported ${behind[3]}`
+  return why
+}
+
+const STORE = "/store/cohort-run.json"
+
+test("the mid-epoch cut: begun once, at the stop; written only with every asked survivor's sound answer, the most rounds' state and exactly the samples done; the stop says whether it was saved", () => {
+  fc.assert(
+    fc.property(
+      fc.integer({ min: 1, max: 4 }),
+      fc.integer({ min: 1, max: 24 }),
+      fc.integer({ min: 1, max: 3 }),
+      fc.constantFrom("cpu_sync" as const, "cpu_sync" as const, "cpu_sync" as const, "cpu_cadence" as const),
+      fc.boolean(),
+      fc.boolean(),
+      fc.array(fc.boolean(), { minLength: 4, maxLength: 4 }),
+      fc.array(cutAction, { maxLength: 50, size: "medium" }),
+      (world, datasetSize, epochs, backend, resumed, saves, keeps, actions) => {
+        const settings = settingsOf(world, datasetSize, epochs, {
+          job: { backend, datasetSize, epochs },
+          checkpointPath: STORE,
+          resume: resumed ? { epoch: 0, state: "w0" } : undefined
+        })
+        let state = initialState(settings)
+        const ranks = Array.from({ length: world }, (_, rank): CutRank => ({ rank, alive: true, gone: false, exiting: false, epoch: undefined, plan: [], done: 0, stopped: false }))
+        // The model.
+        let at = 0
+        let current = 1
+        let finished = false
+        let stopping = false
+        let cut: ModelCut | undefined
+        const dead: Array<number> = []
+        /** Samples reported done in each epoch, by any rank. */
+        const processed = new Map<number, Array<number>>()
+        let latest: { epoch: number; state: string } | undefined = resumed ? { epoch: 0, state: "w0" } : undefined
+        let onDisk: number | undefined = resumed ? 0 : undefined
+        let attachedAll = false
+        const keepers = new Set(ranks.filter(({ rank }) => keeps[rank]).map(({ rank }) => rank))
+        let group = { generation: 0, members: "" }
+
+        const live = () => ranks.filter((sim) => sim.alive).map(({ rank }) => rank)
+        const doneIn = (epoch: number) => processed.get(epoch) ?? []
+        const write = (epoch: number, saved: string, reason: string, covering: string, fails: boolean): Array<string> => {
+          if (!fails) onDisk = epoch
+          return [`write ${epoch} ${saved} ${reason} world ${world} dead ${ascending(dead).join(",")}${covering}`, fails ? "error disk full" : `journal checkpoint ${epoch} ${STORE} ${reason}`]
+        }
+        /** The stop's line (said only when a checkpoint was written for it) and `Stop` to every rank still counted in. */
+        const announce = (why: string, written: string | undefined): Array<string> => [
+          ...(written === undefined ? [] : [`said ${why}: ${written} at ${STORE}`]),
+          `stop ${live().join(",")}: ${why} saved=${written !== undefined}`
+        ]
+        const keepLatest = (why: string, reason: string, fails: boolean): Array<string> => {
+          if (latest === undefined) return announce(why, undefined)
+          return [...write(latest.epoch, latest.state, reason, "", fails), ...announce(why, fails ? undefined : `epoch ${latest.epoch}`)]
+        }
+        /** What keeps the answers from showing a state that holds exactly the epoch's done samples (see coordinate's header). */
+        const unsound = (asked: ReadonlyArray<number>, offers: ReadonlyMap<number, ModelOffer>): string | undefined => {
+          for (const rank of asked) {
+            const offer = offers.get(rank)
+            if (offer === undefined) return `rank ${rank} gave no answer`
+            if (offer.state === undefined) return `rank ${rank} offered no state`
+            if (!offer.steady) return `rank ${rank} waited for work`
+            const reported = ranks[rank]!.done
+            if (offer.done !== reported) return `rank ${rank} offered after ${offer.done}, reported ${reported}`
+          }
+          return undefined
+        }
+        const settle = (fails: boolean): Array<string> => {
+          const { asked, epoch, offers, reason, why } = cut!
+          cut = undefined
+          const problem = unsound(asked, offers)
+          if (problem !== undefined) return [`not kept ${epoch}: ${problem}`, ...keepLatest(why, reason, fails)]
+          // The most rounds: the last to stop took part in every round. On a tie, the lowest rank (asked is ascending).
+          let chosen: ModelOffer | undefined
+          for (const rank of asked) if (chosen === undefined || offers.get(rank)!.rounds > chosen.rounds) chosen = offers.get(rank)!
+          const samples = ascending(doneIn(epoch))
+          return [
+            ...write(epoch - 1, chosen!.state!, reason, ` covering ${epoch} of ${datasetSize}: ${samples.join(" ")}`, fails),
+            ...announce(why, fails ? undefined : `epoch ${epoch} at ${samples.length} of ${datasetSize}`)
+          ]
+        }
+        /** A rank asked for its cut answered or went: once none is waited for, the cut settles. */
+        const answered = (rank: number, fails: boolean): Array<string> => {
+          if (cut === undefined || !cut.waiting.delete(rank)) return []
+          return cut.waiting.size === 0 ? settle(fails) : []
+        }
+        const died = (sim: CutRank, fails: boolean): Array<string> => {
+          sim.alive = false
+          dead.push(sim.rank)
+          const settled = answered(sim.rank, fails)
+          if (stopping || finished || live().length > 0) return settled
+          stopping = true
+          return keepLatest("every rank was lost", "all_ranks_lost", fails)
+        }
+        /** Until the run stops or finishes, once every live rank has attached: the live ranks keeping groups, not leaving. */
+        const regroup = (): Array<string> => {
+          if (!attachedAll || stopping || finished) return []
+          const members = live().filter((rank) => keepers.has(rank) && !ranks[rank]!.exiting).join(",")
+          if (members === "" || members === group.members) return []
+          group = { generation: group.generation + 1, members }
+          return [`group ${group.generation} [${members}] to ${members}`]
+        }
+
+        const shown = (instructions: ReadonlyArray<Instruction>) =>
+          instructions.flatMap((instruction): Array<string> => {
+            switch (instruction._tag) {
+              case "WriteCheckpoint": {
+                const { coverage } = instruction
+                const covering = coverage === undefined ? "" : ` covering ${coverage.epoch} of ${coverage.datasetSize}: ${samplesIn(coverage.done).join(" ")}`
+                return [`write ${instruction.epoch} ${instruction.state} ${instruction.reason} world ${instruction.world} dead ${instruction.dead.join(",")}${covering}`]
+              }
+              case "Log": {
+                const { message } = instruction
+                const asking = /^(.*): asking rank\(s\) ([\d, ]+) for their state at their next step, to keep epoch (\d+)'s (\d+) sample\(s\) done$/.exec(message)
+                if (asking !== null) return [`asking ${asking[2]} for epoch ${asking[3]}'s ${asking[4]} done: ${asking[1]}`]
+                const lost = /^epoch (\d+)'s progress cannot be kept \((.*)\): /.exec(message)
+                if (lost !== null) return [`not kept ${lost[1]}: ${cutProblemShown(lost[2]!)}`]
+                const whole = /^(.*): consensus checkpoint of epoch (\d+) written to (.*); resume with --resume$/.exec(message)
+                if (whole !== null) return [`said ${whole[1]}: epoch ${whole[2]} at ${whole[3]}`]
+                const part = /^(.*): consensus checkpoint written to (.*), resuming epoch (\d+) at (\d+) of (\d+) samples done; resume with --resume$/.exec(message)
+                if (part !== null) return [`said ${part[1]}: epoch ${part[3]} at ${part[4]} of ${part[5]} at ${part[2]}`]
+                return message === "disk full" ? ["error disk full"] : []
+              }
+              case "Journal": {
+                const { event } = instruction
+                return event.event === "checkpoint" ? [`journal checkpoint ${event.epoch} ${event.path} ${event.reason}`] : []
+              }
+              case "Send": {
+                const { order } = instruction
+                const to = instruction.ranks.join(",")
+                if (order instanceof OfferCut) return [`offer cut ${order.epoch} to ${to}`]
+                if (order instanceof Stop) return [`stop ${to}: ${order.reason} saved=${order.saved}`]
+                if (order instanceof EpochEnd) return [`end ${order.epoch}`]
+                if (order instanceof TrainingDone) return ["training done"]
+                if (order instanceof Group) return [`group ${order.generation} [${order.members.join(",")}] to ${to}`]
+                return []
+              }
+              default:
+                return []
+            }
+          })
+        const apply = (event: CoordinatorEvent, expected: Array<string>, fails: boolean) => {
+          const [instructions, next] = interpret(state, event, () => fails)
+          state = next
+          // The ranks learn their work from their orders, and stop when told.
+          for (const instruction of instructions) {
+            if (instruction._tag !== "Send") continue
+            const { order } = instruction
+            for (const sim of instruction.ranks.map((rank) => ranks[rank]!)) {
+              if (order instanceof EpochStart) {
+                sim.epoch = order.epoch
+                sim.plan = [...order.ranges]
+                sim.done = 0
+              } else if (order instanceof EpochExtend && sim.epoch === order.epoch) sim.plan.push(...order.ranges)
+              else if (order instanceof Stop) sim.stopped = true
+            }
+          }
+          expect(shown(instructions)).toEqual([...expected, ...regroup()])
+          expect(state.consensus.written).toBe(onDisk)
+        }
+        /** Each live member offers the ended epoch's state (the job saves at every boundary): a strict majority decides it. */
+        const saveAfter = (epoch: number, fails: boolean) => {
+          const voters = live()
+          voters.forEach((rank, i) => {
+            const decides = i + 1 === Math.floor(voters.length / 2) + 1
+            if (decides) latest = { epoch, state: `weights after ${epoch}` }
+            apply(
+              CoordinatorEvent.Reported({ rank, report: new CheckpointSave({ epoch, state: `weights after ${epoch}` }), at }),
+              decides ? write(epoch, `weights after ${epoch}`, "checkpoint", "", fails) : [],
+              fails
+            )
+          })
+        }
+
+        for (const sim of ranks) {
+          attachedAll = sim.rank === world - 1
+          apply(CoordinatorEvent.Reported({ rank: sim.rank, report: new Attach(keeps[sim.rank] ? { groups: true } : {}), at }), [], false)
+        }
+        for (const action of [...actions, { kind: "ending" as const, fails: false }]) {
+          at += 10
+          const waited = cut === undefined ? [] : ascending(cut.waiting)
+          const picked = action.kind === "answer" && !action.anyone && waited.length > 0 ? waited[action.pick % waited.length]! : "pick" in action ? action.pick % world : 0
+          // The rank the action is of (the first, for those of no rank).
+          const sim = ranks[picked]!
+          switch (action.kind) {
+            case "work": {
+              if (!sim.alive || sim.gone || sim.stopped || sim.epoch === undefined) break
+              const take = Math.min(action.samples, lengthOf(sim.plan) - sim.done)
+              if (take <= 0) break
+              const { epoch } = sim
+              processed.set(epoch, [...doneIn(epoch), ...samplesOf(sim.plan, sim.done, take)])
+              sim.done += take
+              // The epoch's last sample ends it, unless the run is stopping: a cut keeps it open.
+              const ends = !stopping && !finished && epoch === current && doneIn(epoch).length === datasetSize
+              const expected = ends ? [`end ${epoch}`, ...(epoch === epochs ? ["training done"] : [])] : []
+              if (ends) {
+                current += 1
+                finished = current > epochs
+              }
+              apply(CoordinatorEvent.Reported({ rank: sim.rank, report: new Progress({ epoch, done: sim.done }), at }), expected, action.fails)
+              if (ends && saves) saveAfter(epoch, action.fails)
+              break
+            }
+            case "die":
+              apply(CoordinatorEvent.RanksDead({ ranks: [sim.rank], cause: "killed", at }), sim.alive ? died(sim, action.fails) : [], action.fails)
+              break
+            case "leave": {
+              if (!sim.alive || sim.gone) break
+              // Leaving with work in hand mid-training is a loss. Otherwise the rank stays counted in: one that said it is
+              // leaving is asked for no cut and is in no group; one whose exit was all that was heard is asked, and never answers.
+              const lost = !stopping && !finished && sim.epoch !== undefined && lengthOf(sim.plan) > sim.done
+              sim.gone = true
+              if (action.how === "exiting") sim.exiting = true
+              const expected = lost ? died(sim, action.fails) : answered(sim.rank, action.fails)
+              const event = action.how === "exiting"
+                ? CoordinatorEvent.Reported({ rank: sim.rank, report: new Exiting(), at })
+                : CoordinatorEvent.ExitedCleanly({ rank: sim.rank, at })
+              apply(event, expected, action.fails)
+              break
+            }
+            case "answer": {
+              if (sim.gone) break
+              const epoch = action.answer === "otherEpoch" ? current + 1 : current
+              const done = action.answer === "behind" ? (sim.done === 0 ? 1 : sim.done - 1) : sim.done
+              const offered = action.answer === "stateless" ? undefined : `cut of ${sim.rank} at ${at}`
+              const steady = action.answer !== "unsteady"
+              // Kept only from a live rank asked and still waited for, of the cut's epoch: a dead rank's never counts.
+              const kept = cut !== undefined && sim.alive && epoch === cut.epoch && cut.waiting.has(sim.rank)
+              if (kept) {
+                cut!.offers.set(sim.rank, { done, rounds: action.rounds, steady, state: offered })
+                sim.stopped = true
+              }
+              apply(
+                CoordinatorEvent.Reported({
+                  rank: sim.rank,
+                  report: new CutOffer({ epoch, done, rounds: action.rounds, steady, ...(offered === undefined ? {} : { state: offered }) }),
+                  at
+                }),
+                kept ? answered(sim.rank, action.fails) : [],
+                action.fails
+              )
+              break
+            }
+            case "limit":
+            case "interrupt": {
+              const why = action.kind === "limit" ? "the limit" : "interrupted by SIGINT"
+              const reason = action.kind === "limit" ? "max_failure_exceeded" : "interrupted"
+              const asked = live().filter((rank) => !ranks[rank]!.exiting)
+              const expected: Array<string> = []
+              if (stopping || finished) {
+                // Once stopping (or done) nothing more is begun: a second stop asks nothing.
+              } else if (backend === "cpu_sync" && asked.length > 0) {
+                stopping = true
+                cut = { why, reason, epoch: current, since: at, asked, waiting: new Set(asked), offers: new Map() }
+                expected.push(`asking ${asked.join(", ")} for epoch ${current}'s ${doneIn(current).length} done: ${why}`, `offer cut ${current} to ${asked.join(",")}`)
+              } else if (action.kind === "limit") {
+                // No cut to be had: the limit keeps the last consensus at once; an interrupt leaves it to the supervisor.
+                stopping = true
+                expected.push(...keepLatest(why, reason, action.fails))
+              }
+              apply(action.kind === "limit" ? CoordinatorEvent.StopRun({ why, at }) : CoordinatorEvent.Interrupted({ why, at }), expected, action.fails)
+              break
+            }
+            case "ending":
+              apply(CoordinatorEvent.Ending({ at }), cut === undefined ? [] : settle(action.fails), action.fails)
+              break
+            case "wait": {
+              const timeoutAt = cut === undefined ? undefined : cut.since + settings.heartbeatTimeoutMs
+              if (action.edge && timeoutAt !== undefined && timeoutAt >= at) at = timeoutAt + (action.ms > 3_000 ? 1 : 0)
+              else at += action.ms
+              apply(CoordinatorEvent.Beats({ ranks: live(), at }), [], action.fails)
+              // A cut's wait ends a heartbeat timeout after the stop: "more than", never "at least".
+              const timedOut = cut !== undefined && at - cut.since > settings.heartbeatTimeoutMs
+              apply(CoordinatorEvent.Tick({ at }), timedOut ? settle(action.fails) : [], action.fails)
+              break
+            }
+          }
+        }
+      }
+    ),
+    seeded(0xc07, 500)
+  )
+}, 60_000)
+
+// ---------------------------------------------------------------------------
+// 5. Purity
 // ---------------------------------------------------------------------------
 
 /** A state as plain data: persistent sets and maps in rank order, Maps in their own (meaningful) order. */
@@ -665,11 +1088,16 @@ const anyEvent = (ranks: number): fc.Arbitrary<(at: number) => CoordinatorEvent>
   const rank = fc.integer({ min: 0, max: ranks + 1 })
   return fc.oneof(
     rank.map((r) => (at: number) => CoordinatorEvent.Reported({ rank: r, report: new Attach(), at })),
+    // Attached keeping groups (their rendezvous is the coordinator's store): each change of members is a new generation.
+    rank.map((r) => (at: number) => CoordinatorEvent.Reported({ rank: r, report: new Attach({ groups: true }), at })),
     fc.tuple(rank, fc.integer({ min: 1, max: 3 }), fc.integer({ min: 0, max: 12 })).map(([r, epoch, done]) => (at: number) =>
       CoordinatorEvent.Reported({ rank: r, report: new Progress({ epoch, done, metrics: { loss: done } }), at })
     ),
     fc.tuple(rank, fc.integer({ min: 1, max: 3 })).map(([r, epoch]) => (at: number) =>
       CoordinatorEvent.Reported({ rank: r, report: new CheckpointSave({ epoch, state: `s${epoch}` }), at })
+    ),
+    fc.tuple(rank, fc.integer({ min: 1, max: 3 }), fc.integer({ min: 0, max: 12 }), fc.boolean()).map(([r, epoch, done, steady]) => (at: number) =>
+      CoordinatorEvent.Reported({ rank: r, report: new CutOffer({ epoch, done, rounds: done, steady, state: `cut ${done}` }), at })
     ),
     rank.map((r) => (at: number) => CoordinatorEvent.Reported({ rank: r, report: new Exiting(), at })),
     rank.map((r) => (at: number) => CoordinatorEvent.RanksDead({ ranks: [r], cause: "killed", at })),
@@ -678,7 +1106,9 @@ const anyEvent = (ranks: number): fc.Arbitrary<(at: number) => CoordinatorEvent>
     rank.map((r) => (at: number) => CoordinatorEvent.Beats({ ranks: [r], at })),
     fc.constant((at: number) => CoordinatorEvent.CohortFormed({ at })),
     fc.constant((at: number) => CoordinatorEvent.Tick({ at })),
-    fc.constant((at: number) => CoordinatorEvent.StopRun({ why: "limit", at }))
+    fc.constant((at: number) => CoordinatorEvent.StopRun({ why: "limit", at })),
+    fc.constant((at: number) => CoordinatorEvent.Interrupted({ why: "aborted: received SIGINT", at })),
+    fc.constant((at: number) => CoordinatorEvent.Ending({ at }))
   )
 }
 
