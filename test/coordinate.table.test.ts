@@ -507,7 +507,7 @@ describe("checkpoint consensus and the stop", () => {
     expect(run.step(CoordinatorEvent.StopRun({ why: "limit", at: 20 }))).toEqual([
       "write epoch 1 \"w\" (max_failure_exceeded) world 2 dead []",
       "error: checkpoint /ckpt/run.json: cannot write it: EACCES",
-      "error: limit: no consensus checkpoint to write (no rank had saved one)",
+      "error: limit: the consensus checkpoint of epoch 1 could not be written to /ckpt/run.json (the error above): nothing new to resume from",
       "0,1 ← Stop \"limit\" unsaved"
     ])
   })

@@ -612,7 +612,7 @@ class Step {
     const why = this.consensus.stopAwaitingWrite
     if (why === undefined) return
     this.consensus.stopAwaitingWrite = undefined
-    this.announceStop(why, failure === undefined ? { epoch, coverage } : undefined)
+    this.announceStop(why, failure === undefined ? { epoch, coverage } : undefined, failure === undefined ? undefined : epoch)
   }
 
   /**
@@ -738,12 +738,17 @@ class Step {
     else this.announceStop(why, undefined)
   }
 
-  /** `saved`: the checkpoint just written for this stop, if one was (mid-epoch: with its coverage). */
-  private announceStop(why: string, saved: { readonly epoch: number; readonly coverage: Coverage | undefined } | undefined): void {
+  /**
+   * `saved`: the checkpoint just written for this stop, if one was (mid-epoch: with its coverage); `unwritten`:
+   * the epoch of the one whose write failed (the error is said just before), which is not "none to write".
+   */
+  private announceStop(why: string, saved: { readonly epoch: number; readonly coverage: Coverage | undefined } | undefined, unwritten?: number): void {
     const { checkpointPath } = this.settings
     this.log(
       "error",
-      saved === undefined
+      unwritten !== undefined
+        ? `${why}: the consensus checkpoint of epoch ${unwritten} could not be written to ${checkpointPath} (the error above): nothing new to resume from`
+        : saved === undefined
         ? `${why}: no consensus checkpoint to write (no rank had saved one)`
         : saved.coverage === undefined
         ? `${why}: consensus checkpoint of epoch ${saved.epoch} written to ${checkpointPath}; resume with --resume`
