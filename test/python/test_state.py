@@ -105,6 +105,43 @@ class Containers(unittest.TestCase):
         self.assertIn("nests deeper than 64 levels", str(caught.exception))
 
 
+class Depth(unittest.TestCase):
+    """64 levels of nesting are the format's bound: the 64th is accepted through every kind of container, the 65th
+    refused, both when written and when read."""
+
+    @staticmethod
+    def nested(levels: int, kind: str):
+        value = 7
+        for _ in range(levels):
+            value = {"dict": lambda v: {"k": v}, "list": lambda v: [v], "tuple": lambda v: (v,), "ordered": lambda v: OrderedDict(k=v)}[kind](value)
+        return value
+
+    def test_64_levels_of_each_container_round_trip_and_65_are_refused(self):
+        for kind in ("dict", "list", "tuple", "ordered"):
+            with self.subTest(kind):
+                deepest = self.nested(64, kind)
+                self.assertEqual(decode(encode(deepest)), deepest)
+                with self.assertRaises(CohortError) as caught:
+                    encode(self.nested(65, kind))
+                self.assertIn("nests deeper than 64 levels", str(caught.exception))
+
+    def test_reading_accepts_64_levels_and_refuses_65(self):
+        # Lists by hand: [[...[7]...]] with the 7 at depth n.
+        self.assertEqual(decode(framed("[" * 64 + "7" + "]" * 64)), self.nested(64, "list"))
+        with self.assertRaises(CohortError) as caught:
+            decode(framed("[" * 65 + "7" + "]" * 65))
+        self.assertIn("nests deeper than 64 levels", str(caught.exception))
+        # Dicts: {"dict": [["k", ...]]} at each level.
+        deep_dict = '{"dict":[["k",' * 64 + "7" + "]]}" * 64
+        self.assertEqual(decode(framed(deep_dict)), self.nested(64, "dict"))
+        with self.assertRaises(CohortError):
+            decode(framed('{"dict":[["k",' * 65 + "7" + "]]}" * 65))
+        deep_tuple = '{"tuple":[' * 64 + "7" + "]}" * 64
+        self.assertEqual(decode(framed(deep_tuple)), self.nested(64, "tuple"))
+        with self.assertRaises(CohortError):
+            decode(framed('{"tuple":[' * 65 + "7" + "]}" * 65))
+
+
 class Malformed(unittest.TestCase):
     CASES = [
         ("empty", b"", "it does not start with the cohort-state header"),
