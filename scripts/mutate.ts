@@ -28,7 +28,7 @@ export const targets: ReadonlyArray<Target> = [
   { name: "Strategy", mutate: "src/actors/Strategy.ts", tests: ["test/strategy.test.ts", "test/failure-policy.test.ts", "test/decide.property.test.ts"] },
   { name: "FailurePolicy", mutate: "src/config/FailurePolicy.ts", tests: ["test/failure-policy.table.test.ts", "test/failure-policy.test.ts", "test/cluster-config.test.ts", "test/failure-rules.test.ts", "test/config-bounds.table.test.ts"] },
   { name: "JoinWindow", mutate: "src/config/JoinWindow.ts", tests: ["test/config-bounds.table.test.ts", "test/cluster-config.test.ts"] },
-  { name: "ClusterConfig", mutate: "src/config/ClusterConfig.ts", tests: ["test/config-bounds.table.test.ts", "test/cluster-config.test.ts"] },
+  { name: "ClusterConfig", mutate: "src/config/ClusterConfig.ts", tests: ["test/config-bounds.table.test.ts", "test/cluster-config.test.ts", "test/flodl-parity.test.ts", "test/ssh-fanout.test.ts", "test/overrides.test.ts", "test/dry-run-nccl.test.ts", "test/quick-form.test.ts", "test/checkpoint-pickle-opt-in.test.ts"] },
   { name: "EpochLedger", mutate: "src/actors/launcher/EpochLedger.ts", tests: ["test/epoch-ledger.table.test.ts", "test/epoch-ledger.property.test.ts", "test/growth.table.test.ts", "test/growth.property.test.ts"] },
   { name: "decide", mutate: "src/actors/decide.ts", tests: ["test/decide.table.test.ts", "test/decide.property.test.ts", "test/failure-rules.test.ts", "test/secondary-deaths.table.test.ts"] },
   { name: "FailureRules", mutate: "src/actors/FailureRules.ts", tests: ["test/failure-rules.test.ts"] },

@@ -117,7 +117,7 @@ describe("cluster.yml", () => {
     ["target below min", `controller: { join: { min_ranks: 2, target_ranks: 1 } }\n${minimal(w)}`, "controller.join.target_ranks (line 1, col 51): expected at least min_ranks (2), got 1"],
     ["min above capacity", `controller: { join: { min_ranks: 5 } }\n${minimal(w)}`, "controller.join.min_ranks (line 1, col 34): expected at most the 2 ranks the workers declare, got 5"],
     ["max_timeout below timeout", `controller: { join: { timeout: 2m, max_timeout: 1m } }\n${minimal(w)}`, "controller.join.max_timeout (line 1, col 49): expected a duration ≥ timeout"],
-    ["manual start with a target", `controller: { join: { start: manual, target_ranks: 2 } }\n${minimal(w)}`, "a manual start closes the window on the operator's word"],
+    ["manual start with a target", `controller: { join: { start: manual, target_ranks: 2 } }\n${minimal(w)}`, "controller.join.target_ranks (line 1, col 52): a manual start closes the window on the operator's word: remove target_ranks, or use start: hybrid"],
     ["bad start mode", `controller: { join: { start: now } }\n${minimal(w)}`, `controller.join.start (line 1, col 30): expected one of "auto", "manual", "hybrid", got "now"`],
     ["no job", `workers:\n${w}\n`, "job (line 1, col 1): expected a job section with entry or command"],
     ["entry and command", minimal(w, "job: { entry: t.ts, command: [x] }"), "job (line 3, col 6): give either entry (a TypeScript module) or command (any program), not both"],
