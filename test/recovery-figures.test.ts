@@ -214,6 +214,8 @@ describe("whose death a later event closes", () => {
 
   test("stretches of no length, of no seats, or after the end count nothing", () => {
     expect(ettr([formed(0, 10)], 0, 100)).toBe(0)
+    // A state from a launcher that kept no seats: nothing counted, not a failure.
+    expect(RecoveryFigures.effectiveTrainingRatio({ deaths: [], replacing: {} }, 0, 100)).toBe(0)
     // A loss in the ms of formation: 2 of 4 dropped at 10: 90 ms at half.
     expect(ettr([formed(4, 10), { event: "rank_lost", at: 10, ranks: [0, 1], diedAt: 10 }], 0, 100)).toBeCloseTo(0.45, 10)
     expect(ettr([formed(4, 10), { event: "rank_lost", at: 200, ranks: [0, 1, 2, 3], diedAt: 200 }], 0, 100)).toBeCloseTo(0.9, 10)
