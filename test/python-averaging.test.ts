@@ -6,8 +6,7 @@
  * weighting, and this test is what can. Expected values are worked by hand, as literals.
  */
 import { describe, expect, test } from "bun:test"
-import { join, resolve } from "node:path"
-import { debianTorchProblem, python, runCommand } from "./support/debian-torch.ts"
+import { casesInOnePython, debianTorchProblem } from "./support/debian-torch.ts"
 
 const torchProblem = await debianTorchProblem()
 if (torchProblem !== undefined) console.log(`python averaging tests skipped: python3-torch not available: ${torchProblem}`)
@@ -80,18 +79,7 @@ const CASES: Record<string, string> = {
   none: "run([([1.0, 1.0], 0), ([3.0, 3.0], 0)])",
   failed: "run([([1.0, 2.0], 3), ([5.0, -1.0], 1)], fail=True)"
 }
-let results: Promise<Record<string, Array<Member>>> | undefined
-const run = (name: string): Promise<Array<Member>> => {
-  results ??= runCommand(
-    [python, "-c", `${SET_UP}\nprint(json.dumps({${Object.entries(CASES).map(([key, call]) => `"${key}": ${call}`).join(", ")}}))`],
-    60_000,
-    { PYTHONPATH: join(resolve(import.meta.dir, ".."), "python") }
-  ).then((ran) => {
-    expect(ran.stderr).toBe("")
-    return JSON.parse(ran.stdout.trim())
-  })
-  return results.then((all) => all[name]!)
-}
+const run = casesInOnePython<Array<Member>>(SET_UP, CASES)
 
 describe("ctx.watch averages the gradients per sample over the members", () => {
   test.skipIf(torchProblem !== undefined)("batches of 3, 1 and 0 samples: (3·g0 + 1·g1) / 4, the empty one adding nothing; every member steps alike", async () => {

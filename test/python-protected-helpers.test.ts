@@ -7,8 +7,7 @@
  * are worked by hand.
  */
 import { describe, expect, test } from "bun:test"
-import { join, resolve } from "node:path"
-import { debianTorchProblem, python, runCommand } from "./support/debian-torch.ts"
+import { casesInOnePython, debianTorchProblem } from "./support/debian-torch.ts"
 
 const torchProblem = await debianTorchProblem()
 if (torchProblem !== undefined) console.log(`python protected-helper tests skipped: python3-torch not available: ${torchProblem}`)
@@ -114,18 +113,7 @@ const CASES: Record<string, string> = {
   stopped: "refused(lambda: context(stop='the run was interrupted')[0].all_reduce(torch.tensor([1.0])))"
 }
 
-let results: Promise<Record<string, any>> | undefined
-const run = (name: string): Promise<any> => {
-  results ??= runCommand(
-    [python, "-c", `${SET_UP}\nprint(json.dumps({${Object.entries(CASES).map(([key, call]) => `"${key}": ${call}`).join(", ")}}))`],
-    60_000,
-    { PYTHONPATH: join(resolve(import.meta.dir, ".."), "python") }
-  ).then((ran) => {
-    expect(ran.stderr).toBe("")
-    return JSON.parse(ran.stdout.trim())
-  })
-  return results.then((all) => all[name])
-}
+const run = casesInOnePython<any>(SET_UP, CASES)
 
 const skip = torchProblem !== undefined
 

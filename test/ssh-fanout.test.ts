@@ -109,7 +109,7 @@ describe("remote cleanup", () => {
       // Stand-ins whose command lines look like tagged agents: `<dir>/bun src/cli/agent.ts --tag …`.
       writeFileSync(join(dir, "bun"), "#!/bin/sh\nsleep 20\n", { mode: 0o755 })
       // No pipes: the script's `sleep` outlives a killed script, and a pipe it held kept the test runner waiting 20 s.
-      const quiet = { stdio: ["ignore", "ignore", "ignore"] } as const
+      const quiet = { stdin: "ignore", stdout: "ignore", stderr: "ignore" } as const
       const mine = Bun.spawn([join(dir, "bun"), "src/cli/agent.ts", "--tag", "run/host-a"], quiet)
       const other = Bun.spawn([join(dir, "bun"), "src/cli/agent.ts", "--tag", "run/host-b"], quiet)
       // Both have exec'd their script: their command lines are the tagged agents' (before that, a fork of this process's).

@@ -32,6 +32,26 @@ export const runCommand = async (cmd: Array<string>, timeoutMs: number, env?: Re
   return { code, stdout, stderr }
 }
 
+/**
+ * Python cases that share a set-up, all run in one Debian python3 (torch's import is most of the time) with the
+ * client on PYTHONPATH: `CASES` maps a name to an expression whose value is JSON; `run(name)` gives that case's.
+ * The first call runs them all; a run that writes to stderr fails every case.
+ */
+export const casesInOnePython = <T>(setUp: string, cases: Readonly<Record<string, string>>) => {
+  let results: Promise<Record<string, T>> | undefined
+  return (name: string): Promise<T> => {
+    results ??= runCommand(
+      [python, "-c", `${setUp}\nimport json\nprint(json.dumps({${Object.entries(cases).map(([key, call]) => `"${key}": ${call}`).join(", ")}}))`],
+      60_000,
+      { PYTHONPATH: new URL("../../python", import.meta.url).pathname }
+    ).then((ran) => {
+      if (ran.stderr !== "") throw new Error(`the python cases wrote to stderr:\n${ran.stderr}`)
+      return JSON.parse(ran.stdout.trim())
+    })
+    return results.then((all) => all[name]!)
+  }
+}
+
 export const lastLine = (text: string) => text.trim().split("\n").at(-1) ?? ""
 
 /** undefined when torch imports, else why not. */
