@@ -1208,11 +1208,9 @@ class ReferenceRun {
     const spec = this.spec(id)
     const wasLost = this.lost.delete(id)
     const ruled = this.ruledBy.get(id)
-    // decide forgets a rule's judgement of a loss only at an exit it did not ask for: a child stopped by a
-    // group restart comes back still marked, and its next death is carried out as that old loss, unjudged.
-    // That looks wrong (the loss ended at the stop, as `lost` does); the model follows decide so that the
-    // rest stays checked.
-    if (!requested) this.ruledBy.delete(id)
+    // A rule's judgement of a loss ends at the child's exit, asked for or not: a child a group restart brings
+    // back is a new incarnation, whose next death is judged afresh.
+    this.ruledBy.delete(id)
     this.running.delete(id)
     this.alive.delete(id)
     if (requested) {

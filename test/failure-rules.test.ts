@@ -230,6 +230,27 @@ describe("decide with failure rules", () => {
     expect(run.state.failure).toBeUndefined()
   })
 
+  test("a loss a rule judged ends at the child's exit, even one a group restart asked for: the new incarnation's death is judged afresh", () => {
+    const groupRestart = new Restart({ maxRestarts: 5, within: 600_000, backoff: noJitter, scope: "all" })
+    const run = supervise(
+      [rule("spot-silence", { causes: ["heartbeat"], hosts: ["spot-*"] }, new Restart({ maxRestarts: 5, within: 600_000, backoff: noJitter, scope: "one" })), rule("bug", { exitCodes: new ExitCodes({ op: "in", values: [3] }) }, new FailRun())],
+      groupRestart
+    )
+    // Rank 2 falls silent: the rule will restart it at its exit.
+    expect(run.act(SupervisionEvent.RanksLost({ ranks: [2], reason: "no heartbeat for 30.0 s", cause: "heartbeat" }))).toEqual([
+      { _tag: "RuleMatched", rule: "spot-silence", action: "restart", ranks: [2] }
+    ])
+    // Before its exit comes, rank 0 fails: the whole group is stopped and comes back, rank 2 with it.
+    expect(run.act(exited("r0", 1), 10)).toContainEqual(expect.objectContaining({ _tag: "Terminate", ids: ["r3", "r2", "r1"], mode: "graceful" }))
+    for (const id of ["r1", "r2", "r3"]) run.step(signaled(id, "SIGTERM"), 20)
+    for (const id of ["r0", "r1", "r2", "r3"]) run.step(SupervisionEvent.RestartDue({ id }), 200)
+    expect(run.state.children.map((child) => [child.spec.id, child.status])).toEqual([["r0", "running"], ["r1", "running"], ["r2", "running"], ["r3", "running"]])
+    // The new rank 2 dies of the bug: the bug rule fails the run (not the old silence's restart).
+    const directives = run.act(exited("r2", 3), 1_000)
+    expect(directives[0]).toEqual({ _tag: "RuleMatched", rule: "bug", action: "fail", ranks: [2] })
+    expect(run.state.failure).toBeDefined()
+  })
+
   test("restart rules keep their own intensity, apart from the strategy's and from each other", () => {
     const restartOnce = new Restart({ maxRestarts: 1, within: 600_000, backoff: noJitter, scope: "one" })
     const run = supervise([rule("oom-ish", { exitCodes: new ExitCodes({ op: "in", values: [137] }) }, restartOnce)], new Restart({ maxRestarts: 5, within: 600_000, backoff: noJitter, scope: "one" }))

@@ -329,12 +329,13 @@ class Step {
     if (child.lost === true) this.setChild(id, { lost: undefined })
 
     if (child.status === "stopping") {
-      // We asked for this exit; it says nothing about the child's health.
+      // We asked for this exit; it says nothing about the child's health. A rule's judgement of a loss ends with
+      // it too: a child a group restart brings back is a new incarnation, whose next death is judged afresh.
       if (child.restartAt !== undefined && !this.state.stopping && !this.state.drained) {
-        this.setChild(id, { status: "restarting" })
+        this.setChild(id, { status: "restarting", ruledBy: undefined })
         this.directives.push(Directive.Restart({ id, after: Math.max(0, child.restartAt - this.now) }))
       } else {
-        this.setChild(id, { status: "exited", restartAt: undefined })
+        this.setChild(id, { status: "exited", restartAt: undefined, ruledBy: undefined })
       }
       return
     }
