@@ -16,6 +16,7 @@ during one, and the abort of a group that waits for a dead peer need two GPUs or
 import argparse
 import json
 import math
+import os
 import statistics
 import sys
 import time
@@ -160,7 +161,7 @@ def main() -> int:
         "dist_all_reduce": float(summed.item()),
         "ctx_all_reduce": float(protected.item()),
         "correct": float(correct.item()),
-        "async_error_handling": __import__("os").environ.get("TORCH_NCCL_ASYNC_ERROR_HANDLING"),
+        "async_error_handling": os.environ.get("TORCH_NCCL_ASYNC_ERROR_HANDLING"),
         "abort_ways": ways,
         "aborted_by": aborted,
         "shrink_apis": shrinks,
