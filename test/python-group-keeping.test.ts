@@ -163,3 +163,48 @@ except CohortError as error:
 `)).toEqual(["Stopped: cohort is stopping this rank: the run is stopping", "CohortError: lost the host's relay"])
   })
 })
+
+describe("the NCCL group: dropped with an abort, and the gradients' reduction on it", () => {
+  const stand_ins = `
+import types
+said = []
+class Work:
+    def get_future(self):
+        class Done:
+            def add_done_callback(self, callback): callback(self)
+            def done(self): return True
+            def wait(self): return None
+        return Done()
+class Group:
+    def __init__(self, name): self.name = name
+    def allreduce(self, tensors, options):
+        said.append(f"{self.name} allreduce {[t.name for t in tensors]} op {options.reduceOp}")
+        return Work()
+class Tensor:
+    def __init__(self, name, is_cuda): self.name, self.is_cuda = name, is_cuda
+class Options: pass
+dist = types.SimpleNamespace(
+    AllreduceOptions=Options, ReduceOp=types.SimpleNamespace(SUM="SUM", MAX="MAX", MIN="MIN"),
+    is_initialized=lambda: True, destroy_process_group=lambda: said.append("destroy the default group"),
+    distributed_c10d=types.SimpleNamespace(_abort_process_group=lambda group: said.append(f"abort {group.name}")))
+k = keeper(); k.dist, k.pg, k.bulk = dist, Group("gloo"), Group("nccl")
+`
+  test("a GPU tensor is summed on NCCL's group, a CPU one on gloo's, and everything on gloo's without NCCL", () => {
+    expect(lines(`${stand_ins}
+print(k.allreduce_bulk(Tensor("gradients", True)), k.allreduce_bulk(Tensor("cpu", False)))
+k.bulk = None
+print(k.allreduce_bulk(Tensor("gradients", True)))
+print(said)
+`)).toEqual(["True True", "True", `["nccl allreduce ['gradients'] op SUM", "gloo allreduce ['cpu'] op SUM", "gloo allreduce ['gradients'] op SUM"]`])
+  })
+
+  test("dropping a generation aborts its NCCL group before the default group is destroyed, once; without NCCL, no abort", () => {
+    expect(lines(`${stand_ins}
+k._drop()
+print(k.pg, k.bulk, said)
+k._drop()
+print(said)
+`)).toEqual(["None None ['abort nccl', 'destroy the default group']", "['abort nccl', 'destroy the default group', 'destroy the default group']"])
+  })
+})
+
