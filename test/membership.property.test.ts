@@ -6,7 +6,9 @@
  * arrays, from the rules in Membership.ts's header rather than its code.
  *
  * Checked after every step: the effects said (the cohort's formation once, at
- * the right step; each host given up on once per time it joined), the world's
+ * the right step; each host given up on once per time it joined; each host
+ * admitted; each restart's old and new number; each number leaving once, by
+ * whichever loss or give-up came first), the world's
  * size, every number's host, device and seat, its last pid and every exit (before
  * formation and after it), each seat's current number, the
  * ranks each host's relay speaks for, the live hosts, the losses, and the
@@ -43,6 +45,8 @@ class Paper {
   runsAs = new Map<number, Array<number>>()
   gone = new Set<string>()
   silent = new Set<number>()
+  /** Numbers that left the world: lost, given up on, or replaced by a restart. */
+  left = new Set<number>()
   ranUserCode = new Set<number>()
   formedRanks: Array<number> = []
   cohortSaid = false
@@ -85,7 +89,7 @@ class Paper {
 }
 
 type Step =
-  | { readonly kind: "running" | "started" | "exited" | "lost"; readonly pick: number }
+  | { readonly kind: "running" | "started" | "exited" | "lost" | "givenUp"; readonly pick: number }
   | { readonly kind: "renumber"; readonly pick: number }
   | { readonly kind: "silent"; readonly picks: ReadonlyArray<number> }
   | { readonly kind: "ended"; readonly pick: number }
@@ -93,7 +97,7 @@ type Step =
 
 const stepArb: fc.Arbitrary<Step> = fc.oneof(
   { weight: 6, arbitrary: fc.record({ kind: fc.constant("running" as const), pick: fc.nat() }) },
-  { weight: 2, arbitrary: fc.record({ kind: fc.constantFrom("started" as const, "exited" as const, "lost" as const), pick: fc.nat() }) },
+  { weight: 2, arbitrary: fc.record({ kind: fc.constantFrom("started" as const, "exited" as const, "lost" as const, "givenUp" as const), pick: fc.nat() }) },
   { weight: 2, arbitrary: fc.record({ kind: fc.constant("renumber" as const), pick: fc.nat() }) },
   { weight: 3, arbitrary: fc.record({ kind: fc.constant("silent" as const), picks: fc.array(fc.nat(), { minLength: 1, maxLength: 4 }) }) },
   { weight: 1, arbitrary: fc.record({ kind: fc.constant("ended" as const), pick: fc.nat() }) },
@@ -102,12 +106,27 @@ const stepArb: fc.Arbitrary<Step> = fc.oneof(
 
 const hostNames = ["a", "b", "c", "d", "e"]
 
-const said = (effects: ReadonlyArray<MembershipEffect>) => effects.map((effect) => effect._tag === "HostGone" ? `gone ${effect.host}` : "formed")
+const said = (effects: ReadonlyArray<MembershipEffect>) =>
+  effects.map((effect) => {
+    switch (effect._tag) {
+      case "HostGone":
+        return `gone ${effect.host}`
+      case "CohortFormed":
+        return "formed"
+      case "HostAdmitted":
+        return `admitted ${effect.entry.host} ${effect.entry.ranks.join(",")} of ${effect.world}`
+      case "RanksLeft":
+        return `left ${effect.ranks.join(",")}: ${effect.cause}`
+      case "SeatRenumbered":
+        return `seat ${effect.seat}: ${effect.old} -> ${effect.rank} on ${effect.host}/${effect.device} of ${effect.world}`
+    }
+  })
 
 test("membership follows the paper model, step by step", () => {
   let formedSeen = 0
   let goneSeen = 0
   let renumberedSeen = 0
+  let leftSeen = 0
   fc.assert(
     fc.property(
       fc.array(fc.integer({ min: 1, max: 3 }), { minLength: 1, maxLength: 4 }),
@@ -153,6 +172,20 @@ test("membership follows the paper model, step by step", () => {
               const ranks = [numbersEver()[step.pick % paper.numbers.size]!]
               event = MembershipEvent.RanksLost({ ranks, cause: `cause ${step.pick}` })
               paper.lost.push({ ranks, cause: `cause ${step.pick}` })
+              if (!paper.left.has(ranks[0]!)) {
+                paper.left.add(ranks[0]!)
+                expected.push(`left ${ranks[0]}: cause ${step.pick}`)
+                leftSeen++
+              }
+              break
+            }
+            case "givenUp": {
+              const rank = numbersEver()[step.pick % paper.numbers.size]!
+              event = MembershipEvent.RanksGivenUp({ ranks: [rank], reason: `given up ${step.pick}` })
+              if (!paper.left.has(rank)) {
+                paper.left.add(rank)
+                expected.push(`left ${rank}: given up ${step.pick}`)
+              }
               break
             }
             case "renumber": {
@@ -161,10 +194,13 @@ test("membership follows the paper model, step by step", () => {
               const rank = paper.next++
               event = MembershipEvent.Renumbered({ seat, rank })
               const [host, device] = paper.numbers.get(seat)!
+              const old = paper.current(seat)
+              paper.left.add(old)
               paper.numbers.set(rank, [host, device, seat])
               paper.runsAs.get(seat)!.push(rank)
               paper.fresh(rank)
               paper.world += 1
+              expected.push(`seat ${seat}: ${old} -> ${rank} on ${host}/${device} of ${paper.world}`)
               renumberedSeen++
               break
             }
@@ -193,7 +229,9 @@ test("membership follows the paper model, step by step", () => {
             }
             case "joined": {
               const host = hostNames[step.pick % hostNames.length]!
-              event = MembershipEvent.HostJoined({ host: paper.join(host, step.count) })
+              const entry = paper.join(host, step.count)
+              event = MembershipEvent.HostJoined({ host: entry })
+              expected.push(`admitted ${host} ${entry.ranks.join(",")} of ${paper.world}`)
               break
             }
           }
@@ -201,7 +239,7 @@ test("membership follows the paper model, step by step", () => {
           state = next
           expect(said(effects)).toEqual(expected)
           formedSeen += expected.filter((each) => each === "formed").length
-          goneSeen += expected.length - expected.filter((each) => each === "formed").length
+          goneSeen += expected.filter((each) => each.startsWith("gone ")).length
           compare(state, paper)
         }
       }
@@ -212,6 +250,7 @@ test("membership follows the paper model, step by step", () => {
   expect(formedSeen).toBeGreaterThan(20)
   expect(goneSeen).toBeGreaterThan(20)
   expect(renumberedSeen).toBeGreaterThan(20)
+  expect(leftSeen).toBeGreaterThan(20)
 })
 
 const compare = (state: MembershipState, paper: Paper) => {

@@ -30,13 +30,29 @@ const formed = (): MembershipState =>
     hosts: [{ host: "a", ranks: [0, 1], devices: ["0", "1"], labels: ["NVIDIA H200", "NVIDIA A100"] }, { host: "b", ranks: [2], devices: ["cpu"], labels: ["cpu"] }]
   }))[1]
 
-/** Apply events in order; every step's effects, by tag and host, and the final state. */
+/** An effect in words, every field in it: the tables below read as what membership says. */
+const told = (effect: MembershipEffect): string => {
+  switch (effect._tag) {
+    case "CohortFormed":
+      return "CohortFormed"
+    case "HostGone":
+      return `HostGone ${effect.host}: ${effect.why}`
+    case "HostAdmitted":
+      return `HostAdmitted ${effect.entry.host} [${effect.entry.ranks}] on [${effect.entry.devices}] (${effect.entry.labels.join(", ")}), world ${effect.world}`
+    case "RanksLeft":
+      return `RanksLeft [${effect.ranks}]: ${effect.cause}`
+    case "SeatRenumbered":
+      return `SeatRenumbered seat ${effect.seat}: ${effect.old} -> ${effect.rank} on ${effect.host}/${effect.device} (${effect.label}), world ${effect.world}`
+  }
+}
+
+/** Apply events in order; every step's effects, in words, and the final state. */
 const play = (start: MembershipState, events: ReadonlyArray<MembershipEvent>) => {
   const said: Array<Array<string>> = []
   let state = start
   for (const event of events) {
     const [effects, next] = membership(state, event)
-    said.push(effects.map((effect: MembershipEffect) => effect._tag === "HostGone" ? `HostGone ${effect.host}: ${effect.why}` : effect._tag))
+    said.push(effects.map(told))
     state = next
   }
   return { said, state }
@@ -71,7 +87,7 @@ describe("formation and the cohort", () => {
       running(1),
       running(2)
     ])
-    expect(said).toEqual([[], [], [], [], ["CohortFormed"]])
+    expect(said).toEqual([["HostAdmitted c [3] on [0] (NVIDIA H200), world 4"], [], [], [], ["CohortFormed"]])
   })
 
   test("a slot the host named no device for shows as ?", () => {
@@ -98,6 +114,23 @@ describe("formation and the cohort", () => {
 })
 
 describe("restarts under new numbers", () => {
+  test("each restart says which number died, the new one, and where it runs; a number in use or a seat never had says nothing", () => {
+    const { said } = play(formed(), [
+      MembershipEvent.Renumbered({ seat: 1, rank: 3 }),
+      MembershipEvent.Renumbered({ seat: 1, rank: 5 }),
+      MembershipEvent.Renumbered({ seat: 2, rank: 6 }),
+      MembershipEvent.Renumbered({ seat: 0, rank: 5 }),
+      MembershipEvent.Renumbered({ seat: 9, rank: 7 })
+    ])
+    expect(said).toEqual([
+      ["SeatRenumbered seat 1: 1 -> 3 on a/1 (NVIDIA A100), world 4"],
+      ["SeatRenumbered seat 1: 3 -> 5 on a/1 (NVIDIA A100), world 5"],
+      ["SeatRenumbered seat 2: 2 -> 6 on b/cpu (cpu), world 6"],
+      [],
+      []
+    ])
+  })
+
   test("seat 1 restarts as 3, then as 5: each number is counted, traced to its seat, and spoken for by a's relay", () => {
     const { state } = play(formed(), [MembershipEvent.Renumbered({ seat: 1, rank: 3 }), MembershipEvent.Renumbered({ seat: 1, rank: 5 })])
     expect(state.world).toBe(5)
@@ -136,7 +169,14 @@ describe("hosts given up on", () => {
       silent(0, 3),
       MembershipEvent.HostEnded({ host: "a", why: "the ssh session ended" })
     ])
-    expect(said).toEqual([[], [], [], ["HostGone a: none of its ranks has beaten for 30000 ms"], [], []])
+    expect(said).toEqual([
+      ["SeatRenumbered seat 1: 1 -> 3 on a/1 (NVIDIA A100), world 4"],
+      [],
+      [],
+      ["HostGone a: none of its ranks has beaten for 30000 ms"],
+      [],
+      []
+    ])
     expect(liveHosts(state)).toEqual(["b"])
     expect(HashSet.has(state.gone, "a")).toBe(true)
   })
@@ -158,7 +198,13 @@ describe("hosts given up on", () => {
       silent(3),
       silent(4)
     ])
-    expect(said).toEqual([["HostGone b: cut off"], [], [], [], ["HostGone b: none of its ranks has beaten for 30000 ms"]])
+    expect(said).toEqual([
+      ["HostGone b: cut off"],
+      ["HostAdmitted b [3,4] on [0,1] (NVIDIA H200, NVIDIA H200), world 5"],
+      [],
+      [],
+      ["HostGone b: none of its ranks has beaten for 30000 ms"]
+    ])
     expect(state.world).toBe(5)
     expect(latestEntry(state, "b")).toEqual({ host: "b", ranks: [3, 4], devices: ["0", "1"], labels: ["NVIDIA H200", "NVIDIA H200"] })
     expect([...ranksByHost(state)]).toEqual([["a", [0, 1]], ["b", [3, 4]]])
@@ -201,5 +247,34 @@ describe("losses", () => {
       MembershipEvent.RanksLost({ ranks: [0, 1], cause: "lost the agent of a" })
     ])
     expect(state.lost).toEqual([{ ranks: [2], cause: "rank 2 exited with status 3" }, { ranks: [0, 1], cause: "lost the agent of a" }])
+  })
+})
+
+describe("ranks leave once, whichever way came first", () => {
+  const lost = (ranks: Array<number>, cause: string) => MembershipEvent.RanksLost({ ranks, cause })
+  const givenUp = (ranks: Array<number>, reason: string) => MembershipEvent.RanksGivenUp({ ranks, reason })
+
+  test.each([
+    ["a loss reported twice", [lost([2], "rank 2 exited with status 3"), lost([2], "again")], [["RanksLeft [2]: rank 2 exited with status 3"], []]],
+    ["given up, then reported by the policy", [givenUp([0, 1], "silent for 30 s"), lost([1, 0], "rank 1 lost")], [["RanksLeft [0,1]: silent for 30 s"], []]],
+    ["overlapping losses: only the new ones", [lost([0], "first"), lost([0, 2, 2], "second")], [["RanksLeft [0]: first"], ["RanksLeft [2]: second"]]],
+    ["numbers the run never had", [lost([7], "never ours"), givenUp([8, 2], "absent")], [[], ["RanksLeft [2]: absent"]]],
+    [
+      "a restart's old number has left; its new one can leave later",
+      [MembershipEvent.Renumbered({ seat: 1, rank: 3 }), lost([1], "late report of 1"), lost([3], "rank 3 exited with status 1")],
+      [["SeatRenumbered seat 1: 1 -> 3 on a/1 (NVIDIA A100), world 4"], [], ["RanksLeft [3]: rank 3 exited with status 1"]]
+    ],
+    [
+      "a host that came back: its new ranks can leave, its old ones have",
+      [lost([2], "b cut off"), MembershipEvent.HostJoined({ host: { host: "b", ranks: [3], devices: ["cpu"], labels: ["cpu"] } }), lost([2, 3], "b again")],
+      [["RanksLeft [2]: b cut off"], ["HostAdmitted b [3] on [cpu] (cpu), world 4"], ["RanksLeft [3]: b again"]]
+    ]
+  ] as const)("%s", (_, events, expected) => {
+    expect(play(formed(), events).said).toEqual(expected.map((step) => [...step]))
+  })
+
+  test("silence alone is no leaving: the host goes, and its ranks leave when they are given up or lost", () => {
+    const silent = MembershipEvent.RanksSilent({ ranks: [2], why: "none of its ranks has beaten for 30000 ms" })
+    expect(play(formed(), [silent, givenUp([2], "silent")]).said).toEqual([["HostGone b: none of its ranks has beaten for 30000 ms"], ["RanksLeft [2]: silent"]])
   })
 })

@@ -66,7 +66,7 @@ describe("the end of a run", () => {
       const membership = yield* MembershipOwner.make([
         member("gpu-a", [0, 1], [2, 3], ["NVIDIA H200", "NVIDIA H200"]),
         member("localhost", [2], [0], ["cpu"])
-      ], { cohortFormed: Effect.void, hostGone: () => Effect.void })
+      ], { cohortFormed: Effect.void })
       const ending = yield* Effect.fork(end(env, {
         verdict: Verdict.Completed({ dead: 0, world: 3, tolerated: 0 }),
         membership,

@@ -26,10 +26,12 @@ import type * as JoinGate from "./JoinGate.ts"
 import type { LaunchOptions, RunResult } from "./LaunchOptions.ts"
 import { listen } from "./Listen.ts"
 import { MembershipEvent } from "./Membership.ts"
+import * as Followers from "./MembershipFollowers.ts"
 import * as MembershipOwner from "./MembershipOwner.ts"
 import type { LaunchInputError, Plan } from "./Plan.ts"
 import type * as PortMux from "./PortMux.ts"
-import { type RankSupervision, supervise } from "./RankSupervision.ts"
+import type { RankSupervision } from "./RankSupervision.ts"
+import { supervise } from "./SuperviseRanks.ts"
 import * as RunEnv from "./RunEnv.ts"
 import * as RunStops from "./RunStops.ts"
 import { end, endRun, endUnformed } from "./Teardown.ts"
@@ -71,7 +73,7 @@ const runPlan = (
     yield* gateReady.fill(listening.gate)
     const stops = yield* RunStops.wire(options, later.supervision)
     const fannedOut = yield* fanOut(env, listening.port, (host, reason) =>
-      later.membership.ifReady((membership) => membership.tell(MembershipEvent.HostEnded({ host, why: reason }))))
+      later.membership.ifReady((membership) => membership.apply(MembershipEvent.HostEnded({ host, why: reason }))))
 
     const formation = yield* awaitFormation(listening, fannedOut, stops.beforeRanks, actorFailed)
     if (formation._tag === "Refused") return yield* Effect.fail(formation.error)
@@ -88,21 +90,19 @@ const runPlan = (
     const { members } = formation
     const membership = yield* MembershipOwner.make(members, {
       // A rank runs user code only once the supervisor has started it: the supervision is there, or about to be.
-      cohortFormed: Effect.flatMap(later.supervision.await, (supervision) => supervision.cohortFormed),
-      hostGone: (host, why, abort) =>
-        Effect.all([
-          Effect.logWarning(`${host} is gone (${why}): its ranks are lost`),
-          env.record({ event: "host_gone", at: Date.now(), host, reason: why }),
-          later.training.ifReady((plane) => plane?.controller.leave(host) ?? Effect.void),
-          abort
-        ], { discard: true })
+      cohortFormed: Effect.flatMap(later.supervision.await, (supervision) => supervision.cohortFormed)
     })
+    // Whoever acts on a change of membership follows it, in this order (see MembershipFollowers).
+    yield* membership.subscribe(Followers.journal({ record: env.record, now: Date.now }))
+    yield* membership.subscribe(Followers.controlGate(listening.control))
     yield* later.membership.fill(membership)
     const worldFormed = yield* tellWorld(env, listening, membership, members)
     yield* env.enter("forming")
 
     const training = yield* TrainingPlane.make(env, { membership, control: listening.control, rendezvous: listening.rendezvous, supervision: later.supervision })
     yield* later.training.fill(training)
+    if (training !== undefined) yield* membership.subscribe(Followers.training(training))
+    if (listening.rendezvous !== undefined) yield* membership.subscribe(Followers.rendezvous(listening.rendezvous))
     const supervision = yield* supervise(env, { listening, formedMembers: members, membership, training, stops, worldFormed })
     yield* later.supervision.fill(supervision)
     const { supervisor } = supervision

@@ -137,12 +137,9 @@ export const listen = (env: RunEnv, later: Later): Effect.Effect<Listening, Port
         handshakeMs: env.handshakeMs,
         idTimeoutMs: scaled(deadlines.rendezvousIdMs, env.scale),
         onFailure: (reason) => later.supervision.ifReady(({ supervisor }) => supervisor.send(SupervisionEvent.CoordinatorFailed({ reason }))),
-        onAbsent: (ranks, reason) =>
-          Effect.zipRight(
-            // A member that never took part in its NCCL generation: the rules' nccl cause.
-            later.supervision.ifReady((supervision) => supervision.giveUp(ranks, reason, "nccl", ranks.map(() => Date.now()))),
-            training.ifReady((plane) => plane?.coordinator.ranksDead(ranks, reason) ?? Effect.void)
-          )
+        // A member that never took part in its NCCL generation: the rules' nccl cause. Given up, it leaves
+        // membership, and the coordinator hears of it from there.
+        onAbsent: (ranks, reason) => later.supervision.ifReady((supervision) => supervision.giveUp(ranks, reason, "nccl", ranks.map(() => Date.now())))
       })
       : undefined
     const mux = yield* PortMux.start({

@@ -8,11 +8,14 @@
  * silence, which hosts can no longer be heard, how many ranks the run has had,
  * and which ranks still have to run user code before the cohort forms.
  *
- * `membership(state, event)` returns what must happen because of the event
- * (the cohort formed; a host is gone) and the next state; `MembershipOwner` is
- * the actor that holds the state and carries the effects out. Readers (the
- * orders' routing, the result table, the control gate's hosts) read the owner's
- * state through the selectors below instead of keeping copies of their own.
+ * `membership(state, event)` returns what changed because of the event, as
+ * effects (ranks left, a host admitted, a seat renumbered, the cohort formed, a
+ * host gone), and the next state; `MembershipOwner` is the actor that holds the
+ * state and publishes each effect to the parts that act on it (the
+ * coordinator, the NCCL rendezvous, the control gate, the journal), so no part
+ * is told by hand and none can be forgotten. Readers (the orders' routing, the
+ * result table, the control gate's hosts) read the owner's state through the
+ * selectors below instead of keeping copies of their own.
  *
  * The maps are Effect's persistent HashMaps: a big world (8,000 ranks) takes
  * one event per rank start, and copying a plain Map for each would be
@@ -75,8 +78,13 @@ export interface MembershipState {
   readonly relays: HashMap.HashMap<string, ReadonlyArray<number>>
   /** Hosts that cannot be heard from any more; one may come back under the same name and join again. */
   readonly gone: HashSet.HashSet<string>
-  /** Rank numbers given up on while their processes may live (silent, or absent from a rendezvous). */
+  /** Rank numbers given up on for silence while their processes may live: a host all of whose ranks are silent is gone. */
   readonly silent: HashSet.HashSet<number>
+  /**
+   * Rank numbers that left the world (lost, given up on, or replaced by a restart's new number): each is
+   * said to have left once, whichever way came first.
+   */
+  readonly left: HashSet.HashSet<number>
   /** Ranks of the formed world that have not yet run user code: the cohort forms when none is left. */
   readonly awaiting: HashSet.HashSet<number>
   readonly cohortFormed: boolean
@@ -97,7 +105,9 @@ export type MembershipEvent = Data.TaggedEnum<{
   Renumbered: { readonly seat: number; readonly rank: number }
   /** The failure policy reported these rank numbers dead. */
   RanksLost: { readonly ranks: ReadonlyArray<number>; readonly cause: string }
-  /** These rank numbers were given up on (silence, or absent from a rendezvous): their processes are being killed. */
+  /** These rank numbers were given up on (silence, an absent NCCL member, a group that never formed): their processes are being killed. */
+  RanksGivenUp: { readonly ranks: ReadonlyArray<number>; readonly reason: string }
+  /** These rank numbers were given up on for silence: a host none of whose ranks is heard is given up too, for `why`. */
   RanksSilent: { readonly ranks: ReadonlyArray<number>; readonly why: string }
   /** The host's agent can no longer be heard from (its session ended after formation). */
   HostEnded: { readonly host: string; readonly why: string }
@@ -109,6 +119,23 @@ export type MembershipEffect = Data.TaggedEnum<{
   CohortFormed: {}
   /** A host is given up on: its link is to be closed (its ranks then end as lost) and it leaves the rounds. */
   HostGone: { readonly host: string; readonly why: string }
+  /** A host joined the formed world: its ranks (numbered after every rank the run has had) are the world's from now on. */
+  HostAdmitted: { readonly entry: HostEntry; readonly world: number }
+  /** These rank numbers left the world, for `cause`: said once per number, by whichever loss came first. */
+  RanksLeft: { readonly ranks: ReadonlyArray<number>; readonly cause: string }
+  /**
+   * A restarted seat runs as `rank` from now on, on the host and device of `old` (the number that died): `old`
+   * has left the world, and `rank` joins it.
+   */
+  SeatRenumbered: {
+    readonly seat: number
+    readonly old: number
+    readonly rank: number
+    readonly host: string
+    readonly device: string
+    readonly label: string
+    readonly world: number
+  }
 }>
 export const MembershipEffect = Data.taggedEnum<MembershipEffect>()
 
@@ -121,6 +148,7 @@ export const empty: MembershipState = {
   relays: HashMap.empty(),
   gone: HashSet.empty(),
   silent: HashSet.empty(),
+  left: HashSet.empty(),
   awaiting: HashSet.empty(),
   cohortFormed: false,
   lost: []
@@ -150,6 +178,14 @@ const amend = (state: MembershipState, rank: number, change: (record: RankRecord
 /** The last time a host joined: a host that came back is judged by its new ranks only. */
 export const latestEntry = (state: MembershipState, host: string): HostEntry | undefined => state.hosts.findLast((entry) => entry.host === host)
 
+/** The ranks of `ranks` the world has and that have not left yet: those leave now. */
+const leave = (state: MembershipState, ranks: ReadonlyArray<number>, cause: string): readonly [ReadonlyArray<MembershipEffect>, MembershipState] => {
+  const leaving = [...new Set(ranks)].filter((rank) => HashMap.has(state.ranks, rank) && !HashSet.has(state.left, rank))
+  return leaving.length === 0
+    ? [none, state]
+    : [[MembershipEffect.RanksLeft({ ranks: leaving, cause })], { ...state, left: leaving.reduce((set, rank) => HashSet.add(set, rank), state.left) }]
+}
+
 /** Give a host up, once: a host already gone stays gone, and one that never joined is no one's to give up. */
 const giveUpHost = (state: MembershipState, host: string, why: string): readonly [ReadonlyArray<MembershipEffect>, MembershipState] =>
   latestEntry(state, host) === undefined || HashSet.has(state.gone, host)
@@ -166,9 +202,10 @@ export const membership = (state: MembershipState, event: MembershipEvent): read
     }
     case "HostJoined": {
       const { host } = event
-      return [none, {
+      const world = state.world + host.ranks.length
+      return [[MembershipEffect.HostAdmitted({ entry: host, world })], {
         ...state,
-        world: state.world + host.ranks.length,
+        world,
         hosts: [...state.hosts, host],
         ranks: recordsOf(host, state.ranks),
         relays: HashMap.set(state.relays, host.host, host.ranks),
@@ -191,16 +228,21 @@ export const membership = (state: MembershipState, event: MembershipEvent): read
       const { host } = old.value
       // A seat of an earlier visit of its host is no longer its relay's to speak for.
       const speaks = latestEntry(state, host)?.ranks.includes(event.seat) === true
-      return [none, {
+      const { device, label } = old.value
+      const world = state.world + 1
+      return [[MembershipEffect.SeatRenumbered({ seat: event.seat, old: previous, rank: event.rank, host, device, label, world })], {
         ...state,
-        world: state.world + 1,
-        ranks: HashMap.set(state.ranks, event.rank, { host: old.value.host, device: old.value.device, label: old.value.label, seat: event.seat, pid: null, exits: [], replaces: previous }),
+        world,
+        left: HashSet.add(state.left, previous),
+        ranks: HashMap.set(state.ranks, event.rank, { host, device, label, seat: event.seat, pid: null, exits: [], replaces: previous }),
         renumbered: HashMap.set(state.renumbered, event.seat, event.rank),
         relays: speaks ? HashMap.modify(state.relays, host, (ranks) => [...ranks, event.rank]) : state.relays
       }]
     }
     case "RanksLost":
-      return [none, { ...state, lost: [...state.lost, { ranks: event.ranks, cause: event.cause }] }]
+      return leave({ ...state, lost: [...state.lost, { ranks: event.ranks, cause: event.cause }] }, event.ranks, event.cause)
+    case "RanksGivenUp":
+      return leave(state, event.ranks, event.reason)
     case "RanksSilent": {
       const silenced = { ...state, silent: event.ranks.reduce((set, rank) => HashSet.add(set, rank), state.silent) }
       // A host none of whose ranks is heard any more is likely cut off: a kill order would never reach it.

@@ -26,6 +26,7 @@
 import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import * as Data from "effect/Data"
 import type * as Scope from "effect/Scope"
 import * as Actor from "../Actor.ts"
 import { makeNoiseLog } from "./NoiseLog.ts"
@@ -98,9 +99,13 @@ export interface RendezvousGate {
    * refused). `preferred` orders who makes the ids (see `pickGenerator`).
    */
   readonly begin: (world: ReadonlyArray<number>, preferred: ReadonlyArray<ReadonlySet<number>>) => Effect.Effect<void>
-  /** Ranks that joined the formed cohort: they may dial in now, and take part from their `grow`. */
+  /**
+   * Ranks that joined the formed cohort: they may dial in now, and take part from their `grow`. Told, like
+   * `lose`: membership says both from its own fiber, which must never wait on this gate's lock (a rank
+   * found absent holds it while membership hears of the loss).
+   */
   readonly admit: (ranks: ReadonlyArray<number>) => Effect.Effect<void>
-  /** Admitted ranks enter: the cohort re-rendezvouses with them. */
+  /** Admitted ranks enter: the cohort re-rendezvouses with them (told, in order with `admit`). */
   readonly grow: (ranks: ReadonlyArray<number>) => Effect.Effect<void>
   /** These ranks are dead: the survivors re-rendezvous. */
   readonly lose: (ranks: ReadonlyArray<number>, reason: string) => Effect.Effect<void>
@@ -109,6 +114,14 @@ export interface RendezvousGate {
   /** Every generation that formed, oldest first. */
   readonly history: Effect.Effect<ReadonlyArray<Generation>>
 }
+
+/** Told through the gate's mailbox, in order with the connections it accepts (see `admit`). */
+type Told = Data.TaggedEnum<{
+  Admit: { readonly ranks: ReadonlyArray<number> }
+  Grow: { readonly ranks: ReadonlyArray<number> }
+  Lose: { readonly ranks: ReadonlyArray<number>; readonly reason: string }
+}>
+const Told = Data.taggedEnum<Told>()
 
 export const make = (options: RendezvousGateOptions): Effect.Effect<RendezvousGate, never, Scope.Scope> =>
   Effect.gen(function*() {
@@ -243,10 +256,55 @@ export const make = (options: RendezvousGateOptions): Effect.Effect<RendezvousGa
         // Reset: a connection that failed its hello (or its deadline) must not be held open with what it buffered.
         Effect.zipRight(Effect.sync(() => connection.reset()), noise.drop(connection.peer, error.message))))
 
-    const owner = yield* Actor.spawn<Accepted, Scope.Scope>({
+    const admit = (ranks: ReadonlyArray<number>) => serial(Effect.sync(() => ranks.forEach((rank) => admitted.add(rank))))
+    const grow = (ranks: ReadonlyArray<number>) =>
+      serial(Effect.gen(function*() {
+        const entering = ranks.filter((rank) => admitted.delete(rank))
+        if (entering.length === 0) return
+        for (const rank of entering) live.add(rank)
+        yield* dissolve(`rank(s) ${entering.join(", ")} joined`)
+        if (forming !== undefined) yield* Deferred.fail(forming.id, `rank(s) ${entering.join(", ")} joined`)
+        yield* advance
+        // A rank that never dials in would hold every generation back: past the id timeout it is absent.
+        yield* Effect.forkIn(
+          Effect.zipRight(
+            Effect.sleep(Duration.millis(options.idTimeoutMs)),
+            serial(Effect.suspend(() => {
+              const absent = entering.filter((rank) => live.has(rank) && !links.has(rank))
+              return absent.length === 0
+                ? Effect.void
+                : options.onAbsent?.(absent, `did not join the NCCL rendezvous within ${options.idTimeoutMs} ms of entering`) ?? Effect.void
+            }))
+          ),
+          scope
+        )
+      }))
+    const lose = (ranks: ReadonlyArray<number>, reason: string) =>
+      serial(Effect.gen(function*() {
+        for (const rank of ranks) admitted.delete(rank)
+        const gone = ranks.filter((rank) => live.has(rank))
+        if (gone.length === 0) return
+        for (const rank of gone) {
+          live.delete(rank)
+          yield* Effect.ignore(links.get(rank)?.close ?? Effect.void)
+          links.delete(rank)
+        }
+        yield* dissolve(reason)
+        if (forming !== undefined) yield* Deferred.fail(forming.id, reason)
+        yield* advance
+      }))
+
+    const owner = yield* Actor.spawn<Accepted | Told, Scope.Scope>({
       name: "rendezvous-gate",
-      handlers: { Accepted: ({ connection }) => Effect.asVoid(Effect.forkScoped(serve(connection))) }
+      handlers: {
+        Accepted: ({ connection }) => Effect.asVoid(Effect.forkScoped(serve(connection))),
+        Admit: ({ ranks }) => admit(ranks),
+        Grow: ({ ranks }) => grow(ranks),
+        Lose: ({ ranks, reason }) => lose(ranks, reason)
+      }
     })
+    // A gate that has stopped (the run is over) has no rendezvous left to change.
+    const tell = (message: Told) => Effect.ignore(owner.tell(message))
 
     return {
       owner,
@@ -256,43 +314,9 @@ export const make = (options: RendezvousGateOptions): Effect.Effect<RendezvousGa
           preferred = order
           yield* advance
         })),
-      admit: (ranks) => serial(Effect.sync(() => ranks.forEach((rank) => admitted.add(rank)))),
-      grow: (ranks) =>
-        serial(Effect.gen(function*() {
-          const entering = ranks.filter((rank) => admitted.delete(rank))
-          if (entering.length === 0) return
-          for (const rank of entering) live.add(rank)
-          yield* dissolve(`rank(s) ${entering.join(", ")} joined`)
-          if (forming !== undefined) yield* Deferred.fail(forming.id, `rank(s) ${entering.join(", ")} joined`)
-          yield* advance
-          // A rank that never dials in would hold every generation back: past the id timeout it is absent.
-          yield* Effect.forkIn(
-            Effect.zipRight(
-              Effect.sleep(Duration.millis(options.idTimeoutMs)),
-              serial(Effect.suspend(() => {
-                const absent = entering.filter((rank) => live.has(rank) && !links.has(rank))
-                return absent.length === 0
-                  ? Effect.void
-                  : options.onAbsent?.(absent, `did not join the NCCL rendezvous within ${options.idTimeoutMs} ms of entering`) ?? Effect.void
-              }))
-            ),
-            scope
-          )
-        })),
-      lose: (ranks, reason) =>
-        serial(Effect.gen(function*() {
-          for (const rank of ranks) admitted.delete(rank)
-          const gone = ranks.filter((rank) => live.has(rank))
-          if (gone.length === 0) return
-          for (const rank of gone) {
-            live.delete(rank)
-            yield* Effect.ignore(links.get(rank)?.close ?? Effect.void)
-            links.delete(rank)
-          }
-          yield* dissolve(reason)
-          if (forming !== undefined) yield* Deferred.fail(forming.id, reason)
-          yield* advance
-        })),
+      admit: (ranks) => tell(Told.Admit({ ranks })),
+      grow: (ranks) => tell(Told.Grow({ ranks })),
+      lose: (ranks, reason) => tell(Told.Lose({ ranks, reason })),
       current: Effect.sync(() => formed),
       history: Effect.sync(() => [...history])
     }

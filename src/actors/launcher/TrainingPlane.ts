@@ -8,6 +8,11 @@
  * rounds from then on are shared, and NCCL re-forms with them. A plain
  * `command:` job (torchrun-style) has no training plane; one that plans
  * epochs runs the Python client and has (see `Job.isCoordinated`).
+ *
+ * The plane follows membership rather than being told by hand (see
+ * MembershipFollowers): ranks that left are dead to the coordinator, a host
+ * admitted or a seat renumbered brings joining ranks, and a host that is gone
+ * leaves the controller's rounds.
  */
 import * as Effect from "effect/Effect"
 import type * as Scope from "effect/Scope"
@@ -100,11 +105,8 @@ export const make = (env: RunEnv, wiring: TrainingWiring): Effect.Effect<Trainin
       formWithinMs: scaled(deadlines.groupFormMs, env.scale),
       checkEveryMs: beatEveryMs(env.heartbeatTimeoutMs),
       answer: (rank, answer) => sendToRanks([rank], answer),
-      lose: (ranks, reason) =>
-        Effect.zipRight(
-          supervision.ifReady((ranksSupervision) => ranksSupervision.giveUp(ranks, reason, "rendezvous", ranks.map(() => Date.now()))),
-          coordinator?.ranksDead(ranks, reason) ?? Effect.void
-        )
+      // Given up, they leave membership, and the coordinator hears of it from there.
+      lose: (ranks, reason) => supervision.ifReady((ranksSupervision) => ranksSupervision.giveUp(ranks, reason, "rendezvous", ranks.map(() => Date.now())))
     })
     const announcing = (ranks: ReadonlyArray<number>, order: CoordinatorOrder) =>
       order._tag === "Group" ? Effect.zipRight(groupStore.announce(order.generation, order.members), sendToRanks(ranks, order)) : sendToRanks(ranks, order)
