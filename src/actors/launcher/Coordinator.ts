@@ -20,7 +20,7 @@ import * as Effect from "effect/Effect"
 import * as Ref from "effect/Ref"
 import * as Request from "effect/Request"
 import type * as Scope from "effect/Scope"
-import * as Actor from "../Actor.ts"
+import * as Machine from "../Machine.ts"
 import type { Job } from "../../config/ClusterConfig.ts"
 import { beatEveryMs } from "../../config/Heartbeat.ts"
 import type { CoordinatorOrder, RankReport } from "../../wire/CoordinatorMessages.ts"
@@ -114,7 +114,7 @@ const LAST_WORDS_MS = 1_000
 export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, never, Scope.Scope> =>
   Effect.gen(function*() {
     const scope = yield* Effect.scope
-    const state = yield* Ref.make(initialState({
+    const initial = initialState({
       job: options.job,
       ranks: options.ranks,
       heartbeatTimeoutMs: options.heartbeatTimeoutMs,
@@ -122,14 +122,17 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
       resume: options.resume === undefined
         ? undefined
         : { epoch: options.resume.epoch, state: options.resume.state, ...(options.resume.coverage === undefined ? {} : { coverage: options.resume.coverage }) }
-    }))
+    })
     const journal = options.onEvent ?? (() => Effect.void)
     // Deaths whose survivors have not counted a step since: their recovery is that step (SurvivorsStep).
     const awaitingStep = yield* Ref.make(SurvivorsStep.none)
     // A run stops once at most, so it has one cut at most: done once it has settled.
     const cutSettled = yield* Deferred.make<void>()
 
-    const write = (request: Extract<Instruction, { readonly _tag: "WriteCheckpoint" }>): Effect.Effect<void> =>
+    const write = (
+      request: Extract<Instruction, { readonly _tag: "WriteCheckpoint" }>,
+      step: (event: CoordinatorEvent) => Effect.Effect<void>
+    ): Effect.Effect<void> =>
       Effect.suspend(() =>
         CheckpointFile.write(options.checkpointPath, {
           version: 1,
@@ -150,7 +153,7 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
         )
       )
 
-    const execute = (instruction: Instruction): Effect.Effect<void> =>
+    const execute = (instruction: Instruction, step: (event: CoordinatorEvent) => Effect.Effect<void>): Effect.Effect<void> =>
       Instruction.$match(instruction, {
         Send: ({ order, ranks }) => options.send(ranks, order),
         Log: ({ level, message }) =>
@@ -166,42 +169,43 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
         Enter: ({ epoch, ranks }) => options.onEnter?.(ranks, epoch) ?? Effect.void,
         LoseRanks: ({ cause, diedAt, fatal, ranks, reason }) => options.loseRanks(ranks, reason, cause, diedAt, fatal === true),
         Drained: () => options.drained,
-        WriteCheckpoint: write
+        // The write's outcome steps the machine again, before the next instruction.
+        WriteCheckpoint: (request) => write(request, step)
       })
 
-    const step = (event: CoordinatorEvent): Effect.Effect<void> =>
-      Effect.gen(function*() {
-        const before = yield* Ref.get(state)
-        const [instructions, next] = coordinate(before, event)
-        yield* Ref.set(state, next)
-        if (before.consensus.cut !== undefined && next.consensus.cut === undefined) yield* Deferred.succeed(cutSettled, undefined)
-        for (const instruction of instructions) yield* execute(instruction)
-        const [stepped, awaiting] = SurvivorsStep.observe(yield* Ref.get(awaitingStep), event, before, instructions)
-        yield* Ref.set(awaitingStep, awaiting)
-        if (stepped !== undefined) yield* journal(stepped)
-      })
-
-    const actor = yield* Actor.spawn<Heard | Settled | CutWaiting, never>({
+    const coordinator = yield* Machine.spawn<CoordinatorState, CoordinatorEvent, Instruction, Heard, Settled | CutWaiting>({
       name: "coordinator",
-      handlers: {
-        Reported: step,
-        Beats: step,
-        CohortFormed: step,
-        RanksDead: step,
-        StopOrdered: step,
-        Joined: step,
-        ExitedCleanly: step,
-        Tick: step,
-        StopRun: step,
-        Interrupted: step,
-        CutWaiting: () => Effect.map(Ref.get(state), ({ consensus }: CoordinatorState) => consensus.cut !== undefined),
+      machine: { initial, step: coordinate },
+      events: {
+        Reported: true,
+        Beats: true,
+        CohortFormed: true,
+        RanksDead: true,
+        StopOrdered: true,
+        Joined: true,
+        ExitedCleanly: true,
+        Tick: true,
+        StopRun: true,
+        Interrupted: true
+      },
+      carryOut: execute,
+      observe: ({ after, before, effects, event }) =>
+        Effect.gen(function*() {
+          if (before.consensus.cut !== undefined && after.consensus.cut === undefined) yield* Deferred.succeed(cutSettled, undefined)
+          const [stepped, awaiting] = SurvivorsStep.observe(yield* Ref.get(awaitingStep), event, before, effects)
+          yield* Ref.set(awaitingStep, awaiting)
+          if (stepped !== undefined) yield* journal(stepped)
+        }),
+      requests: (stepper) => ({
+        CutWaiting: () => Effect.sync(() => stepper.current().consensus.cut !== undefined),
         Settled: () =>
           Effect.zipRight(
-            Effect.flatMap(Clock.currentTimeMillis, (at) => step(CoordinatorEvent.Ending({ at }))),
-            Effect.map(Ref.get(state), ({ consensus }: CoordinatorState) => consensus.written)
+            Effect.flatMap(Clock.currentTimeMillis, (at) => stepper.step(CoordinatorEvent.Ending({ at }))),
+            Effect.sync(() => stepper.current().consensus.written)
           )
-      }
+      })
     })
+    const actor = coordinator.ref
     /** Into the mailbox, stamped with the time it was heard. */
     const hear = (event: (at: number) => Heard): Effect.Effect<void> =>
       Effect.flatMap(Clock.currentTimeMillis, (at) => Effect.ignore(actor.tell(event(at))))
@@ -227,9 +231,9 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
           return yield* actor.ask(new Settled())
         }),
         "ActorStopped",
-        () => Effect.map(Ref.get(state), ({ consensus }: CoordinatorState) => consensus.written)
+        () => Effect.sync(() => coordinator.current().consensus.written)
       ),
-      unfinished: Effect.map(Ref.get(state), unfinishedTraining),
+      unfinished: Effect.sync(() => unfinishedTraining(coordinator.current())),
       exitedCleanly: (rank) =>
         Effect.asVoid(Effect.forkIn(Effect.zipRight(Effect.sleep(Duration.millis(LAST_WORDS_MS)), hear((at) => CoordinatorEvent.ExitedCleanly({ rank, at }))), scope))
     }
