@@ -26,6 +26,7 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import type * as Scope from "effect/Scope"
 import { ABI_VERSION, libraryPath, type OpenLibrary, openLibrary, status, type Symbols } from "./library.ts"
+import type { Element, Kernels } from "./Kernels.ts"
 import { portableKernels } from "./PortableKernels.ts"
 import { type ShrinkFlag, shrinkFlagCode } from "./ShrinkRules.ts"
 
@@ -66,19 +67,8 @@ export class NvmlError extends Data.TaggedError("NvmlError")<{ readonly device: 
   }
 }
 
-export type Element = "f32" | "bf16"
+export type { Element, Kernels } from "./Kernels.ts"
 type Buffer<E extends Element> = E extends "f32" ? Float32Array : Uint16Array
-
-export interface Kernels {
-  /** out[i] = inputs[0][i] + inputs[1][i] + …, in that order (out may be one of the inputs). */
-  readonly sum: <E extends Element>(element: E, inputs: ReadonlyArray<Buffer<E>>, out: Buffer<E>) => void
-  /** The sum divided by the number of inputs. */
-  readonly average: <E extends Element>(element: E, inputs: ReadonlyArray<Buffer<E>>, out: Buffer<E>) => void
-  /** acc[i] += x[i]. */
-  readonly add: <E extends Element>(element: E, acc: Buffer<E>, x: Buffer<E>) => void
-  /** buffer[i] *= factor. */
-  readonly scale: <E extends Element>(element: E, buffer: Buffer<E>, factor: number) => void
-}
 
 export interface ProcessHelpers {
   /**

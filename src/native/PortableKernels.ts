@@ -13,7 +13,7 @@
  * by computing in doubles between stores. An output may be one of the
  * inputs, as the library allows.
  */
-import type { Element, Kernels } from "./Native.ts"
+import type { Element, Kernels } from "./Kernels.ts"
 
 type Buffer = Float32Array | Uint16Array
 
