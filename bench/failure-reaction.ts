@@ -16,10 +16,12 @@
  * Children are `sh` (a native process that reads a line and exits with it), so
  * the figure measures the supervisor, not Bun start-up.
  */
+import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Logger from "effect/Logger"
 import * as LogLevel from "effect/LogLevel"
 import * as ProcessChild from "../src/actors/ProcessChild.ts"
+import { Shutdown } from "../src/actors/Shutdown.ts"
 import { KillAll } from "../src/actors/Strategy.ts"
 import * as Supervisor from "../src/actors/Supervisor.ts"
 import { median, percentile } from "./stats.ts"
@@ -40,7 +42,7 @@ const cohortRun = (strategy: KillAll) =>
       const children = Array.from({ length: CHILDREN }, (_, rank) =>
         Supervisor.rankChild(
           rank,
-          Effect.tap(ProcessChild.spawn({ cmd: child, stdin: "pipe" }), (handle) => Effect.sync(() => handles.push(handle)))
+          Effect.tap(ProcessChild.spawn({ cmd: child, stdin: "pipe", shutdown: Shutdown.Grace({ grace: Duration.seconds(1) }) }), (handle) => Effect.sync(() => handles.push(handle)))
         ))
       const supervisor = yield* Supervisor.start({ name: "bench", strategy, children, grace: "1 second" })
       yield* Effect.promise(() => waitUntil(() => handles.length === CHILDREN))

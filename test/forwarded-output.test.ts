@@ -10,6 +10,7 @@
  * every other host's are.
  */
 import { describe, expect } from "bun:test"
+import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Logger from "effect/Logger"
 import * as LogLevel from "effect/LogLevel"
@@ -59,7 +60,7 @@ describe("forwarded output, at the launcher", () => {
         exited: () => Effect.void,
         resources: () => Effect.void,
         output: (lines) => Effect.sync(() => void output.push(...lines))
-      }, 1_000).pipe(Effect.provide(Logger.replace(Logger.defaultLogger, logger)), Logger.withMinimumLogLevel(LogLevel.Warning))
+      }, Duration.seconds(1)).pipe(Effect.provide(Logger.replace(Logger.defaultLogger, logger)), Logger.withMinimumLogLevel(LogLevel.Warning))
 
       yield* agent.send(new RankOutput({
         lines: [
@@ -112,7 +113,7 @@ describe("forwarded output, at the launcher", () => {
               consoles.raw.output(line, stream)
             })
           )
-      }, 1_000)
+      }, Duration.seconds(1))
       yield* agent.send(new RankOutput({
         lines: [
           { stream: "stderr", line: "[a:cpu:r1] Traceback:\u001b[2J\u001b]0;title\u0007\r\u202e\tdone" },

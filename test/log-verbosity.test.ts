@@ -4,6 +4,7 @@
  * command line an ssh session runs (which carries none of the launcher's environment).
  */
 import { describe, expect, test } from "bun:test"
+import * as Duration from "effect/Duration"
 import * as LogLevel from "effect/LogLevel"
 import { scrub } from "../src/actors/agent/RankEnvironment.ts"
 import { remoteAgentScript } from "../src/actors/launcher/SshFanOut.ts"
@@ -50,7 +51,7 @@ describe("the level travels", () => {
 
   test("in the remote agent's command line, quoted; absent when the launcher has none", () => {
     const worker = { host: "node-b", devices: { _tag: "Count", count: 1 }, path: "/srv/x", env: {}, ssh: undefined, tunnel: false, agent: undefined } as unknown as Worker
-    const agentLine = (level?: string) => remoteAgentScript(worker, "run/node-b", 1_000, 1, level).split("\n").find((line) => line.includes("src/cli/agent.ts --tag"))!
+    const agentLine = (level?: string) => remoteAgentScript(worker, "run/node-b", Duration.seconds(1), 1, level).split("\n").find((line) => line.includes("src/cli/agent.ts --tag"))!
     expect(agentLine("debug")).toStartWith("COHORT_AGENT_SPEC=fd:3 COHORT_NET_TIMEOUT_SCALE='1' COHORT_LOG_LEVEL='debug' \"$BUN\" src/cli/agent.ts")
     expect(agentLine("de bug")).toContain(" COHORT_LOG_LEVEL='de bug' ")
     expect(agentLine()).not.toContain("COHORT_LOG_LEVEL")

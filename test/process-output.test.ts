@@ -2,9 +2,11 @@
  * A child's output, line by line, as the launcher forwards it.
  */
 import { expect, test } from "bun:test"
+import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as ProcessChild from "../src/actors/ProcessChild.ts"
 import { forwardLines } from "../src/actors/ProcessChild.ts"
+import { Shutdown } from "../src/actors/Shutdown.ts"
 
 const streamOf = (...chunks: Array<Uint8Array | string>) =>
   new ReadableStream<Uint8Array>({
@@ -38,7 +40,8 @@ test("a real child's stdout and stderr arrive as lines, through ProcessChild", a
   await Effect.runPromise(Effect.scoped(Effect.gen(function*() {
     const child = yield* ProcessChild.spawn({
       cmd: ["sh", "-c", "echo one; echo two >&2; printf 'bad \\377\\n'; echo three"],
-      onLine: (line, stream) => seen.push(`${stream}:${line}`)
+      onLine: (line, stream) => seen.push(`${stream}:${line}`),
+      shutdown: Shutdown.Grace({ grace: Duration.seconds(5) })
     })
     yield* child.exited
   })))

@@ -9,6 +9,7 @@
  * SIGKILL after `grace` for an agent that is still there, and exits 143.
  */
 import { afterAll, describe, expect, test } from "bun:test"
+import * as Duration from "effect/Duration"
 import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
@@ -56,7 +57,7 @@ describe("the remote agent shell", () => {
     async (signal) => {
       const checkout = standInCheckout()
       const spec = `{"host":"node-b","saltHex":"${"5a".repeat(16)}"}`
-      const shell = Bun.spawn(["bash", "-c", remoteAgentScript(worker(checkout), "run/node-b", GRACE_MS, 1)], {
+      const shell = Bun.spawn(["bash", "-c", remoteAgentScript(worker(checkout), "run/node-b", Duration.millis(GRACE_MS), 1)], {
         stdin: "pipe",
         stdout: "pipe",
         stderr: "pipe"

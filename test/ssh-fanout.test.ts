@@ -1,4 +1,5 @@
 import { describe, expect, test } from "bun:test"
+import * as Duration from "effect/Duration"
 import { parseDevices, parseEndpoint, readAgentSpec, writeAgentSpec } from "../src/actors/agent/AgentSpec.ts"
 import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
@@ -57,7 +58,7 @@ describe("ssh command", () => {
 
   test("every interpolated value is single-quoted, quotes included", () => {
     expect(shellQuote("it's")).toBe(`'it'\\''s'`)
-    const script = remoteAgentScript(worker({ path: "/srv/it's here; rm -rf /", host: "node'b" }), "run/node_b", 5_000, 2)
+    const script = remoteAgentScript(worker({ path: "/srv/it's here; rm -rf /", host: "node'b" }), "run/node_b", Duration.seconds(5), 2)
     expect(script).toContain(`cd '/srv/it'\\''s here; rm -rf /'`)
     expect(script).toContain(`COHORT_NET_TIMEOUT_SCALE='2'`)
     // A shell that runs it reads the spec from stdin into a variable it never exports: nothing of it reaches argv or an environment.
@@ -66,7 +67,7 @@ describe("ssh command", () => {
   })
 
   test("the script runs: it reads the spec line, enters the path, and stops at a missing checkout with the host named", () => {
-    const result = Bun.spawnSync(["bash", "-c", remoteAgentScript(worker({ path: "/nonexistent" }), "run/node-b", 1_000, 1)], { stdin: Buffer.from("{}\n"), stderr: "pipe" })
+    const result = Bun.spawnSync(["bash", "-c", remoteAgentScript(worker({ path: "/nonexistent" }), "run/node-b", Duration.seconds(1), 1)], { stdin: Buffer.from("{}\n"), stderr: "pipe" })
     expect(result.exitCode).toBe(2)
     expect(result.stderr.toString()).toContain("/nonexistent is not a directory on node-b")
   })
@@ -84,7 +85,7 @@ const argv = readFileSync("/proc/self/cmdline", "utf8")
 console.log(JSON.stringify({ variable: process.env.COHORT_AGENT_SPEC, fd3: readFileSync(3, "utf8"), environ, argv }))
 `)
       const spec = `{"host":"node-b","saltHex":"${"5a".repeat(16)}"}`
-      const result = Bun.spawnSync(["bash", "-c", remoteAgentScript(worker({ path: checkout }), "run/node-b", 1_000, 1)], { stdin: Buffer.from(`${spec}\n`), stdout: "pipe", stderr: "pipe" })
+      const result = Bun.spawnSync(["bash", "-c", remoteAgentScript(worker({ path: checkout }), "run/node-b", Duration.seconds(1), 1)], { stdin: Buffer.from(`${spec}\n`), stdout: "pipe", stderr: "pipe" })
       expect(result.stderr.toString()).toBe("")
       expect(result.exitCode).toBe(0)
       const seen = JSON.parse(result.stdout.toString()) as { variable: string; fd3: string; environ: string; argv: string }

@@ -3,11 +3,13 @@
  * and the process table read through /proc.
  */
 import { describe, expect, test } from "bun:test"
+import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Request from "effect/Request"
 import * as Actor from "../src/actors/Actor.ts"
 import { fromActor } from "../src/actors/ActorChild.ts"
 import * as ProcessChild from "../src/actors/ProcessChild.ts"
+import { Shutdown } from "../src/actors/Shutdown.ts"
 import { Count, Elastic, KillAll, Phased } from "../src/actors/Strategy.ts"
 import * as Supervisor from "../src/actors/Supervisor.ts"
 import { SupervisionEvent } from "../src/actors/decide.ts"
@@ -16,6 +18,8 @@ import { effect, eventually } from "./support/effect.ts"
 import { collectLines, isGone, isRunning, jsonLines, waitFor } from "./support/processes.ts"
 
 const childFixture = `${import.meta.dir}/fixtures/child-fixture.ts`
+/** How a closing Scope stops these children (the supervisor's own stops use its `grace`). */
+const fiveSeconds = Shutdown.Grace({ grace: Duration.seconds(5) })
 const supervisorFixture = `${import.meta.dir}/fixtures/supervisor-fixture.ts`
 
 /** `n` rank children running child-fixture.ts, each holding its stdin open. */
@@ -24,7 +28,7 @@ const ranks = (n: number, extra: (rank: number) => ReadonlyArray<string> = () =>
   const children = Array.from({ length: n }, (_, rank) =>
     Supervisor.rankChild(
       rank,
-      ProcessChild.spawn({ cmd: [process.execPath, childFixture, ...extra(rank)], stdin: "pipe", stdout: "ignore" })
+      ProcessChild.spawn({ cmd: [process.execPath, childFixture, ...extra(rank)], stdin: "pipe", stdout: "ignore", shutdown: fiveSeconds })
         .pipe(Effect.tap((child) => Effect.sync(() => pids.set(`rank-${rank}`, child.pid))))
     ))
   return { children, pids }
@@ -69,7 +73,7 @@ const slowRanks = (n: number, stopMs: number, log: Array<string> = []) => {
   const children = Array.from({ length: n }, (_, rank) =>
     Supervisor.rankChild(
       rank,
-      ProcessChild.spawn({ cmd: [process.execPath, "-e", slowToStop(stopMs)], stdin: "pipe", stdout: "pipe" }).pipe(
+      ProcessChild.spawn({ cmd: [process.execPath, "-e", slowToStop(stopMs)], stdin: "pipe", stdout: "pipe", shutdown: fiveSeconds }).pipe(
         Effect.tap((child) =>
           Effect.sync(() => {
             const output = collectLines(child.subprocess.stdout as ReadableStream<Uint8Array>)
@@ -210,7 +214,8 @@ describe("supervisor with real processes", () => {
           const child = yield* ProcessChild.spawn({
             cmd: [process.execPath, childFixture, "--grandchild"],
             stdin: "pipe",
-            stdout: "pipe"
+            stdout: "pipe",
+            shutdown: fiveSeconds
           })
           const output = collectLines(child.subprocess.stdout as ReadableStream<Uint8Array>)
           yield* eventually(Effect.sync(() => jsonLines(output.lines).length > 0), "grandchild started")

@@ -45,6 +45,7 @@
 import { describe, expect, test } from "bun:test"
 import * as Cause from "effect/Cause"
 import * as Chunk from "effect/Chunk"
+import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as ExecutionStrategy from "effect/ExecutionStrategy"
 import * as Exit from "effect/Exit"
@@ -60,6 +61,7 @@ import { ChildExit } from "../src/actors/ChildExit.ts"
 import type { ChildSpec } from "../src/actors/ChildSpec.ts"
 import { type Directive, SupervisionEvent, type SupervisorState } from "../src/actors/decide.ts"
 import * as ProcessChild from "../src/actors/ProcessChild.ts"
+import { Shutdown } from "../src/actors/Shutdown.ts"
 import {
   Backoff,
   Count,
@@ -1128,7 +1130,7 @@ const runOnce = (setup: Setup, commands: Iterable<Command>) => {
     const directives: Array<Directive> = []
     const children = specs.map((spec): Supervisor.SupervisedChild => ({
       ...spec,
-      start: ProcessChild.spawn({ cmd: [process.execPath, childFixture], stdin: "pipe", stdout: "pipe" }).pipe(
+      start: ProcessChild.spawn({ cmd: [process.execPath, childFixture], stdin: "pipe", stdout: "pipe", shutdown: Shutdown.Grace({ grace: Duration.seconds(5) }) }).pipe(
         Effect.tap((child) =>
           Effect.sync(() => {
             const output = collectLines(child.subprocess.stdout as ReadableStream<Uint8Array>)

@@ -2,9 +2,10 @@
  * What a supervisor knows about each child before starting it.
  *
  * The policy never sees processes or fibers, only these descriptions: which
- * ranks a child carries, which host group it belongs to, and how OTP would
- * treat it on exit.
+ * ranks a child carries, which host group it belongs to, how OTP would
+ * treat it on exit, and how it is stopped.
  */
+import type { Shutdown } from "./Shutdown.ts"
 import type { RestartType } from "./Strategy.ts"
 
 export interface ChildSpec {
@@ -24,6 +25,13 @@ export interface ChildSpec {
    * its host's ranks unreachable).
    */
   readonly significant: boolean
+  /**
+   * How the supervisor stops it (OTP's `shutdown`): SIGTERM and a grace, or a
+   * brutal kill. A policy's own kill_all grace replaces the child's grace, and a
+   * policy's kill kills. Absent: the supervisor's `grace` (a child spec that
+   * names none: the launcher's ranks, for now).
+   */
+  readonly shutdown?: Shutdown | undefined
 }
 
 /** The number of distinct ranks the children carry: the world at start. */

@@ -12,11 +12,12 @@
  * The exit is observed through `proc.exited`, an event, never by polling.
  */
 import * as Data from "effect/Data"
-import * as Duration from "effect/Duration"
+import type * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import type * as Scope from "effect/Scope"
 import type { ChildHandle, StopMode } from "./ChildHandle.ts"
 import { ChildExit } from "./ChildExit.ts"
+import * as Shutdown from "./Shutdown.ts"
 
 export class SpawnError extends Data.TaggedError("SpawnError")<{
   readonly command: string
@@ -48,8 +49,8 @@ export interface ProcessSpec {
    * it) instead of letting it through untouched: for prefixes and log files.
    */
   readonly onLine?: ((line: string, stream: "stdout" | "stderr") => void) | undefined
-  /** How long a closing Scope waits after SIGTERM before SIGKILL (default 5 s). */
-  readonly grace?: Duration.DurationInput | undefined
+  /** How a closing Scope stops it: SIGTERM and this grace before SIGKILL, or SIGKILL at once. */
+  readonly shutdown: Shutdown.Shutdown
 }
 
 export interface ProcessChild extends ChildHandle {
@@ -89,7 +90,7 @@ export const spawn = (spec: ProcessSpec): Effect.Effect<ProcessChild, SpawnError
       catch: (error) =>
         new SpawnError({ command: spec.cmd.join(" "), reason: error instanceof Error ? error.message : String(error) })
     }),
-    (child) => child.stop("graceful", spec.grace ?? Duration.seconds(5))
+    (child) => Shutdown.stop(child, spec.shutdown)
   )
 
 const start = (spec: ProcessSpec): ProcessChild => {

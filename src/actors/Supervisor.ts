@@ -11,7 +11,7 @@
  * Children start in order, each in a Scope of its own (one per incarnation).
  * Stops run side by side: closing the supervisor's Scope stops the children
  * that are left all at once, gracefully. Stops always go through the
- * child's handle.
+ * child's handle, as its spec's `shutdown` says (a grace, or a brutal kill).
  *
  * The verdict is tied to the supervisor's own fiber: if the actor dies of a
  * defect (a bug in cohort, in `decide` or a directive's hook), its children
@@ -31,6 +31,7 @@ import type { ChildHandle } from "./ChildHandle.ts"
 import { ChildExit } from "./ChildExit.ts"
 import type { ChildSpec } from "./ChildSpec.ts"
 import { decide, Directive, initialState, SupervisionEvent, type SupervisorState } from "./decide.ts"
+import * as Shutdown from "./Shutdown.ts"
 import type { Strategy } from "./Strategy.ts"
 import { Verdict } from "./Verdict.ts"
 
@@ -43,7 +44,8 @@ export interface SupervisedChild extends ChildSpec {
 export const rankChild = (
   rank: number,
   start: SupervisedChild["start"],
-  host?: string
+  host?: string,
+  shutdown?: Shutdown.Shutdown
 ): SupervisedChild => ({
   id: `rank-${rank}`,
   label: host === undefined ? `rank ${rank}` : `rank ${rank} of ${host}`,
@@ -51,6 +53,7 @@ export const rankChild = (
   group: host,
   restart: "transient",
   significant: false,
+  ...(shutdown === undefined ? {} : { shutdown }),
   start
 })
 
@@ -58,7 +61,7 @@ export interface SupervisorOptions {
   readonly name: string
   readonly strategy: Strategy
   readonly children: ReadonlyArray<SupervisedChild>
-  /** SIGTERM → SIGKILL for graceful stops. */
+  /** SIGTERM → SIGKILL for graceful stops of a child whose spec names no `shutdown`. */
   readonly grace: Duration.DurationInput
   /** Seed of the backoff jitter (default: fixed, so runs are reproducible). */
   readonly seed?: number
@@ -85,7 +88,8 @@ export interface Supervisor {
 
 export const start = (options: SupervisorOptions): Effect.Effect<Supervisor, never, Scope.Scope> =>
   Effect.gen(function*() {
-    const { strategy, grace } = options
+    const { strategy } = options
+    const fallback = Shutdown.Shutdown.Grace({ grace: Duration.decode(options.grace) })
     const specs = new Map(options.children.map((child) => [child.id, child]))
     const state = yield* Ref.make(initialState(options.children, options.seed))
     const handles = new Map<string, ChildHandle>()
@@ -125,12 +129,18 @@ export const start = (options: SupervisorOptions): Effect.Effect<Supervisor, nev
           : handle.onExit((exit) => background(ended(exit)))
       })
 
+    /** A child's own shutdown: its spec's, else the supervisor's grace. */
+    const shutdownOf = (id: string): Shutdown.Shutdown => specs.get(id)?.shutdown ?? fallback
     const stopChildren = (ids: ReadonlyArray<string>, mode: "kill" | "graceful", graceMs: number | undefined) => {
-      const targets = ids.flatMap((id) => handles.get(id) ?? [])
-      // Side by side, kill or graceful: a stop takes as long as the slowest child (at most the grace),
+      const policyGrace = graceMs === undefined ? undefined : Duration.millis(graceMs)
+      const targets = ids.flatMap((id) => {
+        const handle = handles.get(id)
+        return handle === undefined ? [] : [{ handle, shutdown: Shutdown.inForce(shutdownOf(id), mode, policyGrace) }]
+      })
+      // Side by side, kill or graceful: a stop takes as long as the slowest child (at most its grace),
       // never the sum of their times. Ranks are peers; nothing here waits on another's end.
       return background(
-        Effect.forEach(targets, (handle) => handle.stop(mode, graceMs === undefined ? grace : Duration.millis(graceMs)), {
+        Effect.forEach(targets, ({ handle, shutdown }) => Shutdown.stop(handle, shutdown), {
           concurrency: "unbounded",
           discard: true
         })
@@ -191,7 +201,7 @@ export const start = (options: SupervisorOptions): Effect.Effect<Supervisor, nev
         done ? Deferred.await(verdict) : Effect.gen(function*() {
           const reason = Exit.isFailure(exit) ? Actor.describeDefect(exit.cause) : "it stopped without a verdict"
           yield* Effect.logError(`the supervisor ${options.name} failed: ${reason}: stopping every child`)
-          yield* Effect.forEach(handles.values(), (handle) => handle.stop("graceful", grace), { concurrency: "unbounded", discard: true })
+          yield* Effect.forEach(handles, ([id, handle]) => Shutdown.stop(handle, shutdownOf(id)), { concurrency: "unbounded", discard: true })
           return Verdict.Failed({ kind: "internal", message: `internal error: the supervisor ${options.name} failed: ${reason}` })
         })
       )))

@@ -34,6 +34,7 @@ import { describe as describeExit, isClean } from "../ChildExit.ts"
 import { type Directive, SupervisionEvent } from "../decide.ts"
 import type { ProcessSpec } from "../ProcessChild.ts"
 import { roleVariables } from "../Role.ts"
+import { Shutdown } from "../Shutdown.ts"
 import * as Supervisor from "../Supervisor.ts"
 import type { RankDevice } from "../rank/RankContext.ts"
 import { type Accept, Hello, joinCodec, type JoinMessage, RankExited, RankResources, RankRunning, type StartRank, type StopRank, type WorldFormed } from "../../wire/JoinMessages.ts"
@@ -189,7 +190,9 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
     const scope = yield* Effect.scope
     // IPC callbacks (a rank saying it runs user code) act through fibers owned by this scope.
     const callbacks = yield* CallbackFibers.make("agent")
+    // The run's grace as the launcher sent it: the relay and every rank are stopped with it.
     const grace = Duration.millis(spec.graceMs)
+    const shutdown = Shutdown.Grace({ grace })
     const cwd = resolve(options.path)
     const entry = spec.program._tag === "Entry" ? spec.program.entry : undefined
     // The host's private run directory: the relay's socket and the shared-memory segments, gone with the run.
@@ -331,7 +334,7 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
         inheritEnv: false,
         ipc: () => undefined,
         onLine: (line, stream) => childLine(`[${host}:relay] ${line}`, stream),
-        grace
+        shutdown
       },
       key: { _tag: "HostKey", keyHex: Buffer.from(hostKey(salt, host)).toString("hex") },
       ready: relayReady,
@@ -426,7 +429,7 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
           }
           : undefined,
         onLine: (line, stream) => childLine(prefix + line, stream),
-        grace
+        shutdown
       }
     }
 

@@ -80,6 +80,8 @@ export const rankChild = (options: RankOptions): SupervisedChild => {
   }
   return {
     ...spec,
+    // The supervisor stops it as its process is stopped when its Scope closes.
+    shutdown: options.process.shutdown,
     start: Effect.gen(function*() {
       const spawned = yield* Effect.either(ProcessChild.spawn(options.process))
       if (spawned._tag === "Left") {

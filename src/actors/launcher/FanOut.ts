@@ -55,13 +55,13 @@ export const fanOut = (
         run: config.name,
         tag: agentTag(config.name, worker.host),
         lockHash,
-        graceMs: env.graceMs,
+        grace: env.grace,
         netTimeoutScale: env.scale,
         logLevel: process.env[LOG_LEVEL_VARIABLE],
         tunnelPort: worker.tunnel ? port : undefined,
         // The agent there prefixes its ranks' and relay's lines, and its own say `cohort agent <host>:`.
         output: env.output
-      }).pipe(Effect.mapError((problem) => new LaunchInputError({ problems: [problem] }))))
+      }).pipe(Effect.mapError((error) => new LaunchInputError({ problems: [error.message] }))))
     }
     const hostsChecked = yield* Deferred.make<void, LaunchInputError>()
     yield* Effect.forkScoped(Effect.gen(function*() {
@@ -71,24 +71,21 @@ export const fanOut = (
       yield* problems.length === 0 ? Deferred.succeed(hostsChecked, undefined) : Deferred.fail(hostsChecked, new LaunchInputError({ problems }))
     }))
     const saltFile = saltHex !== undefined && plan.hosts.some(({ start }) => start === "self") ? yield* writeSaltFile(saltHex) : undefined
-    const agentOf = ({ devices, start, worker }: Plan["hosts"][number]): Effect.Effect<void, string, Scope.Scope> => {
+    const agentOf = ({ devices, start, worker }: Plan["hosts"][number]): Effect.Effect<void, Agent.AgentError | SshSession.SessionEnded, Scope.Scope> => {
       switch (start) {
         case "in-process":
-          return Effect.mapError(
-            Agent.run({
-              host: worker.host,
-              // The plan probed this machine's devices itself: only another host's `all` waits for its join.
-              devices: devices!,
-              controller: { host: plan.dialAddress, port },
-              salt: admission.mode === "open" ? undefined : env.salt,
-              version: VERSION,
-              path: worker.path,
-              inheritedEnv: process.env,
-              handshakeMs: env.handshakeMs,
-              output: env.output
-            }),
-            (error) => error.message
-          )
+          return Agent.run({
+            host: worker.host,
+            // The plan probed this machine's devices itself: only another host's `all` waits for its join.
+            devices: devices!,
+            controller: { host: plan.dialAddress, port },
+            salt: admission.mode === "open" ? undefined : env.salt,
+            version: VERSION,
+            path: worker.path,
+            inheritedEnv: process.env,
+            handshakeMs: env.handshakeMs,
+            output: env.output
+          })
         case "ssh": {
           const session = sessions.get(worker.host)!
           // A tunnelled host dials its own loopback, which the session carries here.
@@ -113,7 +110,8 @@ export const fanOut = (
       // A failed preflight ends the run; the agents never start.
       Effect.zipRight(Effect.orElse(Deferred.await(hostsChecked), () => Effect.never), agentOf(host)).pipe(
         Effect.scoped,
-        Effect.catchAll((reason) => Effect.zipRight(Deferred.succeed(agentFailed, reason), onEndedAfterFormation(host.worker.host, reason))),
+        // Said in words from here on: the window's verdict, the membership's note of a host gone.
+        Effect.catchAll(({ message }) => Effect.zipRight(Deferred.succeed(agentFailed, message), onEndedAfterFormation(host.worker.host, message))),
         Effect.forkScoped
       ))
     return { agents, hostsChecked, agentFailed }

@@ -17,6 +17,7 @@ import type { HostRunSpec } from "../../wire/JoinMessages.ts"
 import { formatDuration } from "../../config/Duration.ts"
 import { strategyToYaml } from "../../config/FailurePolicy.ts"
 import { policyTable } from "../PolicyTable.ts"
+import { graceOf, wireMillis } from "../Shutdown.ts"
 import { isLoopbackAddress } from "../../wire/Trust.ts"
 import { deviceTag, type HostDevices, resolveDevices } from "../agent/Devices.ts"
 import { internalEnvironment, rankEnvironment } from "../agent/RankEnvironment.ts"
@@ -222,7 +223,7 @@ export const hostRunSpec = (
     cadence: job.backend === "cpu_cadence" || job.backend === "cpu_async" ? job.cadence : 1,
     ...(job.checkpointPickle === true ? { checkpointPickle: true } : {}),
     env: { ...config.env, ...worker?.env },
-    graceMs: config.failurePolicy.grace,
+    graceMs: wireMillis(graceOf(config.failurePolicy)),
     heartbeatTimeoutMs
   }
 }

@@ -28,6 +28,7 @@ import type { ChildHandle, StopMode } from "../ChildHandle.ts"
 import { ChildExit, isClean } from "../ChildExit.ts"
 import type { SupervisedChild } from "../Supervisor.ts"
 import { rankChild } from "../Supervisor.ts"
+import { Shutdown, wireMillis } from "../Shutdown.ts"
 import type { RankOutput, RankResources } from "../../wire/JoinMessages.ts"
 import { StartRank, StopRank } from "../../wire/JoinMessages.ts"
 import type { Member } from "./JoinGate.ts"
@@ -97,8 +98,8 @@ const ownSeats: Numbering = { renumber: () => Effect.succeed(undefined), seatOf:
 export const make = (
   members: ReadonlyArray<Member>,
   observer: RankObserver,
-  /** How long a rank still running when its incarnation's Scope closes gets after SIGTERM. */
-  graceMs: number,
+  /** How long a rank gets after SIGTERM: its child spec's shutdown, and what its incarnation's Scope closing gives it. */
+  grace: Duration.Duration,
   numbering: Numbering = ownSeats
 ): Effect.Effect<RemoteRanks, never, Scope.Scope> =>
   Effect.gen(function*() {
@@ -107,6 +108,8 @@ export const make = (
     const current = new Map<number, Incarnation>()
     const { seatOf } = numbering
     const lost = new Map<string, string>()
+    // Every rank is stopped alike: SIGTERM, then the grace (a policy's kill_all grace or kill replaces it).
+    const shutdown = Shutdown.Grace({ grace })
 
     const find = (rank: number, number: number) => {
       const incarnation = current.get(seatOf(rank))
@@ -241,13 +244,12 @@ export const make = (
         const stop = (mode: StopMode, grace: Duration.DurationInput) =>
           Effect.gen(function*() {
             if (incarnation.ended !== undefined) return
-            const graceMs = Math.round(Duration.toMillis(grace))
-            yield* Effect.ignore(member.link.send(new StopRank({ rank, incarnation: number, mode, graceMs })))
+            yield* Effect.ignore(member.link.send(new StopRank({ rank, incarnation: number, mode, graceMs: wireMillis(Duration.decode(grace)) })))
             yield* Deferred.await(incarnation.exited)
           })
         // Scope.addFinalizer, not Effect.addFinalizer: `stop` needs none of this fiber's refs, and
         // capturing them for restoring costs several hundred bytes per rank.
-        yield* Scope.addFinalizer(yield* Effect.scope, stop("graceful", Duration.millis(graceMs)))
+        yield* Scope.addFinalizer(yield* Effect.scope, stop("graceful", grace))
         const handle: ChildHandle = {
           describe: rank === seat ? `rank ${rank} (incarnation ${number}) on ${member.host}` : `rank ${rank} (seat of rank ${seat}, incarnation ${number}) on ${member.host}`,
           exited: Deferred.await(incarnation.exited),
@@ -266,13 +268,13 @@ export const make = (
     const children = members
       .flatMap((member) => member.ranks.map((rank) => [rank, member] as const))
       .sort(([a], [b]) => a - b)
-      .map(([rank, member]) => rankChild(rank, start(rank, member), member.host))
+      .map(([rank, member]) => rankChild(rank, start(rank, member), member.host, shutdown))
     const add = (member: Member) =>
       Effect.gen(function*() {
         // A host that comes back under its old name starts afresh: only its new link speaks for it.
         lost.delete(member.host)
         yield* Effect.forkIn(listen(member), scope)
-        return member.ranks.map((rank) => rankChild(rank, start(rank, member), member.host))
+        return member.ranks.map((rank) => rankChild(rank, start(rank, member), member.host, shutdown))
       })
     return { children, add }
   })

@@ -13,10 +13,12 @@
  * that a checkpoint on disk will be replaced by this run's first save (no
  * `--resume`), and that a `max_failure` count above the world can never trip.
  */
+import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Ref from "effect/Ref"
 import type * as Scope from "effect/Scope"
 import * as Agent from "../agent/Agent.ts"
+import { graceOf } from "../Shutdown.ts"
 import { isCoordinated } from "../../config/Job.ts"
 import { deadlines, netTimeoutScale, scaled } from "../../config/NetTimeouts.ts"
 import { newSalt, startToken } from "../../wire/Keys.ts"
@@ -51,7 +53,8 @@ export interface RunEnv {
   /** The network's timeout scale (`COHORT_NET_TIMEOUT_SCALE`), applied to every deadline below. */
   readonly scale: number
   readonly handshakeMs: number
-  readonly graceMs: number
+  /** `failure_policy.grace`, read once (`Shutdown.graceOf`): every margin around it comes from `Shutdown.margins`. */
+  readonly grace: Duration.Duration
   readonly heartbeatTimeoutMs: number
   /** The checkpoint this run resumes from (`--resume`). */
   readonly resumed: CheckpointFile.CheckpointRecord | undefined
@@ -80,6 +83,7 @@ export const prepare = (
 ): Effect.Effect<RunEnv, LaunchInputError, Scope.Scope> =>
   Effect.gen(function*() {
     const { config } = plan
+    const grace = graceOf(config.failurePolicy)
     const scale = yield* Effect.try({
       try: () => netTimeoutScale(),
       catch: (error) => new LaunchInputError({ problems: [(error as Error).message] })
@@ -147,7 +151,7 @@ export const prepare = (
       startToken: token,
       scale,
       handshakeMs: scaled(deadlines.handshakeMs, scale),
-      graceMs: config.failurePolicy.grace,
+      grace,
       heartbeatTimeoutMs: scaled(config.failurePolicy.heartbeatTimeout, scale),
       resumed,
       openedAt,

@@ -15,10 +15,13 @@
  *   in argv, and never in an environment, which the ranks (the same user)
  *   could read in /proc/<pid>/environ.
  * - The remote shell starts the agent in the background and passes SIGHUP,
- *   SIGTERM and SIGINT on as TERM, then KILL after the grace period; when the
- *   launcher (and so the session) goes, sshd hangs the shell up.
+ *   SIGTERM and SIGINT on as TERM, then KILL after the grace period (in whole
+ *   seconds: `Shutdown.margins`); when the launcher (and so the session) goes,
+ *   sshd hangs the shell up.
  */
+import type * as Duration from "effect/Duration"
 import type { Worker } from "../../config/ClusterConfig.ts"
+import { margins } from "../Shutdown.ts"
 
 export const sshDefaults = ["-T", "-o", "ServerAliveInterval=10", "-o", "ServerAliveCountMax=3", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=accept-new"]
 
@@ -50,10 +53,10 @@ export const batchModeWarning = (worker: Worker): string | undefined => {
 }
 
 /** The agent half of the remote shell's script: read the spec, enter the checkout, find bun, run the agent, pass signals on. */
-export const remoteAgentScript = (worker: Worker, tag: string, graceMs: number, netTimeoutScale: number, logLevel?: string): string => {
+export const remoteAgentScript = (worker: Worker, tag: string, grace: Duration.Duration, netTimeoutScale: number, logLevel?: string): string => {
   const path = shellQuote(worker.path)
   const host = shellQuote(worker.host)
-  const graceSeconds = Math.max(1, Math.ceil(graceMs / 1000))
+  const graceSeconds = margins(grace).remoteShellSeconds
   return [
     "IFS= read -r spec || exit 2",
     `cd ${path} || { echo "cohort: "${path}" is not a directory on "${host}"; give workers[].path as the checkout's path there" >&2; exit 2; }`,

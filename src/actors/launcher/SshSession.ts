@@ -11,7 +11,9 @@
  * reported at once. A session whose stdin closes before its spec (the run was
  * called off) ends without starting anything.
  */
+import * as Data from "effect/Data"
 import * as Deferred from "effect/Deferred"
+import type * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
 import type * as Scope from "effect/Scope"
@@ -19,6 +21,7 @@ import type { Worker } from "../../config/ClusterConfig.ts"
 import { describe as describeExit } from "../ChildExit.ts"
 import type { ChildExit } from "../ChildExit.ts"
 import * as ProcessChild from "../ProcessChild.ts"
+import { margins, Shutdown } from "../Shutdown.ts"
 import { judge, type Judgement, preflightScript, unreachable } from "./Preflight.ts"
 import { batchModeWarning, remoteAgentScript, sshCommand } from "./SshFanOut.ts"
 
@@ -30,8 +33,29 @@ const CHECKED = "cohort-preflight-done"
  * there, so the agent half enters `path` once, from the login directory, as the reference does. Run in the
  * same shell, a relative `path: work/run` was entered twice (`cd: work/run: No such file or directory`).
  */
-export const sessionScript = (worker: Worker, run: string, tag: string, graceMs: number, netTimeoutScale: number, logLevel?: string): string =>
-  [`(\n${preflightScript(worker, run)}\n)`, `echo ${CHECKED}`, remoteAgentScript(worker, tag, graceMs, netTimeoutScale, logLevel)].join("\n")
+export const sessionScript = (worker: Worker, run: string, tag: string, grace: Duration.Duration, netTimeoutScale: number, logLevel?: string): string =>
+  [`(\n${preflightScript(worker, run)}\n)`, `echo ${CHECKED}`, remoteAgentScript(worker, tag, grace, netTimeoutScale, logLevel)].join("\n")
+
+/** The session could not be started here (no ssh on PATH, …): `<host>: <why>`. */
+export class SessionNotStarted extends Data.TaggedError("SessionNotStarted")<{
+  readonly host: string
+  readonly cause: ProcessChild.SpawnError
+}> {
+  override get message(): string {
+    return `${this.host}: ${this.cause.message}`
+  }
+}
+
+/** The session ended before the run did: the host unreachable, or its agent ended abnormally (`reason` says which, and how). */
+export class SessionEnded extends Data.TaggedError("SessionEnded")<{
+  readonly host: string
+  readonly exit: ChildExit
+  readonly reason: string
+}> {
+  override get message(): string {
+    return `${this.host}: ${this.reason}`
+  }
+}
 
 export interface SessionOptions {
   readonly worker: Worker
@@ -41,7 +65,8 @@ export interface SessionOptions {
   readonly tag: string
   /** This launcher's bun.lock hash: the host must hold the same. */
   readonly lockHash: string
-  readonly graceMs: number
+  /** The run's grace: the agent's there, and (with its margin) this session's own. */
+  readonly grace: Duration.Duration
   readonly netTimeoutScale: number
   /** The launcher's COHORT_LOG_LEVEL, for the agent there and everything it starts. */
   readonly logLevel?: string | undefined
@@ -56,11 +81,11 @@ export interface SshSession {
   /** Start the host's agent with this spec (one line of JSON, see AgentSpec). */
   readonly begin: (spec: string) => Effect.Effect<void>
   /** Until the session ends; fails with why, naming the host. */
-  readonly ended: Effect.Effect<void, string>
+  readonly ended: Effect.Effect<void, SessionEnded>
 }
 
 /** Open the host's session: its preflight runs at once, its agent when `begin` is called. */
-export const open = (options: SessionOptions): Effect.Effect<SshSession, string, Scope.Scope> =>
+export const open = (options: SessionOptions): Effect.Effect<SshSession, SessionNotStarted, Scope.Scope> =>
   Effect.gen(function*() {
     const { worker } = options
     const batchMode = batchModeWarning(worker)
@@ -70,7 +95,7 @@ export const open = (options: SessionOptions): Effect.Effect<SshSession, string,
     let checking = true
     const lastLines: Array<string> = []
     const child = yield* ProcessChild.spawn({
-      cmd: sshCommand(worker, sessionScript(worker, options.run, options.tag, options.graceMs, options.netTimeoutScale, options.logLevel), options.tunnelPort),
+      cmd: sshCommand(worker, sessionScript(worker, options.run, options.tag, options.grace, options.netTimeoutScale, options.logLevel), options.tunnelPort),
       stdin: "pipe",
       onLine: (raw, stream) => {
         const line = raw.trimEnd()
@@ -87,8 +112,8 @@ export const open = (options: SessionOptions): Effect.Effect<SshSession, string,
         // ssh's own complaints during the preflight belong in its verdict, not in the run's output.
         if (!checking) options.output(line, stream)
       },
-      grace: options.graceMs + 2_000
-    }).pipe(Effect.mapError((error) => `${worker.host}: ${error.message}`))
+      shutdown: Shutdown.Grace({ grace: margins(options.grace).sshSession })
+    }).pipe(Effect.mapError((cause) => new SessionNotStarted({ host: worker.host, cause })))
 
     const endedEarly = (exit: ChildExit): Judgement => {
       const said = lastLines.at(-1)
@@ -113,7 +138,7 @@ export const open = (options: SessionOptions): Effect.Effect<SshSession, string,
         const why = exit._tag === "Exited" && exit.code === 255
           ? unreachable(worker, said)
           : `its agent ended with ${describeExit(exit)}${said === undefined ? "" : `: ${said}`}`
-        return yield* Effect.fail(`${worker.host}: ${why}`)
+        return yield* new SessionEnded({ host: worker.host, exit, reason: why })
       })
     }
   })

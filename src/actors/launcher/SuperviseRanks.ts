@@ -56,7 +56,7 @@ export interface SupervisionWiring {
 
 export const supervise = (env: RunEnv, wiring: SupervisionWiring): Effect.Effect<RankSupervision, never, Scope.Scope> =>
   Effect.gen(function*() {
-    const { graceMs, plan, record } = env
+    const { grace, plan, record } = env
     const { config } = plan
     const { listening, membership, stops, training } = wiring
     const { gate } = listening
@@ -119,7 +119,7 @@ export const supervise = (env: RunEnv, wiring: SupervisionWiring): Effect.Effect
       lastErrors: env.lastErrors,
       linesWaitMs: LINES_WAIT_MS,
       linesForSignals: logRules
-    }, graceMs, { renumber, seatOf: (rank) => seatOf(membership.snapshot(), rank) })
+    }, grace, { renumber, seatOf: (rank) => seatOf(membership.snapshot(), rank) })
 
     const giveUp = (ranks: ReadonlyArray<number>, reason: string, cause: Cause, diedAt: ReadonlyArray<number>, fatal = false) =>
       withSupervisor((supervisor) =>
@@ -132,7 +132,8 @@ export const supervise = (env: RunEnv, wiring: SupervisionWiring): Effect.Effect
             record({ event: "rank_lost", at: Date.now(), ranks: [rank], cause: `rank ${rank} lost: ${reason}`, kind: cause, ...(diedAt[index] === undefined ? {} : { diedAt: diedAt[index]! }) }), { discard: true })
           for (const rank of ranks) {
             const handle = yield* supervisor.handle(`rank-${seatOf(now, rank)}`)
-            if (handle !== undefined) yield* Effect.forkIn(handle.stop("kill", Duration.millis(graceMs)), runScope)
+            // A kill takes no grace.
+            if (handle !== undefined) yield* Effect.forkIn(handle.stop("kill", Duration.zero), runScope)
           }
           // They leave the world now: the coordinator hands on their work, the rendezvous re-forms without them.
           yield* membership.apply(MembershipEvent.RanksGivenUp({ ranks, reason }))
@@ -164,7 +165,7 @@ export const supervise = (env: RunEnv, wiring: SupervisionWiring): Effect.Effect
           stopAnnounced = true
           const ranks = directive.ids.length
           if (directive.mode === "kill") return yield* Effect.logInfo(`stopping: killing ${ranks} rank(s) at once`)
-          const seconds = (directive.graceMs ?? graceMs) / 1000
+          const seconds = directive.graceMs !== undefined ? directive.graceMs / 1000 : Duration.toSeconds(grace)
           const hint = stops.asked() && stops.hint !== undefined ? ` (${stops.hint})` : ""
           yield* Effect.logInfo(`stopping: waiting up to ${seconds} s for ${ranks} rank(s)${hint}`)
           yield* Effect.forkIn(stillWaiting(supervisor), runScope)
@@ -238,7 +239,7 @@ export const supervise = (env: RunEnv, wiring: SupervisionWiring): Effect.Effect
       name: "rank-supervisor",
       strategy: config.failurePolicy.strategy,
       children: remote.children,
-      grace: Duration.millis(graceMs),
+      grace,
       onDirective
     })
     yield* supervisorReady.fill(supervisor)

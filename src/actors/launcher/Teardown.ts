@@ -10,6 +10,7 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
 import * as HashSet from "effect/HashSet"
+import { margins } from "../Shutdown.ts"
 import { describeVerdict, exitCode, type Verdict } from "../Verdict.ts"
 import { Abort, RunEnded } from "../../wire/JoinMessages.ts"
 import type * as ControlGate from "./ControlGate.ts"
@@ -43,15 +44,16 @@ export const endRun = (
   // A host given up on is not cleaned up after (asked again once the agents have left: one may be given up meanwhile).
   const remote = () => sshWorkers(env.plan).filter((worker) => !HashSet.has(membership.snapshot().gone, worker.host))
   const hosts = remote().map((worker) => worker.host)
+  const wait = margins(env.grace).teardown
   return {
-    detail: `telling the hosts the run is over and waiting up to ${(env.graceMs + 1_000) / 1000} s for ${agents.length} agent(s) to leave` +
+    detail: `telling the hosts the run is over and waiting up to ${Duration.toSeconds(wait)} s for ${agents.length} agent(s) to leave` +
       (hosts.length === 0 ? "" : `, then ending what is left on ${hosts.join(", ")}`),
     run: Effect.gen(function*() {
       const ending = verdict._tag === "Failed" ? new Abort({ reason: verdict.message }) : new RunEnded({ verdict: describeVerdict(verdict) })
       yield* Effect.forEach(membership.links(), (link) => Effect.ignore(link.send(ending)), { discard: true })
       yield* control.closeAll
-      // The agents stop their relays and leave; each has the grace period to do so.
-      yield* Effect.forEach(agents, (agent) => Effect.timeout(Fiber.await(agent), Duration.millis(env.graceMs + 1_000)), { discard: true }).pipe(Effect.ignore)
+      // The agents stop their relays and leave; each has the grace period (and the teardown's margin) to do so.
+      yield* Effect.forEach(agents, (agent) => Effect.timeout(Fiber.await(agent), wait), { discard: true }).pipe(Effect.ignore)
       yield* cleanupHosts(remote(), env.plan.config.name)
     })
   }
