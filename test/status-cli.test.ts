@@ -15,6 +15,13 @@ import { collectLines, waitFor } from "./support/processes.ts"
 
 const cli = join(repoRoot, "src/cli/status.ts")
 
+/** The state `readState` decodes from `json`; a test that gets none fails here, saying why. */
+const stateOf = (json: unknown): RunState => {
+  const reading = readState(json)
+  if (reading.kind !== "state") throw new Error(`no state: ${JSON.stringify(reading)}`)
+  return reading.state
+}
+
 const dirs: Array<string> = []
 const servers: Array<{ stop: (force?: boolean) => unknown }> = []
 const launched: Array<Bun.Subprocess> = []
@@ -317,6 +324,34 @@ describe("when nothing (usable) answers", () => {
     expect(notCohort.stderr).toStartWith(`cohort status: ${other.address} answered JSON, not a cohort run state;`)
   })
 
+  test("a cohort state this version cannot read (another version's launcher): exit 1 saying what is wrong in it and what to do, once or watched", async () => {
+    const { address } = serveState({ ...fakeState(), phase: "paused" })
+    const expected = `cohort status: ${address} answered a run state this status cannot read (phase: Expected "waiting" | "forming" | "training" | "done" | "failed", actual "paused"): its launcher is of another cohort version; run bun run status from the checkout that started it\n`
+    for (const args of [[address], [address, "--json"]]) {
+      const { code, stdout, stderr } = await status(args)
+      expect({ code, stdout, stderr }).toEqual({ code: 1, stdout: "", stderr: expected })
+    }
+    // From the stream: the first state it cannot read ends the watch, rather than a screen that never changes.
+    const encoder = new TextEncoder()
+    const server = Bun.serve({
+      hostname: "127.0.0.1",
+      port: 0,
+      fetch: (request) =>
+        new URL(request.url).pathname !== "/events" ? new Response("no", { status: 404 }) : new Response(new ReadableStream({
+          start: (controller) => {
+            controller.enqueue(encoder.encode(`event: state\ndata: ${JSON.stringify({ ...fakeState(), ranks: [{ ...rank(0, "gpu-a", "running"), restarts: "one" }] })}\n\n`))
+          }
+        }), { headers: { "Content-Type": "text/event-stream" } })
+    })
+    servers.push(server)
+    const watched = await status([`127.0.0.1:${server.port}`, "--watch"])
+    expect(watched).toEqual({
+      code: 1,
+      stdout: "",
+      stderr: `cohort status: 127.0.0.1:${server.port} answered a run state this status cannot read (ranks[0].restarts: Expected number, actual "one"): its launcher is of another cohort version; run bun run status from the checkout that started it\n`
+    })
+  }, 10_000)
+
   test("a port that accepts and never answers: exit 1 after the 2 s timeout", async () => {
     const mute = Bun.listen({ hostname: "127.0.0.1", port: 0, socket: { data: () => {} } })
     servers.push(mute)
@@ -563,24 +598,65 @@ describe("arguments", () => {
 
 describe("the table alone", () => {
   test("a state with only some fields (an older launcher's) renders without a crash", () => {
-    const state = readState({
+    const state = stateOf({
       phase: "waiting",
       joinedRanks: 1,
       joinedHosts: 1,
       windowRemainingMs: 12_300,
       capRemainingMs: 55_000,
-      ranks: [{ rank: 0, host: "localhost", device: "cpu", pid: null, state: "starting", exit: null }, { nonsense: true }]
-    })!
+      ranks: [{ rank: 0, host: "localhost", device: "cpu", pid: null, state: "starting", exit: null }]
+    })
     const text = render(state, { now: Date.now() })
     expect(text).toStartWith("run · waiting · world 1 · joined 1/1 ranks on 1 hosts · join window closes in 12s (hard cap in 55s)\n")
     expect(text).toMatch(/\n\s*0\s+localhost\s+cpu\s+starting\s+—\s+—\s+0\s+—\s+—\s+—\s+—\n/)
-    expect(readState({ hello: "world" })).toBeUndefined()
-    expect(readState([])).toBeUndefined()
+    expect(readState({ hello: "world" })).toEqual({ kind: "not-cohort" })
+    expect(readState([])).toEqual({ kind: "not-cohort" })
+    expect(readState({ phase: 3, ranks: [] })).toEqual({ kind: "not-cohort" })
+  })
+
+  test("what an older launcher left out reads as unknown; served as JSON, the state decodes to what the launcher had", () => {
+    expect(stateOf({ phase: "waiting", ranks: [{ rank: 0, state: "starting" }], worldSizes: [{ at: 5, ranks: 2 }] })).toEqual({
+      run: "",
+      phase: "waiting",
+      startedAt: 0,
+      updatedAt: 0,
+      world: 0,
+      joinedRanks: 0,
+      joinedHosts: 0,
+      windowRemainingMs: null,
+      capRemainingMs: null,
+      hosts: [],
+      ranks: [{ rank: 0, host: "?", device: "?", pid: null, state: "starting", exit: null, restarts: 0, startedAt: null, endedAt: null, resources: null }],
+      deaths: [],
+      training: null,
+      throughput: [],
+      verdict: null,
+      joinedAfterFormation: 0,
+      worldSizes: [{ at: 5, ranks: 2, alive: 2 }]
+    })
+    const served = { ...fakeState("done"), inventory: [{ host: "gpu-a", devices: [{ device: "0", label: "NVIDIA H200", ranks: [0, 4] }] }], ruleMatches: { oom: 1 } }
+    expect(stateOf(JSON.parse(JSON.stringify(served)))).toEqual(served)
+    // JSON writes a diverged loss (NaN) as null: it reads back as NaN, not as a state that cannot be read.
+    const training = { epoch: 1, epochs: 2, samplesDone: 3, datasetSize: 4, samplesPerSec: null, metrics: { loss: null, accuracy: 0.5 } }
+    expect(stateOf({ phase: "training", ranks: [], training }).training).toEqual({ ...training, metrics: { loss: Number.NaN, accuracy: 0.5 } })
+  })
+
+  test.each([
+    [{ phase: "paused", ranks: [] }, `phase: Expected "waiting" | "forming" | "training" | "done" | "failed", actual "paused"`],
+    [{ phase: "waiting", ranks: [{ nonsense: true }] }, "ranks[0].rank: is missing"],
+    [{ phase: "waiting", ranks: [{ rank: 0, state: "zombie" }] }, `ranks[0].state: Expected "starting" | "running" | "exited" | "dead", actual "zombie"`],
+    [{ phase: "waiting", ranks: [{ rank: 0, state: "running", resources: { cpu: "most" } }] }, `ranks[0].resources.cpu: Expected number, actual "most"`],
+    [{ phase: "waiting", ranks: [], hosts: [{ host: "a", state: "joined", reason: 3 }] }, "hosts[0].reason: Expected string | null, actual 3"],
+    [{ phase: "waiting", ranks: [], joinRule: { quorum: "four", start: "auto" } }, `joinRule.quorum: Expected number, actual "four"`],
+    [{ phase: "training", ranks: [], training: 5 }, "training: Expected an object, actual 5"],
+    [{ phase: "done", ranks: [], deaths: [{ rank: 1, cause: ["oom"] }] }, `deaths[0].cause: Expected string, actual ["oom"]`]
+  ])("a cohort state with a field this version does not know (%j): unreadable, saying where and what", (json, problem) => {
+    expect(readState(json)).toEqual({ kind: "unreadable", problem })
   })
 
   test("the join window in the header: when it closes; once closed, what it waits for; under a manual start, the quorum then the operator", () => {
     const waiting = (joinedRanks: number, windowRemainingMs: number, joinRule: unknown) =>
-      render(readState({ phase: "waiting", world: 4, joinedRanks, joinedHosts: 1, hosts: [], windowRemainingMs, capRemainingMs: 85_000, joinRule, ranks: [] })!, { now: 0 }).split("\n")[0]!
+      render(stateOf({ phase: "waiting", world: 4, joinedRanks, joinedHosts: 1, hosts: [], windowRemainingMs, capRemainingMs: 85_000, ...(joinRule === undefined ? {} : { joinRule }), ranks: [] }), { now: 0 }).split("\n")[0]!
     const auto = { quorum: 4, start: "auto" }
     expect(waiting(2, 12_000, auto)).toEndWith(" · join window closes in 12s (hard cap in 1m25s)")
     expect(waiting(2, 0, auto)).toEndWith(" · join window closed: waiting for the quorum (2/4 ranks), hard cap in 1m25s")
@@ -588,7 +664,7 @@ describe("the table alone", () => {
     expect(waiting(4, 0, { quorum: 4, start: "manual" })).toEndWith(" · join window waits for the operator's start (bun run status --start), hard cap in 1m25s")
     // An older launcher says nothing of its rule.
     expect(waiting(2, 0, undefined)).toEndWith(" · join window closed: waiting for more ranks, hard cap in 1m25s")
-    expect(waiting(2, 0, { quorum: "four", start: "auto" })).toEndWith(" · join window closed: waiting for more ranks, hard cap in 1m25s")
+    expect(waiting(2, 0, null)).toEndWith(" · join window closed: waiting for more ranks, hard cap in 1m25s")
   })
 
   test("after the verdict: the phase is final at once, with the cleanup the launcher still does; the inventory has a line of its own", () => {
@@ -598,7 +674,7 @@ describe("the table alone", () => {
     ]
     const detail = "telling the hosts the run is over and waiting up to 3 s for 2 agent(s) to leave, then ending what is left on gpu-b"
     // As served: through JSON.
-    const served = (extra: object) => readState(JSON.parse(JSON.stringify({ ...fakeState("done"), inventory, ...extra })))!
+    const served = (extra: object) => stateOf(JSON.parse(JSON.stringify({ ...fakeState("done"), inventory, ...extra })))
     const cleaning = render(served({ cleanup: { since: START + 120_000, detail } }), { now: START + 200_000 }).split("\n")
     expect(cleaning[0]).toBe("run fake-run · done (cleaning up) · up 2m00s · world 4 · joined 4/4 ranks on 2/2 hosts")
     expect(cleaning[1]).toBe(`cleaning up: ${detail}`)
@@ -609,7 +685,7 @@ describe("the table alone", () => {
     expect(clean[2]).toBe("inventory: gpu-a: 2 × NVIDIA H200; gpu-b: 2 × cpu")
     expect(clean.filter((line) => line.startsWith("cleaning up"))).toEqual([])
     // An older launcher serves neither.
-    expect(render(readState(fakeState("done"))!, { now: START + 200_000 }).split("\n").filter((line) => /^(inventory|cleaning up):/.test(line))).toEqual([])
+    expect(render(stateOf(fakeState("done")), { now: START + 200_000 }).split("\n").filter((line) => /^(inventory|cleaning up):/.test(line))).toEqual([])
   })
 
   test("fitted to a screen, the inventory names its first hosts and counts the rest", () => {

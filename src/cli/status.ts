@@ -25,10 +25,11 @@
  * Exit status: 0 shown (with --watch: the run ended, or its launcher went
  * away after answering), 1 nothing answered or no run found, 2 bad
  * arguments (several runs and none chosen, for --json, --watch and
- * --start), 130 interrupted. Nothing heavy is loaded: it answers at once.
+ * --start), 130 interrupted. Nothing of the launcher is loaded, only the
+ * state's Schema (RunStateSchema.ts) once there is a launcher to ask: it
+ * answers at once.
  */
 import { join } from "node:path"
-import { hasEnded, readState, render } from "./statusTable.ts"
 import type { RunState } from "../actors/launcher/RunView.ts"
 import { isLive, readEntries, type RunEntry } from "../actors/launcher/RunEntries.ts"
 
@@ -263,6 +264,10 @@ const NO_TOKEN = "give the page URL the launcher printed (live page: â€¦?token=â
 
 // ---- asking the launcher
 
+// Decoding the state loads effect's Schema (about 0.1 s on these machines): loaded once there is a launcher to
+// ask, so that --help and a bad argument still answer at once.
+const { hasEnded, readState, render } = await import("./statusTable.ts")
+
 type Answer =
   | { readonly kind: "state"; readonly state: RunState; readonly body: unknown }
   /** 503: the launcher is there, its run has published nothing yet. */
@@ -307,9 +312,15 @@ const ask = async (): Promise<Answer> => {
   } catch {
     return notCohort("something that is not JSON")
   }
-  const state = readState(body)
-  return state === undefined ? notCohort("JSON") : { kind: "state", state, body }
+  const reading = readState(body)
+  if (reading.kind === "not-cohort") return notCohort("JSON")
+  if (reading.kind === "unreadable") return unreadable(reading.problem)
+  return { kind: "state", state: reading.state, body }
 }
+
+/** A run state this version cannot read: shown anyway, it would mislead, and asking again will not change it. */
+const unreadable = (problem: string): never =>
+  fail(1, `${address} answered a run state this status cannot read (${problem})${origin}: its launcher is of another cohort version; run bun run status from the checkout that started it`)
 
 const startingMessage = `the run at ${address} is still starting: it has no state to show yet`
 
@@ -388,8 +399,9 @@ const follow = async (onState: (answer: Extract<Answer, { kind: "state" }>) => P
         } catch {
           continue
         }
-        const state = readState(body)
-        if (state !== undefined && await onState({ kind: "state", state, body })) {
+        const reading = readState(body)
+        if (reading.kind === "unreadable") unreadable(reading.problem)
+        if (reading.kind === "state" && await onState({ kind: "state", state: reading.state, body })) {
           await reader.cancel().catch(() => {})
           return "ended"
         }

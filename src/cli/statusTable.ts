@@ -4,136 +4,35 @@
  * inventory, a summary of the ranks by state, an aligned table of the ranks,
  * the deaths, the hosts gone and the verdict.
  *
- * Pure: the clock comes in as `now`, nothing is printed. `readState` takes
- * the JSON as served and fills what an older launcher leaves out, so the
- * text never depends on every field being there.
+ * Pure: the clock comes in as `now`, nothing is printed. `readState` decodes
+ * the JSON as served with the state's Schema (RunStateSchema.ts), which fills
+ * what an older launcher leaves out, so the text never depends on every
+ * field being there.
  */
+import * as Either from "effect/Either"
 import * as Inventory from "../actors/launcher/Inventory.ts"
-import type { Cleanup, Death, HostStatus, RankStatus, ResourceSample, RunState, Training } from "../actors/launcher/RunView.ts"
+import type { RankStatus, RunState, Training } from "../actors/launcher/RunView.ts"
+import { decodeRunState, problemOf } from "../actors/launcher/RunStateSchema.ts"
 import { printable } from "../wire/Printable.ts"
 
 const NONE = "—"
 
-type Json = Record<string, unknown>
+/** What a status endpoint's JSON is. */
+export type StateReading =
+  | { readonly kind: "state"; readonly state: RunState }
+  /** No cohort run state at all: a phase and a list of ranks are the least a launcher has ever served. */
+  | { readonly kind: "not-cohort" }
+  /** A cohort run state that does not decode (another version's): what is wrong in it, in a line. */
+  | { readonly kind: "unreadable"; readonly problem: string }
 
-const isObject = (value: unknown): value is Json => typeof value === "object" && value !== null && !Array.isArray(value)
-const text = (value: unknown, fallback: string): string =>
-  typeof value === "string" ? value : typeof value === "number" ? String(value) : fallback
-const num = (value: unknown): number | null => (typeof value === "number" && Number.isFinite(value) ? value : null)
-const list = (value: unknown): ReadonlyArray<unknown> => (Array.isArray(value) ? value : [])
-
-const readResources = (value: unknown): ResourceSample | null =>
-  isObject(value)
-    ? {
-      cpu: num(value.cpu) ?? 0,
-      rssBytes: num(value.rssBytes) ?? 0,
-      gpuMemoryBytes: num(value.gpuMemoryBytes),
-      gpuUtilization: num(value.gpuUtilization),
-      at: num(value.at) ?? 0
-    }
-    : null
-
-const readRank = (value: unknown): ReadonlyArray<RankStatus> => {
-  if (!isObject(value) || num(value.rank) === null) return []
-  return [{
-    rank: num(value.rank)!,
-    host: text(value.host, "?"),
-    device: text(value.device, "?"),
-    pid: num(value.pid),
-    state: text(value.state, "?") as RankStatus["state"],
-    exit: typeof value.exit === "string" ? value.exit : null,
-    restarts: num(value.restarts) ?? 0,
-    startedAt: num(value.startedAt),
-    endedAt: num(value.endedAt),
-    resources: readResources(value.resources),
-    lastResources: readResources(value.lastResources)
-  }]
-}
-
-const readTraining = (value: unknown): Training | null => {
-  if (!isObject(value) || num(value.epoch) === null) return null
-  const metrics = isObject(value.metrics)
-    ? Object.fromEntries(Object.entries(value.metrics).filter((entry): entry is [string, number] => num(entry[1]) !== null))
-    : {}
-  return {
-    epoch: num(value.epoch)!,
-    epochs: num(value.epochs) ?? 0,
-    samplesDone: num(value.samplesDone) ?? 0,
-    datasetSize: num(value.datasetSize) ?? 0,
-    samplesPerSec: num(value.samplesPerSec),
-    metrics
-  }
-}
-
-const readInventory = (value: unknown): Inventory.Inventory =>
-  list(value).flatMap((host): Inventory.Inventory =>
-    isObject(host) && typeof host.host === "string"
-      ? [{
-        host: host.host,
-        devices: list(host.devices).flatMap((device) =>
-          isObject(device)
-            ? [{ device: text(device.device, "?"), label: text(device.label, "?"), ranks: list(device.ranks).flatMap((rank) => num(rank) ?? []) }]
-            : []
-        )
-      }]
-      : []
-  )
-
-const readCleanup = (value: unknown): Cleanup | null =>
-  isObject(value) && typeof value.detail === "string" ? { since: num(value.since) ?? 0, detail: value.detail } : null
-
-/**
- * The state in `json`, or undefined when it is not a cohort run state at all
- * (a phase and a list of ranks are the least a launcher has ever served).
- * Missing fields read as unknown: `startedAt` 0, empty lists, nulls.
- */
-export const readState = (json: unknown): RunState | undefined => {
-  if (!isObject(json) || typeof json.phase !== "string" || !Array.isArray(json.ranks)) return undefined
-  const ranks = json.ranks.flatMap(readRank)
-  return {
-    run: text(json.run, ""),
-    phase: json.phase as RunState["phase"],
-    startedAt: num(json.startedAt) ?? 0,
-    updatedAt: num(json.updatedAt) ?? 0,
-    world: num(json.world) ?? 0,
-    joinedRanks: num(json.joinedRanks) ?? 0,
-    joinedHosts: num(json.joinedHosts) ?? 0,
-    windowRemainingMs: num(json.windowRemainingMs),
-    capRemainingMs: num(json.capRemainingMs),
-    windowClosesAt: num(json.windowClosesAt),
-    hardCapAt: num(json.hardCapAt),
-    joinRule: isObject(json.joinRule) && num(json.joinRule.quorum) !== null &&
-        (json.joinRule.start === "auto" || json.joinRule.start === "manual" || json.joinRule.start === "hybrid")
-      ? { quorum: num(json.joinRule.quorum)!, start: json.joinRule.start }
-      : null,
-    hosts: list(json.hosts).flatMap((host): ReadonlyArray<HostStatus> =>
-      isObject(host) && typeof host.host === "string"
-        ? [{
-          host: host.host,
-          declaredRanks: num(host.declaredRanks) ?? 0,
-          state: text(host.state, "?") as HostStatus["state"],
-          reason: typeof host.reason === "string" ? host.reason : null
-        }]
-        : []
-    ),
-    ranks,
-    deaths: list(json.deaths).flatMap((death): ReadonlyArray<Death> =>
-      isObject(death) && num(death.rank) !== null
-        ? [{ rank: num(death.rank)!, host: text(death.host, "?"), cause: text(death.cause, "?"), at: num(death.at) ?? 0 }]
-        : []
-    ),
-    training: readTraining(json.training),
-    throughput: [],
-    verdict: typeof json.verdict === "string" ? json.verdict : null,
-    joinedAfterFormation: num(json.joinedAfterFormation) ?? 0,
-    worldSizes: list(json.worldSizes).flatMap((point) =>
-      isObject(point) && num(point.at) !== null && num(point.ranks) !== null
-        ? [{ at: num(point.at)!, ranks: num(point.ranks)!, alive: num(point.alive) ?? num(point.ranks)! }]
-        : []
-    ),
-    inventory: readInventory(json.inventory),
-    cleanup: readCleanup(json.cleanup)
-  }
+/** The state in `json`, or why there is none. Missing fields read as unknown: `startedAt` 0, empty lists, nulls. */
+export const readState = (json: unknown): StateReading => {
+  const shaped = typeof json === "object" && json !== null && "phase" in json && typeof json.phase === "string" && "ranks" in json && Array.isArray(json.ranks)
+  if (!shaped) return { kind: "not-cohort" }
+  return Either.match(decodeRunState(json), {
+    onLeft: (error) => ({ kind: "unreadable", problem: problemOf(error) }),
+    onRight: (state) => ({ kind: "state", state })
+  })
 }
 
 export const hasEnded = (state: RunState): boolean => state.phase === "done" || state.phase === "failed"
