@@ -2,9 +2,10 @@
  * The supervisor: an actor that owns children and carries out what `decide`
  * tells it.
  *
- * It holds no policy of its own. Every event (a child's exit, formation, an
- * abort, a restart timer) goes through the pure `decide`, and the directives
- * that come back are executed here: start a child, stop some, schedule a
+ * It holds no policy of its own: `decide` is its machine on the kernel
+ * (Machine.ts). Every event (a child's exit, formation, an abort, a restart
+ * timer) goes through the pure `decide`, and the directives that come back
+ * are executed here: start a child, stop some, schedule a
  * restart, report deaths, deliver the verdict. Time comes from `Clock`, so a
  * `TestClock` drives restarts in tests.
  *
@@ -24,9 +25,9 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as ExecutionStrategy from "effect/ExecutionStrategy"
 import * as Exit from "effect/Exit"
-import * as Ref from "effect/Ref"
 import * as Scope from "effect/Scope"
 import * as Actor from "./Actor.ts"
+import * as Machine from "./Machine.ts"
 import type { ChildHandle } from "./ChildHandle.ts"
 import { ChildExit } from "./ChildExit.ts"
 import type { ChildSpec } from "./ChildSpec.ts"
@@ -86,12 +87,17 @@ export interface Supervisor {
   readonly handle: (id: string) => Effect.Effect<ChildHandle | undefined>
 }
 
+/** An event as `decide` takes it: with the moment it was stepped, from `Clock`. */
+interface Stamped {
+  readonly event: SupervisionEvent
+  readonly now: number
+}
+
 export const start = (options: SupervisorOptions): Effect.Effect<Supervisor, never, Scope.Scope> =>
   Effect.gen(function*() {
     const { strategy } = options
     const fallback = Shutdown.Shutdown.Grace({ grace: Duration.decode(options.grace) })
     const specs = new Map(options.children.map((child) => [child.id, child]))
-    const state = yield* Ref.make(initialState(options.children, options.seed))
     const handles = new Map<string, ChildHandle>()
     const verdict = yield* Deferred.make<Verdict>()
     // Parallel: closing it (the run interrupted, the supervisor gone) stops every child that is left side by side.
@@ -162,19 +168,22 @@ export const start = (options: SupervisorOptions): Effect.Effect<Supervisor, nev
         Verdict: ({ verdict: value }) => Deferred.succeed(verdict, value)
       })
 
+    // The policy on the kernel: `decide` is the machine, each directive carried out (then shown to
+    // `onDirective`) before the next. Events are stamped with the moment they are stepped.
+    const stepper = Machine.run<SupervisorState, Stamped, Directive, never>(
+      { initial: initialState(options.children, options.seed), step: (state, { event, now }) => decide(strategy, state, event, now) },
+      {
+        carryOut: (directive) =>
+          options.onDirective === undefined ? execute(directive) : Effect.zipRight(execute(directive), options.onDirective(directive))
+      }
+    )
     const step = (event: SupervisionEvent) =>
       Effect.gen(function*() {
         // A joining child's start effect must be known before `decide` can ask for it.
         if (event._tag === "ChildrenJoined") {
           for (const child of event.children as ReadonlyArray<SupervisedChild>) if (!specs.has(child.id)) specs.set(child.id, child)
         }
-        const now = yield* Clock.currentTimeMillis
-        const [directives, next] = decide(strategy, yield* Ref.get(state), event, now)
-        yield* Ref.set(state, next)
-        for (const directive of directives) {
-          yield* execute(directive)
-          if (options.onDirective !== undefined) yield* options.onDirective(directive)
-        }
+        yield* stepper.step({ event, now: yield* Clock.currentTimeMillis })
       })
 
     self = yield* Actor.spawn<SupervisionEvent, never>({
@@ -209,7 +218,7 @@ export const start = (options: SupervisorOptions): Effect.Effect<Supervisor, nev
       send: (event) => Effect.ignore(ref.tell(event)),
       join: (children) => Effect.ignore(ref.tell(SupervisionEvent.ChildrenJoined({ children }))),
       verdict: Effect.raceFirst(Deferred.await(verdict), died),
-      state: Ref.get(state),
+      state: Effect.sync(stepper.current),
       handle: (id) => Effect.sync(() => handles.get(id))
     }
     return supervisor
