@@ -23,7 +23,7 @@ import * as Either from "effect/Either"
 import type * as ParseResult from "effect/ParseResult"
 import * as Schema from "effect/Schema"
 import * as AST from "effect/SchemaAST"
-import { isMap, isScalar, isSeq, type Node } from "yaml"
+import { isMap, isScalar, isSeq, type Node, type Scalar } from "yaml"
 import { expectedOf } from "./Expected.ts"
 import { isKeyGroup } from "./Mapping.ts"
 import type { Field } from "./Yaml.ts"
@@ -31,10 +31,12 @@ import type { Field } from "./Yaml.ts"
 /**
  * Read `field` with `schema`; a refused value is reported at its place and
  * abandoned (see `Field.attempt`). `whenAbsent` is what an absent field (or
- * one written with nothing) reads as, when that is not a mistake: `{}` for a
- * section whose every key has a default.
+ * one written with nothing) reads as: `{}` for a section whose every key has
+ * a default, or for an entry whose required keys are then asked for one by
+ * one. It is decoded as the file's own value would be, so it need not be one
+ * the schema accepts.
  */
-export const decodeField = <A, I>(field: Field, schema: Schema.Schema<A, I, never>, options: { readonly whenAbsent?: I } = {}): A => {
+export const decodeField = <A, I>(field: Field, schema: Schema.Schema<A, I, never>, options: { readonly whenAbsent?: unknown } = {}): A => {
   const written = !field.present && "whenAbsent" in options ? options.whenAbsent : plainValue(field)
   const decoded = Schema.decodeUnknownEither(schema, { errors: "all", onExcessProperty: "error" })(written)
   if (Either.isRight(decoded)) return decoded.right
@@ -55,8 +57,12 @@ type Problem =
 const report = (root: Field, problem: Problem): void => {
   const field = root.at(problem.path)
   switch (problem._tag) {
-    case "Expected":
+    case "Expected": {
+      // A mapping was meant, but one of its keys is no plain word: that is what to fix, at that key.
+      const oddKey = readsMapping(problem.refused) ? firstOddKey(field) : undefined
+      if (oddKey !== undefined) return field.report("keys must be plain words", oddKey)
       return field.report(`expected ${problem.what ?? describe(problem.refused)}, got ${field.found}`)
+    }
     case "Said":
       return field.report(problem.problem)
     case "UnknownKey":
@@ -165,8 +171,33 @@ const describe = (ast: AST.AST): string => {
 /** A union's members, a member that is itself a union (as `Schema.NullOr` makes) taken apart. */
 const unionMembers = (union: AST.Union): ReadonlyArray<AST.AST> => union.types.flatMap((member) => (AST.isUnion(member) ? unionMembers(member) : [member]))
 
-/** Stands for a node that has no plain value (an alias): no schema accepts it, and it reads as "something else". */
+/**
+ * Stands for a node that has no plain value: an alias (it reads as "something else"), or a mapping with a
+ * key that is no plain word (said as such where a mapping was meant, and as a mapping where it was not).
+ * No schema but `Schema.Unknown` accepts it, which leaves the node to a reader of its own.
+ */
 const unreadable = Symbol("unreadable")
+
+/** The first key of `field`'s mapping that is no plain word (a list, a mapping, an alias). */
+const firstOddKey = (field: Field): Node | undefined => {
+  const node = field.node
+  return isMap(node) ? (node.items.find((pair) => !isScalar(pair.key))?.key as Node | undefined) : undefined
+}
+
+/** Whether `ast` (or one member of it) decodes a mapping. */
+const readsMapping = (ast: AST.AST): boolean => {
+  switch (ast._tag) {
+    case "TypeLiteral":
+      return true
+    case "Union":
+      return ast.types.some(readsMapping)
+    case "Refinement":
+    case "Transformation":
+      return readsMapping(ast.from)
+    default:
+      return false
+  }
+}
 
 /** The subtree as plain data: mappings as objects, lists as arrays, scalars as their values, absent as undefined. */
 const plainValue = (field: Field): unknown => {
@@ -174,11 +205,10 @@ const plainValue = (field: Field): unknown => {
   if (node === undefined || node === null) return node
   if (isScalar(node)) return node.value
   if (isSeq(node)) return node.items.map((_, index) => plainValue(field.item(index)))
-  if (!isMap(node)) return unreadable
+  if (!isMap(node) || firstOddKey(field) !== undefined) return unreadable
   return Object.fromEntries(
     node.items.map((pair) => {
-      if (!isScalar(pair.key)) return field.fail("keys must be plain words", pair.key as Node | null)
-      const key = String(pair.key.value)
+      const key = String((pair.key as Scalar).value)
       return [key, plainValue(field.get(key))]
     })
   )

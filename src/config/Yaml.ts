@@ -13,9 +13,8 @@
  */
 import * as Data from "effect/Data"
 import * as Effect from "effect/Effect"
-import { type Document, isMap, isScalar, isSeq, LineCounter, type Node, parseDocument } from "yaml"
+import { type Document, isMap, isScalar, isSeq, LineCounter, type Node, parseDocument, YAMLMap } from "yaml"
 import { ConfigError } from "./ConfigError.ts"
-import { formatDuration, MAX_DURATION_MS, parseDuration } from "./Duration.ts"
 
 interface Source {
   readonly file: string | undefined
@@ -162,6 +161,29 @@ export class Field {
     return path.reduce<Field>((field, step) => (typeof step === "number" ? field.item(step) : field.get(String(step))), this)
   }
 
+  /**
+   * This mapping without `keys`, which their own readers take from this field: a copy whose other pairs (and
+   * so every place a mistake is said) are the file's own. This field itself when it is no mapping.
+   */
+  without(keys: ReadonlyArray<string>): Field {
+    return this.keeping((key) => key === undefined || !keys.includes(key))
+  }
+
+  /** This mapping with only `keys` (a copy, as `without` makes); this field itself when it is no mapping. */
+  only(keys: ReadonlyArray<string>): Field {
+    return this.keeping((key) => key !== undefined && keys.includes(key))
+  }
+
+  private keeping(keep: (key: string | undefined) => boolean): Field {
+    const node = this.node
+    if (!isMap(node)) return this
+    const copy = new YAMLMap<unknown, unknown>()
+    copy.range = node.range
+    copy.flow = node.flow
+    copy.items = node.items.filter((pair) => keep(isScalar(pair.key) ? String(pair.key.value) : undefined))
+    return new Field(this.path, copy, this.source, this.anchor)
+  }
+
   has(key: string): boolean {
     return isMap(this.node) && this.node.items.some((item) => isScalar(item.key) && String(item.key.value) === key)
   }
@@ -170,49 +192,10 @@ export class Field {
     return this.path === "" ? key : `${this.path}.${key}`
   }
 
-  /** The items of a list (an absent field is an empty list). */
-  list(what = "a list"): Array<Field> {
-    if (!this.present) return []
-    if (!isSeq(this.node)) this.expected(what)
-    return this.node.items.map((item, index) => new Field(`${this.path}[${index}]`, item as Node | null, this.source, this.node))
-  }
-
   string(what = "a string"): string {
     const value = this.scalar
     if (typeof value !== "string" || value.length === 0) this.expected(what)
     return value
-  }
-
-  /** A finite number in [min, max]. */
-  number(min: number, max: number, what = `a number from ${min} to ${max}`): number {
-    const value = this.scalar
-    if (typeof value !== "number" || !Number.isFinite(value) || value < min || value > max) this.expected(what)
-    return value
-  }
-
-  int(min: number, max: number, what = `a whole number from ${min} to ${max}`): number {
-    const value = this.number(min, max, what)
-    if (!Number.isInteger(value)) this.expected(what)
-    return value
-  }
-
-  /** A duration like `250ms`, `5s`, `10m`, `1h`, in whole milliseconds, at most a week. */
-  duration(min = 0): number {
-    const what = `a duration like "250ms", "5s", "10m" or "1h"${min > 0 ? ` above ${formatDuration(min - 1)}` : ""}`
-    const value = this.scalar
-    const ms = typeof value === "string" ? parseDuration(value) : undefined
-    if (ms === undefined || ms < min) this.expected(what)
-    // Said only when it is the problem: the usual message stays short.
-    if (ms > MAX_DURATION_MS) this.expected(`${what} up to ${formatDuration(MAX_DURATION_MS)}`)
-    return ms
-  }
-
-  literal<const L extends string>(choices: ReadonlyArray<L>): L {
-    const value = this.scalar
-    if (typeof value !== "string" || !(choices as ReadonlyArray<string>).includes(value)) {
-      this.expected(`one of ${choices.map((choice) => `"${choice}"`).join(", ")}`)
-    }
-    return value as L
   }
 }
 
