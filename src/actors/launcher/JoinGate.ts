@@ -11,8 +11,12 @@
  * without a salt (it names the open key, `Trust.OPEN_KEY_ID`) is told that
  * the run needs one (`Reject{needs: "salt"}`), as noise: never counted.
  *
- * The window's verdict (`joinVerdict`) is taken on every admission and at
- * each deadline, with time from `Clock`. Once it forms, the members and their
+ * What the gate decides is the pure `joinWindow` machine (joinWindow.ts):
+ * the gate is its interpreter on the kernel, one event at a time in its own
+ * fiber. Each connection's handshake runs in a fiber of its own and, once it
+ * has a Hello, asks the gate; a link's end is told to it from the link's
+ * callback. The window's verdict (`joinVerdict`) is taken on every admission,
+ * refusal and start and at each deadline, with time from `Clock`. Once it forms, the members and their
  * open links (the hosts' control links) are handed over. A member whose link
  * ends before that fails the window at once: an agent that died while
  * joining must not leave the launcher waiting out the hard cap.
@@ -29,38 +33,25 @@ import * as Clock from "effect/Clock"
 import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Ref from "effect/Ref"
+import * as Request from "effect/Request"
 import type * as Scope from "effect/Scope"
 import * as CallbackFibers from "../CallbackFibers.ts"
+import * as Machine from "../Machine.ts"
 import { makeNoiseLog } from "./NoiseLog.ts"
 import type { Accepted, Owner } from "./PortMux.ts"
-import { Accept, Hello, type HostRunSpec, joinCodec, type JoinMessage, Reject } from "../../wire/JoinMessages.ts"
+import { Accept, type HostRunSpec, joinCodec, type JoinMessage, Reject } from "../../wire/JoinMessages.ts"
 import { saltToHex } from "../../wire/Keys.ts"
 import * as Link from "../../wire/Link.ts"
-import { hostNameRule, isHostName, printable } from "../../wire/Printable.ts"
+import { printable } from "../../wire/Printable.ts"
 import { type Admission, joinKeyFor, OPEN_KEY_ID } from "../../wire/Trust.ts"
-import { FLOOD_LIMIT, type JoinRules, joinVerdict } from "./joinVerdict.ts"
-
-
-/** A device label as the join gate takes one: a GPU's name ("NVIDIA H200") or `cpu`. */
-const DEVICE_LABEL = /^[A-Za-z0-9][A-Za-z0-9 :._()/+-]{0,63}$/
-const DEVICE_LABEL_RULE = "1 to 64 letters, digits, spaces or ':', '.', '_', '(', ')', '/', '+', '-', starting with a letter or digit"
+import { type Admitted, joinWindow, opened, type Outcome, unarmable, WindowEffect, WindowEvent, type WindowState } from "./joinWindow.ts"
+import { FLOOD_LIMIT, type JoinRules } from "./joinVerdict.ts"
 
 export type JoinLink = Link.Link<JoinMessage, JoinMessage>
 
-export interface Member {
-  readonly host: string
-  readonly ranks: ReadonlyArray<number>
-  readonly devices: ReadonlyArray<number>
-  readonly deviceLabels: ReadonlyArray<string>
-  readonly pid: number
-  /** Stays open after formation: the host's control link. */
-  readonly link: JoinLink
-}
+export type Member = Admitted<JoinLink>
 
-export type Formation =
-  | { readonly _tag: "Formed"; readonly members: ReadonlyArray<Member>; readonly worldSize: number }
-  | { readonly _tag: "Failed"; readonly reason: string }
+export type Formation = Outcome<JoinLink>
 
 export interface JoinGateOptions {
   readonly rules: JoinRules
@@ -106,213 +97,109 @@ export interface JoinGate {
   readonly remaining: Effect.Effect<{ readonly windowMs: number; readonly capMs: number }>
 }
 
-interface Window {
-  readonly members: ReadonlyArray<Member>
-  /** The members' ranks, counted as they join: a thousand joins must not each sum them all. */
-  readonly joinedRanks: number
-  /** The next rank number: past every rank admitted and every number `take`n (a restarted rank's new one). */
-  readonly nextRank: number
-  readonly rejected: number
-  readonly armed: boolean
-  readonly outcome: Formation | undefined
-}
+/** What the gate answers besides the window's events: reads, and the numbers a restart takes. */
+class Take extends Request.TaggedClass("Take")<number, never, { readonly count: number }> {}
+class Arm extends Request.TaggedClass("Arm")<{ readonly armed: true } | { readonly armed: false; readonly reason: string }, never, {}> {}
 
 export const make = (options: JoinGateOptions): Effect.Effect<JoinGate, never, Scope.Scope> =>
   Effect.gen(function*() {
     const { rules } = options
-    const floodLimit = options.floodLimit ?? FLOOD_LIMIT
     const openedAt = yield* Clock.currentTimeMillis
-    const window = yield* Ref.make<Window>({ members: [], joinedRanks: 0, nextRank: 0, rejected: 0, armed: false, outcome: undefined })
     const outcome = yield* Deferred.make<Formation>()
-    /**
-     * The hosts of `members`, kept beside them (admissions are one at a time: `admitting`): the duplicate check
-     * and the quorum's count of declared hosts in are a lookup each, not a scan of every member per join.
-     */
-    const joinedHosts = new Set<string>()
-    let declaredIn = 0
-    const hostJoined = (host: string) => {
-      if (joinedHosts.has(host)) return
-      joinedHosts.add(host)
-      if (options.declared.has(host)) declaredIn += 1
-    }
-    const hostLeft = (host: string, members: ReadonlyArray<Member>) => {
-      if (!joinedHosts.has(host) || members.some((member) => member.host === host)) return
-      joinedHosts.delete(host)
-      if (options.declared.has(host)) declaredIn -= 1
-    }
-    /** Ends the watch on each member's link at the outcome (see `admit`). */
+    /** Ends the watch on each member's link at the outcome (see `Watch`). */
     const unwatch: Array<() => void> = []
     const callbacks = yield* CallbackFibers.make("join gate")
-    /** The declared hosts not in yet, in the cluster file's order: only a failed quorum names them. */
-    const missingHosts = () => [...options.declared.keys()].filter((host) => !joinedHosts.has(host))
-    /** Stands for a non-empty `missing` where only its emptiness can matter (a verdict that is not a failure). */
-    const SOME_MISSING: ReadonlyArray<string> = ["…"]
-
-    /** Take the verdict now; a final one is recorded once and announced. */
-    const settle = Effect.gen(function*() {
-      const now = yield* Clock.currentTimeMillis
-      const state = yield* Ref.get(window)
-      if (state.outcome !== undefined) return
-      const { joinedRanks } = state
-      const progress = { joinedRanks, rejected: state.rejected, startArmed: state.armed, elapsedMs: now - openedAt }
-      // The verdict reads `missing` for its emptiness, and a failed quorum names the hosts in it: the list is
-      // built only for a failure (a thousand joins must not each list the declared hosts).
-      const someMissing = declaredIn < options.declared.size
-      const first = joinVerdict({ ...rules, floodLimit }, { ...progress, missing: someMissing ? SOME_MISSING : [] })
-      const verdict = first._tag === "Failed" && someMissing ? joinVerdict({ ...rules, floodLimit }, { ...progress, missing: missingHosts() }) : first
-      if (verdict._tag === "Open") return
-      yield* conclude(verdict._tag === "Formed"
-        ? { _tag: "Formed", members: state.members, worldSize: joinedRanks }
-        : { _tag: "Failed", reason: verdict.reason })
-    })
-
-    /** Record the window's outcome; the first one stands. */
-    const conclude = (formation: Formation) =>
-      Effect.flatMap(
-        Ref.modify(window, (state) =>
-          state.outcome === undefined ? [true, { ...state, outcome: formation }] as const : [false, state] as const),
-        (first) => {
-          if (!first) return Effect.succeed(false)
-          // From now on the members' links are whoever runs the cohort's.
-          for (const stop of unwatch.splice(0)) stop()
-          return Deferred.succeed(outcome, formation)
-        }
-      )
-
-    /**
-     * Refusals of authenticated joins (a Hello that carried the run's key) count towards the flood guard:
-     * only someone with the key can fail the run that way. Unauthenticated noise (bad MACs, silence, garbage)
-     * never counts; it is logged at most once a minute per source address (`noise`).
-     */
-    const countRefusal = (peer: string, reason: string, message: string) =>
-      Ref.update(window, (state) => ({ ...state, rejected: state.rejected + 1 })).pipe(
-        Effect.zipRight(Effect.logWarning(message)),
-        Effect.zipRight(options.onRefused?.(peer, reason) ?? Effect.void),
-        Effect.zipRight(settle)
-      )
-
-    const refuse = (link: JoinLink, reason: string) =>
-      Effect.gen(function*() {
-        yield* Effect.ignore(link.send(new Reject({ reason })))
-        yield* link.close
-        yield* countRefusal(link.peer, reason, `refused a join from ${link.peer}: ${reason}`)
-      })
-
     const noise = makeNoiseLog("join")
+    // Bound once the actor is spawned: a watched link's end is told to it from the link's callback.
+    let tellGate: ((event: WindowEvent<JoinLink>) => Effect.Effect<void>) | undefined
 
-    const growing = options.afterFormation === "accept"
-    /** Why a Hello cannot be admitted, or undefined when it can. */
-    const problem = (hello: Hello, state: Window): string | undefined => {
-      const late = state.outcome?._tag === "Formed"
-      if (state.outcome !== undefined && !(late && growing)) {
-        return state.outcome._tag === "Formed"
-          ? "the cohort has already formed (this run does not grow: controller.join.after_formation is reject)"
-          : "the join window has failed"
+    const carryOut = (effect: WindowEffect<JoinLink>, step: (event: WindowEvent<JoinLink>) => Effect.Effect<void>): Effect.Effect<void> => {
+      switch (effect._tag) {
+        case "SendAccept": {
+          const { member, late } = effect
+          // Built unchecked: the codec checks it as it encodes it.
+          return Effect.either(member.link.send(
+            new Accept({
+              ranks: member.ranks,
+              saltHex: options.admission.mode === "open" ? saltToHex(options.salt) : undefined,
+              // A late host is told the world at once.
+              formationWaitMs: effect.formationWaitMs,
+              spec: options.specFor(member.host)
+            }, true)
+          )).pipe(Effect.flatMap((sent) =>
+            sent._tag === "Left"
+              ? step(WindowEvent.AcceptFailed({ member }))
+              : Effect.gen(function*() {
+                if (options.admission.mode === "open") yield* member.link.rekey(options.salt)
+                yield* step(WindowEvent.AcceptSent({ member, late, at: yield* Clock.currentTimeMillis }))
+              })
+          ))
+        }
+        case "Refuse":
+          return Effect.gen(function*() {
+            const { link, reason } = effect
+            yield* Effect.ignore(link.send(new Reject({ reason })))
+            yield* link.close
+            yield* Effect.logWarning(`refused a join from ${link.peer}: ${reason}`)
+            if (options.onRefused !== undefined) yield* options.onRefused(link.peer, reason)
+          })
+        case "Joined": {
+          const { late, member } = effect
+          return Effect.zipRight(
+            Effect.logInfo(`${member.host} joined with ranks ${member.ranks.join(", ")}${late ? " (after formation)" : ""}`),
+            options.onJoined?.(member.host, member.ranks) ?? Effect.void
+          )
+        }
+        case "LateJoin":
+          return options.onLateJoin?.(effect.member) ?? Effect.void
+        case "Watch":
+          // Until the window closes, the member's link ending fails it at once. The watch is a callback on the
+          // link, not a fiber reading it (a fiber per host, and a thousand interruptions at formation); it stops
+          // at the outcome: from then on the link belongs to whoever runs the cohort, and what the member sent
+          // waits for them.
+          return Effect.sync(() => {
+            const { host, link } = effect.member
+            unwatch.push(link.whenEnded((ended) => callbacks.fork(tellGate?.(WindowEvent.LinkEnded({ host, detail: ended.detail })) ?? Effect.void)))
+          })
+        case "Concluded":
+          return Effect.suspend(() => {
+            // From now on the members' links are whoever runs the cohort's.
+            for (const stop of unwatch.splice(0)) stop()
+            return Deferred.succeed(outcome, effect.outcome)
+          })
       }
-      if (late && state.rejected >= floodLimit) return `${state.rejected} joins were rejected: no more hosts are admitted (flood guard)`
-      // What the peer wrote is printed escaped and cut: it must not move a terminal's cursor or fake a line.
-      if (!isHostName(hello.host)) return `host name "${printable(hello.host, 64)}" is not one: it must be ${hostNameRule}`
-      // Labels are GPU names as NVML gives them ("NVIDIA H200", "NVIDIA A100-SXM4-80GB", "Tesla V100-SXM2-16GB"):
-      // spaces and a little punctuation, never a control character.
-      if (hello.deviceLabels.some((label) => !DEVICE_LABEL.test(label))) {
-        return `host ${hello.host} sent a device label that is not one: ${DEVICE_LABEL_RULE}`
-      }
-      if (hello.version !== options.version) {
-        return `version skew: the launcher runs cohort ${options.version}, this agent ${printable(hello.version, 32)}`
-      }
-      if (joinedHosts.has(hello.host) && !(late && options.canRejoin?.(hello.host) === true)) {
-        return `host ${hello.host} has already joined`
-      }
-      const declared = options.declared.get(hello.host)
-      // Open admission too: it hands out the salt, never a seat the cluster file did not declare.
-      if (!options.declared.has(hello.host)) {
-        return `host ${hello.host} is not among the workers of this run (${[...options.declared.keys()].join(", ")})`
-      }
-      if (hello.devices.length === 0 || hello.devices.length > 256) return `expected 1 to 256 devices, got ${hello.devices.length}`
-      if (new Set(hello.devices).size !== hello.devices.length) return "a device is listed twice"
-      // Each device's label is the cohort's inventory of it: one each, or the inventory would name the wrong device.
-      if (hello.deviceLabels.length !== hello.devices.length) {
-        return `host ${hello.host} sent ${hello.deviceLabels.length} device label(s) for ${hello.devices.length} device(s): one per device`
-      }
-      if (declared !== undefined && hello.devices.length !== declared) {
-        return `host ${hello.host} was declared with ${declared} devices but brings ${hello.devices.length}`
-      }
-      if (late && options.maxRanks !== undefined && state.joinedRanks + hello.devices.length > options.maxRanks) {
-        return `the run would have ${state.joinedRanks + hello.devices.length} ranks, over controller.join.max_ranks (${options.maxRanks})`
-      }
-      return undefined
     }
 
-    // One admission at a time, Accept included: a rollback always gives back the last numbers taken.
-    const admitting = yield* Effect.makeSemaphore(1)
-    const admit = (link: JoinLink, hello: Hello) =>
-      Effect.gen(function*() {
-        const now = yield* Clock.currentTimeMillis
-        const admitted = yield* admitting.withPermits(1)(admitOne(link, hello, now))
-        if (admitted === undefined) return
-        const { late, member } = admitted
-        if (options.admission.mode === "open") yield* link.rekey(options.salt)
-        yield* Effect.logInfo(`${hello.host} joined with ranks ${member.ranks.join(", ")}${late ? " (after formation)" : ""}`)
-        if (options.onJoined !== undefined) yield* options.onJoined(hello.host, member.ranks)
-        if (late) return yield* options.onLateJoin?.(member) ?? Effect.void
-        // Until the window closes, the member's link ending fails it at once. The watch is a callback on the
-        // link, not a fiber reading it (a fiber per host, and a thousand interruptions at formation); it stops at
-        // the outcome: from then on the link belongs to whoever runs the cohort, and what the member sent waits for them.
-        const stop = link.whenEnded((ended) =>
-          callbacks.fork(conclude({ _tag: "Failed", reason: `${hello.host} left before the cohort formed: ${ended.detail}` })))
-        if ((yield* Ref.get(window)).outcome === undefined) unwatch.push(stop)
-        else stop()
-        yield* settle
+    const gate = yield* Machine.spawn<WindowState<JoinLink>, WindowEvent<JoinLink>, WindowEffect<JoinLink>, WindowEvent<JoinLink>, Take | Arm>({
+      name: "join-gate",
+      machine: {
+        initial: opened<JoinLink>({
+          rules,
+          floodLimit: options.floodLimit ?? FLOOD_LIMIT,
+          declared: options.declared,
+          version: options.version,
+          openedAt,
+          growing: options.afterFormation === "accept",
+          maxRanks: options.maxRanks
+        }),
+        step: joinWindow
+      },
+      events: { Hello: true, NotHello: true, AcceptSent: true, AcceptFailed: true, LinkEnded: true, Tick: true, Armed: true, Reserved: true },
+      carryOut,
+      requests: (stepper) => ({
+        Take: ({ count }) => Effect.flatMap(Effect.sync(() => stepper.current().nextRank), (first) => Effect.as(stepper.step(WindowEvent.Reserved({ count })), first)),
+        Arm: () =>
+          Effect.gen(function*() {
+            const why = unarmable(stepper.current())
+            if (why !== undefined) return { armed: false as const, reason: why }
+            yield* stepper.step(WindowEvent.Armed({ at: yield* Clock.currentTimeMillis }))
+            return { armed: true as const }
+          })
       })
-
-    const admitOne = (link: JoinLink, hello: Hello, now: number) =>
-      Effect.gen(function*() {
-        const admitted = yield* Ref.modify(window, (state): readonly [{ member: Member; late: boolean } | string, Window] => {
-          const why = problem(hello, state)
-          if (why !== undefined) return [why, state]
-          const first = state.nextRank
-          const joined: Member = {
-            host: hello.host,
-            ranks: hello.devices.map((_, index) => first + index),
-            devices: hello.devices,
-            deviceLabels: hello.deviceLabels,
-            pid: hello.pid,
-            link
-          }
-          const late = state.outcome !== undefined
-          return [{ member: joined, late }, {
-            ...state,
-            members: [...state.members, joined],
-            joinedRanks: state.joinedRanks + joined.ranks.length,
-            nextRank: state.nextRank + joined.ranks.length
-          }]
-        })
-        if (typeof admitted === "string") return yield* Effect.as(refuse(link, admitted), undefined)
-        const { late, member } = admitted
-        hostJoined(member.host)
-        // Built unchecked: the codec checks it as it encodes it.
-        const accepted = yield* Effect.either(link.send(
-          new Accept({
-            ranks: member.ranks,
-            saltHex: options.admission.mode === "open" ? saltToHex(options.salt) : undefined,
-            // A late host is told the world at once.
-            formationWaitMs: late ? 0 : Math.max(0, openedAt + rules.maxTimeoutMs - now),
-            spec: options.specFor(member.host)
-          }, true)
-        ))
-        if (accepted._tag === "Left") {
-          // The Accept never left: the admission is rolled back, ranks and all (they were the last taken).
-          const rolledBack = yield* Ref.updateAndGet(window, (state) => ({
-            ...state,
-            members: state.members.filter((other) => other !== member),
-            joinedRanks: state.joinedRanks - member.ranks.length,
-            nextRank: state.nextRank - member.ranks.length
-          }))
-          hostLeft(member.host, rolledBack.members)
-          return undefined
-        }
-        return admitted
-      })
+    })
+    // A gate that has stopped (the run is over) has nothing left to decide.
+    const tell = (event: WindowEvent<JoinLink>) => Effect.ignore(gate.ref.ask(event))
+    tellGate = tell
 
     /**
      * Pre-shared admission, and an agent without the salt (it named the open key): told so under the open key,
@@ -347,8 +234,11 @@ export const make = (options: JoinGateOptions): Effect.Effect<JoinGate, never, S
           return yield* Effect.sync(() => connection.reset())
         }
         const first = yield* link.receiveWithin(options.handshakeMs, "Hello")
-        if (first._tag !== "Hello") return yield* refuse(link, `expected Hello first, got ${first._tag}`)
-        yield* admit(link, first)
+        const at = yield* Clock.currentTimeMillis
+        if (first._tag !== "Hello") return yield* tell(WindowEvent.NotHello({ link, reason: `expected Hello first, got ${first._tag}`, at }))
+        // Asked of membership here, in the handshake's fiber: the window itself decides nothing outside its state.
+        const rejoinable = options.canRejoin?.(first.host) === true
+        yield* tell(WindowEvent.Hello({ link, hello: first, rejoinable, at }))
       }).pipe(
         // A frame that fails authentication (or never comes) gets no answer: only the count, and a reset, so a
         // half-sent frame is not held (with its buffer) for ever.
@@ -363,7 +253,7 @@ export const make = (options: JoinGateOptions): Effect.Effect<JoinGate, never, S
       for (const at of [rules.timeoutMs, rules.maxTimeoutMs]) {
         const now = yield* Clock.currentTimeMillis
         yield* Effect.sleep(Duration.millis(Math.max(0, openedAt + at - now)))
-        yield* settle
+        yield* tell(WindowEvent.Tick({ at: yield* Clock.currentTimeMillis }))
       }
     }))
 
@@ -376,16 +266,9 @@ export const make = (options: JoinGateOptions): Effect.Effect<JoinGate, never, S
       owner,
       remaining,
       formation: Deferred.await(outcome),
-      members: Effect.map(Ref.get(window), (state) => state.members.map(({ link: _link, ...member }) => member)),
-      take: (count) => admitting.withPermits(1)(Ref.modify(window, (state) => [state.nextRank, { ...state, nextRank: state.nextRank + count }] as const)),
-      arm: Effect.gen(function*() {
-        const state = yield* Ref.get(window)
-        if (rules.start === "auto") return { armed: false as const, reason: "this window starts by itself (start: auto)" }
-        if (state.outcome !== undefined) return { armed: false as const, reason: "the join window is closed" }
-        if (state.armed) return { armed: false as const, reason: "already armed" }
-        yield* Ref.set(window, { ...state, armed: true })
-        yield* settle
-        return { armed: true as const }
-      })
+      members: Effect.sync(() => gate.current().members.map(({ link: _link, ...member }) => member)),
+      // A gate that has stopped (the run is over) hands out the next number unreserved: nobody joins any more.
+      take: (count) => Effect.catchTag(gate.ref.ask(new Take({ count })), "ActorStopped", () => Effect.sync(() => gate.current().nextRank)),
+      arm: Effect.catchTag(gate.ref.ask(new Arm()), "ActorStopped", () => Effect.succeed({ armed: false as const, reason: "the join window is closed" }))
     }
   })
