@@ -28,7 +28,7 @@
 import { copyFileSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join, resolve } from "node:path"
-import type { RunEvent } from "../src/actors/launcher/RunView.ts"
+import { readEvents } from "../test/support/run-records.ts"
 import { median } from "./stats.ts"
 
 const RUNS = Number(process.env.GROWTH_RUNS ?? 3)
@@ -112,7 +112,7 @@ failure_policy: { after_formation: elastic, grace: 2s, heartbeat_timeout: 10s }
     await agent.exited
     if (code !== 0) throw new Error(`growth bench: the run exited with ${code}:\n${stderr.slice(-10).join("\n")}`)
 
-    const recorded = readFileSync(events, "utf8").trim().split("\n").map((line) => JSON.parse(line) as RunEvent)
+    const recorded = readEvents(events)
     const joined = recorded.find((event) => event.event === "host_joined" && event.host === "late")!
     const entered = recorded.find((event) => event.event === "ranks_entered")
     if (entered === undefined || entered.event !== "ranks_entered") throw new Error("growth bench: rank 2 never entered")

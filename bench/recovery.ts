@@ -56,6 +56,9 @@ const job = async (policy: Policy): Promise<Outcome> => {
   const start = performance.now()
   const kills = policy === "none" ? [] : [...KILLS_AT]
   let state: RunState | undefined
+  // Set by \`onEvent\`, which the compiler does not see run during \`await launch\`: read through a function, the
+  // type stays what it is. The state is the launcher's own object, in this process, never text: nothing to decode.
+  const latest = (): RunState | undefined => state
   let deaths = 0
   const detect: Array<number> = []
   const recover: Array<number> = []
@@ -80,7 +83,7 @@ const job = async (policy: Policy): Promise<Outcome> => {
         logLine: () => {},
         onEvent: (_, next) => void (state = next)
       })
-      const last = state as RunState | undefined
+      const last = latest()
       const figures = RecoveryFigures.times(last?.recovery ?? RecoveryFigures.empty)
       detect.push(...figures.detect)
       recover.push(...figures.recover)

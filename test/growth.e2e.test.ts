@@ -9,12 +9,12 @@
  * A run without `accept` refuses the same agent.
  */
 import { afterAll, afterEach, describe, expect, test } from "bun:test"
-import { copyFileSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
+import { copyFileSync, existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import type { RunEvent } from "../src/actors/launcher/RunView.ts"
 import { fetchState, listeningPort as portOf, repoRoot, spawnLaunch } from "./support/launch-scenario.ts"
 import { isGone, waitFor } from "./support/processes.ts"
+import { readEvents } from "./support/run-records.ts"
 import { traces } from "./support/traces.ts"
 
 const dirs: Array<string> = []
@@ -123,7 +123,7 @@ describe("elastic growth", () => {
     expect(accuracy).toBeGreaterThanOrEqual(95)
 
     // The events file tells the growth, and the page's world over time.
-    const recorded = readFileSync(events, "utf8").trim().split("\n").map((line) => JSON.parse(line) as RunEvent)
+    const recorded = readEvents(events)
     expect(recorded.find((event) => event.event === "world_grew")).toMatchObject({ world: 3, host: "late", ranks: [2], devices: ["cpu"], labels: ["cpu"] })
     expect(recorded.find((event) => event.event === "ranks_entered")).toMatchObject({ ranks: [2], epoch: entry })
     expect(late.proc.exitCode).toBe(0)

@@ -24,6 +24,7 @@ import { join } from "node:path"
 import type { RunState } from "../src/actors/launcher/RunView.ts"
 import { fetchState, repoRoot, spawnLaunch } from "./support/launch-scenario.ts"
 import { waitFor } from "./support/processes.ts"
+import { decodeState } from "./support/run-records.ts"
 
 // ---- a strict reader of the Prometheus text exposition format, version 0.0.4 ----
 
@@ -290,7 +291,7 @@ const readEvents = (port: number) => {
           if (block.every((line) => line.startsWith(":"))) continue // keep-alive comment
           const event = block.find((line) => line.startsWith("event: "))?.slice(7) ?? "message"
           const data = block.filter((line) => line.startsWith("data: ")).map((line) => line.slice(6)).join("\n")
-          received.push({ ms: performance.now() - started, event, state: JSON.parse(data) as RunState })
+          received.push({ ms: performance.now() - started, event, state: decodeState(JSON.parse(data), `GET /events, event ${received.length + 1} (${event})`) })
         }
       }
     } catch (error) {

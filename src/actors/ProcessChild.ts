@@ -11,7 +11,7 @@
  *
  * The exit is observed through `proc.exited`, an event, never by polling.
  */
-import * as Data from "effect/Data"
+import * as Schema from "effect/Schema"
 import type * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import type * as Scope from "effect/Scope"
@@ -19,10 +19,8 @@ import type { ChildHandle, StopMode } from "./ChildHandle.ts"
 import { ChildExit } from "./ChildExit.ts"
 import * as Shutdown from "./Shutdown.ts"
 
-export class SpawnError extends Data.TaggedError("SpawnError")<{
-  readonly command: string
-  readonly reason: string
-}> {
+/** A Schema, not a plain tagged error: an agent reports it to the launcher as a rank's exit (RankChild). */
+export class SpawnError extends Schema.TaggedError<SpawnError>()("SpawnError", { command: Schema.String, reason: Schema.String }) {
   override get message(): string {
     return `could not start \`${this.command}\`: ${this.reason}`
   }

@@ -21,47 +21,48 @@
  */
 import { type Pointer, ptr } from "bun:ffi"
 import * as Context from "effect/Context"
-import * as Data from "effect/Data"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import * as Schema from "effect/Schema"
 import type * as Scope from "effect/Scope"
 import { ABI_VERSION, libraryPath, type OpenLibrary, openLibrary, status, type Symbols } from "./library.ts"
 import type { Element, Kernels } from "./Kernels.ts"
 import { portableKernels } from "./PortableKernels.ts"
 import { type ShrinkFlag, shrinkFlagCode } from "./ShrinkRules.ts"
 
-export class NativeLibraryMissing extends Data.TaggedError("NativeLibraryMissing")<{ readonly path: string; readonly reason: string }> {
+// The errors of the native library are Schemas: raised in ranks, relays and agents, they are reported to another process.
+export class NativeLibraryMissing extends Schema.TaggedError<NativeLibraryMissing>()("NativeLibraryMissing", { path: Schema.String, reason: Schema.String }) {
   override get message(): string {
     return `cohort's native library cannot be loaded from ${this.path} (${this.reason}); build it with \`bun run build:native\` (needs cargo), or point COHORT_NATIVE_LIB at it`
   }
 }
 
-export class NativeAbiMismatch extends Data.TaggedError("NativeAbiMismatch")<{ readonly path: string; readonly found: number; readonly expected: number }> {
+export class NativeAbiMismatch extends Schema.TaggedError<NativeAbiMismatch>()("NativeAbiMismatch", { path: Schema.String, found: Schema.Number, expected: Schema.Number }) {
   override get message(): string {
     return `cohort's native library at ${this.path} speaks ABI ${this.found}, this cohort needs ${this.expected}: it is left from another version; rebuild it with \`bun run build:native\``
   }
 }
 
-export class CudaUnavailable extends Data.TaggedError("CudaUnavailable")<{ readonly reason: string }> {
+export class CudaUnavailable extends Schema.TaggedError<CudaUnavailable>()("CudaUnavailable", { reason: Schema.String }) {
   override get message(): string {
     return `CUDA is not usable here: ${this.reason}`
   }
 }
 
-export class NcclUnavailable extends Data.TaggedError("NcclUnavailable")<{ readonly searched: string }> {
+export class NcclUnavailable extends Schema.TaggedError<NcclUnavailable>()("NcclUnavailable", { searched: Schema.String }) {
   override get message(): string {
     return this.searched
   }
 }
 
-export class NcclError extends Data.TaggedError("NcclError")<{ readonly code: number; readonly detail: string }> {
+export class NcclError extends Schema.TaggedError<NcclError>()("NcclError", { code: Schema.Number, detail: Schema.String }) {
   override get message(): string {
     return `NCCL error ${this.code}: ${this.detail}`
   }
 }
 
 /** NVML refused a query about a device it has (an index out of range, a GPU fallen off the bus). */
-export class NvmlError extends Data.TaggedError("NvmlError")<{ readonly device: number; readonly detail: string }> {
+export class NvmlError extends Schema.TaggedError<NvmlError>()("NvmlError", { device: Schema.Number, detail: Schema.String }) {
   override get message(): string {
     return `NVML cannot sample GPU ${this.device}: ${this.detail}`
   }

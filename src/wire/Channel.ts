@@ -8,8 +8,10 @@
  * protocol (`CoJ1`: a cohort from before GCM frames) is refused at its magic
  * with a reason that names both protocols, never left to fail on a tag.
  */
+import * as Schema from "effect/Schema"
 
-export type ChannelName = "join" | "rendezvous" | "data" | "control"
+export const ChannelName = Schema.Literal("join", "rendezvous", "data", "control")
+export type ChannelName = typeof ChannelName.Type
 
 const ascii = (text: string) => new TextEncoder().encode(text)
 

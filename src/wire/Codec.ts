@@ -8,7 +8,6 @@
  * with the tag inside the payload.
  */
 import { Decoder, Encoder } from "cbor-x"
-import * as Data from "effect/Data"
 import * as Either from "effect/Either"
 import * as ParseResult from "effect/ParseResult"
 import * as Schema from "effect/Schema"
@@ -17,10 +16,11 @@ import * as SchemaAST from "effect/SchemaAST"
 const encoder = new Encoder({ useRecords: false })
 const decoder = new Decoder({ useRecords: false, mapsAsObjects: true, copyBuffers: true })
 
-export class DecodeError extends Data.TaggedError("DecodeError")<{
-  readonly channel: string
-  readonly reason: string
-}> {
+/** A payload that is not a message of the channel. A Schema: it ends the link, as its `LinkError`. */
+export class DecodeError extends Schema.TaggedError<DecodeError>()("DecodeError", {
+  channel: Schema.String,
+  reason: Schema.String
+}) {
   override get message(): string {
     return `undecodable ${this.channel} message: ${this.reason}`
   }

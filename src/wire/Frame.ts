@@ -31,7 +31,7 @@
  * as much as moving the bytes through loopback, and gradients come in frames
  * of one size round after round.
  */
-import * as Data from "effect/Data"
+import * as Schema from "effect/Schema"
 import { type FrameKey, type FrameOpener, opener, sealer, TAG_BYTES } from "./FrameCipher.ts"
 
 export const HEADER_BYTES = 16
@@ -48,12 +48,14 @@ export const ENCRYPTED = 0x01
 /** The largest length the header can carry. */
 export const MAX_LENGTH = 0xffff_ffff
 
-export type FrameErrorReason = "too-large" | "bad-header" | "bad-mac" | "bad-sequence"
+export const FrameErrorReason = Schema.Literal("too-large", "bad-header", "bad-mac", "bad-sequence")
+export type FrameErrorReason = typeof FrameErrorReason.Type
 
-export class FrameError extends Data.TaggedError("FrameError")<{
-  readonly reason: FrameErrorReason
-  readonly detail: string
-}> {
+/** Why a frame was refused. A Schema like every error that leaves its process: it ends the link, as its `LinkError`. */
+export class FrameError extends Schema.TaggedError<FrameError>()("FrameError", {
+  reason: FrameErrorReason,
+  detail: Schema.String
+}) {
   override get message(): string {
     return `${this.reason}: ${this.detail}`
   }

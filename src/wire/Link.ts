@@ -30,30 +30,32 @@
  * down to half. A peer that sends faster than its owner reads costs at most
  * the bound, one socket read and the kernel's buffers.
  */
-import * as Data from "effect/Data"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as Exit from "effect/Exit"
 import * as Mailbox from "effect/Mailbox"
+import * as Schema from "effect/Schema"
 import type * as Scope from "effect/Scope"
 import type { Socket } from "bun"
-import { type ChannelName, defaultCeiling, magic, UNAUTHENTICATED_CEILING, WIRE_PROTOCOL } from "./Channel.ts"
+import { ChannelName, defaultCeiling, magic, UNAUTHENTICATED_CEILING, WIRE_PROTOCOL } from "./Channel.ts"
 import type { Codec } from "./Codec.ts"
 import { Connection, forwardingHandlers, type SocketData } from "./Connection.ts"
-import { encodeFrame, type Frame, FrameDecoder, type FrameErrorReason, HEADER_BYTES, MAC_BYTES } from "./Frame.ts"
+import { encodeFrame, type Frame, FrameDecoder, FrameErrorReason, HEADER_BYTES, MAC_BYTES } from "./Frame.ts"
 import * as WireCounters from "./WireCounters.ts"
 import { vouches, vouchingNonce } from "./DoorToken.ts"
 import { deriveKeys, deriveSealKeys, NONCE_BYTES, newNonce } from "./Keys.ts"
 import { open as openSealed, seal, SEALED, sealedTags } from "./Seal.ts"
 
-export type LinkErrorReason = "closed" | "handshake" | "connect" | "decode" | FrameErrorReason
+export const LinkErrorReason = Schema.Literal("closed", "handshake", "connect", "decode", ...FrameErrorReason.literals)
+export type LinkErrorReason = typeof LinkErrorReason.Type
 
-export class LinkError extends Data.TaggedError("LinkError")<{
-  readonly channel: ChannelName
-  readonly peer: string
-  readonly reason: LinkErrorReason
-  readonly detail: string
-}> {
+/** How a link ended. A Schema: what it says reaches other processes (an agent's last line, a host's loss in the events). */
+export class LinkError extends Schema.TaggedError<LinkError>()("LinkError", {
+  channel: ChannelName,
+  peer: Schema.String,
+  reason: LinkErrorReason,
+  detail: Schema.String
+}) {
   override get message(): string {
     return `${this.channel} link with ${this.peer}: ${this.reason}: ${this.detail}`
   }

@@ -13,6 +13,7 @@ import { launchEffect } from "../../src/launch.ts"
 import { collectLines, pidFiles, waitFor } from "./processes.ts"
 import type { RunResult } from "../../src/actors/launcher/Launcher.ts"
 import type { RunState } from "../../src/actors/launcher/StatusBoard.ts"
+import { decodeState } from "./run-records.ts"
 
 export const repoRoot = resolve(import.meta.dir, "../..")
 
@@ -100,13 +101,17 @@ export const pageToken = async (port: number, timeoutMs = 10_000): Promise<strin
 export const pageUrl = async (port: number, path: string, address = "127.0.0.1"): Promise<string> =>
   `http://${address}:${port}${path}?token=${await pageToken(port)}`
 
+/** The run's `/state.json`; undefined while it cannot be fetched. A state that does not decode fails the caller. */
 export const fetchState = async (port: number): Promise<RunState | undefined> => {
+  let json: unknown
   try {
     const response = await fetch(await pageUrl(port, "/state.json"))
-    return response.status === 200 ? (await response.json()) as RunState : undefined
+    if (response.status !== 200) return undefined
+    json = await response.json()
   } catch {
     return undefined
   }
+  return decodeState(json, `http://127.0.0.1:${port}/state.json`)
 }
 
 /** Wait until the status endpoint shows `phase`. */

@@ -21,7 +21,6 @@
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join, resolve } from "node:path"
-import * as Data from "effect/Data"
 import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
@@ -29,6 +28,7 @@ import * as FiberRef from "effect/FiberRef"
 import * as Logger from "effect/Logger"
 import * as LogLevel from "effect/LogLevel"
 import * as Random from "effect/Random"
+import * as Schema from "effect/Schema"
 import type * as Scope from "effect/Scope"
 import { describe as describeExit, isClean } from "../ChildExit.ts"
 import { type Directive, SupervisionEvent } from "../decide.ts"
@@ -63,9 +63,14 @@ type JoinLink = Link.Link<JoinMessage, JoinMessage>
 /**
  * Why an agent stopped. `permanent`: trying again cannot help (the launcher
  * refused the host, a protocol mismatch); otherwise it may (the launcher was
- * not there yet, or went away).
+ * not there yet, or went away). A Schema: it is the agent's answer to the
+ * launcher (in-process, or as its exit status and last line over ssh).
  */
-export class AgentError extends Data.TaggedError("AgentError")<{ readonly host: string; readonly reason: string; readonly permanent?: boolean }> {
+export class AgentError extends Schema.TaggedError<AgentError>()("AgentError", {
+  host: Schema.String,
+  reason: Schema.String,
+  permanent: Schema.optional(Schema.Boolean)
+}) {
   override get message(): string {
     return `agent of ${this.host}: ${this.reason}`
   }

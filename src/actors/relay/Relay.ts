@@ -28,7 +28,6 @@
  */
 import { rmSync } from "node:fs"
 import type { Socket } from "bun"
-import * as Data from "effect/Data"
 import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
@@ -52,7 +51,8 @@ import { helloRefusal } from "./RankHello.ts"
 import { RankToRelay, type RelayToRank } from "../../wire/LocalMessages.ts"
 import { printable } from "../../wire/Printable.ts"
 
-export class RelayError extends Data.TaggedError("RelayError")<{ readonly reason: string }> {
+/** A Schema, not a plain tagged error: the relay exits with it, and its agent reads its line. */
+export class RelayError extends Schema.TaggedError<RelayError>()("RelayError", { reason: Schema.String }) {
   override get message(): string {
     return this.reason
   }
