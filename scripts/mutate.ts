@@ -36,8 +36,11 @@ export const targets: ReadonlyArray<Target> = [
   { name: "SecondaryDeaths", mutate: "src/actors/SecondaryDeaths.ts", tests: ["test/secondary-deaths.table.test.ts"] },
   { name: "PolicyTable", mutate: "src/actors/PolicyTable.ts", tests: ["test/failure-rules.test.ts"] },
   { name: "RecoveryFigures", mutate: "src/actors/launcher/RecoveryFigures.ts", tests: ["test/recovery-figures.test.ts", "test/recovery-figures.property.test.ts", "test/metrics.test.ts"] },
-  { name: "coordinate", mutate: "src/actors/launcher/coordinate.ts", tests: ["test/coordinate.table.test.ts", "test/coordinate.property.test.ts"] },
+  // The façade and its sub-reducers (coordinate/): the logic lives in the folder.
+  { name: "coordinate", mutate: "src/actors/launcher/coordinate{.ts,/*.ts}", tests: ["test/coordinate.table.test.ts", "test/coordinate.property.test.ts"] },
   { name: "Membership", mutate: "src/actors/launcher/Membership.ts", tests: ["test/membership.table.test.ts", "test/membership.property.test.ts"] },
+  { name: "MembershipFollowers", mutate: "src/actors/launcher/MembershipFollowers.ts", tests: ["test/membership-followers.table.test.ts"] },
+  { name: "joinWindow", mutate: "src/actors/launcher/joinWindow.ts", tests: ["test/join-window.table.test.ts"] },
   { name: "ProcessGroups", mutate: "src/actors/launcher/ProcessGroups.ts", tests: ["test/process-groups.test.ts", "test/coordinate.table.test.ts"] },
   { name: "groupStore", mutate: "src/actors/launcher/groupStore.ts", tests: ["test/group-store.table.test.ts"] },
   { name: "CheckpointBallot", mutate: "src/actors/launcher/CheckpointBallot.ts", tests: ["test/coordinate.table.test.ts", "test/coordinate.property.test.ts"] },
