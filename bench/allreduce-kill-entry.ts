@@ -20,7 +20,7 @@
  * `t` is late by at most the time since the previous check; that bound is
  * printed as `gap` (ms). `arrived` is the exact moment the rank applied the
  * EpochExtend order, taken by wrapping `push` on the very array that
- * `plan.ranges` returns (a detail of src/actors/rank/Training.ts; if it
+ * `plan.ranges` returns (a detail of src/rank/Training.ts; if it
  * changes, `arrived` is left out and `t` still stands).
  */
 import type { RankContext } from "cohort"

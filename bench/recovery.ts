@@ -13,8 +13,8 @@
 import { existsSync, mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join, resolve } from "node:path"
-import { effectiveTrainingAt, type RunState } from "../src/actors/launcher/RunView.ts"
-import * as RecoveryFigures from "../src/actors/launcher/RecoveryFigures.ts"
+import { effectiveTrainingAt, type RunState } from "../src/launcher/view/RunView.ts"
+import * as RecoveryFigures from "../src/launcher/view/RecoveryFigures.ts"
 import { launch } from "../src/index.ts"
 import { median } from "./stats.ts"
 

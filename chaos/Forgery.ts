@@ -14,11 +14,11 @@
  */
 import * as Effect from "effect/Effect"
 import { magic } from "../src/wire/Channel.ts"
-import { controlCodec, RelayHello } from "../src/wire/ControlMessages.ts"
-import { Hello, joinCodec } from "../src/wire/JoinMessages.ts"
+import { controlCodec, RelayHello } from "../src/wire/messages/ControlMessages.ts"
+import { Hello, joinCodec } from "../src/wire/messages/JoinMessages.ts"
 import { newNonce, newSalt } from "../src/wire/Keys.ts"
 import * as Link from "../src/wire/Link.ts"
-import { Join, rendezvousCodec } from "../src/wire/RendezvousMessages.ts"
+import { Join, rendezvousCodec } from "../src/wire/messages/RendezvousMessages.ts"
 
 const FORGED_JOINS = 48
 const FORGED_RELAYS = 8

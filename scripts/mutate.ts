@@ -24,28 +24,28 @@ interface Target {
 
 /** Each module, and the test files that pin it. */
 export const targets: ReadonlyArray<Target> = [
-  { name: "joinVerdict", mutate: "src/actors/launcher/joinVerdict.ts", tests: ["test/join-verdict.test.ts"] },
-  { name: "Strategy", mutate: "src/actors/Strategy.ts", tests: ["test/strategy.test.ts", "test/failure-policy.test.ts", "test/decide.property.test.ts"] },
+  { name: "joinVerdict", mutate: "src/launcher/front/joinVerdict.ts", tests: ["test/join-verdict.test.ts"] },
+  { name: "Strategy", mutate: "src/kernel/policy/Strategy.ts", tests: ["test/strategy.test.ts", "test/failure-policy.test.ts", "test/decide.property.test.ts"] },
   { name: "FailurePolicy", mutate: "src/config/FailurePolicy.ts", tests: ["test/failure-policy.table.test.ts", "test/failure-policy.test.ts", "test/cluster-config.test.ts", "test/failure-rules.test.ts", "test/config-bounds.table.test.ts"] },
   { name: "JoinWindow", mutate: "src/config/JoinWindow.ts", tests: ["test/config-bounds.table.test.ts", "test/cluster-config.test.ts"] },
   { name: "ClusterConfig", mutate: "src/config/ClusterConfig.ts", tests: ["test/config-bounds.table.test.ts", "test/cluster-config.test.ts", "test/flodl-parity.test.ts", "test/ssh-fanout.test.ts", "test/overrides.test.ts", "test/dry-run-nccl.test.ts", "test/quick-form.test.ts", "test/checkpoint-pickle-opt-in.test.ts"] },
-  { name: "EpochLedger", mutate: "src/actors/launcher/EpochLedger.ts", tests: ["test/epoch-ledger.table.test.ts", "test/epoch-ledger.property.test.ts", "test/growth.table.test.ts", "test/growth.property.test.ts"] },
-  { name: "decide", mutate: "src/actors/decide.ts", tests: ["test/decide.table.test.ts", "test/decide.property.test.ts", "test/failure-rules.test.ts", "test/secondary-deaths.table.test.ts"] },
-  { name: "FailureRules", mutate: "src/actors/FailureRules.ts", tests: ["test/failure-rules.test.ts"] },
-  { name: "FailureSignature", mutate: "src/actors/FailureSignature.ts", tests: ["test/failure-signature.table.test.ts"] },
-  { name: "SecondaryDeaths", mutate: "src/actors/SecondaryDeaths.ts", tests: ["test/secondary-deaths.table.test.ts"] },
-  { name: "PolicyTable", mutate: "src/actors/PolicyTable.ts", tests: ["test/failure-rules.test.ts"] },
-  { name: "RecoveryFigures", mutate: "src/actors/launcher/RecoveryFigures.ts", tests: ["test/recovery-figures.test.ts", "test/recovery-figures.property.test.ts", "test/metrics.test.ts"] },
+  { name: "EpochLedger", mutate: "src/launcher/training/EpochLedger.ts", tests: ["test/epoch-ledger.table.test.ts", "test/epoch-ledger.property.test.ts", "test/growth.table.test.ts", "test/growth.property.test.ts"] },
+  { name: "decide", mutate: "src/kernel/policy/decide.ts", tests: ["test/decide.table.test.ts", "test/decide.property.test.ts", "test/failure-rules.test.ts", "test/secondary-deaths.table.test.ts"] },
+  { name: "FailureRules", mutate: "src/kernel/policy/FailureRules.ts", tests: ["test/failure-rules.test.ts"] },
+  { name: "FailureSignature", mutate: "src/kernel/policy/FailureSignature.ts", tests: ["test/failure-signature.table.test.ts"] },
+  { name: "SecondaryDeaths", mutate: "src/kernel/policy/SecondaryDeaths.ts", tests: ["test/secondary-deaths.table.test.ts"] },
+  { name: "PolicyTable", mutate: "src/kernel/policy/PolicyTable.ts", tests: ["test/failure-rules.test.ts"] },
+  { name: "RecoveryFigures", mutate: "src/launcher/view/RecoveryFigures.ts", tests: ["test/recovery-figures.test.ts", "test/recovery-figures.property.test.ts", "test/metrics.test.ts"] },
   // The façade and its sub-reducers (coordinate/): the logic lives in the folder.
-  { name: "coordinate", mutate: "src/actors/launcher/coordinate{.ts,/*.ts}", tests: ["test/coordinate.table.test.ts", "test/coordinate.property.test.ts"] },
-  { name: "Membership", mutate: "src/actors/launcher/Membership.ts", tests: ["test/membership.table.test.ts", "test/membership.property.test.ts"] },
-  { name: "MembershipFollowers", mutate: "src/actors/launcher/MembershipFollowers.ts", tests: ["test/membership-followers.table.test.ts"] },
-  { name: "joinWindow", mutate: "src/actors/launcher/joinWindow.ts", tests: ["test/join-window.table.test.ts"] },
-  { name: "ProcessGroups", mutate: "src/actors/launcher/ProcessGroups.ts", tests: ["test/process-groups.test.ts", "test/coordinate.table.test.ts"] },
-  { name: "groupStore", mutate: "src/actors/launcher/groupStore.ts", tests: ["test/group-store.table.test.ts"] },
-  { name: "CheckpointBallot", mutate: "src/actors/launcher/CheckpointBallot.ts", tests: ["test/coordinate.table.test.ts", "test/coordinate.property.test.ts"] },
+  { name: "coordinate", mutate: "src/launcher/training/coordinate{.ts,/*.ts}", tests: ["test/coordinate.table.test.ts", "test/coordinate.property.test.ts"] },
+  { name: "Membership", mutate: "src/launcher/membership/Membership.ts", tests: ["test/membership.table.test.ts", "test/membership.property.test.ts"] },
+  { name: "MembershipFollowers", mutate: "src/launcher/membership/MembershipFollowers.ts", tests: ["test/membership-followers.table.test.ts"] },
+  { name: "joinWindow", mutate: "src/launcher/front/joinWindow.ts", tests: ["test/join-window.table.test.ts"] },
+  { name: "ProcessGroups", mutate: "src/launcher/training/ProcessGroups.ts", tests: ["test/process-groups.test.ts", "test/coordinate.table.test.ts"] },
+  { name: "groupStore", mutate: "src/launcher/training/groupStore.ts", tests: ["test/group-store.table.test.ts"] },
+  { name: "CheckpointBallot", mutate: "src/launcher/training/CheckpointBallot.ts", tests: ["test/coordinate.table.test.ts", "test/coordinate.property.test.ts"] },
   { name: "ShrinkRules", mutate: "src/native/ShrinkRules.ts", tests: ["test/nccl-shrink.table.test.ts"] },
-  { name: "ShrinkPlan", mutate: "src/actors/rank/ShrinkPlan.ts", tests: ["test/nccl-shrink.table.test.ts"] }
+  { name: "ShrinkPlan", mutate: "src/rank/ShrinkPlan.ts", tests: ["test/nccl-shrink.table.test.ts"] }
 ]
 
 const bun = process.execPath

@@ -19,19 +19,19 @@ import * as Data from "effect/Data"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import { type Document, isScalar, parseDocument, stringify, visit } from "yaml"
-import type * as Launcher from "./actors/launcher/Launcher.ts"
-import { describePlan, LaunchInputError, makePlan, type Plan, sshWorkers } from "./actors/launcher/Plan.ts"
-import { preflight } from "./actors/launcher/Preflight.ts"
-import { syncCheckout } from "./actors/launcher/SyncCheckout.ts"
-import type { BindError } from "./actors/launcher/PortMux.ts"
-import { detectRole, RoleError, roleVariables } from "./actors/Role.ts"
+import type * as Launcher from "./launcher/run/Launcher.ts"
+import { describePlan, LaunchInputError, makePlan, type Plan, sshWorkers } from "./launcher/run/Plan.ts"
+import { preflight } from "./launcher/run/Preflight.ts"
+import { syncCheckout } from "./launcher/hosts/SyncCheckout.ts"
+import type { BindError } from "./launcher/front/PortMux.ts"
+import { detectRole, RoleError, roleVariables } from "./kernel/Role.ts"
 import { type ClusterConfig, parseCluster } from "./config/ClusterConfig.ts"
 import { ConfigError } from "./config/ConfigError.ts"
 import { netTimeoutScale } from "./config/NetTimeouts.ts"
 import { requestedLogLevel } from "./config/LogVerbosity.ts"
 import { ConfigErrors } from "./config/Yaml.ts"
 import * as Log from "./cli/logger.ts"
-import { fairScheduler } from "./actors/FairScheduler.ts"
+import { fairScheduler } from "./kernel/FairScheduler.ts"
 import { applyOverrides, type Override, whoSaid } from "./cli/Overrides.ts"
 
 export class RunInProgress extends Data.TaggedError("RunInProgress")<{}> {
@@ -165,7 +165,7 @@ export const launchEffect = (
     if (options.sync === true) yield* syncHosts(plan)
     // The hosts' preflight runs in their agents' sessions (SshSession), one ssh handshake each.
     // Loaded on demand: reading and checking a file should not pay for the whole launcher.
-    const { run } = yield* Effect.promise(() => import("./actors/launcher/Launcher.ts"))
+    const { run } = yield* Effect.promise(() => import("./launcher/run/Launcher.ts"))
     return yield* run(plan, options)
   }))
 

@@ -12,9 +12,9 @@ import * as Ref from "effect/Ref"
 import * as Request from "effect/Request"
 import * as Scope from "effect/Scope"
 import * as TestClock from "effect/TestClock"
-import * as Actor from "../src/actors/Actor.ts"
-import { fromActor } from "../src/actors/ActorChild.ts"
-import { ChildExit } from "../src/actors/ChildExit.ts"
+import * as Actor from "../src/kernel/Actor.ts"
+import { fromActor } from "../src/kernel/ActorChild.ts"
+import { ChildExit } from "../src/kernel/ChildExit.ts"
 import { effect, eventually } from "./support/effect.ts"
 
 // ---------------------------------------------------------------------------

@@ -5,11 +5,11 @@
  * directives are written out by hand.
  */
 import { describe, expect, test } from "bun:test"
-import { hostStrategy, rankSpec, relayHasEnded, relaySpec } from "../src/actors/agent/HostPolicy.ts"
-import { ChildExit } from "../src/actors/ChildExit.ts"
-import type { ChildSpec } from "../src/actors/ChildSpec.ts"
-import { decide, Directive, initialState, SupervisionEvent, type SupervisorState } from "../src/actors/decide.ts"
-import { Verdict } from "../src/actors/Verdict.ts"
+import { hostStrategy, rankSpec, relayHasEnded, relaySpec } from "../src/agent/HostPolicy.ts"
+import { ChildExit } from "../src/kernel/ChildExit.ts"
+import type { ChildSpec } from "../src/kernel/ChildSpec.ts"
+import { decide, Directive, initialState, SupervisionEvent, type SupervisorState } from "../src/kernel/policy/decide.ts"
+import { Verdict } from "../src/kernel/policy/Verdict.ts"
 
 const host = "gpu-a"
 

@@ -12,8 +12,8 @@ import { describe, expect } from "bun:test"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
-import { defaultBounds, type ForwarderBounds, make } from "../src/actors/agent/OutputForwarder.ts"
-import type { RankOutput } from "../src/wire/JoinMessages.ts"
+import { defaultBounds, type ForwarderBounds, make } from "../src/agent/OutputForwarder.ts"
+import type { RankOutput } from "../src/wire/messages/JoinMessages.ts"
 import { effect, eventually } from "./support/effect.ts"
 
 const recorder = () => {

@@ -14,7 +14,7 @@ import { join } from "node:path"
 import { Board, BOARD_SLOT_BYTES, boardBytes } from "../src/native/Board.ts"
 import { openBoardLibrary } from "../src/native/library.ts"
 import { createSegment } from "../src/wire/Segments.ts"
-import { HostReduction } from "../src/actors/relay/HostReduction.ts"
+import { HostReduction } from "../src/relay/HostReduction.ts"
 import { portableKernels } from "../src/native/PortableKernels.ts"
 
 const library = openBoardLibrary()

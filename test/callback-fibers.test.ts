@@ -8,8 +8,8 @@ import { describe, expect } from "bun:test"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Scope from "effect/Scope"
-import { ActorFailures, describeDefect } from "../src/actors/Actor.ts"
-import * as CallbackFibers from "../src/actors/CallbackFibers.ts"
+import { ActorFailures, describeDefect } from "../src/kernel/Actor.ts"
+import * as CallbackFibers from "../src/kernel/CallbackFibers.ts"
 import { effect, eventually } from "./support/effect.ts"
 
 /** Callback fibers for `owner` in a scope of their own, with the failures they report. */

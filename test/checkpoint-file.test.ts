@@ -11,7 +11,7 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
-import { CheckpointError, type CheckpointRecord, peek, read, readToResume, resumingLine, write } from "../src/actors/launcher/CheckpointFile.ts"
+import { CheckpointError, type CheckpointRecord, peek, read, readToResume, resumingLine, write } from "../src/launcher/training/CheckpointFile.ts"
 import { stringifyState } from "../src/wire/StateJson.ts"
 
 let root = ""
@@ -96,7 +96,7 @@ describe("CheckpointFile", () => {
     expect(error.message).toStartWith(`checkpoint ${path}: cannot write it:`)
   })
 
-  // Bug (src/actors/launcher/CheckpointFile.ts, write): when renameSync fails after the
+  // Bug (src/launcher/training/CheckpointFile.ts, write): when renameSync fails after the
   // temporary file was written (here: the checkpoint path is a directory, EISDIR), the
   // `${path}.${pid}.tmp` file is left beside it; the catch does not remove it.
   test("a write that fails at the rename leaves no temporary file behind", () => {
@@ -165,7 +165,7 @@ describe("CheckpointFile", () => {
     })
   })
 
-  // Bug (src/actors/launcher/CheckpointFile.ts, read, the `record.version` check): a file
+  // Bug (src/launcher/training/CheckpointFile.ts, read, the `record.version` check): a file
   // whose JSON is `null` makes `record.version` throw a TypeError, so read dies with a
   // defect instead of failing with a CheckpointError (the launcher's mapError never sees it).
   test("a file holding JSON null is a CheckpointError, not a defect", () => {

@@ -8,10 +8,10 @@ import { describe, expect, test } from "bun:test"
 import * as Effect from "effect/Effect"
 import * as Schema from "effect/Schema"
 import { join, resolve } from "node:path"
-import { readHostEnvelope } from "../src/actors/agent/Envelope.ts"
-import { hostRunSpec } from "../src/actors/launcher/Plan.ts"
+import { readHostEnvelope } from "../src/wire/messages/Envelope.ts"
+import { hostRunSpec } from "../src/launcher/run/Plan.ts"
 import { parseCluster } from "../src/config/ClusterConfig.ts"
-import { HostRunSpec } from "../src/wire/JoinMessages.ts"
+import { HostRunSpec } from "../src/wire/messages/JoinMessages.ts"
 import { pythonEnvelope } from "./support/python-client.ts"
 
 const cluster = (job: string) => `workers:\n  - { host: localhost, devices: 1 }\njob: ${job}\n`

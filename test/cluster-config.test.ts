@@ -6,7 +6,7 @@ import { describe, expect, test } from "bun:test"
 import * as Effect from "effect/Effect"
 import { readFileSync } from "node:fs"
 import { join } from "node:path"
-import { Elastic, KillAll, Percent, Phased } from "../src/actors/Strategy.ts"
+import { Elastic, KillAll, Percent, Phased } from "../src/kernel/policy/Strategy.ts"
 import { parseCluster } from "../src/config/ClusterConfig.ts"
 import { withDefaultRules } from "./support/default-rules.ts"
 

@@ -9,10 +9,10 @@
  */
 import { describe, expect, test } from "bun:test"
 import * as Effect from "effect/Effect"
-import * as Controller from "../src/actors/launcher/Controller.ts"
+import * as Controller from "../src/launcher/training/Controller.ts"
 import * as Native from "../src/native/Native.ts"
-import { ModelRoot } from "../src/actors/launcher/ModelRoot.ts"
-import { type ElasticPulled, ElasticPush, HostFold, type Reduced } from "../src/wire/ControlMessages.ts"
+import { ModelRoot } from "../src/launcher/training/ModelRoot.ts"
+import { type ElasticPulled, ElasticPush, HostFold, type Reduced } from "../src/wire/messages/ControlMessages.ts"
 
 const native = Effect.runSync(Native.load())
 

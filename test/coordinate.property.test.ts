@@ -59,8 +59,8 @@ import {
   type CoordinatorState,
   initialState,
   type Instruction
-} from "../src/actors/launcher/coordinate.ts"
-import type { SampleRange } from "../src/actors/launcher/EpochLedger.ts"
+} from "../src/launcher/training/coordinate.ts"
+import type { SampleRange } from "../src/launcher/training/EpochLedger.ts"
 import {
   Attach,
   CheckpointSave,
@@ -77,7 +77,7 @@ import {
   Stop,
   TrainingDone,
   Welcome
-} from "../src/wire/CoordinatorMessages.ts"
+} from "../src/wire/messages/CoordinatorMessages.ts"
 
 const seeded = (seed: number, numRuns: number) => ({ seed, numRuns, includeErrorInReport: true })
 

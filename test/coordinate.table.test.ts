@@ -23,8 +23,8 @@ import {
   initialState,
   type Instruction,
   unfinishedTraining
-} from "../src/actors/launcher/coordinate.ts"
-import type { SampleRange } from "../src/actors/launcher/EpochLedger.ts"
+} from "../src/launcher/training/coordinate.ts"
+import type { SampleRange } from "../src/launcher/training/EpochLedger.ts"
 import {
   Attach,
   CheckpointSave,
@@ -34,7 +34,7 @@ import {
   Heartbeat,
   Progress,
   type RankReport
-} from "../src/wire/CoordinatorMessages.ts"
+} from "../src/wire/messages/CoordinatorMessages.ts"
 
 const PATH = "/ckpt/run.json"
 

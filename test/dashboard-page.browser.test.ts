@@ -13,8 +13,8 @@ import { mkdtempSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import type { Browser, Page } from "playwright-core"
-import { dashboardPage } from "../src/actors/launcher/dashboard/page.ts"
-import type { HostStatus, RankStatus, RunState } from "../src/actors/launcher/RunView.ts"
+import { dashboardPage } from "../src/launcher/view/dashboard/page.ts"
+import type { HostStatus, RankStatus, RunState } from "../src/launcher/view/RunView.ts"
 import { browserUnavailable, launchBrowser } from "./support/browser.ts"
 
 const unavailable = await browserUnavailable()

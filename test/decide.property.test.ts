@@ -19,8 +19,8 @@ import * as Effect from "effect/Effect"
 import type * as EffectFastCheck from "effect/FastCheck"
 import type * as Schema from "effect/Schema"
 import * as fc from "fast-check"
-import { ChildExit, isClean } from "../src/actors/ChildExit.ts"
-import { type ChildSpec, worldOf } from "../src/actors/ChildSpec.ts"
+import { ChildExit, isClean } from "../src/kernel/ChildExit.ts"
+import { type ChildSpec, worldOf } from "../src/kernel/ChildSpec.ts"
 import {
   backoffDelay,
   decide,
@@ -28,7 +28,7 @@ import {
   initialState,
   SupervisionEvent,
   type SupervisorState
-} from "../src/actors/decide.ts"
+} from "../src/kernel/policy/decide.ts"
 import {
   Backoff,
   Count,
@@ -41,10 +41,10 @@ import {
   type RestartType,
   Simple,
   Strategy
-} from "../src/actors/Strategy.ts"
-import type { StopSignal } from "../src/actors/StopRequests.ts"
-import { exitCode, Verdict } from "../src/actors/Verdict.ts"
-import { type Cause, DropRanks, ExitCodes, FailRun, FailureRule, IgnoreExit, RuleWhen } from "../src/actors/FailureRules.ts"
+} from "../src/kernel/policy/Strategy.ts"
+import type { StopSignal } from "../src/kernel/StopRequests.ts"
+import { exitCode, Verdict } from "../src/kernel/policy/Verdict.ts"
+import { type Cause, DropRanks, ExitCodes, FailRun, FailureRule, IgnoreExit, RuleWhen } from "../src/kernel/policy/FailureRules.ts"
 import { parseStrategy, strategyToYaml } from "../src/config/FailurePolicy.ts"
 
 const RUNS = 1_000

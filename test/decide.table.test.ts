@@ -8,8 +8,8 @@
  * comes from.
  */
 import { describe, expect, test } from "bun:test"
-import { ChildExit } from "../src/actors/ChildExit.ts"
-import type { ChildSpec } from "../src/actors/ChildSpec.ts"
+import { ChildExit } from "../src/kernel/ChildExit.ts"
+import type { ChildSpec } from "../src/kernel/ChildSpec.ts"
 import {
   backoffBase,
   backoffDelay,
@@ -18,9 +18,9 @@ import {
   initialState,
   SupervisionEvent,
   type SupervisorState
-} from "../src/actors/decide.ts"
-import { Backoff, Count, Elastic, KillAll, Percent, Phased, Restart, type RestartType, type Strategy } from "../src/actors/Strategy.ts"
-import { Verdict } from "../src/actors/Verdict.ts"
+} from "../src/kernel/policy/decide.ts"
+import { Backoff, Count, Elastic, KillAll, Percent, Phased, Restart, type RestartType, type Strategy } from "../src/kernel/policy/Strategy.ts"
+import { Verdict } from "../src/kernel/policy/Verdict.ts"
 
 const rank = (n: number, restart: RestartType = "transient", extra: Partial<ChildSpec> = {}): ChildSpec => ({
   id: `r${n}`,

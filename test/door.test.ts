@@ -5,9 +5,9 @@
  * test/port-mux.test.ts; under a real flood: test/door-flood.e2e.test.ts.)
  */
 import { describe, expect, test } from "bun:test"
-import { HANDSHAKE_DIALS, retryDelayMs } from "../src/actors/agent/HandshakeRetry.ts"
-import { Door, type DoorLimits, SEEN_NONCES, UNREAD_GRACE_MS } from "../src/actors/launcher/Door.ts"
-import { sourcePrefix } from "../src/actors/launcher/SourcePrefix.ts"
+import { HANDSHAKE_DIALS, retryDelayMs } from "../src/agent/HandshakeRetry.ts"
+import { Door, type DoorLimits, SEEN_NONCES, UNREAD_GRACE_MS } from "../src/launcher/front/Door.ts"
+import { sourcePrefix } from "../src/launcher/front/SourcePrefix.ts"
 import { magic } from "../src/wire/Channel.ts"
 import { vouches, vouchingNonce } from "../src/wire/DoorToken.ts"
 import { hostKey, newSalt, OPEN_SALT } from "../src/wire/Keys.ts"

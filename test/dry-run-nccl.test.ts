@@ -2,7 +2,7 @@
 import { expect, test } from "bun:test"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
-import { describePlan, makePlan } from "../src/actors/launcher/Plan.ts"
+import { describePlan, makePlan } from "../src/launcher/run/Plan.ts"
 import { parseCluster } from "../src/config/ClusterConfig.ts"
 
 const planLines = async (job: string) => {

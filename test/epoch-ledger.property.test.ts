@@ -37,7 +37,7 @@ import {
   report,
   type SampleRange,
   take
-} from "../src/actors/launcher/EpochLedger.ts"
+} from "../src/launcher/training/EpochLedger.ts"
 
 /** Every property is seeded (reproducible) and reports the assertion that failed with its counterexample. */
 const seeded = (seed: number, numRuns = 200) => ({ seed, numRuns, includeErrorInReport: true })

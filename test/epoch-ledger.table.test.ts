@@ -22,7 +22,7 @@ import {
   report,
   type SampleRange,
   take
-} from "../src/actors/launcher/EpochLedger.ts"
+} from "../src/launcher/training/EpochLedger.ts"
 
 const r = (start: number, end: number): SampleRange => ({ start, end })
 

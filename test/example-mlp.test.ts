@@ -5,7 +5,7 @@
  * context whose allreduce is a shared-memory barrier among the ranks.
  */
 import { describe, expect, test } from "bun:test"
-import type { AllreduceOptions, EpochPlan, RankContext, SampleRange } from "../src/actors/rank/RankContext.ts"
+import type { AllreduceOptions, EpochPlan, RankContext, SampleRange } from "../src/rank/RankContext.ts"
 import { checksum, Mlp, sgdStep } from "../examples/mlp.ts"
 import { evaluationSet, spirals } from "../examples/spirals.ts"
 import { LAYERS, train, type TrainResult } from "../examples/train.ts"

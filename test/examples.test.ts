@@ -11,7 +11,7 @@ import { readdirSync } from "node:fs"
 import { join, resolve } from "node:path"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
-import { Backoff, Elastic, KillAll, Percent, Phased, Restart } from "../src/actors/Strategy.ts"
+import { Backoff, Elastic, KillAll, Percent, Phased, Restart } from "../src/kernel/policy/Strategy.ts"
 import { planCluster } from "../src/launch.ts"
 import { withDefaultRules } from "./support/default-rules.ts"
 

@@ -6,8 +6,8 @@
  */
 import { describe, expect, test } from "bun:test"
 import * as Effect from "effect/Effect"
-import { FailRun, FailureRule, RuleWhen } from "../src/actors/FailureRules.ts"
-import { Backoff, Count, Elastic, KillAll, Percent, Phased, Restart, type Strategy } from "../src/actors/Strategy.ts"
+import { FailRun, FailureRule, RuleWhen } from "../src/kernel/policy/FailureRules.ts"
+import { Backoff, Count, Elastic, KillAll, Percent, Phased, Restart, type Strategy } from "../src/kernel/policy/Strategy.ts"
 import { defaultFailurePolicy, encodeFailurePolicy, encodeStrategy, parseFailurePolicy, parseStrategy, strategyToYaml } from "../src/config/FailurePolicy.ts"
 import { readmeDefaultRules, withDefaultRules } from "./support/default-rules.ts"
 

@@ -1,6 +1,6 @@
 import { describe, expect, test } from "bun:test"
 import * as Effect from "effect/Effect"
-import { Backoff, Count, Elastic, KillAll, Percent, Phased, Restart } from "../src/actors/Strategy.ts"
+import { Backoff, Count, Elastic, KillAll, Percent, Phased, Restart } from "../src/kernel/policy/Strategy.ts"
 import { defaultFailurePolicy, parseFailurePolicy } from "../src/config/FailurePolicy.ts"
 import { beatEveryMs } from "../src/config/Heartbeat.ts"
 import { formatDuration, parseDuration } from "../src/config/Duration.ts"

@@ -8,9 +8,9 @@
 import { describe, expect, test } from "bun:test"
 import * as Effect from "effect/Effect"
 import fc from "fast-check"
-import { ChildExit } from "../src/actors/ChildExit.ts"
-import type { ChildSpec } from "../src/actors/ChildSpec.ts"
-import { decide, type Directive, initialState, SupervisionEvent, type SupervisorState } from "../src/actors/decide.ts"
+import { ChildExit } from "../src/kernel/ChildExit.ts"
+import type { ChildSpec } from "../src/kernel/ChildSpec.ts"
+import { decide, type Directive, initialState, SupervisionEvent, type SupervisorState } from "../src/kernel/policy/decide.ts"
 import {
   type Cause,
   type Death,
@@ -26,10 +26,10 @@ import {
   matchesEverything,
   RuleList,
   RuleWhen
-} from "../src/actors/FailureRules.ts"
+} from "../src/kernel/policy/FailureRules.ts"
 import * as Schema from "effect/Schema"
-import { policyTable, strategyWords } from "../src/actors/PolicyTable.ts"
-import { Backoff, Count, Elastic, KillAll, Percent, Phased, Restart, type Simple } from "../src/actors/Strategy.ts"
+import { policyTable, strategyWords } from "../src/kernel/policy/PolicyTable.ts"
+import { Backoff, Count, Elastic, KillAll, Percent, Phased, Restart, type Simple } from "../src/kernel/policy/Strategy.ts"
 import { encodeFailurePolicy, parseFailurePolicy } from "../src/config/FailurePolicy.ts"
 
 const death = (over: Partial<Death> = {}): Death => ({ cause: "exit", exitCode: 1, ranks: [3], host: "gpu-a", phase: "after_formation", ...over })

@@ -4,7 +4,7 @@
  * an entry rank's own report, and programs that print no traceback.
  */
 import { describe, expect, test } from "bun:test"
-import { errorOf, normalized, peerLossOf, signatureOf } from "../src/actors/FailureSignature.ts"
+import { errorOf, normalized, peerLossOf, signatureOf } from "../src/kernel/policy/FailureSignature.ts"
 
 const keyErrorTraceback = [
   "epoch 1: 4 rank(s) train it",

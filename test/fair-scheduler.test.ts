@@ -9,7 +9,7 @@
  */
 import { expect, test } from "bun:test"
 import * as Effect from "effect/Effect"
-import { fairScheduler } from "../src/actors/FairScheduler.ts"
+import { fairScheduler } from "../src/kernel/FairScheduler.ts"
 import { hasThreadCpuTime, threadCpuMs } from "./support/thread-time.ts"
 
 const FIBERS = 500

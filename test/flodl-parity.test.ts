@@ -8,9 +8,9 @@ import * as Either from "effect/Either"
 import * as Logger from "effect/Logger"
 import { hostname } from "node:os"
 import { join } from "node:path"
-import { describePlan, hostRunSpec, makePlan, type Plan, windowRules, worldText } from "../src/actors/launcher/Plan.ts"
-import { preflight } from "../src/actors/launcher/Preflight.ts"
-import { batchModeWarning, sshCommand } from "../src/actors/launcher/SshFanOut.ts"
+import { describePlan, hostRunSpec, makePlan, type Plan, windowRules, worldText } from "../src/launcher/run/Plan.ts"
+import { preflight } from "../src/launcher/run/Preflight.ts"
+import { batchModeWarning, sshCommand } from "../src/launcher/hosts/SshFanOut.ts"
 import { type ClusterConfig, parseCluster, type Worker } from "../src/config/ClusterConfig.ts"
 
 /** The config and the warnings its load said, in the order said. */

@@ -10,7 +10,7 @@
  */
 import { describe, expect, test } from "bun:test"
 import fc from "fast-check"
-import { type Contribution, FoldBarrier, mismatch } from "../src/actors/relay/FoldBarrier.ts"
+import { type Contribution, FoldBarrier, mismatch } from "../src/relay/FoldBarrier.ts"
 
 const c = (rank: number, options: Partial<Omit<Contribution<string>, "rank">> = {}): Contribution<string> => ({
   rank,

@@ -6,8 +6,8 @@
  * "B", "MQ==" "1", "Mw==" "3", "NQ==" "5".
  */
 import { describe, expect, test } from "bun:test"
-import { StoreCall, type StoreOp } from "../src/wire/CoordinatorMessages.ts"
-import { type GroupStoreState, initialState, step, type StoreEvent, type StoreInstruction } from "../src/actors/launcher/groupStore.ts"
+import { StoreCall, type StoreOp } from "../src/wire/messages/CoordinatorMessages.ts"
+import { type GroupStoreState, initialState, step, type StoreEvent, type StoreInstruction } from "../src/launcher/training/groupStore.ts"
 
 const show = (instruction: StoreInstruction): string => {
   switch (instruction._tag) {

@@ -8,7 +8,7 @@ import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { portableKernels } from "../src/native/PortableKernels.ts"
-import { HostReduction, type Round } from "../src/actors/relay/HostReduction.ts"
+import { HostReduction, type Round } from "../src/relay/HostReduction.ts"
 
 const dir = mkdtempSync(join(tmpdir(), "cohort-host-reduction-"))
 afterAll(() => rmSync(dir, { recursive: true, force: true }))

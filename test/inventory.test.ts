@@ -3,7 +3,7 @@
  * restarting ranks, and the one line people read.
  */
 import { describe, expect, test } from "bun:test"
-import * as Inventory from "../src/actors/launcher/Inventory.ts"
+import * as Inventory from "../src/launcher/membership/Inventory.ts"
 
 const h200 = (ranks: ReadonlyArray<number>, device = "0") => ({ device, label: "NVIDIA H200", ranks })
 const cpu = (ranks: ReadonlyArray<number>) => ({ device: "cpu", label: "cpu", ranks })

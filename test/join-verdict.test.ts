@@ -18,7 +18,7 @@
  */
 import { describe, expect, test } from "bun:test"
 import * as fc from "fast-check"
-import { joinVerdict, type JoinProgress, type JoinRules, type JoinVerdict } from "../src/actors/launcher/joinVerdict.ts"
+import { joinVerdict, type JoinProgress, type JoinRules, type JoinVerdict } from "../src/launcher/front/joinVerdict.ts"
 import type { StartMode } from "../src/config/ClusterConfig.ts"
 
 /** The flood guard: this many rejected joins fail the window. */

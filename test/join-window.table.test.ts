@@ -4,8 +4,8 @@
  * the `at` each event carries.
  */
 import { describe, expect, test } from "bun:test"
-import { Hello } from "../src/wire/JoinMessages.ts"
-import { joinWindow, opened, unarmable, type WindowEffect, WindowEvent, type WindowSettings, type WindowState } from "../src/actors/launcher/joinWindow.ts"
+import { Hello } from "../src/wire/messages/JoinMessages.ts"
+import { joinWindow, opened, unarmable, type WindowEffect, WindowEvent, type WindowSettings, type WindowState } from "../src/launcher/front/joinWindow.ts"
 
 const settings = (overrides: Partial<WindowSettings> = {}): WindowSettings => ({
   rules: { minRanks: 3, targetRanks: 5, timeoutMs: 1_000, maxTimeoutMs: 5_000, start: "auto" },

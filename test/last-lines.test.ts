@@ -1,6 +1,6 @@
 /** The launcher's keeper of each rank's last lines (what a rule's `log` searches): by the prefix, the newest 50. */
 import { expect, test } from "bun:test"
-import * as LastLines from "../src/actors/launcher/LastLines.ts"
+import * as LastLines from "../src/launcher/hosts/LastLines.ts"
 
 test("lines are kept per rank by their prefix, without it, the newest ones only; every line still passes on", () => {
   const passed: Array<string> = []

@@ -6,7 +6,7 @@
 import { describe, expect, test } from "bun:test"
 import * as Either from "effect/Either"
 import * as Schema from "effect/Schema"
-import { RankToRelay, RelayToRank } from "../src/wire/LocalMessages.ts"
+import { RankToRelay, RelayToRank } from "../src/wire/messages/LocalMessages.ts"
 
 const fromRank = Schema.decodeUnknownEither(RankToRelay)
 const toRank = Schema.decodeUnknownEither(RelayToRank)

@@ -6,8 +6,8 @@
 import { describe, expect, test } from "bun:test"
 import * as Duration from "effect/Duration"
 import * as LogLevel from "effect/LogLevel"
-import { scrub } from "../src/actors/agent/RankEnvironment.ts"
-import { remoteAgentScript } from "../src/actors/launcher/SshFanOut.ts"
+import { scrub } from "../src/agent/RankEnvironment.ts"
+import { remoteAgentScript } from "../src/launcher/hosts/SshFanOut.ts"
 import { LogLevelError, relayLogLevel, requestedLogLevel, requestedLogLevelOr } from "../src/config/LogVerbosity.ts"
 import type { Worker } from "../src/config/ClusterConfig.ts"
 

@@ -32,7 +32,7 @@ import {
   rankRecords,
   ranksByHost,
   seatOf
-} from "../src/actors/launcher/Membership.ts"
+} from "../src/launcher/membership/Membership.ts"
 
 /** The model: what a careful person would keep on paper. */
 class Paper {

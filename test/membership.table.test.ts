@@ -23,7 +23,7 @@ import {
   ranksByHost,
   recordOf,
   seatOf
-} from "../src/actors/launcher/Membership.ts"
+} from "../src/launcher/membership/Membership.ts"
 
 const formed = (): MembershipState =>
   membership(empty, MembershipEvent.WorldFormed({

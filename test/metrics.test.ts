@@ -7,8 +7,8 @@
  * texts are written out here, never computed.
  */
 import { describe, expect, test } from "bun:test"
-import * as Metrics from "../src/actors/launcher/Metrics.ts"
-import type { RankStatus, RunState } from "../src/actors/launcher/RunView.ts"
+import * as Metrics from "../src/launcher/view/Metrics.ts"
+import type { RankStatus, RunState } from "../src/launcher/view/RunView.ts"
 
 const waiting: RunState = {
   run: "demo",

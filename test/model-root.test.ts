@@ -1,5 +1,5 @@
 import { describe, expect, test } from "bun:test"
-import { ModelRoot } from "../src/actors/launcher/ModelRoot.ts"
+import { ModelRoot } from "../src/launcher/training/ModelRoot.ts"
 
 const f32 = (...values: Array<number>) => new Float32Array(values)
 

@@ -7,9 +7,9 @@
  * The stand-in NCCL runs them end to end in nccl-rendezvous.e2e.test.ts.
  */
 import { describe, expect, test } from "bun:test"
-import { shrinkOf } from "../src/actors/launcher/RendezvousGate.ts"
-import type { NcclMembership } from "../src/actors/rank/RankContext.ts"
-import { shrinkPlan } from "../src/actors/rank/ShrinkPlan.ts"
+import { shrinkOf } from "../src/launcher/front/RendezvousGate.ts"
+import type { NcclMembership } from "../src/rank/RankContext.ts"
+import { shrinkPlan } from "../src/rank/ShrinkPlan.ts"
 import { parentRelease, shrinkFlag, type ShrinkFlag } from "../src/native/ShrinkRules.ts"
 
 describe("parentRelease: how survivors let go of the parent after a shrink", () => {

@@ -6,7 +6,7 @@
 import { expect, test } from "bun:test"
 import * as Effect from "effect/Effect"
 import * as Logger from "effect/Logger"
-import { makeNoiseLog, NOISE_SOURCES, noiseLog } from "../src/actors/launcher/NoiseLog.ts"
+import { makeNoiseLog, NOISE_SOURCES, noiseLog } from "../src/launcher/front/NoiseLog.ts"
 
 test("a thousand drops from one address are one line; another prefix gets its own; the first line says the rest are counted", async () => {
   const lines: Array<string> = []

@@ -6,7 +6,7 @@ import { expect, test } from "bun:test"
 import { mkdtempSync, mkdirSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { counterPaths, oomKillCount, oomKillField } from "../src/actors/agent/OomKills.ts"
+import { counterPaths, oomKillCount, oomKillField } from "../src/agent/OomKills.ts"
 
 test("the oom_kill line of memory.events (v2) and memory.oom_control (v1)", () => {
   expect(oomKillField("low 0\nhigh 0\nmax 12\noom 3\noom_kill 2\noom_group_kill 0\n")).toBe(2)

@@ -12,7 +12,7 @@ import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import { argsOverride, formatPath, type Override, parsePath, parseSet } from "../src/cli/Overrides.ts"
 import { loadCluster } from "../src/launch.ts"
-import { Restart } from "../src/actors/Strategy.ts"
+import { Restart } from "../src/kernel/policy/Strategy.ts"
 
 const dir = mkdtempSync(join(tmpdir(), "cohort-overrides-"))
 afterAll(() => rmSync(dir, { recursive: true, force: true }))

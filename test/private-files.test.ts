@@ -11,8 +11,8 @@ import { chmodSync, chownSync, existsSync, linkSync, lstatSync, mkdirSync, mkdte
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import * as Effect from "effect/Effect"
-import * as CheckpointFile from "../src/actors/launcher/CheckpointFile.ts"
-import { appendPrivate, checkPrivateFile, preparePrivateAppend, privateDirectory, steerable, writePrivateFile } from "../src/actors/launcher/PrivateFiles.ts"
+import * as CheckpointFile from "../src/launcher/training/CheckpointFile.ts"
+import { appendPrivate, checkPrivateFile, preparePrivateAppend, privateDirectory, steerable, writePrivateFile } from "../src/launcher/run/PrivateFiles.ts"
 import { clusterFile, spawnLaunch } from "./support/launch-scenario.ts"
 import { plantedLink } from "./support/planted-link.ts"
 

@@ -3,7 +3,7 @@
  * (coordinate.table.test.ts checks when the coordinator asks, and to whom it sends the order.)
  */
 import { describe, expect, test } from "bun:test"
-import { announced, keeping, nextGroup, noGroups } from "../src/actors/launcher/ProcessGroups.ts"
+import { announced, keeping, nextGroup, noGroups } from "../src/launcher/training/ProcessGroups.ts"
 
 const keepers = (...ranks: ReadonlyArray<number>) => ranks.reduce(keeping, noGroups)
 

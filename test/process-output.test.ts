@@ -4,9 +4,9 @@
 import { expect, test } from "bun:test"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as ProcessChild from "../src/actors/ProcessChild.ts"
-import { forwardLines } from "../src/actors/ProcessChild.ts"
-import { Shutdown } from "../src/actors/Shutdown.ts"
+import * as ProcessChild from "../src/kernel/ProcessChild.ts"
+import { forwardLines } from "../src/kernel/ProcessChild.ts"
+import { Shutdown } from "../src/kernel/Shutdown.ts"
 
 const streamOf = (...chunks: Array<Uint8Array | string>) =>
   new ReadableStream<Uint8Array>({

@@ -15,7 +15,7 @@ import { parseLaunchArgs } from "../src/cli/LaunchArgs.ts"
 import { parseHosts, parseRanksPerHost, policyOverride, type QuickFormInput, quickForm, runName } from "../src/cli/QuickForm.ts"
 import type { Override } from "../src/cli/Overrides.ts"
 import { loadCluster } from "../src/launch.ts"
-import { Backoff, Count, Elastic, KillAll, Percent, Phased, Restart } from "../src/actors/Strategy.ts"
+import { Backoff, Count, Elastic, KillAll, Percent, Phased, Restart } from "../src/kernel/policy/Strategy.ts"
 import { withDefaultRules } from "./support/default-rules.ts"
 
 const root = resolve(import.meta.dir, "..")

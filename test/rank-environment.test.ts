@@ -2,7 +2,7 @@
  * What a rank's environment holds, layer by layer.
  */
 import { expect, test } from "bun:test"
-import { rankEnvironment } from "../src/actors/agent/RankEnvironment.ts"
+import { rankEnvironment } from "../src/agent/RankEnvironment.ts"
 
 const placement = { rank: 5, localRank: 1, worldSize: 8, localWorldSize: 4, groupRank: 1 }
 

@@ -18,8 +18,8 @@
  */
 import { expect, test } from "bun:test"
 import fc from "fast-check"
-import * as RecoveryFigures from "../src/actors/launcher/RecoveryFigures.ts"
-import * as RunView from "../src/actors/launcher/RunView.ts"
+import * as RecoveryFigures from "../src/launcher/view/RecoveryFigures.ts"
+import * as RunView from "../src/launcher/view/RunView.ts"
 
 const seeded = (seed: number, numRuns: number) => ({ seed, numRuns, includeErrorInReport: true })
 

@@ -5,10 +5,10 @@
  * (SurvivorsStep), on the pure coordinator's own steps. recovery-figures.e2e.test.ts has a real run.
  */
 import { describe, expect, test } from "bun:test"
-import { coordinate, CoordinatorEvent, type CoordinatorState, initialState } from "../src/actors/launcher/coordinate.ts"
-import * as RecoveryFigures from "../src/actors/launcher/RecoveryFigures.ts"
-import * as SurvivorsStep from "../src/actors/launcher/SurvivorsStep.ts"
-import { Attach, Progress } from "../src/wire/CoordinatorMessages.ts"
+import { coordinate, CoordinatorEvent, type CoordinatorState, initialState } from "../src/launcher/training/coordinate.ts"
+import * as RecoveryFigures from "../src/launcher/view/RecoveryFigures.ts"
+import * as SurvivorsStep from "../src/launcher/training/SurvivorsStep.ts"
+import { Attach, Progress } from "../src/wire/messages/CoordinatorMessages.ts"
 
 const fold = (events: ReadonlyArray<RecoveryFigures.RecoveryEvent>) => events.reduce(RecoveryFigures.apply, RecoveryFigures.empty)
 const formed = (world: number, at: number): RecoveryFigures.RecoveryEvent => ({ event: "world_formed", at, world })

@@ -13,7 +13,7 @@ import * as Duration from "effect/Duration"
 import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { remoteAgentScript } from "../src/actors/launcher/SshFanOut.ts"
+import { remoteAgentScript } from "../src/launcher/hosts/SshFanOut.ts"
 import type { Worker } from "../src/config/ClusterConfig.ts"
 import { isRunning, waitFor } from "./support/processes.ts"
 

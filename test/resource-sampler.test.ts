@@ -6,7 +6,7 @@
  */
 import { afterAll, describe, expect, test } from "bun:test"
 import { readFileSync } from "node:fs"
-import { clockTicksPerSecond, type GpuReader, makeResourceSampler } from "../src/actors/agent/ResourceSampler.ts"
+import { clockTicksPerSecond, type GpuReader, makeResourceSampler } from "../src/agent/ResourceSampler.ts"
 import { NvmlError } from "../src/native/Native.ts"
 import { waitFor } from "./support/processes.ts"
 

@@ -3,7 +3,7 @@
  */
 import { expect, test } from "bun:test"
 import * as Either from "effect/Either"
-import { detectRole } from "../src/actors/Role.ts"
+import { detectRole } from "../src/kernel/Role.ts"
 
 test("each role from its variables; none is the user's own command", () => {
   expect(detectRole({})).toEqual(Either.right({ _tag: "User" }))

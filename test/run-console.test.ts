@@ -8,7 +8,7 @@ import { afterAll, describe, expect, test } from "bun:test"
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import * as RunView from "../src/actors/launcher/RunView.ts"
+import * as RunView from "../src/launcher/view/RunView.ts"
 import { liveLine, make, summaryTable } from "../src/cli/RunConsole.ts"
 
 const dirs: Array<string> = []

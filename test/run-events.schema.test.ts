@@ -7,7 +7,7 @@
  */
 import { describe, expect, test } from "bun:test"
 import * as Either from "effect/Either"
-import { decodeEventLine, type RunEvent } from "../src/actors/launcher/RunEvents.ts"
+import { decodeEventLine, type RunEvent } from "../src/launcher/view/RunEvents.ts"
 
 /** One line of each kind and the event it is; keyed by kind, so a kind added without a line here does not compile. */
 const lines: { readonly [Kind in RunEvent["event"]]: readonly [line: string, event: Extract<RunEvent, { event: Kind }>] } = {

@@ -8,8 +8,8 @@ import * as Effect from "effect/Effect"
 import { mkdtempSync, readFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import * as RunJournal from "../src/actors/launcher/RunJournal.ts"
-import type * as RunView from "../src/actors/launcher/RunView.ts"
+import * as RunJournal from "../src/launcher/view/RunJournal.ts"
+import type * as RunView from "../src/launcher/view/RunView.ts"
 import { effect, eventually } from "./support/effect.ts"
 
 const formed: RunView.RunEvent = {

@@ -15,8 +15,8 @@ import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as Scope from "effect/Scope"
 import * as Exit from "effect/Exit"
-import { claim, isLive, readEntries, runId } from "../src/actors/launcher/RunRegistry.ts"
-import { startTimeOf } from "../src/actors/ProcessLiveness.ts"
+import { claim, isLive, readEntries, runId } from "../src/launcher/run/RunRegistry.ts"
+import { startTimeOf } from "../src/kernel/ProcessLiveness.ts"
 
 const dirs: Array<string> = []
 const others: Array<Bun.Subprocess> = []

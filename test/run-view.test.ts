@@ -2,7 +2,7 @@
  * RunView: a run's story, event by event, and the state each step leaves.
  */
 import { describe, expect, test } from "bun:test"
-import * as RunView from "../src/actors/launcher/RunView.ts"
+import * as RunView from "../src/launcher/view/RunView.ts"
 
 const story: ReadonlyArray<RunView.RunEvent> = [
   { event: "run_started", at: 1_000, run: "demo", hosts: [{ host: "a", ranks: 2 }, { host: "b", ranks: 1 }] },

@@ -8,10 +8,10 @@
  */
 import { describe, expect, test } from "bun:test"
 import fc from "fast-check"
-import * as RunView from "../src/actors/launcher/RunView.ts"
-import { stateJson } from "../src/actors/launcher/StatusBoard.ts"
+import * as RunView from "../src/launcher/view/RunView.ts"
+import { stateJson } from "../src/launcher/view/StatusBoard.ts"
 import * as Codec from "../src/wire/Codec.ts"
-import { JoinMessage, WorldFormed } from "../src/wire/JoinMessages.ts"
+import { JoinMessage, WorldFormed } from "../src/wire/messages/JoinMessages.ts"
 
 /** A world of `hosts` hosts with `per` ranks each; `shuffle` numbers the ranks out of 0…n−1 order. */
 const world = (hosts: number, per: number, shuffle: boolean): RunView.RunEvent => ({

@@ -4,13 +4,13 @@
  * repeated-error), with the verdicts written out as a person should read them.
  */
 import { describe, expect, test } from "bun:test"
-import { ChildExit } from "../src/actors/ChildExit.ts"
-import type { ChildSpec } from "../src/actors/ChildSpec.ts"
-import { decide, type Directive, initialState, SupervisionEvent, type SupervisorState } from "../src/actors/decide.ts"
-import { FailRun, FailureRule, RuleWhen } from "../src/actors/FailureRules.ts"
-import { chainText, classify, type DeathRecord, firstRoot, rootOf } from "../src/actors/SecondaryDeaths.ts"
-import { Elastic, KillAll, Percent, Phased, type Strategy } from "../src/actors/Strategy.ts"
-import { describeVerdict, Verdict } from "../src/actors/Verdict.ts"
+import { ChildExit } from "../src/kernel/ChildExit.ts"
+import type { ChildSpec } from "../src/kernel/ChildSpec.ts"
+import { decide, type Directive, initialState, SupervisionEvent, type SupervisorState } from "../src/kernel/policy/decide.ts"
+import { FailRun, FailureRule, RuleWhen } from "../src/kernel/policy/FailureRules.ts"
+import { chainText, classify, type DeathRecord, firstRoot, rootOf } from "../src/kernel/policy/SecondaryDeaths.ts"
+import { Elastic, KillAll, Percent, Phased, type Strategy } from "../src/kernel/policy/Strategy.ts"
+import { describeVerdict, Verdict } from "../src/kernel/policy/Verdict.ts"
 
 const record = (ranks: ReadonlyArray<number>, at: number, extra: Partial<DeathRecord> = {}): DeathRecord => ({
   ranks,

@@ -11,7 +11,7 @@ import { afterEach, describe, expect, test } from "bun:test"
 import { chownSync, existsSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync, symlinkSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { sweepStaleRunDirs } from "../src/actors/agent/StaleRunDirs.ts"
+import { sweepStaleRunDirs } from "../src/agent/StaleRunDirs.ts"
 import { clusterFile, spawnLaunch } from "./support/launch-scenario.ts"
 import { childrenOf, isGone, isRunning, pidFiles, waitFor } from "./support/processes.ts"
 

@@ -5,7 +5,7 @@
  */
 import { describe, expect, test } from "bun:test"
 import { repoRoot } from "./support/launch-scenario.ts"
-import { exitStatusFor, react, type Delivery } from "../src/actors/StopRequests.ts"
+import { exitStatusFor, react, type Delivery } from "../src/kernel/StopRequests.ts"
 
 const at = (signal: Delivery["signal"], ms: number): Delivery => ({ signal, at: ms })
 
@@ -39,7 +39,7 @@ describe("one stop, however delivered", () => {
 })
 
 describe("SIGHUP under nohup", () => {
-  const probe = `import { hangupIgnored } from "./src/actors/signals.ts"; console.log(hangupIgnored())`
+  const probe = `import { hangupIgnored } from "./src/kernel/signals.ts"; console.log(hangupIgnored())`
   const run = async (prefix: ReadonlyArray<string>) => {
     const proc = Bun.spawn([...prefix, process.execPath, "-e", probe], { cwd: repoRoot, stdout: "pipe", stderr: "pipe" })
     const [out] = await Promise.all([new Response(proc.stdout).text(), proc.exited])

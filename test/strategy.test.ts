@@ -25,8 +25,8 @@ import {
   Phased,
   Restart,
   RestartType
-} from "../src/actors/Strategy.ts"
-import { unreachableLimits } from "../src/actors/launcher/RunEnv.ts"
+} from "../src/kernel/policy/Strategy.ts"
+import { unreachableLimits } from "../src/launcher/run/RunEnv.ts"
 
 describe("failureLimit: how many dead ranks trip max_failure", () => {
   // [max_failure, world, limit, why]

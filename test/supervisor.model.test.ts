@@ -57,11 +57,11 @@ import * as Scope from "effect/Scope"
 import * as TestClock from "effect/TestClock"
 import * as TestContext from "effect/TestContext"
 import * as fc from "fast-check"
-import { ChildExit } from "../src/actors/ChildExit.ts"
-import type { ChildSpec } from "../src/actors/ChildSpec.ts"
-import { type Directive, SupervisionEvent, type SupervisorState } from "../src/actors/decide.ts"
-import * as ProcessChild from "../src/actors/ProcessChild.ts"
-import { Shutdown } from "../src/actors/Shutdown.ts"
+import { ChildExit } from "../src/kernel/ChildExit.ts"
+import type { ChildSpec } from "../src/kernel/ChildSpec.ts"
+import { type Directive, SupervisionEvent, type SupervisorState } from "../src/kernel/policy/decide.ts"
+import * as ProcessChild from "../src/kernel/ProcessChild.ts"
+import { Shutdown } from "../src/kernel/Shutdown.ts"
 import {
   Backoff,
   Count,
@@ -73,9 +73,9 @@ import {
   type RestartType,
   type Simple,
   type Strategy
-} from "../src/actors/Strategy.ts"
-import * as Supervisor from "../src/actors/Supervisor.ts"
-import type { FailureKind, Verdict } from "../src/actors/Verdict.ts"
+} from "../src/kernel/policy/Strategy.ts"
+import * as Supervisor from "../src/kernel/Supervisor.ts"
+import type { FailureKind, Verdict } from "../src/kernel/policy/Verdict.ts"
 import { eventually } from "./support/effect.ts"
 import { collectLines, isGone, isRunning } from "./support/processes.ts"
 

@@ -10,7 +10,7 @@ import * as fc from "fast-check"
 import * as Codec from "../src/wire/Codec.ts"
 import { FrameDecoder, FrameError, frameBytes } from "../src/wire/Frame.ts"
 import { frameKey } from "../src/wire/FrameCipher.ts"
-import { Abort, Hello, JoinMessage } from "../src/wire/JoinMessages.ts"
+import { Abort, Hello, JoinMessage } from "../src/wire/messages/JoinMessages.ts"
 
 const join = Codec.make("join", JoinMessage)
 const key = frameKey(new Uint8Array(16).fill(1), false)

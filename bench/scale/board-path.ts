@@ -8,9 +8,9 @@
  * `bun bench/scale/board-path.ts`
  */
 import * as Effect from "effect/Effect"
-import * as RunView from "../../src/actors/launcher/RunView.ts"
-import * as PortMux from "../../src/actors/launcher/PortMux.ts"
-import * as StatusBoard from "../../src/actors/launcher/StatusBoard.ts"
+import * as RunView from "../../src/launcher/view/RunView.ts"
+import * as PortMux from "../../src/launcher/front/PortMux.ts"
+import * as StatusBoard from "../../src/launcher/view/StatusBoard.ts"
 import { newSalt, startToken } from "../../src/wire/Keys.ts"
 import { median, percentile } from "../stats.ts"
 

@@ -12,15 +12,15 @@
  */
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as ControlGate from "../../src/actors/launcher/ControlGate.ts"
-import * as Coordinator from "../../src/actors/launcher/Coordinator.ts"
-import * as PortMux from "../../src/actors/launcher/PortMux.ts"
+import * as ControlGate from "../../src/launcher/front/ControlGate.ts"
+import * as Coordinator from "../../src/launcher/training/Coordinator.ts"
+import * as PortMux from "../../src/launcher/front/PortMux.ts"
 import * as Log from "../../src/cli/logger.ts"
 import type { Job } from "../../src/config/ClusterConfig.ts"
 import { defaultFailurePolicy } from "../../src/config/FailurePolicy.ts"
 import { beatEveryMs } from "../../src/config/Heartbeat.ts"
-import { ToRanks } from "../../src/wire/ControlMessages.ts"
-import { type CoordinatorOrder, isRendezvousReport } from "../../src/wire/CoordinatorMessages.ts"
+import { ToRanks } from "../../src/wire/messages/ControlMessages.ts"
+import { type CoordinatorOrder, isRendezvousReport } from "../../src/wire/messages/CoordinatorMessages.ts"
 import { newSalt, saltToHex } from "../../src/wire/Keys.ts"
 
 const HOSTS = Number(process.env.HOSTS ?? 1000)

@@ -6,7 +6,7 @@ can read the members' gloo addresses, add to torch's barrier counter (stalling a
 (pointing a survivor's gloo pair at a listener of their own). Here every call (`set`, `get`, `add`, ...) is a
 `StoreCall` report up the rank's Unix socket (a 0700 directory of the run's user) and the relay's authenticated link
 to the launcher, which answers it (`StoreAnswer`) for the members of the generation it announced last, and nobody
-else (src/actors/launcher/groupStore.ts).
+else (src/launcher/training/groupStore.ts).
 
 `StoreCalls` is the client's half, with nothing of torch in it (tested without torch); `make_store` wraps it in a
 `torch.distributed.Store` for gloo, NCCL and `init_process_group`.

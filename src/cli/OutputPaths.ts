@@ -18,7 +18,7 @@
  */
 import { closeSync, constants, lstatSync, mkdirSync, mkdtempSync, openSync, rmdirSync, type Stats, statSync } from "node:fs"
 import { dirname, join, resolve } from "node:path"
-import { steerable } from "../actors/launcher/PrivateFiles.ts"
+import { steerable } from "../launcher/run/PrivateFiles.ts"
 
 const reason = (error: unknown): string => {
   const code = (error as NodeJS.ErrnoException).code

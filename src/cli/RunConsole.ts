@@ -25,11 +25,11 @@
  *   lines are escaped always (they quote what ranks threw).
  */
 import { mkdirSync } from "node:fs"
-import { appendPrivate, preparePrivateAppend } from "../actors/launcher/PrivateFiles.ts"
+import { appendPrivate, preparePrivateAppend } from "../launcher/run/PrivateFiles.ts"
 import { join } from "node:path"
-import * as Inventory from "../actors/launcher/Inventory.ts"
-import { effectiveTrainingAt, type RunEvent, type RunState } from "../actors/launcher/RunView.ts"
-import * as RecoveryFigures from "../actors/launcher/RecoveryFigures.ts"
+import * as Inventory from "../launcher/membership/Inventory.ts"
+import { effectiveTrainingAt, type RunEvent, type RunState } from "../launcher/view/RunView.ts"
+import * as RecoveryFigures from "../launcher/view/RecoveryFigures.ts"
 import { printable, printableLine } from "../wire/Printable.ts"
 import * as TurnWriter from "./TurnWriter.ts"
 

@@ -22,16 +22,16 @@
 import { existsSync, readlinkSync } from "node:fs"
 import { hostname } from "node:os"
 import { join, relative, resolve } from "node:path"
-import type { Plan } from "../actors/launcher/Plan.ts"
-import type { Strategy } from "../actors/Strategy.ts"
+import type { Plan } from "../launcher/run/Plan.ts"
+import type { Strategy } from "../kernel/policy/Strategy.ts"
 import { parseLaunchArgs, usage } from "./LaunchArgs.ts"
 import { checkEventsFile, checkLogDir, makeLogDir } from "./OutputPaths.ts"
 import { argsOverride, type Override, parseSet } from "./Overrides.ts"
 import { parseRanksPerHost, policyOverride, quickForm, slurmOverrides } from "./QuickForm.ts"
 import { make as makeConsole, summaryTable } from "./RunConsole.ts"
 import { slurmAllocation } from "./Slurm.ts"
-import { listenForStops } from "../actors/signals.ts"
-import { exitStatusFor, type StopRequest } from "../actors/StopRequests.ts"
+import { listenForStops } from "../kernel/signals.ts"
+import { exitStatusFor, type StopRequest } from "../kernel/StopRequests.ts"
 
 const repoRoot = resolve(import.meta.dir, "../..")
 

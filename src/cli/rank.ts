@@ -4,9 +4,9 @@
  * without them.
  */
 import * as Either from "effect/Either"
-import { readHostEnvelope } from "../actors/agent/Envelope.ts"
-import { runRank } from "../actors/rank/RankRuntime.ts"
-import { detectRole, roleVariables } from "../actors/Role.ts"
+import { readHostEnvelope } from "../wire/messages/Envelope.ts"
+import { runRank } from "../rank/RankRuntime.ts"
+import { detectRole, roleVariables } from "../kernel/Role.ts"
 import { dieWithParent } from "../native/library.ts"
 
 // Die with the agent even if it is SIGKILLed (setpriv does it too where it exists; this needs no setpriv).

@@ -30,8 +30,8 @@
  * answers at once.
  */
 import { join } from "node:path"
-import type { RunState } from "../actors/launcher/RunView.ts"
-import { isLive, readEntries, type RunEntry } from "../actors/launcher/RunEntries.ts"
+import type { RunState } from "../launcher/view/RunView.ts"
+import { isLive, readEntries, type RunEntry } from "../launcher/run/RunEntries.ts"
 
 const usage = `usage: bun run status [HOST:PORT] [--run ID] [--json] [--watch] [--start]
 

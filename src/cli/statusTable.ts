@@ -10,9 +10,9 @@
  * field being there.
  */
 import * as Either from "effect/Either"
-import * as Inventory from "../actors/launcher/Inventory.ts"
-import type { RankStatus, RunState, Training } from "../actors/launcher/RunView.ts"
-import { decodeRunState, problemOf } from "../actors/launcher/RunStateSchema.ts"
+import * as Inventory from "../launcher/membership/Inventory.ts"
+import type { RankStatus, RunState, Training } from "../launcher/view/RunView.ts"
+import { decodeRunState, problemOf } from "../launcher/view/RunStateSchema.ts"
 import { printable } from "../wire/Printable.ts"
 
 const NONE = "—"

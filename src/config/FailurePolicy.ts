@@ -1,6 +1,6 @@
 /**
  * The `failure_policy` section of a cluster file: the user-facing form of the
- * supervision strategies in `actors/Strategy`.
+ * supervision strategies in `kernel/policy/Strategy`.
  *
  * ```yaml
  * failure_policy:
@@ -18,7 +18,7 @@
  * `{ elastic: { max_failure: … } }` or `{ restart: { … } }`; a phased one as a
  * mapping with `before_formation` and `after_formation`.
  *
- * Each form is a Schema transformed into the classes of `actors/Strategy`.
+ * Each form is a Schema transformed into the classes of `kernel/policy/Strategy`.
  * A written value is checked by the field schema of the class it goes into
  * (`Restart.fields.maxRestarts`, `Strategy.Millis`, …), so every bound is
  * defined once, there, and the messages read theirs from it (`rangeOf`).
@@ -29,7 +29,7 @@ import type * as Effect from "effect/Effect"
 import * as ParseResult from "effect/ParseResult"
 import * as Schema from "effect/Schema"
 import { stringify } from "yaml"
-import { Backoff, Count, Elastic, FailureBase, KillAll, Millis, Percent, Phased, Restart, Simple, type Strategy } from "../actors/Strategy.ts"
+import { Backoff, Count, Elastic, FailureBase, KillAll, Millis, Percent, Phased, Restart, Simple, type Strategy } from "../kernel/policy/Strategy.ts"
 import {
   Cause,
   causes,
@@ -50,7 +50,7 @@ import {
   SameErrorOn,
   SignalName,
   signalNames
-} from "../actors/FailureRules.ts"
+} from "../kernel/policy/FailureRules.ts"
 import { formatDuration } from "./Duration.ts"
 import { durationText } from "./DurationSchema.ts"
 import { expectedAt, expecting, rangeOf } from "./Expected.ts"

@@ -27,7 +27,7 @@
  */
 import * as ParseResult from "effect/ParseResult"
 import * as Schema from "effect/Schema"
-import type { OuterOptimizer } from "../actors/launcher/ModelRoot.ts"
+import type { OuterOptimizer } from "../launcher/training/ModelRoot.ts"
 import { expecting, rangeOf } from "./Expected.ts"
 import { keyGroups, keyOr, optionalKey } from "./Mapping.ts"
 import { decodeField } from "./SchemaField.ts"

@@ -13,7 +13,7 @@
  * mistake elsewhere in the section does not hide theirs.
  */
 import * as Schema from "effect/Schema"
-import { Millis } from "../actors/Strategy.ts"
+import { Millis } from "../kernel/policy/Strategy.ts"
 import { MAX_DURATION_MS } from "./Duration.ts"
 import { durationText } from "./DurationSchema.ts"
 import { expectedAt, expecting, rangeOf } from "./Expected.ts"

@@ -7,8 +7,8 @@
  * - `repeated-error` (issue 34): after formation, the same error on a second rank, neither death secondary,
  *   is a bug every rank will meet, and the run fails with it: `{ same_error_on: 2, phase: after_formation }`.
  */
-import { ExitCodes, FailRun, FailureRule, RuleWhen } from "../../src/actors/FailureRules.ts"
-import { Backoff, type Phased, Phased as PhasedClass, Restart } from "../../src/actors/Strategy.ts"
+import { ExitCodes, FailRun, FailureRule, RuleWhen } from "../../src/kernel/policy/FailureRules.ts"
+import { Backoff, type Phased, Phased as PhasedClass, Restart } from "../../src/kernel/policy/Strategy.ts"
 
 export const readmeDefaultRules: ReadonlyArray<FailureRule> = [
   new FailureRule({

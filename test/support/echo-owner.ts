@@ -7,11 +7,11 @@
  */
 import * as Effect from "effect/Effect"
 import type * as Scope from "effect/Scope"
-import * as Actor from "../../src/actors/Actor.ts"
-import type * as PortMux from "../../src/actors/launcher/PortMux.ts"
+import * as Actor from "../../src/kernel/Actor.ts"
+import type * as PortMux from "../../src/launcher/front/PortMux.ts"
 import type { ChannelName } from "../../src/wire/Channel.ts"
 import * as Codec from "../../src/wire/Codec.ts"
-import { Abort, JoinMessage } from "../../src/wire/JoinMessages.ts"
+import { Abort, JoinMessage } from "../../src/wire/messages/JoinMessages.ts"
 import * as Link from "../../src/wire/Link.ts"
 
 const join = Codec.make("join", JoinMessage)

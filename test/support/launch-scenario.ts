@@ -11,8 +11,8 @@ import * as Logger from "effect/Logger"
 import * as LogLevel from "effect/LogLevel"
 import { launchEffect } from "../../src/launch.ts"
 import { collectLines, pidFiles, waitFor } from "./processes.ts"
-import type { RunResult } from "../../src/actors/launcher/Launcher.ts"
-import type { RunState } from "../../src/actors/launcher/StatusBoard.ts"
+import type { RunResult } from "../../src/launcher/run/Launcher.ts"
+import type { RunState } from "../../src/launcher/view/StatusBoard.ts"
 import { decodeState } from "./run-records.ts"
 
 export const repoRoot = resolve(import.meta.dir, "../..")

@@ -7,8 +7,8 @@
  */
 import { readFileSync } from "node:fs"
 import * as Either from "effect/Either"
-import { decodeEventLine, type RunEvent } from "../../src/actors/launcher/RunEvents.ts"
-import { decodeRunState, problemOf, type RunState } from "../../src/actors/launcher/RunStateSchema.ts"
+import { decodeEventLine, type RunEvent } from "../../src/launcher/view/RunEvents.ts"
+import { decodeRunState, problemOf, type RunState } from "../../src/launcher/view/RunStateSchema.ts"
 
 /** Every event in the events file at `path`; throws naming the file and line of the first that does not decode. */
 export const readEvents = (path: string): Array<RunEvent> =>

@@ -1,5 +1,5 @@
 /** A host run spec for tests that admit agents by hand (JoinGate, Accept frames, the agent). */
-import type { HostRunSpec } from "../../src/wire/JoinMessages.ts"
+import type { HostRunSpec } from "../../src/wire/messages/JoinMessages.ts"
 
 export const runSpec = (overrides: Partial<HostRunSpec> = {}): HostRunSpec => ({
   run: "test",
