@@ -115,6 +115,13 @@ export interface RendezvousGate {
   readonly history: Effect.Effect<ReadonlyArray<Generation>>
 }
 
+/** A generation got no NCCL unique id: why, in words (a membership change retries; anything else fails the rendezvous). */
+class NoUniqueId extends Data.TaggedError("NoUniqueId")<{ readonly reason: string }> {
+  override get message(): string {
+    return this.reason
+  }
+}
+
 /** Told through the gate's mailbox, in order with the connections it accepts (see `admit`). */
 type Told = Data.TaggedEnum<{
   Admit: { readonly ranks: ReadonlyArray<number> }
@@ -137,7 +144,7 @@ export const make = (options: RendezvousGateOptions): Effect.Effect<RendezvousGa
     let formed: Generation | undefined
     /** The last generation that formed, with its members' links: the parent a shrink would start from. */
     let lastFormed: Formed<RendezvousLink> | undefined
-    let forming: { readonly generation: number; readonly id: Deferred.Deferred<Uint8Array, string> } | undefined
+    let forming: { readonly generation: number; readonly id: Deferred.Deferred<Uint8Array, NoUniqueId> } | undefined
     let next = 0
     let failed = false
 
@@ -163,7 +170,7 @@ export const make = (options: RendezvousGateOptions): Effect.Effect<RendezvousGa
       const generator = pickGenerator(members, preferred)
       const generation = next++
       return Effect.gen(function*() {
-        const id = yield* Deferred.make<Uint8Array, string>()
+        const id = yield* Deferred.make<Uint8Array, NoUniqueId>()
         forming = { generation, id }
         yield* Effect.ignore(links.get(generator)!.send(new ProvideId({ generation })))
         yield* Effect.forkIn(awaitId(generation, generator, members, id), scope)
@@ -174,11 +181,11 @@ export const make = (options: RendezvousGateOptions): Effect.Effect<RendezvousGa
     const membershipChanged = (members: ReadonlyArray<number>) =>
       members.length !== live.size || members.some((rank) => !live.has(rank) || !links.has(rank))
 
-    const awaitId = (generation: number, generator: number, members: ReadonlyArray<number>, id: Deferred.Deferred<Uint8Array, string>) =>
+    const awaitId = (generation: number, generator: number, members: ReadonlyArray<number>, id: Deferred.Deferred<Uint8Array, NoUniqueId>) =>
       Deferred.await(id).pipe(
-        Effect.timeoutFail({ duration: Duration.millis(options.idTimeoutMs), onTimeout: () => `rank ${generator} gave no NCCL unique id within ${options.idTimeoutMs} ms` }),
+        Effect.timeoutFail({ duration: Duration.millis(options.idTimeoutMs), onTimeout: () => new NoUniqueId({ reason: `rank ${generator} gave no NCCL unique id within ${options.idTimeoutMs} ms` }) }),
         Effect.matchEffect({
-          onFailure: (reason) =>
+          onFailure: ({ reason }) =>
             serial(Effect.gen(function*() {
               if (forming?.generation !== generation) return
               forming = undefined
@@ -211,7 +218,7 @@ export const make = (options: RendezvousGateOptions): Effect.Effect<RendezvousGa
           if ((message._tag === "IdProvided" || message._tag === "IdFailed") && forming?.generation === message.generation) {
             yield* message._tag === "IdProvided"
               ? Deferred.succeed(forming.id, message.id)
-              : Deferred.fail(forming.id, `rank ${rank} could not make an NCCL unique id: ${message.reason}`)
+              : Deferred.fail(forming.id, new NoUniqueId({ reason: `rank ${rank} could not make an NCCL unique id: ${message.reason}` }))
           }
         }
       }).pipe(
@@ -220,7 +227,7 @@ export const make = (options: RendezvousGateOptions): Effect.Effect<RendezvousGa
             if (links.get(rank) !== link) return
             links.delete(rank)
             if (formed?.members.includes(rank)) yield* dissolve(`rank ${rank} left`)
-            if (forming !== undefined) yield* Deferred.fail(forming.id, `rank ${rank} left while the id was made`)
+            if (forming !== undefined) yield* Deferred.fail(forming.id, new NoUniqueId({ reason: `rank ${rank} left while the id was made` }))
           }))
         )
       )
@@ -263,7 +270,7 @@ export const make = (options: RendezvousGateOptions): Effect.Effect<RendezvousGa
         if (entering.length === 0) return
         for (const rank of entering) live.add(rank)
         yield* dissolve(`rank(s) ${entering.join(", ")} joined`)
-        if (forming !== undefined) yield* Deferred.fail(forming.id, `rank(s) ${entering.join(", ")} joined`)
+        if (forming !== undefined) yield* Deferred.fail(forming.id, new NoUniqueId({ reason: `rank(s) ${entering.join(", ")} joined` }))
         yield* advance
         // A rank that never dials in would hold every generation back: past the id timeout it is absent.
         yield* Effect.forkIn(
@@ -290,7 +297,7 @@ export const make = (options: RendezvousGateOptions): Effect.Effect<RendezvousGa
           links.delete(rank)
         }
         yield* dissolve(reason)
-        if (forming !== undefined) yield* Deferred.fail(forming.id, reason)
+        if (forming !== undefined) yield* Deferred.fail(forming.id, new NoUniqueId({ reason }))
         yield* advance
       }))
 

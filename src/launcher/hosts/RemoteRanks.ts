@@ -20,6 +20,7 @@
  * on the same device; reports name the number, and are traced to the seat.
  */
 import * as Clock from "effect/Clock"
+import * as Data from "effect/Data"
 import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
@@ -91,6 +92,13 @@ const DROPS_SAID_EVERY_MS = 10_000
 
 /** What follows `[host:` in a rank's line as agents prefix it: `device:rN] `. */
 const RANK_SUFFIX = /^[^\]:]*:r(\d+)\] /
+
+/** A rank's incarnation could not be started on its host: the host is lost, or its agent cannot be reached. */
+export class RankNotStarted extends Data.TaggedError("RankNotStarted")<{ readonly host: string; readonly reason: string }> {
+  override get message(): string {
+    return this.reason
+  }
+}
 
 /** Every number is its own seat. */
 const ownSeats: Numbering = { renumber: () => Effect.succeed(undefined), seatOf: (rank) => rank }
@@ -228,7 +236,7 @@ export const make = (
     const start = (seat: number, member: Member): SupervisedChild["start"] =>
       Effect.gen(function*() {
         const gone = lost.get(member.host)
-        if (gone !== undefined) return yield* Effect.fail(gone)
+        if (gone !== undefined) return yield* Effect.fail(new RankNotStarted({ host: member.host, reason: gone }))
         const number = (current.get(seat)?.number ?? -1) + 1
         const renumbered = number > 0 ? yield* numbering.renumber(seat, member) : undefined
         const rank = renumbered?.rank ?? seat
@@ -239,7 +247,7 @@ export const make = (
           : new StartRank({ rank, incarnation: number, slot: renumbered.slot, worldSize: renumbered.worldSize }, true)
         // Built unchecked: the codec checks it as it encodes it (8,000 of them as a big world starts).
         yield* member.link.send(order).pipe(
-          Effect.catchAll((error) => Effect.fail(`cannot reach the agent of ${member.host}: ${error.message}`))
+          Effect.catchAll((error) => Effect.fail(new RankNotStarted({ host: member.host, reason: `cannot reach the agent of ${member.host}: ${error.message}` })))
         )
         const stop = (mode: StopMode, grace: Duration.DurationInput) =>
           Effect.gen(function*() {
