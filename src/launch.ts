@@ -20,6 +20,7 @@ import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import { type Document, isScalar, parseDocument, stringify, visit } from "yaml"
 import type * as Launcher from "./launcher/run/Launcher.ts"
+import { entryPoints } from "./cli/entryPoints.ts"
 import { describePlan, LaunchInputError, makePlan, type Plan, sshWorkers } from "./launcher/run/Plan.ts"
 import { preflight } from "./launcher/run/Preflight.ts"
 import { syncCheckout } from "./launcher/hosts/SyncCheckout.ts"
@@ -133,7 +134,7 @@ export const clusterDocument = async (input: ClusterInput, options: InputOptions
 /** The checked plan of a run: `--dry-run` prints it. */
 export const planCluster = (input: ClusterInput, options: InputOptions = {}): Effect.Effect<Plan, ConfigErrors | LaunchInputError> =>
   Effect.flatMap(loadCluster(input, options), (config) =>
-    Either.match(makePlan(config), {
+    Either.match(makePlan(config, entryPoints), {
       // Name the file, as the decoder's errors do.
       onLeft: (error) => Effect.fail(typeof input === "string" ? new LaunchInputError({ problems: error.problems.map((problem) => `${input}: ${problem}`) }) : error),
       onRight: (plan) => {

@@ -23,9 +23,11 @@ import * as Link from "../src/wire/Link.ts"
 import { effect } from "./support/effect.ts"
 import { repoRoot } from "./support/launch-scenario.ts"
 import { runSpec } from "./support/run-spec.ts"
+import { entryPoints } from "../src/cli/entryPoints.ts"
 
 const agentOptions = (port: number, salt: Uint8Array | undefined): Agent.AgentOptions => ({
   host: "a",
+  entries: entryPoints,
   devices: { devices: [{ kind: "cpu", slot: 0 }, { kind: "cpu", slot: 1 }], labels: ["cpu", "cpu"] },
   controller: { host: "127.0.0.1", port },
   salt,

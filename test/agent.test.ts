@@ -22,6 +22,7 @@ import { effect, eventually } from "./support/effect.ts"
 import { repoRoot } from "./support/launch-scenario.ts"
 import { allPids, commandLine, environment, isRunning, pidFiles } from "./support/processes.ts"
 import { runSpec } from "./support/run-spec.ts"
+import { entryPoints } from "../src/cli/entryPoints.ts"
 
 /** A launcher front with one declared two-rank host, the agent joined, and the world formed; the ranks hold until stopped. */
 const joinAgent = (extraArgs: (dir: string) => ReadonlyArray<string> = () => []) => Effect.gen(function*() {
@@ -47,6 +48,7 @@ const joinAgent = (extraArgs: (dir: string) => ReadonlyArray<string> = () => [])
   const mux = yield* PortMux.start({ address: "127.0.0.1", port: 0, magicDeadlineMs: 5_000, owners: { join: gate.owner, control: control.owner } })
   const lines: Array<string> = []
   const agent = yield* Effect.forkScoped(Effect.scoped(Agent.run({
+    entries: entryPoints,
     host: "localhost",
     devices: { devices: [{ kind: "cpu", slot: 0 }, { kind: "cpu", slot: 1 }], labels: ["cpu", "cpu"] },
     controller: { host: "127.0.0.1", port: mux.port },

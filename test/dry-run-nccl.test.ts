@@ -4,10 +4,11 @@ import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import { describePlan, makePlan } from "../src/launcher/run/Plan.ts"
 import { parseCluster } from "../src/config/ClusterConfig.ts"
+import { entryPoints } from "../src/cli/entryPoints.ts"
 
 const planLines = async (job: string) => {
   const config = await Effect.runPromise(parseCluster(`workers:\n  - { host: localhost, devices: 2 }\njob: ${job}\n`, "cluster.yml"))
-  const plan = makePlan(config)
+  const plan = makePlan(config, entryPoints)
   if (Either.isLeft(plan)) throw new Error(plan.left.message)
   return describePlan(plan.right).split("\n")
 }

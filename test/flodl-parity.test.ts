@@ -12,6 +12,7 @@ import { describePlan, hostRunSpec, makePlan, type Plan, windowRules, worldText 
 import { preflight } from "../src/launcher/run/Preflight.ts"
 import { batchModeWarning, sshCommand } from "../src/launcher/hosts/SshFanOut.ts"
 import { type ClusterConfig, parseCluster, type Worker } from "../src/config/ClusterConfig.ts"
+import { entryPoints } from "../src/cli/entryPoints.ts"
 
 /** The config and the warnings its load said, in the order said. */
 const load = async (text: string): Promise<{ readonly config: ClusterConfig; readonly warnings: ReadonlyArray<string> }> => {
@@ -27,7 +28,7 @@ const refused = (text: string): Promise<ReadonlyArray<string>> =>
   Effect.runPromise(Effect.flip(parseCluster(text, "cluster.yml"))).then((errors) => errors.errors.map((error) => error.message))
 
 const planOf = (config: ClusterConfig): Plan => {
-  const plan = makePlan(config)
+  const plan = makePlan(config, entryPoints)
   if (Either.isLeft(plan)) throw new Error(plan.left.message)
   return plan.right
 }
@@ -144,7 +145,7 @@ describe("orchestrator-only workers (devices: 0 or [])", () => {
   })
 
   test("a file where every worker runs nothing is refused", async () => {
-    const plan = makePlan((await load(`workers:\n  - { host: localhost, devices: 0 }\n${entry}\n`)).config)
+    const plan = makePlan((await load(`workers:\n  - { host: localhost, devices: 0 }\n${entry}\n`)).config, entryPoints)
     expect(Either.isLeft(plan) ? plan.left.problems : []).toEqual([
       "workers: every worker declares devices: 0 or [] (runs nothing); give at least one worker devices to run ranks on"
     ])
@@ -220,7 +221,7 @@ describe("the launcher's own host runs its agent in-process, ssh: or not", () =>
   })
 
   test("so a tunnel there is refused, as the reference refuses it", async () => {
-    const plan = makePlan((await load(`workers:\n  - { host: localhost, devices: 1, tunnel: true, ssh: { user: ops } }\n${entry}\n`)).config)
+    const plan = makePlan((await load(`workers:\n  - { host: localhost, devices: 1, tunnel: true, ssh: { user: ops } }\n${entry}\n`)).config, entryPoints)
     expect(Either.isLeft(plan) ? plan.left.problems : []).toEqual(["workers[0].tunnel: localhost is this machine: its agent runs inside the launcher, there is nothing to tunnel"])
   })
 })

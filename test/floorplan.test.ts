@@ -5,7 +5,7 @@
  * fail before it could bless the tree.
  */
 import { describe, expect, test } from "bun:test"
-import { join } from "node:path"
+import { dirname, join } from "node:path"
 import { cyclesOf, importsOf, sourceFiles } from "../scripts/floorplan.ts"
 
 describe("cyclesOf, on graphs written out", () => {
@@ -28,4 +28,21 @@ test("no module of src/ imports another in a circle", () => {
   expect(files.length).toBeGreaterThan(100)
   expect(files).toContain("src/launcher/run/Launcher.ts")
   expect(cyclesOf(importsOf(root, files))).toEqual([])
+})
+
+test("no folder of src/ holds more than 20 modules", () => {
+  const root = join(import.meta.dir, "..")
+  const perFolder = new Map<string, number>()
+  for (const file of sourceFiles(root)) perFolder.set(dirname(file), (perFolder.get(dirname(file)) ?? 0) + 1)
+  expect([...perFolder].filter(([, count]) => count > 20)).toEqual([])
+})
+
+test("only the entry points import from src/cli/: the rest is handed what it needs (EntryPoints)", () => {
+  const root = join(import.meta.dir, "..")
+  const files = sourceFiles(root)
+  const entries = new Set(["src/launch.ts", "src/index.ts"])
+  const offenders = [...importsOf(root, files)]
+    .filter(([file]) => !file.startsWith("src/cli/") && !entries.has(file))
+    .flatMap(([file, targets]) => targets.filter((target) => target.startsWith("src/cli/")).map((target) => `${file} → ${target}`))
+  expect(offenders).toEqual([])
 })

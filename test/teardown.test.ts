@@ -23,11 +23,12 @@ import * as RunView from "../src/launcher/view/RunView.ts"
 import { end, type EndingEnv } from "../src/launcher/run/Teardown.ts"
 import { parseCluster } from "../src/config/ClusterConfig.ts"
 import { effect } from "./support/effect.ts"
+import { entryPoints } from "../src/cli/entryPoints.ts"
 
 const plan = (more = ""): Effect.Effect<Plan> =>
   Effect.map(
     Effect.orDie(parseCluster(`name: ending\nworkers:\n  - { host: localhost, devices: 2 }\njob: { entry: examples/train.ts, checkpoint: /tmp/ending.json }\n${more}`, "cluster.yml")),
-    (config) => Either.getOrThrow(makePlan(config))
+    (config) => Either.getOrThrow(makePlan(config, entryPoints))
   )
 
 /** An environment that writes down, in order, every phase entered, every event recorded, and the streams' end. */

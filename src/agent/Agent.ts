@@ -46,7 +46,7 @@ import { hostKey, OPEN_SALT, rankKey, saltFromHex } from "../wire/Keys.ts"
 import * as Link from "../wire/Link.ts"
 import { printable } from "../wire/Printable.ts"
 import { OPEN_KEY_ID } from "../wire/Trust.ts"
-import { pythonClientRoot, rankEntry, relayEntry } from "../cli/entryPoints.ts"
+import type { EntryPoints } from "../kernel/EntryPoints.ts"
 import { deviceIndex, deviceTag, type HostDevices } from "./Devices.ts"
 import { type HostEnvelope, toEnvironment } from "../wire/messages/Envelope.ts"
 import { LOCAL_PROTOCOL_VERSION } from "../wire/LocalFrames.ts"
@@ -101,6 +101,8 @@ export interface AgentOptions {
    * a self-deployed agent's, which no ssh session carries. `output` still gets every line.
    */
   readonly forwardOutput?: boolean | undefined
+  /** Where the relay's and the rank's programs are (given by the entry point that started this agent). */
+  readonly entries: EntryPoints
 }
 
 /** Join, then serve the host until the run ends. */
@@ -325,7 +327,7 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
     const relay = relayChild({
       host,
       process: {
-        cmd: [process.execPath, relayEntry],
+        cmd: [process.execPath, options.entries.relay],
         cwd,
         env: { ...scrub(options.inheritedEnv), [roleVariables.relay]: toEnvironment({
           host,
@@ -409,10 +411,10 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
           incarnation,
           command: program._tag === "Command"
         }),
-        pythonClient: program._tag === "Command" ? pythonClientRoot : undefined
+        pythonClient: program._tag === "Command" ? options.entries.pythonClient : undefined
       })
       return {
-        cmd: program._tag === "Entry" ? [process.execPath, rankEntry] : [...program.command, ...spec.args],
+        cmd: program._tag === "Entry" ? [process.execPath, options.entries.rank] : [...program.command, ...spec.args],
         cwd,
         env,
         inheritEnv: false,

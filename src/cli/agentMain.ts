@@ -39,6 +39,7 @@ import { saltFromHex } from "../wire/Keys.ts"
 import { printableLine } from "../wire/Printable.ts"
 import * as Log from "./logger.ts"
 import * as TurnWriter from "./TurnWriter.ts"
+import { entryPoints } from "./entryPoints.ts"
 
 const usage = `usage: bun run agent --controller HOST:PORT [--host NAME] [--devices N|I,J|all] [--path DIR]
                      [--salt-file FILE | --salt-stdin] [--persist] [--local-output]
@@ -162,6 +163,7 @@ const once = Effect.gen(function*() {
     version: VERSION,
     path,
     inheritedEnv,
+    entries: entryPoints,
     handshakeMs: scaled(deadlines.handshakeMs, scale),
     // Over ssh the session carries this process's output to the launcher. A self-deployed agent sends its
     // ranks' lines up its join link instead, and (as mpirun's daemons do) shows only its own here, unless asked.

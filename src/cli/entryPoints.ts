@@ -6,6 +6,7 @@
  * CommonJS file it is this source file's folder).
  */
 import { resolve } from "node:path"
+import type { EntryPoints } from "../kernel/EntryPoints.ts"
 
 declare const COHORT_BUNDLE_DIR: string | undefined
 /** Undeclared outside the bundle: `typeof` is then "undefined", not an error. */
@@ -20,3 +21,6 @@ export const rankEntry = bundle === undefined ? `${import.meta.dir}/rank.ts` : `
  * launcher's CommonJS file, which writes the source's folder) and `.cohort/bundle-<key>` (the ES module chunks).
  */
 export const pythonClientRoot = resolve(import.meta.dir, "..", "..", "python")
+
+/** All three, as the entry points hand them down (the plan, every agent). */
+export const entryPoints: EntryPoints = { relay: relayEntry, rank: rankEntry, pythonClient: pythonClientRoot }

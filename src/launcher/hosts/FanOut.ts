@@ -84,7 +84,8 @@ export const fanOut = (
             path: worker.path,
             inheritedEnv: process.env,
             handshakeMs: env.handshakeMs,
-            output: env.output
+            output: env.output,
+            entries: plan.entries
           })
         case "ssh": {
           const session = sessions.get(worker.host)!

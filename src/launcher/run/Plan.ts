@@ -21,7 +21,7 @@ import { graceOf, wireMillis } from "../../kernel/Shutdown.ts"
 import { isLoopbackAddress } from "../../wire/Trust.ts"
 import { deviceTag, type HostDevices, resolveDevices } from "../../agent/Devices.ts"
 import { internalEnvironment, rankEnvironment } from "../../agent/RankEnvironment.ts"
-import { pythonClientRoot, rankEntry } from "../../cli/entryPoints.ts"
+import type { EntryPoints } from "../../kernel/EntryPoints.ts"
 
 /** A mistake in what the user gave (file, arguments, environment): exit status 2. */
 export class LaunchInputError extends Data.TaggedError("LaunchInputError")<{ readonly problems: ReadonlyArray<string> }> {
@@ -47,6 +47,8 @@ export interface HostPlan {
 
 export interface Plan {
   readonly config: ClusterConfig
+  /** Where the programs this run starts are: given by the entry point (see EntryPoints). */
+  readonly entries: EntryPoints
   readonly hosts: ReadonlyArray<HostPlan>
   /** Workers declared with `devices: 0` or `[]`: in the file, but no agent starts there and none counts in the world. */
   readonly declaredOnly: ReadonlyArray<Worker>
@@ -128,7 +130,7 @@ const checkProgram = (config: ClusterConfig, worker: Worker, where: string): str
   return found ? undefined : `job.command: "${command}" is not found ${command.includes("/") ? `(looked in ${cwd})` : "on PATH"}; install it or give its full path`
 }
 
-export const makePlan = (config: ClusterConfig): Either.Either<Plan, LaunchInputError> => {
+export const makePlan = (config: ClusterConfig, entries: EntryPoints): Either.Either<Plan, LaunchInputError> => {
   const problems: Array<string> = []
   const hosts: Array<HostPlan> = []
   const declaredOnly: Array<Worker> = []
@@ -191,6 +193,7 @@ export const makePlan = (config: ClusterConfig): Either.Either<Plan, LaunchInput
   const loopback = hosts.every((host) => host.start === "in-process" || (host.start === "ssh" && host.worker.tunnel))
   return Either.right({
     config,
+    entries,
     hosts,
     declaredOnly,
     world,
@@ -268,7 +271,7 @@ export const describePlan = (plan: Plan): string => {
       // Numbers after a host counted only at its join are known only then.
       const rank = firstRank === undefined ? undefined : firstRank + slot
       const command = program._tag === "Entry"
-        ? `bun ${rankEntry}  # runs ${program.entry}${config.job.args.length === 0 ? "" : ` with args ${config.job.args.map(quote).join(" ")}`}`
+        ? `bun ${plan.entries.rank}  # runs ${program.entry}${config.job.args.length === 0 ? "" : ` with args ${config.job.args.map(quote).join(" ")}`}`
         : [...program.command, ...config.job.args].map(quote).join(" ")
       const env = rankEnvironment({
         inherited: {},
@@ -277,7 +280,7 @@ export const describePlan = (plan: Plan): string => {
         placement: { rank: rank ?? 0, localRank: slot, worldSize: plan.world ?? 0, localWorldSize: devices.devices.length, groupRank: plan.hosts.findIndex((host) => host.worker === worker), device },
         torchrun: program._tag === "Command" ? { addr: plan.dialAddress, port: 1 } : undefined,
         internal: internalEnvironment({ envelope: "<host envelope>", slot, incarnation: 0, command: program._tag === "Command" }),
-        pythonClient: program._tag === "Command" ? pythonClientRoot : undefined
+        pythonClient: program._tag === "Command" ? plan.entries.pythonClient : undefined
       })
       if (env.MASTER_PORT !== undefined) env.MASTER_PORT = "<a free port, picked at start>"
       // Only the variables this program gets (a command's torchrun set), shown as not known yet.
