@@ -34,10 +34,10 @@ const said = (effect: WindowEffect<string>): string => {
     case "LateJoin":
       return `hand on ${effect.member.host}`
     case "Concluded":
-      return effect.outcome._tag === "Formed"
-        ? `formed: ${effect.outcome.worldSize} rank(s) of ${effect.outcome.members.map((member) => member.host).join(", ")}`
-        : `failed: ${effect.outcome.reason}`
+      if (effect.outcome._tag === "Formed") return `formed: ${effect.outcome.worldSize} rank(s) of ${effect.outcome.members.map((member) => member.host).join(", ")}`
+      if (effect.outcome._tag === "Failed") return `failed: ${effect.outcome.reason}`
   }
+  throw new Error(`not a window effect: ${JSON.stringify(effect)}`)
 }
 
 /** Play events; every step's effects in words, and the last state. */
@@ -176,5 +176,69 @@ describe("after formation", () => {
       "refuse L2: 3 joins were rejected: no more hosts are admitted (flood guard)"
     ])
     expect(play([...strangers(2), join("L2", "a", 2, 2_100)], start).steps.at(-1)).toEqual(["accept L2 as [3,4] late, wait 0"])
+  })
+})
+
+describe("each check, on both sides of its bound", () => {
+  const helloOf = (host: string, devices: ReadonlyArray<number>, labels: ReadonlyArray<string>) =>
+    E.Hello({ link: "L", hello: new Hello({ host, devices: [...devices], deviceLabels: [...labels], pid: 7, version: "1.0" }), rejoinable: false, at: 200 })
+  const cpus = (count: number) => Array.from({ length: count }, (_, i) => i)
+  const labels = (count: number, label = "cpu") => Array.from({ length: count }, () => label)
+  test.each([
+    ["a host name with a space", helloOf("bad host", [0], ["cpu"]), `refuse L: host name "bad host" is not one: it must be 1 to 253 letters, digits, '.', '-', '_' or ':', starting with a letter or digit`],
+    [
+      "a label that ends in a newline",
+      helloOf("c", [0], ["NVIDIA H200\n"]),
+      "refuse L: host c sent a device label that is not one: 1 to 64 letters, digits, spaces or ':', '.', '_', '(', ')', '/', '+', '-', starting with a letter or digit"
+    ],
+    [
+      "a label that starts with a space",
+      helloOf("c", [0], [" H200"]),
+      "refuse L: host c sent a device label that is not one: 1 to 64 letters, digits, spaces or ':', '.', '_', '(', ')', '/', '+', '-', starting with a letter or digit"
+    ],
+    ["a label of 64 characters is one", helloOf("c", [0], ["A".repeat(64)]), "accept L as [0], wait 4900"],
+    ["the same device twice", helloOf("c", [0, 1, 0], labels(3)), "refuse L: a device is listed twice"],
+    ["one label for two devices", helloOf("c", [0, 1], ["cpu"]), "refuse L: host c sent 1 device label(s) for 2 device(s): one per device"],
+    ["256 devices is the most", helloOf("c", cpus(256), labels(256)), `accept L as [${cpus(256)}], wait 4900`],
+    ["257 devices is too many", helloOf("c", cpus(257), labels(257)), "refuse L: expected 1 to 256 devices, got 257"]
+  ] as const)("%s", (_, event, expected) => {
+    expect(play([event]).steps).toEqual([[expected]])
+  })
+
+  test("max_ranks is a bound on late hosts only, and reaching it exactly is allowed", () => {
+    // Before formation the window's own rules bound the world: max_ranks is not asked.
+    expect(play([join("L1", "c", 9)], opened(settings({ growing: true, maxRanks: 4 }))).steps).toEqual([["accept L1 as [0,1,2,3,4,5,6,7,8], wait 4900"]])
+    const [, formed] = joinWindow(admitted(opened(settings({ growing: true, maxRanks: 5 })), "L1", "b", 3), E.Tick({ at: 1_100 }))
+    expect(play([join("L2", "a", 2, 2_000)], formed).steps).toEqual([["accept L2 as [3,4] late, wait 0"]])
+  })
+
+  test("a deadline under manual start never forms the window by itself, and a formed window is not judged again", () => {
+    const manual = opened<string>(settings({ rules: { minRanks: 2, targetRanks: undefined, timeoutMs: 1_000, maxTimeoutMs: 5_000, start: "manual" } }))
+    const inA = admitted(manual, "L1", "a", 2)
+    expect(play([E.Tick({ at: 1_100 })], inA).steps).toEqual([[]])
+    const [, formed] = joinWindow(admitted(opened(settings()), "L1", "b", 3), E.Tick({ at: 1_100 }))
+    expect(play([E.Tick({ at: 5_100 }), E.Armed({ at: 5_200 })], formed).steps).toEqual([[], []])
+  })
+
+  test("every declared host in is a target of its own (every_host), whatever the ranks", () => {
+    const everyHost = settings({ rules: { minRanks: 1, targetRanks: undefined, timeoutMs: 1_000, maxTimeoutMs: 5_000, start: "auto", everyHostForTarget: true } })
+    const two = admitted(admitted(opened(everyHost), "L1", "a", 2), "L2", "b", 3)
+    expect(play([join("L3", "c", 1)], two).steps).toEqual([["accept L3 as [5], wait 4900"]])
+    const [, asked] = joinWindow(two, join("L3", "c", 1))
+    expect(play([E.AcceptSent({ member: asked.members[2]!, late: false, at: 200 })], asked).steps).toEqual([["joined c", "watch L3", "formed: 6 rank(s) of a, b, c"]])
+  })
+
+  test("a late rejoin whose Accept failed leaves its host in, as it was", () => {
+    const [, formed] = joinWindow(admitted(opened(settings({ growing: true })), "L1", "b", 3), E.Tick({ at: 1_100 }))
+    const [, asked] = joinWindow(formed, join("L2", "b", 3, 2_000, true))
+    const [, rolledBack] = joinWindow(asked, E.AcceptFailed({ member: asked.members[1]! }))
+    expect([[...rolledBack.joinedHosts], rolledBack.declaredIn, rolledBack.members.map((member) => member.link), rolledBack.nextRank]).toEqual([["b"], 1, ["L1"], 3])
+  })
+
+  test("a rolled-back host leaves the hosts in; only it goes", () => {
+    const inA = admitted(opened(settings()), "L1", "a", 2)
+    const [, asked] = joinWindow(inA, join("L2", "b", 3))
+    const [, rolledBack] = joinWindow(asked, E.AcceptFailed({ member: asked.members[1]! }))
+    expect([[...rolledBack.joinedHosts], rolledBack.declaredIn]).toEqual([["a"], 1])
   })
 })
