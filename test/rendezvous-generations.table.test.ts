@@ -121,3 +121,38 @@ describe("growth", () => {
     expect(play([E.Grow({ ranks: [7] })], formedOfThree()).steps).toEqual([[]])
   })
 })
+
+describe("what a generation is made of", () => {
+  test("members are in ascending order whatever order the world came in", () => {
+    expect(play([E.Begin({ world: [2, 0, 1], preferred: [] }), joined(2), joined(0), joined(1), E.IdProvided({ generation: 0, id: id(4) })]).steps.at(-1)).toEqual(["ready 0 [0,1,2] id 4 from 0"])
+  })
+
+  test("a rank entering while the id is made: that generation is stillborn, the next one has it", () => {
+    const asked = play([E.Begin({ world: [0, 1], preferred: [] }), joined(0), joined(1), E.Admit({ ranks: [3] }), joined(3)]).state
+    expect(play([E.Grow({ ranks: [3] }), E.IdProvided({ generation: 0, id: id(1) }), E.IdProvided({ generation: 1, id: id(2) })], asked).steps).toEqual([
+      ["ask rank 0 for generation 1's id", "watch [3] for absence"],
+      [],
+      ["ready 1 [0,1,3] id 2 from 0"]
+    ])
+  })
+
+  test("a member's link ending while the id is made waits for it to come back; then the next generation starts", () => {
+    const asked = play([E.Begin({ world: [0, 1], preferred: [] }), joined(0), joined(1)]).state
+    expect(play([E.LinkEnded({ rank: 1, link: "L1" }), joined(1, "L1b"), E.IdProvided({ generation: 1, id: id(5) })], asked).steps).toEqual([
+      [],
+      ["listen L1b for rank 1", "ask rank 0 for generation 1's id"],
+      ["ready 1 [0,1] id 5 from 0"]
+    ])
+  })
+
+  test("after a failure nothing starts again, whoever joins", () => {
+    const asked = play([E.Begin({ world: [0], preferred: [] }), joined(0)]).state
+    expect(play([E.IdFailed({ generation: 0, reason: "no GPU" }), E.Admit({ ranks: [1] }), joined(1), E.Grow({ ranks: [1] })], asked).steps).toEqual([
+      ["failed: the NCCL rendezvous failed: no GPU"],
+      [],
+      ["listen L1 for rank 1"],
+      ["watch [1] for absence"]
+    ])
+  })
+})
+
