@@ -35,6 +35,7 @@ import { type Directive, SupervisionEvent } from "../kernel/policy/decide.ts"
 import type { ProcessSpec } from "../kernel/ProcessChild.ts"
 import { roleVariables } from "../kernel/Role.ts"
 import { Shutdown } from "../kernel/Shutdown.ts"
+import * as Machine from "../kernel/Machine.ts"
 import * as Supervisor from "../kernel/Supervisor.ts"
 import type { RankDevice } from "../rank/RankContext.ts"
 import { type Accept, Hello, joinCodec, type JoinMessage, RankExited, RankResources, RankRunning, type StartRank, type StopRank, type WorldFormed } from "../wire/messages/JoinMessages.ts"
@@ -52,6 +53,7 @@ import { type HostEnvelope, toEnvironment } from "../wire/messages/Envelope.ts"
 import { LOCAL_PROTOCOL_VERSION } from "../wire/LocalFrames.ts"
 import { HANDSHAKE_DIALS, retryDelayMs } from "./HandshakeRetry.ts"
 import { hostStrategy, isRankChild, rankChildId, relayHasEnded, RUN_END_WAIT } from "./HostPolicy.ts"
+import { admitted, type HostEffect, HostEvent, type HostState, hostState, lostWithRelay } from "./HostState.ts"
 import { rankChild, type RunningRank } from "./RankChild.ts"
 import { RelayEnd, relayChild } from "./RelayChild.ts"
 import { isCoordinated } from "../config/Job.ts"
@@ -244,17 +246,14 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
         rankKeyHex: Buffer.from(rankKey(salt, rank)).toString("hex")
       })
     const running = new Map<string, RunningRank>()
-    /**
-     * What each rank incarnation said over IPC before it exited (by child id): what its code threw, and NCCL's
-     * asynchronous error its communicator held then, or that it lost its relay.
-     */
-    const lastWords = new Map<string, { readonly error?: string; readonly ncclError?: number; readonly relayLost?: boolean }>()
-    /** The agent is stopping everything: the launcher aborted, the run ended, or the link is gone. */
-    let ending = false
-    /** Why the host's ranks are being stopped, for the agent's line when the policy stops them. */
-    let stopCause: string | undefined
-    /** The relay ended on its own, abnormally: the ranks stopped after it are reported as lost with it. */
-    let relayLost = false
+    /** Every rank of the host has run user code once: the relay may start. */
+    const allRanksRunning = yield* Deferred.make<void>()
+    // The host's facts (ranks checked in, last words, the relay lost, the stop and its cause) in one state, on the kernel.
+    const facts = Machine.run<HostState, HostEvent, HostEffect, never>(
+      { initial: admitted(accept.ranks), step: hostState },
+      { carryOut: (effect) => effect._tag === "AllRanksRunning" ? Deferred.succeed(allRanksRunning, undefined) : Effect.void }
+    )
+    const ending = () => facts.current().ending
     const forwarder = options.forwardOutput === true ? yield* OutputForwarder.make((batch) => Effect.ignore(link.send(batch))) : undefined
     /** A child's line: here, and to the launcher when forwarding. */
     const childLine = (line: string, stream: "stdout" | "stderr") => {
@@ -288,42 +287,31 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
       scope
     )
 
-    /** Every rank of the host has run user code once: the relay may start. */
-    const allRanksRunning = yield* Deferred.make<void>()
     // A `command:` job without a dataset has no coordinator, and its ranks never talk to the relay: there the relay
     // is only the host's watchdog over the launcher (it leaves when the launcher goes silent, and the agent with it).
     // It starts a while after the ranks run, so that a short job never pays for loading one beside its ranks.
     const relayReady = isCoordinated(spec)
       ? Deferred.await(allRanksRunning)
       : Effect.zipRight(Deferred.await(allRanksRunning), Effect.sleep(WATCHDOG_RELAY_DELAY))
-    const checkedIn = new Set<number>()
     const markRunning = (rank: number, incarnation: number) =>
-      Effect.gen(function*() {
-        yield* report(new RankRunning({ rank, incarnation }))
-        checkedIn.add(rank)
-        if (!ending && accept.ranks.every((each) => checkedIn.has(each))) yield* Deferred.succeed(allRanksRunning, undefined)
-      })
+      Effect.zipRight(report(new RankRunning({ rank, incarnation })), facts.step(HostEvent.RankRunning({ rank })))
 
     // Past this moment (see RUN_END_WAIT) the agent has no one left to serve, and ends like one that lost its link.
     const awaitRunEnd = Effect.zipRight(
       Effect.sleep(RUN_END_WAIT),
-      Effect.suspend(() => (ending ? Effect.void : link.abort("the launcher went silent (the host's relay left)")))
+      Effect.suspend(() => (ending() ? Effect.void : link.abort("the launcher went silent (the host's relay left)")))
     )
     const relayEndedAlone = (end: RelayEnd) =>
-      ending ? Effect.void : RelayEnd.$match(end, {
-        NotStarted: ({ reason }) =>
-          Effect.zipRight(Effect.sync(() => {
-            stopCause = "the host has no relay"
-            relayLost = true
-          }), Effect.logError(`${host}: cannot start the relay: ${reason}`)),
-        Exited: ({ exit }) =>
-          isClean(exit)
-            ? Effect.asVoid(Effect.forkIn(awaitRunEnd, scope))
-            : Effect.zipRight(Effect.sync(() => {
-              stopCause = "the host's relay is gone"
-              relayLost = true
-            }), Effect.logError(`${host}: the relay exited with ${describeExit(exit)}`))
-      })
+      Effect.suspend(() =>
+        ending() ? Effect.void : RelayEnd.$match(end, {
+          NotStarted: ({ reason }) =>
+            Effect.zipRight(facts.step(HostEvent.RelayLost({ cause: "the host has no relay" })), Effect.logError(`${host}: cannot start the relay: ${reason}`)),
+          Exited: ({ exit }) =>
+            isClean(exit)
+              ? Effect.asVoid(Effect.forkIn(awaitRunEnd, scope))
+              : Effect.zipRight(facts.step(HostEvent.RelayLost({ cause: "the host's relay is gone" })), Effect.logError(`${host}: the relay exited with ${describeExit(exit)}`))
+        })
+      )
     const relay = relayChild({
       host,
       process: {
@@ -369,7 +357,7 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
       switch (directive._tag) {
         case "Terminate": {
           const ranks = directive.ids.filter(isRankChild).length
-          return ranks === 0 ? Effect.void : Effect.logWarning(`${host}: stopping ${ranks} rank(s): ${stopCause ?? directive.reason}`)
+          return ranks === 0 ? Effect.void : Effect.logWarning(`${host}: stopping ${ranks} rank(s): ${facts.current().stopCause ?? directive.reason}`)
         }
         case "Verdict":
           return Effect.forEach([...unanswered.keys()], (id) => refuseUnanswered(id, relayGone), { discard: true })
@@ -425,14 +413,16 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
             if (said?._tag === "Running") callbacks.fork(markRunning(rank, incarnation))
             // The user's code threw: kept for its exit's report (the failure rules' `exception`).
             if (said?._tag === "Threw" && typeof said.errorClass === "string" && typeof said.message === "string") {
-              lastWords.set(rankChildId(rank, incarnation), {
+              // Kept at once, not in a fiber: the exit that follows must find it.
+              facts.note(HostEvent.Threw({
+                id: rankChildId(rank, incarnation),
                 error: `${said.errorClass.slice(0, 80)}: ${said.message.slice(0, 500)}`,
                 // A communicator held an asynchronous NCCL error when the code threw: the death is NCCL's.
                 ...(typeof said.ncclError === "number" && said.ncclError !== 0 ? { ncclError: said.ncclError } : {})
-              })
+              }))
             }
             // It lost its relay and exits for that: reported as the relay's loss, even before this agent sees the relay end.
-            if (said?._tag === "RelayLost") lastWords.set(rankChildId(rank, incarnation), { relayLost: true })
+            if (said?._tag === "RelayLost") facts.note(HostEvent.LostItsRelay({ id: rankChildId(rank, incarnation) }))
           }
           : undefined,
         onLine: (line, stream) => childLine(prefix + line, stream),
@@ -459,9 +449,9 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
           report,
           watchIn: scope,
           // Only an entry rank says anything before it exits (over IPC): a command rank's exit is not waited on.
-          ...(spec.program._tag === "Entry" ? { thrown: () => lastWords.get(id)?.error } : {}),
-          relayLost: () => relayLost || lastWords.get(id)?.relayLost === true,
-          ncclError: () => lastWords.get(id)?.ncclError,
+          ...(spec.program._tag === "Entry" ? { thrown: () => facts.current().lastWords.get(id)?.error } : {}),
+          relayLost: () => lostWithRelay(facts.current(), id),
+          ncclError: () => facts.current().lastWords.get(id)?.ncclError,
           answered: (started) =>
             Effect.gen(function*() {
               unanswered.delete(id)
@@ -494,8 +484,7 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
     /** Every child goes, by the policy's stop: the ranks side by side, then the relay. */
     const stopEverything = (why: string) =>
       Effect.gen(function*() {
-        ending = true
-        stopCause = why
+        yield* facts.step(HostEvent.Ending({ why }))
         yield* supervisor.send(SupervisionEvent.AbortRequested({ reason: why }))
         yield* supervisor.verdict
         // The relay's last lines, which no report follows.

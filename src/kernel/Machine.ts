@@ -51,7 +51,12 @@ export interface Interpreter<S, E, F, R> {
 export interface Stepper<S, E, R = never> {
   /** Step the machine and carry its effects out, in order, in this fiber. */
   readonly step: (event: E) => Effect.Effect<void, never, R>
-  /** The state now; only `step` changes it. */
+  /**
+   * Step, synchronously, an event whose step has no effects, from a callback that cannot run an Effect
+   * (an IPC message, kept before the process's exit is read). One that does return effects is a defect.
+   */
+  readonly note: (event: E) => void
+  /** The state now; only `step` and `note` change it. */
   readonly current: () => S
 }
 
@@ -68,7 +73,12 @@ export const run = <S, E, F, R>(machine: Machine<S, E, F>, interpreter: Interpre
       const observe = interpreter.observe
       return observe === undefined ? carried : Effect.zipRight(carried, Effect.suspend(() => observe({ before, event, effects, after })))
     })
-  return { step, current: () => state }
+  const note = (event: E) => {
+    const [effects, after] = machine.step(state, event)
+    if (effects.length > 0) throw new Error(`a noted event had effects to carry out: ${effects.length}`)
+    state = after
+  }
+  return { step, note, current: () => state }
 }
 
 /** Every tag of the machine's events, once: the compiler checks that none is missing. */
