@@ -14,6 +14,9 @@
  * back whether it worked); that inner step finishes before the next effect of
  * the outer one. `observe` sees each step whole (before, event, effects,
  * after), for bookkeeping that belongs to no single effect.
+ * `note` steps an event that has no effects synchronously, for a callback
+ * outside Effect whose fact must be there before anything else runs (a
+ * rank's last words over IPC, before its exit is read).
  *
  * `spawn` puts a stepper behind an actor's mailbox: every event tag steps the
  * machine in the actor's one fiber, so nobody else can step it, and `ask`
