@@ -393,7 +393,13 @@ describe("a live run seen from outside: /metrics, --events, /events, the termina
         const state = await fetchState(port)
         return (state?.deaths.length ?? 0) > 0 ? state : undefined
       }, "the death in the state", 15_000)
-      run.afterDeath = parseExposition((await metrics(port)).text)
+      // The death is said first (rank_lost), its work handed on a moment later (work_moved, from the coordinator,
+      // which hears of the loss from membership): the figures are read once both are in.
+      run.afterDeath = await until(async () => {
+        const families = parseExposition((await metrics(port)).text)
+        const recovered = families.get("cohort_failure_recover_seconds")?.samples.find((sample) => sample.name.endsWith("_count"))?.value ?? 0
+        return recovered > 0 ? families : undefined
+      }, "the death's recovery in /metrics", 15_000)
 
       run.code = await launch.proc.exited
       await Promise.all([launch.stdout.done, launch.stderr.done])
