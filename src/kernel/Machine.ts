@@ -26,6 +26,13 @@
  * The state lives in a cell only the stepper writes; `current()` reads it
  * synchronously, for readers whose check cannot wait for a mailbox (a gate
  * deciding on a connection it is holding).
+ *
+ * `runSync` is the same stepper for an owner on a path that cannot take a
+ * mailbox hop or an Effect per event: the relay answers a rank's reduction in
+ * the turn its bytes arrive (a hop would add a fiber switch to every small
+ * all-reduce). Its effects are carried out by plain functions, in order,
+ * before `step` returns; whatever must wait goes to a fiber the interpreter
+ * owns.
  */
 import * as Effect from "effect/Effect"
 import type * as Scope from "effect/Scope"
@@ -82,6 +89,30 @@ export const run = <S, E, F, R>(machine: Machine<S, E, F>, interpreter: Interpre
     state = after
   }
   return { step, note, current: () => state }
+}
+
+export interface SyncInterpreter<E, F> {
+  /** Carry one effect out, at once; `step` feeds an event back (stepped whole before it returns). */
+  readonly carryOut: (effect: F, step: (event: E) => void) => void
+}
+
+export interface SyncStepper<S, E> {
+  /** Step the machine and carry its effects out before returning. */
+  readonly step: (event: E) => void
+  /** The state now; only `step` changes it. */
+  readonly current: () => S
+}
+
+/** A synchronous stepper over `machine` (see the header): the one place its state changes. */
+export const runSync = <S, E, F>(machine: Machine<S, E, F>, interpreter: SyncInterpreter<E, F>): SyncStepper<S, E> => {
+  let state = machine.initial
+  const step = (event: E): void => {
+    const [effects, after] = machine.step(state, event)
+    // As in `run`: an effect that reads the state, or steps again, sees this step's result.
+    state = after
+    for (const effect of effects) interpreter.carryOut(effect, step)
+  }
+  return { step, current: () => state }
 }
 
 /** Every tag of the machine's events, once: the compiler checks that none is missing. */

@@ -23,6 +23,12 @@
  * connection per slot (`RankHello`), and a `reduce` is answered from a
  * segment only when that is a file under the run directory (`Segments`).
  *
+ * Its facts and decisions (who is connected, whether the host is alone,
+ * where a round is reduced, when the board may serve, when the host is idle)
+ * are one pure state, `RelayState`; this file is its interpreter, stepped
+ * synchronously from the socket callbacks and the launcher's orders, and the
+ * owner of the resources (sockets, segments, the board, the barrier's views).
+ *
  * It leaves when the launcher closes the link (the run is over), when its
  * agent goes (IPC disconnect) or on SIGTERM.
  */
@@ -44,10 +50,12 @@ import { encodeLocal, LOCAL_PROTOCOL_VERSION, LocalFrameReader } from "../wire/L
 import { PendingWrites } from "../wire/PendingWrites.ts"
 import { floats, SegmentMaps, SegmentPathError } from "../wire/Segments.ts"
 import type { RelaySpec } from "../wire/messages/Envelope.ts"
-import { FoldBarrier, mismatch, roundEpoch } from "./FoldBarrier.ts"
+import * as Machine from "../kernel/Machine.ts"
+import { FoldBarrier, roundEpoch } from "./FoldBarrier.ts"
 import { HostBoard } from "./HostBoard.ts"
 import { HostReduction, type Round, type Source } from "./HostReduction.ts"
 import { helloRefusal } from "./RankHello.ts"
+import { freshBeats, registered, RelayEffect, RelayEvent, type RelayState, relayStep } from "./RelayState.ts"
 import { RankToRelay, type RelayToRank } from "../wire/messages/LocalMessages.ts"
 import { printable } from "../wire/Printable.ts"
 
@@ -68,12 +76,6 @@ interface RankSocket {
 const encodeOrder = Schema.encodeSync(CoordinatorOrder)
 const decodeReport = Schema.decodeUnknownEither(RelayedReport)
 const decodeLocal = Schema.decodeUnknownEither(RankToRelay)
-
-/**
- * A rank is in a `HostBeats` while its own last beat (every second) is this recent: a beat that comes late
- * by up to a second still keeps it in every one, so a busy rank is not taken for a silent one.
- */
-const BEAT_FRESH_MS = 2_000
 
 /** Register with the launcher (with the host's key, `Keys.hostKey`), then serve the host's ranks until the link ends. */
 export const run = (spec: RelaySpec, hostKey: Uint8Array, handshakeMs: number): Effect.Effect<void, RelayError | Link.LinkError, Scope.Scope> =>
@@ -109,9 +111,6 @@ export const run = (spec: RelaySpec, hostKey: Uint8Array, handshakeMs: number): 
     const fibers = yield* FiberSet.make<unknown, never>()
     const runFork = yield* FiberSet.runtime(fibers)<never>()
     const upstream = (message: FromRank | HostFold | HostIdle | ElasticPush) => runFork(Effect.ignore(link.send(message)))
-    /** Rounds of epochs before this one are finished here (the host is the world's only one); later ones go up. */
-    let aloneBefore = spec.ranks.length === spec.worldSize ? Number.POSITIVE_INFINITY : 0
-    const alone = (round: Round) => roundEpoch(round) < aloneBefore
     const sockets = new Map<number, Socket<RankSocket>>()
     const barrier = new FoldBarrier<Source>(spec.ranks)
     const reduction = new HostReduction(kernels, spec.dir)
@@ -122,14 +121,8 @@ export const run = (spec: RelaySpec, hostKey: Uint8Array, handshakeMs: number): 
       Effect.tapError((error) => Effect.logDebug(`no board for small all-reduces: ${String(error.error)}`)),
       Effect.orElseSucceed(() => undefined)
     )
-    let awaitingController: Deferred.Deferred<Reduced> | undefined
-    let toldIdle = false
-    /** The last epoch whose end was passed on: an idle from before it is stale (it crossed the EpochEnd on the way). */
-    let endedEpoch = 0
-    /** `cpu_async` exchanges waiting for the controller, by rank: the answer goes back into the rank's segment. */
-    const exchanges = new Map<number, { source: Uint8Array; bytes: number }>()
-    /** Each connected rank's last heartbeat (performance.now()). */
-    const beatAt = new Map<number, number>()
+    /** The controller's answer to the round that is up (the state says whether one is). */
+    let awaiting: Deferred.Deferred<Reduced> | undefined
 
     const tell = (rank: number, message: RelayToRank) => {
       const socket = sockets.get(rank)
@@ -148,9 +141,8 @@ export const run = (spec: RelaySpec, hostKey: Uint8Array, handshakeMs: number): 
       Effect.gen(function*() {
         const { bytes, op } = round[0]!
         const out = reduction.fold(round, false)
-        toldIdle = false
         const reply = yield* Deferred.make<Reduced>()
-        awaitingController = reply
+        awaiting = reply
         const weight = round.reduce((sum, contribution) => sum + contribution.weight, 0)
         upstream(new HostFold({ op, weight, ranks: round.length, epoch: roundEpoch(round), data: new Uint8Array(out.buffer, out.byteOffset, bytes).slice() }))
         const reduced = yield* Deferred.await(reply)
@@ -159,47 +151,80 @@ export const run = (spec: RelaySpec, hostKey: Uint8Array, handshakeMs: number): 
         deliver(round, out)
       })
 
-    const advance = (): void => {
-      // Rounds a lone host can finish run here, at once; one that needs the controller runs as a fiber.
-      while (true) {
+    /** Rounds a lone host can finish run here, at once; one that needs the controller runs as a fiber. */
+    const advance = (step: (event: RelayEvent<Source>) => void): void => {
+      while (!relay.current().awaitingController) {
         const round = barrier.take()
-        if (round === undefined) {
-          if (Number.isFinite(aloneBefore) && barrier.allIdle(endedEpoch + 1) && !toldIdle && awaitingController === undefined) {
-            toldIdle = true
-            upstream(new HostIdle({ afterEpoch: endedEpoch }))
-          }
-          return
-        }
-        const problem = mismatch(round)
-        // Model syncs always go up: the model root is the controller's.
-        if (problem === undefined && (!alone(round) || round[0]!.op === "sync")) {
-          runFork(reduceAcrossHosts(round).pipe(
-            Effect.catchAllDefect((defect) => Effect.sync(() => fail(round, `the relay could not reduce: ${String(defect)}`))),
-            Effect.ensuring(Effect.sync(() => {
-              awaitingController = undefined
-              barrier.finish()
-              advance()
-            }))
-          ))
-          return
-        }
-        try {
-          if (problem !== undefined) fail(round, problem)
-          else {
-            const out = reduction.fold(round, true)
-            // Every member was in this round and waits for its answer: nothing of theirs is on the way, so the
-            // board can take the next rounds (turned on before the answers go, so that they find it on).
-            if (board !== undefined && aloneBefore === Number.POSITIVE_INFINITY && round.length === barrier.live.length) {
-              board.onFor(round.map(({ rank }) => rank))
-            }
-            deliver(round, out)
-          }
-        } catch (error) {
-          fail(round, `the relay could not reduce: ${(error as Error).message}`)
-        }
-        barrier.finish()
+        if (round === undefined) return step(RelayEvent.BarrierQuiet({ allIdle: barrier.allIdle(relay.current().endedEpoch + 1) }))
+        step(RelayEvent.RoundReady({ round, live: barrier.live.length }))
       }
     }
+
+    const carryOut = (effect: RelayEffect<Source>, step: (event: RelayEvent<Source>) => void): void => {
+      switch (effect._tag) {
+        case "BoardOff":
+          return board?.off()
+        case "OfferBoard": {
+          const slot = board?.assign(effect.rank)
+          if (slot !== undefined) tell(effect.rank, { t: "board", seg: board!.path, slot })
+          return
+        }
+        case "JoinBarrier":
+          return barrier.join(effect.rank, effect.entered)
+        case "ForgetRank":
+          board?.off()
+          board?.release(effect.rank)
+          segments.forget(effect.rank)
+          return barrier.leave(effect.rank)
+        case "MarkIdle":
+          return barrier.idle(effect.rank)
+        case "Wake":
+          for (const rank of effect.ranks) barrier.wake(rank)
+          return
+        case "Enter":
+          for (const rank of effect.ranks) barrier.enter(rank, effect.fromEpoch)
+          return
+        case "Advance":
+          return advance(step)
+        case "FailRound":
+          fail(effect.round, effect.reason)
+          return barrier.finish()
+        case "FoldHere":
+          try {
+            const out = reduction.fold(effect.round, true)
+            if (effect.boardOn) board?.onFor(effect.round.map(({ rank }) => rank))
+            deliver(effect.round, out)
+          } catch (error) {
+            fail(effect.round, `the relay could not reduce: ${(error as Error).message}`)
+          }
+          return barrier.finish()
+        case "SendUp":
+          return void runFork(reduceAcrossHosts(effect.round).pipe(
+            Effect.catchAllDefect((defect) => Effect.sync(() => fail(effect.round, `the relay could not reduce: ${String(defect)}`))),
+            Effect.ensuring(Effect.sync(() => {
+              awaiting = undefined
+              relay.step(RelayEvent.RoundAnswered())
+            }))
+          ))
+        case "FinishRound":
+          return barrier.finish()
+        case "SayIdle":
+          return void upstream(new HostIdle({ afterEpoch: effect.afterEpoch }))
+        case "PushExchange":
+          return void upstream(new ElasticPush({ rank: effect.rank, data: effect.exchange.source.slice() }))
+        case "AnswerExchange":
+          if (effect.failure !== undefined || effect.data === undefined) {
+            return tell(effect.rank, { t: "reduced", error: effect.failure ?? "the controller sent no parameters" })
+          }
+          effect.exchange.source.set(effect.data.subarray(0, effect.exchange.bytes))
+          return tell(effect.rank, { t: "reduced", bytes: effect.exchange.bytes })
+      }
+    }
+    // The one place the relay's facts change: socket callbacks and the launcher's orders step it.
+    const relay = Machine.runSync<RelayState, RelayEvent<Source>, RelayEffect<Source>>(
+      { initial: registered(spec.ranks, spec.worldSize), step: relayStep },
+      { carryOut }
+    )
 
     const refuse = (socket: Socket<RankSocket>, reason: string) => {
       const refused: RelayToRank = { t: "refused", reason }
@@ -231,49 +256,32 @@ export const run = (spec: RelaySpec, hostKey: Uint8Array, handshakeMs: number): 
       if (message.t === "hello") {
         const claimed = message.rank
         // The host's slots, its own numbers and their restarts' (`RankHello`); a version of its own protocol.
-        const refusal = helloRefusal(spec, LOCAL_PROTOCOL_VERSION, [...sockets.keys()], rank, { rank: claimed, version: message.version })
+        const refusal = helloRefusal(spec, LOCAL_PROTOCOL_VERSION, [...relay.current().connected], rank, { rank: claimed, version: message.version })
         if (refusal !== undefined) return refuse(socket, refusal)
         socket.data.rank = claimed
         sockets.set(claimed, socket)
-        // A member the board's rounds do not count yet: off until the barrier has made a round with it.
-        board?.off()
-        // Only a host alone in the world uses its board: in a larger one no slot is handed out (nor copied into).
-        const slot = message.board === true && aloneBefore === Number.POSITIVE_INFINITY ? board?.assign(claimed) : undefined
-        if (slot !== undefined) tell(claimed, { t: "board", seg: board!.path, slot })
-        // A restarted rank takes its place in the barrier again; one under a new number waits for its epoch (WorldGrown).
-        barrier.join(claimed, spec.ranks.includes(claimed))
-        return
+        return relay.step(RelayEvent.RankHello({ rank: claimed, board: message.board === true }))
       }
       if (rank === undefined) return socket.end()
       switch (message.t) {
         case "reduce": {
-          // Through the socket: the board's rounds would miss this rank (and a cancelled round is redone here).
-          board?.off()
+          relay.step(RelayEvent.SocketReduce({ rank }))
           const { bytes, epoch, offset, op, seg, tensor, weight } = message
           const mapped = bytes === 0 ? new Uint8Array(0) : segmentOf(rank, seg)
           if (typeof mapped === "string") return tell(rank, { t: "reduced", error: mapped })
           if (offset + bytes > mapped.length) return tell(rank, { t: "reduced", error: `a tensor of ${bytes} bytes at ${offset} is past the end of its segment` })
           const source = mapped.subarray(offset, offset + bytes)
-          if (op === "elastic") {
-            exchanges.set(rank, { source, bytes })
-            return upstream(new ElasticPush({ rank, data: source.slice() }))
-          }
+          if (op === "elastic") return relay.step(RelayEvent.ExchangeSent({ rank, exchange: { source, bytes } }))
           const refused = barrier.contribute({ rank, op, bytes, weight, epoch, source: { bytes: source, inPlace: tensor === true } })
           if (refused !== undefined) return tell(rank, { t: "reduced", error: refused })
-          return advance()
+          return advance(relay.step)
         }
         case "idle":
-          if (message.epoch <= endedEpoch) return
-          board?.off()
-          barrier.idle(rank)
-          return advance()
+          return relay.step(RelayEvent.RankIdle({ rank, epoch: message.epoch }))
         case "report": {
           const report = decodeReport(message.report)
           if (Either.isLeft(report)) return runFork(Effect.logWarning(`rank ${rank} sent a malformed report; dropped`))
-          if (report.right._tag === "Heartbeat") {
-            beatAt.set(rank, performance.now())
-            return
-          }
+          if (report.right._tag === "Heartbeat") return relay.step(RelayEvent.RankBeat({ rank, at: performance.now() }))
           // Unchecked: the report was just decoded, and the codec checks the message again as it encodes it.
           return upstream(new FromRank({ rank, report: report.right }, true))
         }
@@ -300,13 +308,7 @@ export const run = (spec: RelaySpec, hostKey: Uint8Array, handshakeMs: number): 
           const { rank } = socket.data
           if (rank === undefined || sockets.get(rank) !== socket) return
           sockets.delete(rank)
-          // Whoever waits on the board for this rank is told at once, and redoes the round without it.
-          board?.off()
-          board?.release(rank)
-          beatAt.delete(rank)
-          segments.forget(rank)
-          barrier.leave(rank)
-          advance()
+          relay.step(RelayEvent.RankGone({ rank }))
         },
         error: () => {}
       }
@@ -314,8 +316,7 @@ export const run = (spec: RelaySpec, hostKey: Uint8Array, handshakeMs: number): 
     yield* Effect.addFinalizer(() => Effect.sync(() => server.stop(true)))
 
     const beatUp = Effect.suspend(() => {
-      const now = performance.now()
-      const ranks = [...beatAt].flatMap(([rank, at]) => (now - at <= BEAT_FRESH_MS ? [rank] : []))
+      const ranks = freshBeats(relay.current(), performance.now())
       return ranks.length === 0 ? Effect.void : Effect.ignore(link.send(new HostBeats({ ranks }, true)))
     })
     // The host's beats go up in one `HostBeats`, as often as the heartbeat timeout calls for.
@@ -335,34 +336,16 @@ export const run = (spec: RelaySpec, hostKey: Uint8Array, handshakeMs: number): 
         const received = yield* next
         if (received === undefined) return
         if (received._tag === "ToRanks") {
-          if (received.order._tag === "EpochEnd") {
-            // Before anyone hears of it: the epoch-end collectives wait for every rank.
-            for (const rank of received.ranks) barrier.wake(rank)
-            endedEpoch = Math.max(endedEpoch, received.order.epoch)
-            toldIdle = false
-          }
-          const order = encodeOrder(received.order)
-          for (const rank of received.ranks) tell(rank, { t: "order", order })
+          const { order, ranks } = received
+          relay.step(RelayEvent.OrdersCame({ ranks, endedEpoch: order._tag === "EpochEnd" ? order.epoch : undefined }))
+          const encoded = encodeOrder(order)
+          for (const rank of ranks) tell(rank, { t: "order", order: encoded })
         } else if (received._tag === "WorldGrown") {
-          // Ranks entered. Another host's: from their first epoch on, this host's rounds are no longer its own to
-          // finish. One of this host's (restarted under a new number): its rounds wait for it from then.
-          board?.off()
-          const own = received.ranks.filter((rank) => sockets.has(rank))
-          for (const rank of own) barrier.enter(rank, received.fromEpoch)
-          if (own.length < received.ranks.length) aloneBefore = Math.min(aloneBefore, received.fromEpoch)
-          advance()
+          relay.step(RelayEvent.WorldGrown({ ranks: received.ranks, fromEpoch: received.fromEpoch }))
         } else if (received._tag === "Reduced") {
-          if (awaitingController !== undefined) yield* Deferred.succeed(awaitingController, received)
+          if (awaiting !== undefined) yield* Deferred.succeed(awaiting, received)
         } else if (received._tag === "ElasticPulled") {
-          const exchange = exchanges.get(received.rank)
-          exchanges.delete(received.rank)
-          if (exchange === undefined) continue
-          if (received.failure !== undefined) {
-            tell(received.rank, { t: "reduced", error: received.failure })
-          } else {
-            exchange.source.set(received.data.subarray(0, exchange.bytes))
-            tell(received.rank, { t: "reduced", bytes: exchange.bytes })
-          }
+          relay.step(RelayEvent.ExchangeAnswered({ rank: received.rank, data: received.failure === undefined ? received.data : undefined, failure: received.failure }))
         }
       }
     })
