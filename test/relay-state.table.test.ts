@@ -32,8 +32,11 @@ const shown = (effect: RelayEffect<Tensor>): string => {
       return `PushExchange ${effect.rank} ${effect.exchange.bytes}`
     case "AnswerExchange":
       return `AnswerExchange ${effect.rank} ${effect.failure ?? `${effect.data?.length} bytes`}`
+    case "SendUp":
+      return `SendUp ${effect.round.map(({ rank }) => rank).join(",")}`
     default:
-      return effect._tag
+      // Anything that is not one of the effects shows as itself, so that it never reads as no effect at all.
+      return (effect as { _tag?: string })._tag ?? `not an effect: ${JSON.stringify(effect)}`
   }
 }
 
@@ -70,8 +73,8 @@ describe("where a ready round is reduced", () => {
   })
 
   test("a model sync always goes up, alone or not; a host in a larger world sends every round up", () => {
-    expect(play([E.RoundReady({ round: [part(0, 1, "sync"), part(1, 1, "sync")], live: 2 })], aloneHost()).said).toEqual([["SendUp"]])
-    expect(play([E.RoundReady({ round: [part(0, 1), part(1, 1)], live: 2 })], sharedHost()).said).toEqual([["SendUp"]])
+    expect(play([E.RoundReady({ round: [part(0, 1, "sync"), part(1, 1, "sync")], live: 2 })], aloneHost()).said).toEqual([["SendUp 0,1"]])
+    expect(play([E.RoundReady({ round: [part(0, 1), part(1, 1)], live: 2 })], sharedHost()).said).toEqual([["SendUp 0,1"]])
   })
 
   test("contributions out of step fail the round, naming both ranks; the state is untouched", () => {
@@ -94,7 +97,7 @@ describe("where a ready round is reduced", () => {
       ["BoardOff", "OfferBoard 1", "JoinBarrier 1"],
       ["BoardOff", "Enter  from 3", "Advance"],
       ["FoldHere"],
-      ["SendUp"]
+      ["SendUp 0,1"]
     ])
   })
 
@@ -128,7 +131,7 @@ describe("a round up with the controller", () => {
       E.BarrierQuiet({ allIdle: true }),
       E.BarrierQuiet({ allIdle: true })
     ], sharedHost())
-    expect(said).toEqual([["SendUp"], [], ["FinishRound", "Advance"], ["SayIdle after 0"], []])
+    expect(said).toEqual([["SendUp 0,1"], [], ["FinishRound", "Advance"], ["SayIdle after 0"], []])
     expect([state.awaitingController, state.toldIdle]).toEqual([false, true])
   })
 
@@ -149,7 +152,7 @@ describe("a round up with the controller", () => {
       E.RoundAnswered(),
       E.BarrierQuiet({ allIdle: true })
     ], sharedHost())
-    expect(said).toEqual([["SayIdle after 0"], ["Wake 0,1"], ["SayIdle after 2"], ["SendUp"], ["FinishRound", "Advance"], ["SayIdle after 2"]])
+    expect(said).toEqual([["SayIdle after 0"], ["Wake 0,1"], ["SayIdle after 2"], ["SendUp 0,1"], ["FinishRound", "Advance"], ["SayIdle after 2"]])
   })
 })
 
@@ -191,7 +194,9 @@ describe("connections and beats", () => {
   })
 
   test("a HostBeats names the ranks that beat at most 2 s ago", () => {
-    const { state } = play([E.RankBeat({ rank: 0, at: 1_000 }), E.RankBeat({ rank: 1, at: 2_500 }), E.RankBeat({ rank: 0, at: 1_200 })], sharedHost())
+    const { said, state } = play([E.RankBeat({ rank: 0, at: 1_000 }), E.RankBeat({ rank: 1, at: 2_500 }), E.RankBeat({ rank: 0, at: 1_200 })], sharedHost())
+    // A beat is only noted: it goes up with the host's next HostBeats.
+    expect(said).toEqual([[], [], []])
     expect([freshBeats(state, 3_200), freshBeats(state, 3_201), freshBeats(state, 4_600)]).toEqual([[0, 1], [1], []])
   })
 
