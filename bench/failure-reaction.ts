@@ -42,9 +42,11 @@ const cohortRun = (strategy: KillAll) =>
       const children = Array.from({ length: CHILDREN }, (_, rank) =>
         Supervisor.rankChild(
           rank,
-          Effect.tap(ProcessChild.spawn({ cmd: child, stdin: "pipe", shutdown: Shutdown.Grace({ grace: Duration.seconds(1) }) }), (handle) => Effect.sync(() => handles.push(handle)))
+          Effect.tap(ProcessChild.spawn({ cmd: child, stdin: "pipe", shutdown: Shutdown.Grace({ grace: Duration.seconds(1) }) }), (handle) => Effect.sync(() => handles.push(handle))),
+          undefined,
+          Shutdown.Grace({ grace: Duration.seconds(1) })
         ))
-      const supervisor = yield* Supervisor.start({ name: "bench", strategy, children, grace: "1 second" })
+      const supervisor = yield* Supervisor.start({ name: "bench", strategy, children })
       yield* Effect.promise(() => waitUntil(() => handles.length === CHILDREN))
       const start = performance.now()
       const stdin = handles[3]!.subprocess.stdin as import("bun").FileSink

@@ -10,11 +10,12 @@ import { ChildExit } from "../src/kernel/ChildExit.ts"
 import type { ChildSpec } from "../src/kernel/ChildSpec.ts"
 import { decide, Directive, initialState, SupervisionEvent, type SupervisorState } from "../src/kernel/policy/decide.ts"
 import { Verdict } from "../src/kernel/policy/Verdict.ts"
+import { anyShutdown } from "./fixtures/child-specs.ts"
 
 const host = "gpu-a"
 
 /** Feed events in order; the directives of the last one, and the state after it. */
-const after = (events: ReadonlyArray<SupervisionEvent>, state: SupervisorState = initialState([relaySpec(host)])) => {
+const after = (events: ReadonlyArray<SupervisionEvent>, state: SupervisorState = initialState([relaySpec(host, anyShutdown)])) => {
   let directives: ReadonlyArray<Directive> = []
   for (const event of events) [directives, state] = decide(hostStrategy, state, event, 0)
   return { directives, state }
@@ -24,7 +25,7 @@ const joined = (...children: ReadonlyArray<ChildSpec>) => SupervisionEvent.Child
 const exited = (id: string, exit: ChildExit) => SupervisionEvent.ChildExited({ id, exit })
 
 /** The relay booted, and the launcher's orders for ranks 0 and 1 joined. */
-const serving = [SupervisionEvent.Boot(), SupervisionEvent.CohortFormed(), joined(rankSpec(host, 0, 0), rankSpec(host, 1, 0))]
+const serving = [SupervisionEvent.Boot(), SupervisionEvent.CohortFormed(), joined(rankSpec(host, 0, 0, anyShutdown), rankSpec(host, 1, 0, anyShutdown))]
 
 const terminations = (directives: ReadonlyArray<Directive>) =>
   directives.flatMap((directive) => (directive._tag === "Terminate" ? [{ ids: directive.ids, mode: directive.mode }] : []))
@@ -72,7 +73,7 @@ describe("a host's policy", () => {
   })
 
   test("a rank the launcher restarts under its own number joins as a new incarnation", () => {
-    const { directives } = after([...serving, exited("rank-0#0", ChildExit.Exited({ code: 1 })), joined(rankSpec(host, 0, 1))])
+    const { directives } = after([...serving, exited("rank-0#0", ChildExit.Exited({ code: 1 })), joined(rankSpec(host, 0, 1, anyShutdown))])
     expect(directives.filter((directive) => directive._tag === "Start")).toEqual([Directive.Start({ id: "rank-0#1" })])
   })
 
@@ -82,7 +83,7 @@ describe("a host's policy", () => {
   })
 
   test("the relay has not ended while it waits to boot, runs, or waits for its ranks", () => {
-    expect(relayHasEnded(initialState([relaySpec(host)]))).toBe(false)
+    expect(relayHasEnded(initialState([relaySpec(host, anyShutdown)]))).toBe(false)
     expect(relayHasEnded(after(serving).state)).toBe(false)
   })
 })

@@ -46,6 +46,7 @@ import type { StopSignal } from "../src/kernel/StopRequests.ts"
 import { exitCode, Verdict } from "../src/kernel/policy/Verdict.ts"
 import { type Cause, DropRanks, ExitCodes, FailRun, FailureRule, IgnoreExit, RuleWhen } from "../src/kernel/policy/FailureRules.ts"
 import { parseStrategy, strategyToYaml } from "../src/config/FailurePolicy.ts"
+import { anyShutdown } from "./fixtures/child-specs.ts"
 
 const RUNS = 1_000
 /** The failure rules' property drives longer runs through a larger model: fewer of them keep the file quick. */
@@ -120,7 +121,7 @@ const childrenArb: fc.Arbitrary<ReadonlyArray<ChildSpec>> = fc
         ranks: m.role === "rank" ? [rankOf[i]!] : m.role === "agent" ? hostRanks(h) : [],
         group,
         restart: m.restart,
-        significant: m.role === "agent" || (m.role === "relay" && m.significant)
+        significant: m.role === "agent" || (m.role === "relay" && m.significant), shutdown: anyShutdown
       }
     })
   })
@@ -741,14 +742,14 @@ const hostWithAgentArb: fc.Arbitrary<ReadonlyArray<ChildSpec>> = fc
   })
   .map(({ agentFirst, agentRestart, grouped, loose, restart }) => {
     const ranks = Array.from({ length: grouped }, (_, i): ChildSpec => ({
-      id: `g${i}`, label: `rank ${i} of host-a`, ranks: [i], group: "host-a", restart, significant: false
+      id: `g${i}`, label: `rank ${i} of host-a`, ranks: [i], group: "host-a", restart, significant: false, shutdown: anyShutdown
     }))
     const agent: ChildSpec = {
       id: "agent", label: "agent of host-a", ranks: ranks.map((_, i) => i), group: "host-a",
-      restart: agentRestart, significant: true
+      restart: agentRestart, significant: true, shutdown: anyShutdown
     }
     const others = Array.from({ length: loose }, (_, i): ChildSpec => ({
-      id: `l${i}`, label: `rank ${grouped + i} of host-b`, ranks: [grouped + i], restart, significant: false
+      id: `l${i}`, label: `rank ${grouped + i} of host-b`, ranks: [grouped + i], restart, significant: false, shutdown: anyShutdown
     }))
     return agentFirst ? [agent, ...ranks, ...others] : [...ranks, agent, ...others]
   })
@@ -926,7 +927,7 @@ test("3c. restart delays stay whole milliseconds however long the crash loop", (
       ({ factor, jitter, max, ...rest }) => {
         const backoff = new Backoff({ initial: 0, max, factor, jitter })
         const policy = new Restart({ ...rest, within: 3_600_000, backoff })
-        const children = [{ id: "r0", label: "rank 0", ranks: [0], restart: "transient" as const, significant: false }]
+        const children = [{ id: "r0", label: "rank 0", ranks: [0], restart: "transient" as const, significant: false, shutdown: anyShutdown }]
         const crash = SupervisionEvent.ChildExited({ id: "r0", exit: ChildExit.Crashed({ detail: "segfault" }) })
         let [, state] = decide(policy, initialState(children), SupervisionEvent.Boot(), 0)
         for (let t = 1; t <= policy.maxRestarts; t++) {
@@ -1841,7 +1842,7 @@ test("8. failure rules: the first rule that matches decides a death, one none ma
 
 test("a group restart brings the group back in start order, whichever timer fires first", () => {
   const policy = new Restart({ maxRestarts: 3, within: 60_000, backoff: new Backoff({ initial: 100, max: 100, factor: 1, jitter: 0 }), scope: "all" })
-  const children: Array<ChildSpec> = ["c0", "c1", "c2", "c3"].map((id, rank) => ({ id, label: id, ranks: [rank], restart: "transient", significant: false }))
+  const children: Array<ChildSpec> = ["c0", "c1", "c2", "c3"].map((id, rank) => ({ id, label: id, ranks: [rank], restart: "transient", significant: false, shutdown: anyShutdown }))
   fc.assert(
     fc.property(fc.constantFrom("c0", "c1", "c2", "c3"), fc.constantFrom("c0", "c1", "c2", "c3"), (failing, firstDue) => {
       let [, state] = decide(policy, initialState(children), SupervisionEvent.Boot(), 0)

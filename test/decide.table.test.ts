@@ -21,13 +21,14 @@ import {
 } from "../src/kernel/policy/decide.ts"
 import { Backoff, Count, Elastic, KillAll, Percent, Phased, Restart, type RestartType, type Strategy } from "../src/kernel/policy/Strategy.ts"
 import { Verdict } from "../src/kernel/policy/Verdict.ts"
+import { anyShutdown } from "./fixtures/child-specs.ts"
 
 const rank = (n: number, restart: RestartType = "transient", extra: Partial<ChildSpec> = {}): ChildSpec => ({
   id: `r${n}`,
   label: `rank ${n}`,
   ranks: [n],
   restart,
-  significant: false,
+  significant: false, shutdown: anyShutdown,
   ...extra
 })
 
@@ -207,7 +208,7 @@ describe("restart", () => {
   })
 
   test("a lost rank restarts whichever child carries it (an agent carries several), naming why", () => {
-    const agent: ChildSpec = { id: "agent", label: "agent of host-a", ranks: [0, 1], restart: "transient", significant: false }
+    const agent: ChildSpec = { id: "agent", label: "agent of host-a", ranks: [0, 1], restart: "transient", significant: false, shutdown: anyShutdown }
     const run = supervise(restart(10, 1_000_000, noJitter(100, 10_000, 2), "one"), [agent, rank(2)])
     run.step(SupervisionEvent.RanksLost({ ranks: [1], reason: "silent" }), 0)
     expect(run.act(exits("agent", 0), 10)).toEqual([{ _tag: "Restart", id: "agent", after: 100 }])
@@ -369,7 +370,7 @@ describe("elastic", () => {
   })
 
   test("a significant child takes its group: the others are stopped, every rank of the group reported", () => {
-    const agent: ChildSpec = { id: "agent", label: "agent of host-a", ranks: [0, 1], group: "host-a", restart: "transient", significant: true }
+    const agent: ChildSpec = { id: "agent", label: "agent of host-a", ranks: [0, 1], group: "host-a", restart: "transient", significant: true, shutdown: anyShutdown }
     const run = supervise(new Elastic({}), [agent, rank(0, "transient", { group: "host-a" }), rank(1, "transient", { group: "host-a" }), rank(2)])
     expect(run.act(crash("agent"))).toEqual([
       { _tag: "Terminate", ids: ["r1", "r0"], mode: "graceful", reason: "agent of host-a exited with signal SIGKILL: its group host-a goes with it" },
@@ -378,7 +379,7 @@ describe("elastic", () => {
   })
 
   test("a group's ranks are reported once each, in ascending order, however its children are listed", () => {
-    const agent: ChildSpec = { id: "agent", label: "agent of host-a", ranks: [3, 1], group: "host-a", restart: "transient", significant: true }
+    const agent: ChildSpec = { id: "agent", label: "agent of host-a", ranks: [3, 1], group: "host-a", restart: "transient", significant: true, shutdown: anyShutdown }
     const run = supervise(new Elastic({}), [rank(3, "transient", { group: "host-a" }), agent, rank(1, "transient", { group: "host-a" }), rank(0)])
     expect(run.step(crash("agent"))).toEqual([
       { _tag: "Note", message: "agent of host-a exited with signal SIGKILL: its group host-a goes with it" },
@@ -389,7 +390,7 @@ describe("elastic", () => {
   })
 
   test("losing every rank stops what is left gracefully (a relay carries none)", () => {
-    const relay: ChildSpec = { id: "relay", label: "relay of host-a", ranks: [], restart: "transient", significant: false }
+    const relay: ChildSpec = { id: "relay", label: "relay of host-a", ranks: [], restart: "transient", significant: false, shutdown: anyShutdown }
     const run = supervise(new Elastic({}), [relay, rank(0)])
     expect(run.act(crash("r0"))).toEqual([
       { _tag: "ReportDead", ranks: [0], cause: "rank 0 exited with signal SIGKILL", kind: "signal" },

@@ -31,6 +31,7 @@ import * as Schema from "effect/Schema"
 import { policyTable, strategyWords } from "../src/kernel/policy/PolicyTable.ts"
 import { Backoff, Count, Elastic, KillAll, Percent, Phased, Restart, type Simple } from "../src/kernel/policy/Strategy.ts"
 import { encodeFailurePolicy, parseFailurePolicy } from "../src/config/FailurePolicy.ts"
+import { anyShutdown } from "./fixtures/child-specs.ts"
 
 const death = (over: Partial<Death> = {}): Death => ({ cause: "exit", exitCode: 1, ranks: [3], host: "gpu-a", phase: "after_formation", ...over })
 
@@ -152,7 +153,7 @@ test("the first rule that matches decides, none matching is undefined: as the mo
 // decide with rules
 // ---------------------------------------------------------------------------------------------------------
 
-const rank = (n: number, host = "gpu-a"): ChildSpec => ({ id: `r${n}`, label: `rank ${n} of ${host}`, ranks: [n], group: host, restart: "transient", significant: false })
+const rank = (n: number, host = "gpu-a"): ChildSpec => ({ id: `r${n}`, label: `rank ${n} of ${host}`, ranks: [n], group: host, restart: "transient", significant: false, shutdown: anyShutdown })
 const noJitter = new Backoff({ initial: 100, max: 100, factor: 1, jitter: 0 })
 const rule = (name: string, when: ConstructorParameters<typeof RuleWhen>[0], then: FailureRule["then"]) => new FailureRule({ name, when: new RuleWhen(when), then })
 

@@ -36,6 +36,7 @@ import { decide, Directive, initialState, SupervisionEvent, type SupervisorState
 import { Count, Elastic, type FailureBase, KillAll, type MaxFailure, Percent, Phased } from "../src/kernel/policy/Strategy.ts"
 import type { Job } from "../src/config/ClusterConfig.ts"
 import { Attach, CheckpointSave, type CoordinatorOrder, Progress } from "../src/wire/messages/CoordinatorMessages.ts"
+import { anyShutdown } from "./fixtures/child-specs.ts"
 
 const seeded = (seed: number, numRuns: number) => ({ seed, numRuns, includeErrorInReport: true })
 
@@ -334,7 +335,7 @@ test("re-planning: random joins and deaths at random times keep every epoch's co
 // 2. Supervision of a growing cohort
 // ---------------------------------------------------------------------------
 
-const rankChild = (rank: number): ChildSpec => ({ id: `rank-${rank}`, label: `rank ${rank}`, ranks: [rank], group: undefined, restart: "transient", significant: false })
+const rankChild = (rank: number): ChildSpec => ({ id: `rank-${rank}`, label: `rank ${rank}`, ranks: [rank], group: undefined, restart: "transient", significant: false, shutdown: anyShutdown })
 
 /** `decide` over a formed world of `world` rank children, one event at a time, 10 ms apart. */
 const formed = (afterFormation: Elastic, world: number) => {

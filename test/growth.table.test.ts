@@ -30,6 +30,7 @@ import { decide, type Directive, initialState, SupervisionEvent, type Supervisor
 import { Count, Elastic, elasticLimit, type FailureBase, KillAll, type MaxFailure, Percent, Phased } from "../src/kernel/policy/Strategy.ts"
 import type { Job } from "../src/config/ClusterConfig.ts"
 import { Attach, CheckpointSave, type CoordinatorOrder, Progress, type RankReport } from "../src/wire/messages/CoordinatorMessages.ts"
+import { anyShutdown } from "./fixtures/child-specs.ts"
 
 // ---------------------------------------------------------------------------
 // 1. elasticLimit
@@ -77,7 +78,7 @@ describe("elasticLimit: deaths that trip the threshold, formation world 4, curre
 // 2. decide in a growing world
 // ---------------------------------------------------------------------------
 
-const rankChild = (rank: number): ChildSpec => ({ id: `rank-${rank}`, label: `rank ${rank}`, ranks: [rank], group: undefined, restart: "transient", significant: false })
+const rankChild = (rank: number): ChildSpec => ({ id: `rank-${rank}`, label: `rank ${rank}`, ranks: [rank], group: undefined, restart: "transient", significant: false, shutdown: anyShutdown })
 
 /** `decide` over a formed world of `world` rank children, one event at a time, 10 ms apart. */
 const formed = (afterFormation: Elastic, world: number) => {

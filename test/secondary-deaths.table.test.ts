@@ -11,6 +11,7 @@ import { FailRun, FailureRule, RuleWhen } from "../src/kernel/policy/FailureRule
 import { chainText, classify, type DeathRecord, firstRoot, rootOf } from "../src/kernel/policy/SecondaryDeaths.ts"
 import { Elastic, KillAll, Percent, Phased, type Strategy } from "../src/kernel/policy/Strategy.ts"
 import { describeVerdict, Verdict } from "../src/kernel/policy/Verdict.ts"
+import { anyShutdown } from "./fixtures/child-specs.ts"
 
 const record = (ranks: ReadonlyArray<number>, at: number, extra: Partial<DeathRecord> = {}): DeathRecord => ({
   ranks,
@@ -139,7 +140,7 @@ const repeatedError = new FailureRule({ name: "repeated-error", when: new RuleWh
 const fileDefaults = (maxFailure = 50): Strategy =>
   new Phased({ beforeFormation: new KillAll(), afterFormation: new Elastic({ maxFailure: new Percent({ p: maxFailure }) }), rules: [repeatedError] })
 
-const rank = (n: number): ChildSpec => ({ id: `rank-${n}`, label: `rank ${n} of localhost`, ranks: [n], group: "localhost", restart: "temporary", significant: false })
+const rank = (n: number): ChildSpec => ({ id: `rank-${n}`, label: `rank ${n} of localhost`, ranks: [n], group: "localhost", restart: "temporary", significant: false, shutdown: anyShutdown })
 
 const traceback = (line: string) => ["step 20", "Traceback (most recent call last):", "  File \"train.py\", line 9, in <module>", line]
 const gloo = "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection closed by peer [127.0.0.1]:41234"

@@ -69,7 +69,7 @@ describe("the shutdown in force", () => {
 })
 
 /** A child that records how it was told to stop, and ends at once when stopped (or `exit 1` when `fail` runs). */
-const recording = (id: string, shutdown: Shutdown | undefined, stops: Map<string, string>) => {
+const recording = (id: string, shutdown: Shutdown, stops: Map<string, string>) => {
   const fails: Array<Effect.Effect<void>> = []
   const child: Supervisor.SupervisedChild = {
     ...Supervisor.rankChild(Number(id.slice(5)), Effect.gen(function*() {
@@ -85,8 +85,7 @@ const recording = (id: string, shutdown: Shutdown | undefined, stops: Map<string
           )
       }
       return handle
-    })),
-    ...(shutdown === undefined ? {} : { shutdown })
+    }), undefined, shutdown)
   }
   return { child, fail: Effect.suspend(() => fails[0] ?? Effect.dieMessage(`${id} never started`)) }
 }
@@ -95,14 +94,14 @@ describe("the supervisor stops each child as its spec says", () => {
   const kinds = {
     "rank-0": Shutdown.BrutalKill(),
     "rank-1": Shutdown.Grace({ grace: Duration.millis(300) }),
-    "rank-2": undefined,
+    "rank-2": Shutdown.Grace({ grace: Duration.seconds(2) }),
     "rank-3": Shutdown.Grace({ grace: Duration.millis(700) })
   }
   const started = (strategy: Strategy) =>
     Effect.gen(function*() {
       const stops = new Map<string, string>()
       const children = Object.entries(kinds).map(([id, shutdown]) => recording(id, shutdown, stops))
-      const supervisor = yield* Supervisor.start({ name: "test", strategy, children: children.map(({ child }) => child), grace: "2 seconds" })
+      const supervisor = yield* Supervisor.start({ name: "test", strategy, children: children.map(({ child }) => child) })
       const fail = (index: number) => children[index]!.fail
       return { fail, stops, supervisor }
     })
@@ -113,7 +112,7 @@ describe("the supervisor stops each child as its spec says", () => {
       "every child started"
     )
 
-  effect.live("an abort: brutal kill at once, each grace its own, the supervisor's for a child that names none", () =>
+  effect.live("an abort: brutal kill at once, each grace its own", () =>
     Effect.gen(function*() {
       const { stops, supervisor } = yield* started(new Elastic({}))
       yield* running(supervisor)

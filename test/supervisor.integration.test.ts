@@ -18,18 +18,22 @@ import { effect, eventually } from "./support/effect.ts"
 import { collectLines, isGone, isRunning, jsonLines, waitFor } from "./support/processes.ts"
 
 const childFixture = `${import.meta.dir}/fixtures/child-fixture.ts`
-/** How a closing Scope stops these children (the supervisor's own stops use its `grace`). */
+/** How a closing Scope stops these children's processes (the supervisor's own stops use each child spec's shutdown). */
 const fiveSeconds = Shutdown.Grace({ grace: Duration.seconds(5) })
+/** A child spec's shutdown: SIGTERM, then SIGKILL after `grace`. */
+const graceOf = (grace: Duration.DurationInput) => Shutdown.Grace({ grace: Duration.decode(grace) })
 const supervisorFixture = `${import.meta.dir}/fixtures/supervisor-fixture.ts`
 
 /** `n` rank children running child-fixture.ts, each holding its stdin open. */
-const ranks = (n: number, extra: (rank: number) => ReadonlyArray<string> = () => []) => {
+const ranks = (n: number, extra: (rank: number) => ReadonlyArray<string> = () => [], grace: Duration.DurationInput = "2 seconds") => {
   const pids = new Map<string, number>()
   const children = Array.from({ length: n }, (_, rank) =>
     Supervisor.rankChild(
       rank,
       ProcessChild.spawn({ cmd: [process.execPath, childFixture, ...extra(rank)], stdin: "pipe", stdout: "ignore", shutdown: fiveSeconds })
-        .pipe(Effect.tap((child) => Effect.sync(() => pids.set(`rank-${rank}`, child.pid))))
+        .pipe(Effect.tap((child) => Effect.sync(() => pids.set(`rank-${rank}`, child.pid)))),
+      undefined,
+      graceOf(grace)
     ))
   return { children, pids }
 }
@@ -68,7 +72,7 @@ const termAt = (slow: Slow): number | undefined => {
 }
 
 /** `n` rank children that each take `stopMs` to exit after SIGTERM; `log` gets "start rank-N" and "stop rank-N". */
-const slowRanks = (n: number, stopMs: number, log: Array<string> = []) => {
+const slowRanks = (n: number, stopMs: number, log: Array<string> = [], grace: Duration.DurationInput = "5 seconds") => {
   const procs = new Map<string, Slow>()
   const children = Array.from({ length: n }, (_, rank) =>
     Supervisor.rankChild(
@@ -89,7 +93,9 @@ const slowRanks = (n: number, stopMs: number, log: Array<string> = []) => {
             log.push(`start rank-${rank}`)
           })
         )
-      )
+      ),
+      undefined,
+      graceOf(grace)
     ))
   const ready = () => procs.size === n && [...procs.values()].every((slow) => slow.lines.includes(`ready ${slow.pid}`))
   return { children, procs, ready }
@@ -109,7 +115,7 @@ describe("supervisor with real processes", () => {
   effect.live("kill_all: one of eight exits 1, every sibling is stopped and reaped, no zombie is left", () =>
     Effect.gen(function*() {
       const { children, pids } = ranks(8)
-      const supervisor = yield* Supervisor.start({ name: "test", strategy: new KillAll(), children, grace: "2 seconds" })
+      const supervisor = yield* Supervisor.start({ name: "test", strategy: new KillAll(), children })
       yield* eventually(Effect.sync(() => pids.size === 8), "eight children started")
       yield* command(supervisor, "rank-5", "exit 1")
       const verdict = yield* supervisor.verdict
@@ -120,20 +126,20 @@ describe("supervisor with real processes", () => {
 
   // Siblings take 300 ms to exit after SIGTERM: the grace in force decides whether they may.
   const killAllCases = [
-    { name: "kill_all: the siblings get SIGTERM and the supervisor's grace", strategy: new KillAll(), term: true, exit: { code: 143, signal: null } },
-    { name: "kill_all { grace: 100 ms }: the siblings get SIGTERM, and SIGKILL after that grace, not the supervisor's", strategy: new KillAll({ grace: 100 }), term: true, exit: { code: null, signal: "SIGKILL" } },
+    { name: "kill_all: the siblings get SIGTERM and their own grace", strategy: new KillAll(), term: true, exit: { code: 143, signal: null } },
+    { name: "kill_all { grace: 100 ms }: the siblings get SIGTERM, and SIGKILL after that grace, not their own", strategy: new KillAll({ grace: 100 }), term: true, exit: { code: null, signal: "SIGKILL" } },
     { name: "kill_all { grace: 0 }: the siblings are killed at once, no SIGTERM", strategy: new KillAll({ grace: 0 }), term: false, exit: { code: null, signal: "SIGKILL" } }
   ]
   for (const { exit, name, strategy, term } of killAllCases) {
     effect.live(name, () =>
       Effect.gen(function*() {
-        const slow = slowRanks(4, 300)
-        const supervisor = yield* Supervisor.start({ name: "test", strategy, children: slow.children, grace: "10 seconds" })
+        const slow = slowRanks(4, 300, [], "10 seconds")
+        const supervisor = yield* Supervisor.start({ name: "test", strategy, children: slow.children })
         yield* eventually(Effect.sync(slow.ready), "four children started")
         const asked = Date.now()
         yield* command(supervisor, "rank-1", "exit 1")
         expect(yield* supervisor.verdict).toEqual(Verdict.Failed({ kind: "child-failed", message: "rank 1 exited with status 1" }))
-        // Never the supervisor's 10 s grace: at most the siblings' 300 ms.
+        // Never the children's own 10 s grace: at most the siblings' 300 ms.
         expect(Date.now() - asked).toBeLessThan(2_000)
         for (const [id, proc] of slow.procs) {
           expect(isGone(proc.pid)).toBe(true)
@@ -150,7 +156,7 @@ describe("supervisor with real processes", () => {
     Effect.gen(function*() {
       const STOP_MS = 300
       const slow = slowRanks(6, STOP_MS)
-      const supervisor = yield* Supervisor.start({ name: "test", strategy: new KillAll(), children: slow.children, grace: "5 seconds" })
+      const supervisor = yield* Supervisor.start({ name: "test", strategy: new KillAll(), children: slow.children })
       yield* eventually(Effect.sync(slow.ready), "six children started")
       const asked = Date.now()
       yield* supervisor.send(SupervisionEvent.AbortRequested({ reason: "test", signal: "SIGTERM" }))
@@ -173,8 +179,7 @@ describe("supervisor with real processes", () => {
       const supervisor = yield* Supervisor.start({
         name: "test",
         strategy: new Phased({ beforeFormation: new KillAll(), afterFormation: new Elastic({ maxFailure: new Count({ n: 3 }) }) }),
-        children,
-        grace: "2 seconds"
+        children
       })
       yield* eventually(Effect.sync(() => pids.size === 8), "eight children started")
       yield* supervisor.send(SupervisionEvent.CohortFormed())
@@ -192,8 +197,8 @@ describe("supervisor with real processes", () => {
 
   effect.live("a child that ignores SIGTERM is killed after the grace", () =>
     Effect.gen(function*() {
-      const { children, pids } = ranks(8, (rank) => (rank === 0 ? ["--ignore-term"] : []))
-      const supervisor = yield* Supervisor.start({ name: "test", strategy: new KillAll(), children, grace: "300 millis" })
+      const { children, pids } = ranks(8, (rank) => (rank === 0 ? ["--ignore-term"] : []), "300 millis")
+      const supervisor = yield* Supervisor.start({ name: "test", strategy: new KillAll(), children })
       yield* eventually(Effect.sync(() => pids.size === 8), "eight children started")
       yield* supervisor.send(SupervisionEvent.AbortRequested({ reason: "test" }))
       const verdict = yield* supervisor.verdict
@@ -210,6 +215,7 @@ describe("supervisor with real processes", () => {
         ranks: [rank],
         restart: "transient",
         significant: false,
+        shutdown: graceOf("2 seconds"),
         start: Effect.gen(function*() {
           const child = yield* ProcessChild.spawn({
             cmd: [process.execPath, childFixture, "--grandchild"],
@@ -223,7 +229,7 @@ describe("supervisor with real processes", () => {
           return child
         })
       }))
-      const supervisor = yield* Supervisor.start({ name: "test", strategy: new KillAll(), children, grace: "2 seconds" })
+      const supervisor = yield* Supervisor.start({ name: "test", strategy: new KillAll(), children })
       yield* eventually(Effect.sync(() => grandchildren.length === 8), "eight grandchildren started")
       yield* command(supervisor, "rank-0", "exit 3")
       yield* supervisor.verdict
@@ -241,7 +247,6 @@ describe("a supervisor that dies", () => {
         name: "test",
         strategy: new Elastic({}),
         children: slow.children,
-        grace: "5 seconds",
         onDirective: (directive) => (directive._tag === "ReportDead" ? Effect.die(new Error("the hook exploded")) : Effect.void)
       })
       yield* eventually(Effect.sync(slow.ready), "six children started")
@@ -300,6 +305,7 @@ const loggingActor = (
   ranks: [],
   restart: "transient",
   significant: false,
+  shutdown: fiveSeconds,
   start: Effect.gen(function*() {
     yield* Effect.acquireRelease(Effect.sync(() => log.push(`start ${id}`)), () =>
       Effect.gen(function*() {
@@ -326,7 +332,7 @@ describe("supervisor with actor and process children together", () => {
       const children = [actor("a"), slow.children[0]!, actor("b"), slow.children[1]!, actor("c"), slow.children[2]!]
       let closing = 0
       yield* Effect.scoped(Effect.gen(function*() {
-        yield* Supervisor.start({ name: "test", strategy: new KillAll(), children, grace: "5 seconds" })
+        yield* Supervisor.start({ name: "test", strategy: new KillAll(), children })
         yield* eventually(Effect.sync(() => slow.ready() && log.length === 6), "every child started")
         expect(log).toEqual(["start a", "start rank-0", "start b", "start rank-1", "start c", "start rank-2"])
         closing = Date.now()
@@ -356,7 +362,7 @@ describe("supervisor with actor and process children together", () => {
       let crasher: Actor.ActorRef<Crash> | undefined
       const { children: processes, pids } = ranks(8)
       const children = [...processes, loggingActor("worker", log, { crash: (ref) => (crasher = ref) })]
-      const supervisor = yield* Supervisor.start({ name: "test", strategy: new KillAll(), children, grace: "2 seconds" })
+      const supervisor = yield* Supervisor.start({ name: "test", strategy: new KillAll(), children })
       yield* eventually(Effect.sync(() => pids.size === 8 && crasher !== undefined), "every child started")
       yield* Effect.ignore(crasher!.tell(new Crash()))
       const verdict = yield* supervisor.verdict

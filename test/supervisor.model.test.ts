@@ -78,6 +78,7 @@ import * as Supervisor from "../src/kernel/Supervisor.ts"
 import type { FailureKind, Verdict } from "../src/kernel/policy/Verdict.ts"
 import { eventually } from "./support/effect.ts"
 import { collectLines, isGone, isRunning } from "./support/processes.ts"
+import { anyShutdown } from "./fixtures/child-specs.ts"
 
 const childFixture = `${import.meta.dir}/fixtures/child-fixture.ts`
 
@@ -125,7 +126,7 @@ const specsOf = (setup: Setup): ReadonlyArray<ChildSpec> =>
     ranks: [i],
     group: setup.grouped && i < 2 ? "g" : undefined,
     restart,
-    significant: setup.grouped && i === 0
+    significant: setup.grouped && i === 0, shutdown: anyShutdown
   }))
 
 /**
@@ -1130,6 +1131,7 @@ const runOnce = (setup: Setup, commands: Iterable<Command>) => {
     const directives: Array<Directive> = []
     const children = specs.map((spec): Supervisor.SupervisedChild => ({
       ...spec,
+      shutdown: Shutdown.Grace({ grace: Duration.seconds(2) }),
       start: ProcessChild.spawn({ cmd: [process.execPath, childFixture], stdin: "pipe", stdout: "pipe", shutdown: Shutdown.Grace({ grace: Duration.seconds(5) }) }).pipe(
         Effect.tap((child) =>
           Effect.sync(() => {
@@ -1151,7 +1153,6 @@ const runOnce = (setup: Setup, commands: Iterable<Command>) => {
       name: "model",
       strategy: setup.strategy,
       children,
-      grace: "2 seconds",
       seed: setup.seed,
       onDirective: (directive) => Effect.sync(() => directives.push(directive))
     }).pipe(Scope.extend(scope))

@@ -369,7 +369,6 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
       name: `agent of ${host}`,
       strategy: hostStrategy,
       children: [relay],
-      grace,
       onDirective
     }).pipe(warningsAndAbove)
     // The world has formed (this runs after WorldFormed): ranks may join the host from now on.

@@ -22,6 +22,7 @@
  */
 import * as Duration from "effect/Duration"
 import type { ChildSpec } from "../kernel/ChildSpec.ts"
+import type { Shutdown } from "../kernel/Shutdown.ts"
 import type { SupervisorState } from "../kernel/policy/decide.ts"
 import { Elastic, type Strategy } from "../kernel/policy/Strategy.ts"
 
@@ -30,23 +31,25 @@ export const hostStrategy: Strategy = new Elastic({})
 export const RELAY_ID = "relay"
 
 /** The relay: a child from the start (its process comes later, see `RelayChild`), and its group's anchor. */
-export const relaySpec = (host: string): ChildSpec => ({
+export const relaySpec = (host: string, shutdown: Shutdown): ChildSpec => ({
   id: RELAY_ID,
   label: `relay of ${host}`,
   ranks: [],
   group: host,
   restart: "temporary",
-  significant: true
+  significant: true,
+  shutdown
 })
 
 /** One incarnation of a rank: a child of its own, since the launcher may order the same rank again. */
-export const rankSpec = (host: string, rank: number, incarnation: number): ChildSpec => ({
+export const rankSpec = (host: string, rank: number, incarnation: number, shutdown: Shutdown): ChildSpec => ({
   id: rankChildId(rank, incarnation),
   label: `rank ${rank} (incarnation ${incarnation}) of ${host}`,
   ranks: [],
   group: host,
   restart: "temporary",
-  significant: false
+  significant: false,
+  shutdown
 })
 
 export const rankChildId = (rank: number, incarnation: number): string => `rank-${rank}#${incarnation}`

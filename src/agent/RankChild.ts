@@ -56,7 +56,8 @@ export interface RankOptions {
 const THROWN_WAIT_MS = 200
 
 export const rankChild = (options: RankOptions): SupervisedChild => {
-  const spec = rankSpec(options.host, options.rank, options.incarnation)
+  // The supervisor stops it as its process is stopped when its Scope closes.
+  const spec = rankSpec(options.host, options.rank, options.incarnation, options.process.shutdown)
   const { incarnation, rank } = options
   const exitReport = (exit: ChildExit, error: string | undefined, cause: "oom" | "relay_lost" | "nccl" | undefined, at: number) =>
     new RankExited({
@@ -80,8 +81,6 @@ export const rankChild = (options: RankOptions): SupervisedChild => {
   }
   return {
     ...spec,
-    // The supervisor stops it as its process is stopped when its Scope closes.
-    shutdown: options.process.shutdown,
     start: Effect.gen(function*() {
       const spawned = yield* Effect.either(ProcessChild.spawn(options.process))
       if (spawned._tag === "Left") {

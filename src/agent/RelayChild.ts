@@ -50,9 +50,8 @@ export interface RelayOptions {
 }
 
 export const relayChild = (options: RelayOptions): SupervisedChild => ({
-  ...relaySpec(options.host),
   // The supervisor stops it as its process is stopped when its Scope closes.
-  shutdown: options.process.shutdown,
+  ...relaySpec(options.host, options.process.shutdown),
   start: Effect.gen(function*() {
     const incarnation = yield* Effect.scope
     const exited = yield* Deferred.make<ChildExit>()

@@ -28,10 +28,10 @@ export interface ChildSpec {
   /**
    * How the supervisor stops it (OTP's `shutdown`): SIGTERM and a grace, or a
    * brutal kill. A policy's own kill_all grace replaces the child's grace, and a
-   * policy's kill kills. Absent: the supervisor's `grace` (a child spec that
-   * names none: the launcher's ranks, for now).
+   * policy's kill kills. Every child names its own: there is no supervisor-wide
+   * default beside it to drift from it.
    */
-  readonly shutdown?: Shutdown | undefined
+  readonly shutdown: Shutdown
 }
 
 /** The number of distinct ranks the children carry: the world at start. */

@@ -45,8 +45,8 @@ export interface SupervisedChild extends ChildSpec {
 export const rankChild = (
   rank: number,
   start: SupervisedChild["start"],
-  host?: string,
-  shutdown?: Shutdown.Shutdown
+  host: string | undefined,
+  shutdown: Shutdown.Shutdown
 ): SupervisedChild => ({
   id: `rank-${rank}`,
   label: host === undefined ? `rank ${rank}` : `rank ${rank} of ${host}`,
@@ -54,7 +54,7 @@ export const rankChild = (
   group: host,
   restart: "transient",
   significant: false,
-  ...(shutdown === undefined ? {} : { shutdown }),
+  shutdown,
   start
 })
 
@@ -62,8 +62,6 @@ export interface SupervisorOptions {
   readonly name: string
   readonly strategy: Strategy
   readonly children: ReadonlyArray<SupervisedChild>
-  /** SIGTERM → SIGKILL for graceful stops of a child whose spec names no `shutdown`. */
-  readonly grace: Duration.DurationInput
   /** Seed of the backoff jitter (default: fixed, so runs are reproducible). */
   readonly seed?: number
   /** Sees every directive once it has been carried out: membership hooks, progress, tests. */
@@ -96,7 +94,6 @@ interface Stamped {
 export const start = (options: SupervisorOptions): Effect.Effect<Supervisor, never, Scope.Scope> =>
   Effect.gen(function*() {
     const { strategy } = options
-    const fallback = Shutdown.Shutdown.Grace({ grace: Duration.decode(options.grace) })
     const specs = new Map(options.children.map((child) => [child.id, child]))
     const handles = new Map<string, ChildHandle>()
     const verdict = yield* Deferred.make<Verdict>()
@@ -135,8 +132,8 @@ export const start = (options: SupervisorOptions): Effect.Effect<Supervisor, nev
           : handle.onExit((exit) => background(ended(exit)))
       })
 
-    /** A child's own shutdown: its spec's, else the supervisor's grace. */
-    const shutdownOf = (id: string): Shutdown.Shutdown => specs.get(id)?.shutdown ?? fallback
+    /** A child's own shutdown, from its spec (a handle exists only for a started child, whose spec is known). */
+    const shutdownOf = (id: string): Shutdown.Shutdown => specs.get(id)!.shutdown
     const stopChildren = (ids: ReadonlyArray<string>, mode: "kill" | "graceful", graceMs: number | undefined) => {
       const policyGrace = graceMs === undefined ? undefined : Duration.millis(graceMs)
       const targets = ids.flatMap((id) => {

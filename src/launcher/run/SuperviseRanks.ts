@@ -239,7 +239,6 @@ export const supervise = (env: RunEnv, wiring: SupervisionWiring): Effect.Effect
       name: "rank-supervisor",
       strategy: config.failurePolicy.strategy,
       children: remote.children,
-      grace,
       onDirective
     })
     yield* supervisorReady.fill(supervisor)
