@@ -119,7 +119,7 @@ describe("cluster.yml", () => {
     ["max_timeout below timeout", `controller: { join: { timeout: 2m, max_timeout: 1m } }\n${minimal(w)}`, "controller.join.max_timeout (line 1, col 49): expected a duration ≥ timeout"],
     ["manual start with a target", `controller: { join: { start: manual, target_ranks: 2 } }\n${minimal(w)}`, "controller.join.target_ranks (line 1, col 52): a manual start closes the window on the operator's word: remove target_ranks, or use start: hybrid"],
     ["bad start mode", `controller: { join: { start: now } }\n${minimal(w)}`, `controller.join.start (line 1, col 30): expected one of "auto", "manual", "hybrid", got "now"`],
-    ["no job", `workers:\n${w}\n`, "job (line 1, col 1): expected a job section with entry or command"],
+    ["no job", `workers:\n${w}\n`, "no job: add `job: { entry: train.ts }` (a TypeScript module every rank runs) or `job: { command: [python3, train.py] }` (any program)"],
     ["entry and command", minimal(w, "job: { entry: t.ts, command: [x] }"), "job (line 3, col 6): give either entry (a TypeScript module) or command (any program), not both"],
     ["empty command", minimal(w, "job: { command: [] }"), "job.command (line 3, col 17): expected a command as a list of words, got an empty list"],
     ["bad backend", minimal(w, "job: { entry: t.ts, backend: gpu }"), `job.backend (line 3, col 30): expected one of "cpu_sync", "cpu_cadence", "cpu_async", "nccl", got "gpu"`],

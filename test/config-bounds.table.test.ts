@@ -65,6 +65,8 @@ const readers: Readonly<Record<string, (config: ClusterConfig) => unknown>> = {
   "controller.join.min_rank_start": (c) => c.controller.join.minRanks,
   "controller.join.join_timeout_secs": (c) => c.controller.join.timeoutMs,
   "controller.join.max_join_timeout_secs": (c) => c.controller.join.maxTimeoutMs,
+  "controller.join.join_timeout": (c) => c.controller.join.timeoutMs,
+  "controller.join.max_join_timeout": (c) => c.controller.join.maxTimeoutMs,
   "workers[0].devices": (c) => firstWorker(c).devices,
   "workers[0].devices[0]": (c) => {
     const devices = firstWorker(c).devices
@@ -213,8 +215,18 @@ const clusterRows: ReadonlyArray<Row> = [
   ["controller.join.max_join_timeout_secs", join("max_join_timeout_secs: 604800"), accepts(week)],
   ["controller.join.max_join_timeout_secs", join("max_join_timeout_secs: 604801"), refuses("expected a whole number of seconds from 1 to 604800, got 604801")],
   ["controller.join.max_join_timeout_secs", join("max_join_timeout_secs: 60"), accepts(60_000)],
-  // Compared with the timeout once read as the key it stands for, and said there.
-  ["controller.join.max_timeout", join("max_join_timeout_secs: 59"), refuses(`expected a duration ≥ timeout, got "59s"`)],
+  // Compared with the timeout once read as the key it stands for, and said at the key the file writes, as written.
+  ["controller.join.max_join_timeout_secs", join("max_join_timeout_secs: 59"), refuses("expected a duration ≥ timeout, got 59")],
+  // fdl-cli's names for the same two (issue 38): the same bounds.
+  ["controller.join.join_timeout", join("join_timeout: 1"), accepts(1_000)],
+  ["controller.join.join_timeout", join("join_timeout: 0"), refuses("expected a whole number of seconds from 1 to 604800, got 0")],
+  ["controller.join.join_timeout", join("join_timeout: 604800, max_timeout: 168h"), accepts(week)],
+  ["controller.join.join_timeout", join("join_timeout: 604801"), refuses("expected a whole number of seconds from 1 to 604800, got 604801")],
+  ["controller.join.max_join_timeout", join("max_join_timeout: 604800"), accepts(week)],
+  ["controller.join.max_join_timeout", join("max_join_timeout: 604801"), refuses("expected a whole number of seconds from 1 to 604800, got 604801")],
+  ["controller.join.max_join_timeout", join("max_join_timeout: 60"), accepts(60_000)],
+  ["controller.join.max_join_timeout", join("max_join_timeout: 59"), refuses("expected a duration ≥ timeout, got 59")],
+  ["controller.join.max_join_timeout", join("join_timeout: 90, max_join_timeout: 89"), refuses("expected a duration ≥ timeout, got 89")],
 
   // workers: devices 0 to 256 CPU ranks, GPU indices 0 to 255.
   ["workers[0].devices", "workers: [{ host: a, devices: 0 }]", accepts({ _tag: "Count", count: 0 })],

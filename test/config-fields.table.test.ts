@@ -255,7 +255,10 @@ const oneMistake: ReadonlyArray<Row> = [
     `cluster.yml: workers[0].ssh (line 2, col 95): unknown key "x"; known keys: target, user, port, identity_file, options`
   ]],
   ["local_devices bad", W("{ host: a, local_devices: 300 }"), [
-    `cluster.yml: workers[0].devices (line 2, col 31): expected a number of CPU ranks (0 to 256), a list of GPU indices like [0, 1], or "all", got 300`
+    `cluster.yml: workers[0].local_devices (line 2, col 31): expected a number of CPU ranks (0 to 256), a list of GPU indices like [0, 1], or "all", got 300`
+  ]],
+  ["flodl-only worker keys beside a mistake", W("{ host: a, devices: 2, arch: cu128, data_path: /d, docker: cuda, gpu_ram_share: 0.5, gpus: 2 }"), [
+    `cluster.yml: workers[0] (line 2, col 90): unknown key "gpus"; known keys: host, devices, path, env, ssh, tunnel, agent`
   ]],
   ["local_devices and devices", W("{ host: a, devices: 2, local_devices: 3 }"), [
     "cluster.yml: workers[0].local_devices (line 2, col 28): local_devices is flodl's name for devices, which is given too: keep one of them"
@@ -334,6 +337,18 @@ const oneMistake: ReadonlyArray<Row> = [
   ]],
   ["controller join flodl secs string", C("{ join: { join_timeout_secs: soon } }"), [
     `cluster.yml: controller.join.join_timeout_secs (line 1, col 42): expected a whole number of seconds from 1 to 604800, got "soon"`
+  ]],
+  ["controller join fdl-cli seconds string", C("{ join: { join_timeout: soon } }"), [
+    `cluster.yml: controller.join.join_timeout (line 1, col 37): expected a whole number of seconds from 1 to 604800, got "soon"`
+  ]],
+  ["controller join fdl-cli and flodl's launcher names both", C("{ join: { max_join_timeout_secs: 90, max_join_timeout: 90 } }"), [
+    "cluster.yml: controller.join.max_join_timeout (line 1, col 50): max_join_timeout and max_join_timeout_secs both name max_timeout: keep one of them"
+  ]],
+  ["controller flodl-only keys beside a mistake", C("{ path: /opt/flodl, docker: cuda, arch: cu128, data_path: /d, bogus: 1 }"), [
+    `cluster.yml: controller (line 1, col 75): unknown key "bogus"; known keys: host, port, join, encrypt`
+  ]],
+  ["controller join tunnel_only not false", C("{ join: { tunnel_only: 1 } }"), [
+    "cluster.yml: controller.join.tunnel_only (line 1, col 23): tunnel_only is flodl's (the port bound to loopback only, for walk-ins that come through ssh forwards): cohort takes no walk-ins, and binds loopback only when every remote worker has tunnel: true; give them that and remove tunnel_only"
   ]],
   ["controller join flodl both", C("{ join: { min_rank_start: 2, min_ranks: 2 } }"), [
     "cluster.yml: controller.join.min_rank_start (line 1, col 23): min_rank_start is flodl's name for min_ranks, which is given too: keep one of them"

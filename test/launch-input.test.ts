@@ -167,7 +167,7 @@ const rows: ReadonlyArray<BadInput> = [
   {
     name: "no job",
     yaml: lines(workers),
-    says: ["job (line 1, col 1): expected a job section with entry or command"]
+    says: [".yml: no job: add `job: { entry: train.ts }`"]
   },
   {
     name: "an empty command",

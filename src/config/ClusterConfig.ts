@@ -35,14 +35,21 @@
  * `workers`, `job` and `failure_policy` are decoded by Schemas (see
  * `SchemaField`, and each section's module); the top level, the run's name,
  * `env` and the checks across sections are read here.
+ *
+ * fdl-cli's fdl.yml holds a flodl cluster under `cluster:`, beside keys of
+ * its own (`description`, `commands`, `join`, `publish`), which are noted and
+ * left out. Such a file is read as it is written: `controller`, `workers` and
+ * `env` inside `cluster:`, cohort's own `name`, `job` and `failure_policy`
+ * beside it or inside it. Every place said is the file's own.
  */
 import * as Effect from "effect/Effect"
-import type { Document } from "yaml"
+import { type Document, isSeq } from "yaml"
 import type { ConfigError } from "./ConfigError.ts"
 import { type Controller, decodeController } from "./Controller.ts"
 import { declaredRanks } from "./Devices.ts"
 import { decodeEnv } from "./Env.ts"
 import { decodeFailurePolicy, defaultFailurePolicy, type FailurePolicy } from "./FailurePolicy.ts"
+import { type FlodlOnly, withoutFlodlOnly } from "./FlodlKeys.ts"
 import { decodeJob, type Job } from "./Job.ts"
 import { decodeWorkers, type Worker } from "./Worker.ts"
 import { type ConfigErrors, type Field, parse } from "./Yaml.ts"
@@ -64,7 +71,43 @@ export interface ClusterConfig {
   readonly notes?: ReadonlyArray<string> | undefined
 }
 
-const topKeys = ["name", "controller", "workers", "env", "job", "failure_policy"]
+const topKeys = ["name", "controller", "workers", "env", "job", "failure_policy"] as const
+type TopKey = (typeof topKeys)[number]
+
+/** cohort's sections, which an fdl.yml may give beside its `cluster:` (fdl-cli reads no such key) or inside it. */
+const ownKeys = ["name", "job", "failure_policy"] as const
+
+/** flodl's cluster-wide key that cohort has no use for (beside `controller` and `workers`). */
+const clusterOnly: ReadonlyArray<FlodlOnly> = [
+  { flodl: "gpu_ram_share", does: "the share of host RAM flodl's data loader leaves an integrated GPU" }
+]
+
+/** fdl-cli's own keys of an fdl.yml, beside its `cluster:`. */
+const fdlOnly: ReadonlyArray<FlodlOnly> = [
+  { flodl: "description", owner: "fdl-cli", does: "the project's description in fdl's help" },
+  { flodl: "commands", owner: "fdl-cli", does: "the commands fdl runs", instead: "the job section says what every rank runs" },
+  { flodl: "join", owner: "fdl-cli", does: "fdl join's defaults for a host that dials in", instead: "a host whose agent you start runs bun run agent (agent: self)" },
+  { flodl: "publish", owner: "fdl-cli", does: "fdl publish's defaults" }
+]
+
+/**
+ * The file's sections, each at its own place: the top level of a cluster file, or an fdl.yml's `cluster:`
+ * and what it has beside it. `wrapped` says which, for the words of a refusal.
+ */
+const sectionsOf = (root: Field, notes: Array<ConfigError>): { readonly top: Record<TopKey, Field>; readonly wrapped: boolean } => {
+  if (!root.has("cluster")) return { top: withoutFlodlOnly(root, clusterOnly, notes).map(topKeys), wrapped: false }
+  const beside = withoutFlodlOnly(root, fdlOnly, notes).map(["cluster", ...ownKeys])
+  const inside = withoutFlodlOnly(beside.cluster, clusterOnly, notes).map(topKeys)
+  const own = Object.fromEntries(
+    ownKeys.map((key) => {
+      if (beside[key].present && inside[key].present) {
+        inside[key].report(`${key} is given beside cluster: too: keep one of them`, inside[key].anchor)
+      }
+      return [key, beside[key].present ? beside[key] : inside[key]]
+    })
+  )
+  return { top: { ...inside, ...own }, wrapped: true }
+}
 
 /**
  * A run name names files (`.cohort/checkpoints/<name>.json`, `.cohort/runs/<name>-<pid>.json`): a plain name,
@@ -85,13 +128,27 @@ const plainName = (name: string): string => {
 
 /** Decode a whole cluster file; `fallbackName` names the run when the file does not. */
 export const decodeCluster = (root: Field, fallbackName: string): ClusterConfig => {
-  const top = root.map(topKeys)
   const notes: Array<ConfigError> = []
+  const { top, wrapped } = sectionsOf(root, notes)
   const workers = decodeWorkers(top.workers, notes)
   const controller = decodeController(top.controller, declaredRanks(workers), notes)
-  const job = top.job.attempt(() =>
-    top.job.present ? decodeJob(top.job) : top.job.fail("expected a job section with entry or command")
-  )
+  const job = top.job.attempt(() => {
+    if (top.job.present) return decodeJob(top.job)
+    // `job:` written with nothing: said at the key. No key at all: said of the file, with what to add.
+    if (top.job.node !== undefined) return top.job.fail("expected a job section with entry or command")
+    top.job.reportMissing(
+      `no job: add \`job: { entry: train.ts }\` (a TypeScript module every rank runs) or \`job: { command: [python3, train.py] }\` (any program)${wrapped ? " at the top level, beside cluster:" : ""}`
+    )
+    return top.job.abandon()
+  })
+  // flodl's roster-free window: an empty workers list is what it is for, and cohort has no walk-ins to fill it.
+  const discovery = top.controller.get("join").get("discovery")
+  if (discovery.scalar === true && isSeq(top.workers.node) && top.workers.node.items.length === 0) {
+    discovery.report(
+      "discovery: true forms the world from hosts that dial in with fdl join: cohort admits only the hosts under workers, so list each one there (agent: self for a host whose agent you start)",
+      discovery.anchor
+    )
+  }
   // Read from the file, not the decoded sections: a mistake elsewhere in either must not hide this one.
   const growth = top.controller.get("join").get("after_formation")
   // A command job that plans epochs runs the Python client, whose groups take newcomers at an epoch boundary.

@@ -13,11 +13,14 @@
  * The section is decoded by a Schema (see `SchemaField`); `join` by its own,
  * which needs the workers' capacity and reads flodl's key names (see
  * `FlodlKeys`), so a mistake in either part does not hide the other's.
+ * flodl's controller keys for fdl-cli's pre-flight build (`path`, `docker`,
+ * `arch`, `data_path`) and its join keys for walk-ins (`discovery`, `token`,
+ * `tunnel_only`) are noted and left out.
  */
 import * as Schema from "effect/Schema"
 import type { ConfigError } from "./ConfigError.ts"
 import { expecting, rangeOf } from "./Expected.ts"
-import { type FlodlAlias, withFlodlKeys } from "./FlodlKeys.ts"
+import { type FlodlAlias, type FlodlOnly, withFlodlKeys, withoutFlodlOnly } from "./FlodlKeys.ts"
 import { decodeJoin, type JoinWindow } from "./JoinWindow.ts"
 import { keyOr, optionalKey } from "./Mapping.ts"
 import { decodeField } from "./SchemaField.ts"
@@ -44,10 +47,46 @@ const ControllerKeys = Schema.Struct({
   encrypt: keyOr(Schema.Boolean, false)
 })
 
+// flodl's join window is cohort's: `join_timeout` passed with a quorum forms the world, `max_join_timeout`
+// passed without one fails the run, both in whole seconds. (`*_secs` are the names flodl's launcher gives
+// them inside; an earlier cohort read only those, so they stay.)
 const joinAliases: ReadonlyArray<FlodlAlias> = [
   { flodl: "min_rank_start", key: "min_ranks" },
+  { flodl: "join_timeout", key: "timeout", seconds: true },
+  { flodl: "max_join_timeout", key: "max_timeout", seconds: true },
   { flodl: "join_timeout_secs", key: "timeout", seconds: true },
   { flodl: "max_join_timeout_secs", key: "max_timeout", seconds: true }
+]
+
+/** fdl-cli's controller keys: the context of its pre-flight build and probe, which cohort has none of. */
+const controllerOnly: ReadonlyArray<FlodlOnly> = [
+  { flodl: "path", does: "the controller's project checkout, where fdl-cli builds before a run", instead: "the launcher works in the directory it is started in, and finds job.entry from there" },
+  { flodl: "docker", does: "the Docker Compose service fdl-cli's pre-flight build runs in", instead: "nothing is built before a cohort run" },
+  { flodl: "arch", does: "the libtorch variant fdl-cli's pre-flight build links", instead: "nothing is built before a cohort run" },
+  { flodl: "data_path", does: "the dataset root fdl probe checks on the controller" }
+]
+
+/** flodl's join keys for walk-ins: hosts that are not under `workers` and dial in with `fdl join`. */
+const joinOnly: ReadonlyArray<FlodlOnly> = [
+  {
+    flodl: "discovery",
+    does: "a window that hosts not under workers join with fdl join",
+    instead: "cohort admits only the hosts under workers: declare each one, with agent: self for a host whose agent you start (bun run agent)"
+  },
+  {
+    flodl: "token",
+    does: "a pre-shared salt that hosts joining with fdl join present",
+    instead: "cohort makes a salt for each run and writes it under .cohort/salts/ for the agents you start yourself"
+  },
+  {
+    flodl: "tunnel_only",
+    does: "the port bound to loopback only",
+    // Left out, the port would be bound wider than the file says.
+    refuse: (value) =>
+      value === false || value === null
+        ? undefined
+        : "tunnel_only is flodl's (the port bound to loopback only, for walk-ins that come through ssh forwards): cohort takes no walk-ins, and binds loopback only when every remote worker has tunnel: true; give them that and remove tunnel_only"
+  }
 ]
 
 /** Stands in for a join section that could not be read; the run is refused anyway. */
@@ -68,9 +107,10 @@ const unreadableJoin: JoinWindow = {
  * and the run refused.
  */
 export const decodeController = (field: Field, capacity: number | undefined, notes: Array<ConfigError>): Controller => {
-  const keys = field.attempt(() => decodeField(field, ControllerKeys, { whenAbsent: {} }))
+  const keys = field.attempt(() => decodeField(withoutFlodlOnly(field, controllerOnly, notes), ControllerKeys, { whenAbsent: {} }))
   // Read whatever the other keys hold (a section that is no mapping has no join: every knob takes its default).
-  const join = field.get("join").attempt(() => decodeJoin(withFlodlKeys(field.get("join"), joinAliases, notes), capacity))
+  const written = field.get("join")
+  const join = written.attempt(() => decodeJoin(withoutFlodlOnly(withFlodlKeys(written, joinAliases, notes), joinOnly, notes), capacity))
   return {
     host: keys?.host ?? "127.0.0.1",
     port: keys?.port ?? 0,

@@ -14,7 +14,8 @@
  * Each worker is decoded by a Schema on its own (see `SchemaField`), every
  * mistake in it at once; its `env` is read by `Env`. flodl's `local_devices`
  * is read as `devices`, its `nccl_socket_ifname` as the ranks'
- * `NCCL_SOCKET_IFNAME` (see `FlodlKeys`).
+ * `NCCL_SOCKET_IFNAME` (see `FlodlKeys`); its `arch`, `data_path`, `docker`
+ * and `gpu_ram_share`, which cohort has no use for, are noted and left out.
  */
 import * as Schema from "effect/Schema"
 import { isMap, isScalar, isSeq, type Node } from "yaml"
@@ -22,7 +23,7 @@ import type { ConfigError } from "./ConfigError.ts"
 import { type Devices, DevicesKey } from "./Devices.ts"
 import { decodeEnv } from "./Env.ts"
 import { expecting } from "./Expected.ts"
-import { type FlodlAlias, noteAt, withFlodlKeys } from "./FlodlKeys.ts"
+import { type FlodlAlias, type FlodlOnly, noteAt, withFlodlKeys, withoutFlodlOnly } from "./FlodlKeys.ts"
 import { keyOr, optionalKey } from "./Mapping.ts"
 import { decodeField } from "./SchemaField.ts"
 import { type SshOptions, SshKeys, sshOptionsOf } from "./Ssh.ts"
@@ -73,6 +74,25 @@ const WorkerPlacement = Schema.Struct({
 
 const workerAliases: ReadonlyArray<FlodlAlias> = [{ flodl: "local_devices", key: "devices" }]
 
+/**
+ * flodl's worker keys for what cohort does not do. What a rank needs from two of them (a library path, a
+ * data directory) reaches it under cohort through the worker's env or the job's args.
+ */
+const workerOnly: ReadonlyArray<FlodlOnly> = [
+  {
+    flodl: "arch",
+    does: "the libtorch variant under path/libtorch/ that flodl puts on the ranks' LD_LIBRARY_PATH",
+    instead: "set LD_LIBRARY_PATH in this worker's env if its ranks need that library"
+  },
+  {
+    flodl: "data_path",
+    does: "the dataset root flodl hands this host's ranks as their data directory",
+    instead: "give your program the path in job.args or this worker's env"
+  },
+  { flodl: "docker", does: "the Docker image fdl probe takes NCCL from on this host" },
+  { flodl: "gpu_ram_share", does: "the share of host RAM flodl's data loader leaves an integrated GPU" }
+]
+
 /** `nccl_socket_ifname` (flodl's worker key): the ranks' NCCL_SOCKET_IFNAME there, unless `env:` sets it too. */
 const ncclSocketIfname = (field: Field, env: Readonly<Record<string, string>>, notes: Array<ConfigError>): Readonly<Record<string, string>> => {
   const given = field.get("nccl_socket_ifname")
@@ -96,7 +116,7 @@ const ncclSocketIfname = (field: Field, env: Readonly<Record<string, string>>, n
 const decodeWorker = (entry: Field, notes: Array<ConfigError>): Worker => {
   // An entry written with nothing is a mapping with no keys, its missing keys said at the list.
   const written = entry.present ? entry : new Field(entry.path, undefined, entry.source, entry.anchor)
-  const field = withFlodlKeys(written, workerAliases, notes)
+  const field = withoutFlodlOnly(withFlodlKeys(written, workerAliases, notes), workerOnly, notes)
   // nccl_socket_ifname is flodl's, read below: no key a worker has.
   const placement = field.attempt(() => decodeField(field.without(["nccl_socket_ifname"]), WorkerPlacement, { whenAbsent: {} }))
   // An entry that is no mapping has no keys to read: its one mistake is said above.

@@ -22,6 +22,19 @@ interface Source {
   readonly errors: Array<ConfigError>
 }
 
+/**
+ * Nodes a reader puts in place of the file's own (flodl's key names, read as cohort's: see `FlodlKeys`), and
+ * what the file wrote there: a mistake is said under the key's own name, with the value as written.
+ */
+const keysWritten = new WeakMap<Node, string>()
+const valuesWritten = new WeakMap<Node, string>()
+
+/** `key` stands for the key the file writes as `name`; `value`, when given, for the value it writes as `found`. */
+export const writtenAs = (key: Node, name: string, value?: { readonly node: Node; readonly found: string }): void => {
+  keysWritten.set(key, name)
+  if (value !== undefined) valuesWritten.set(value.node, value.found)
+}
+
 /** Thrown past a value that could not be read; its error is already recorded. */
 class Abandoned {}
 
@@ -59,6 +72,14 @@ export class Field {
     this.source.errors.push(new ConfigError({ file: this.source.file, path: this.path, line: pos?.line, col: pos?.col, problem }))
   }
 
+  /**
+   * Record a ConfigError about the file as a whole (a section it lacks), with no place: the top of the
+   * file is not where anything is wrong, and a place there would send the reader to look at it.
+   */
+  reportMissing(problem: string): void {
+    this.source.errors.push(new ConfigError({ file: this.source.file, path: "", line: undefined, col: undefined, problem }))
+  }
+
   /** An optional field: absent gives `fallback`; a bad value is reported and also gives `fallback`, so reading goes on. */
   readOr<A>(read: (field: Field) => A, fallback: A): A {
     return this.present ? this.attempt(() => read(this)) ?? fallback : fallback
@@ -82,6 +103,8 @@ export class Field {
   /** How the value reads to a person: `"lots"`, `12`, `a mapping`, `nothing`. */
   get found(): string {
     const node = this.node
+    const written = node === null || node === undefined ? undefined : valuesWritten.get(node)
+    if (written !== undefined) return written
     if (!this.present) return "nothing"
     if (isMap(node)) return "a mapping"
     if (isSeq(node)) return "a list"
@@ -117,7 +140,7 @@ export class Field {
         this.reportUnknownKey(key, known)
         continue
       }
-      fields[key as K] = new Field(this.child(key), pair.value as Node | null, this.source, keyNode)
+      fields[key as K] = new Field(this.childAt(key, keyNode), pair.value as Node | null, this.source, keyNode)
     }
     for (const key of known) {
       fields[key] ??= new Field(this.child(key), undefined, this.source, this.node)
@@ -147,7 +170,7 @@ export class Field {
     const pair = isMap(this.node) ? this.node.items.find((item) => isScalar(item.key) && String(item.key.value) === key) : undefined
     return pair === undefined
       ? new Field(this.child(key), undefined, this.source, this.node ?? this.anchor)
-      : new Field(this.child(key), pair.value as Node | null, this.source, pair.key as Node | null)
+      : new Field(this.childAt(key, pair.key as Node | null), pair.value as Node | null, this.source, pair.key as Node | null)
   }
 
   /** One item of a list (absent past its end, or when this is not a list). */
@@ -186,6 +209,11 @@ export class Field {
 
   has(key: string): boolean {
     return isMap(this.node) && this.node.items.some((item) => isScalar(item.key) && String(item.key.value) === key)
+  }
+
+  /** The path of `key`, under the name the file writes it with (see `writtenAs`). */
+  private childAt(key: string, keyNode: Node | null): string {
+    return this.child((keyNode === null ? undefined : keysWritten.get(keyNode)) ?? key)
   }
 
   child(key: string): string {
