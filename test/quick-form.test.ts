@@ -131,8 +131,9 @@ describe("what the quick form decodes to", () => {
     ["elastic:none", new Elastic({})],
     ["elastic:25%", new Elastic({ maxFailure: new Percent({ p: 25 }) })],
     ["elastic:2", new Elastic({ maxFailure: new Count({ n: 2 }) })],
-    ["restart", new Restart({ maxRestarts: 3, within: 600_000, backoff: new Backoff({ initial: 1_000, max: 30_000, factor: 2, jitter: 0.2 }), scope: "one" })],
-    ["restart:5", new Restart({ maxRestarts: 5, within: 600_000, backoff: new Backoff({ initial: 1_000, max: 30_000, factor: 2, jitter: 0.2 }), scope: "one" })]
+    // The quick form runs a command job with a fixed world: a restart restarts the group, as torchrun's does.
+    ["restart", new Restart({ maxRestarts: 3, within: 600_000, backoff: new Backoff({ initial: 1_000, max: 30_000, factor: 2, jitter: 0.2 }), scope: "all" })],
+    ["restart:5", new Restart({ maxRestarts: 5, within: 600_000, backoff: new Backoff({ initial: 1_000, max: 30_000, factor: 2, jitter: 0.2 }), scope: "all" })]
   ] as const)("--policy %p decodes to its strategy after formation, kill_all before", async (spec, strategy) => {
     const policy = policyOverride(spec) as Override
     const config = await decoded(input({ ranksPerHost: "2" }), [policy])

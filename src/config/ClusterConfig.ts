@@ -50,7 +50,8 @@ import { declaredRanks } from "./Devices.ts"
 import { decodeEnv } from "./Env.ts"
 import { decodeFailurePolicy, defaultFailurePolicy, type FailurePolicy } from "./FailurePolicy.ts"
 import { type FlodlOnly, withoutFlodlOnly } from "./FlodlKeys.ts"
-import { decodeJob, type Job } from "./Job.ts"
+import { restartsForFixedWorld } from "./FixedWorldRestarts.ts"
+import { decodeJob, isCoordinated, type Job } from "./Job.ts"
 import { decodeWorkers, type Worker } from "./Worker.ts"
 import { type ConfigErrors, type Field, parse } from "./Yaml.ts"
 
@@ -158,13 +159,14 @@ export const decodeCluster = (root: Field, fallbackName: string): ClusterConfig 
         "(with job.dataset_size), or after_formation: reject"
     )
   }
+  const failurePolicy = top.failure_policy.attempt(() => decodeFailurePolicy(top.failure_policy)) ?? defaultFailurePolicy
   return {
     name: top.name.readOr(runName, plainName(fallbackName)),
     controller,
     workers,
     env: top.env.readOr(decodeEnv, {}),
     job: job ?? { program: { _tag: "Entry", entry: "" }, args: [], backend: "cpu_sync", datasetSize: 0, epochs: 1, cadence: 8, checkpoint: undefined, outerOptimizer: undefined, asyncAlpha: 0.5 },
-    failurePolicy: top.failure_policy.attempt(() => decodeFailurePolicy(top.failure_policy)) ?? defaultFailurePolicy,
+    failurePolicy: job !== undefined && !isCoordinated(job) ? restartsForFixedWorld(failurePolicy, top.failure_policy, notes) : failurePolicy,
     // In document order, as the mistakes are.
     ...(notes.length === 0 ? {} : { notes: notes.sort((a, b) => (a.line ?? 0) - (b.line ?? 0) || (a.col ?? 0) - (b.col ?? 0)).map((note) => note.message) })
   }
