@@ -7,12 +7,23 @@
  * (`bun run launch -n 4 [options] -- program args`, see `QuickForm`). Valued
  * flags take their value as the next word or after `=` (`--nproc-per-node=4`),
  * and torchrun's underscore spelling `--nproc_per_node` is understood.
+ * torchrun's other flags get their cohort answer (`TorchrunFlags`), and an
+ * unknown option the known one it is nearest to (`DidYouMean`).
+ *
+ * The usage says the program as the user called it: `bun run launch` from
+ * the checkout, `cohort launch` installed (`ProgramName`).
  */
+import { didYouMean } from "./DidYouMean.ts"
+import { answer as torchrunAnswer, torchrunFlag, torchrunFlagNames } from "./TorchrunFlags.ts"
 
-export const usage = `usage: bun run launch <cluster.yml> [--dry-run] [--resume] [--sync]
-                  [--quiet] [-v] [--ranks 0,3] [--log-dir DIR] [--events FILE] [--raw-output]
-                  [--set PATH=VALUE]... [--policy POLICY] [--from-slurm] [-- ARGS...]
-       bun run launch --nproc-per-node N [--hosts A:N,B:N] [options] -- PROGRAM [ARGS...]
+/** The usage of the launch as `program` runs it (`bun run launch`, `cohort launch`). */
+export const usageOf = (program: string): string => {
+  // Under the first form's flags, as the script's usage has always been laid out.
+  const indent = " ".repeat(program.length + 4)
+  return `usage: ${program} <cluster.yml> [--dry-run] [--resume] [--sync]
+${indent}[--quiet] [-v] [--ranks 0,3] [--log-dir DIR] [--events FILE] [--raw-output]
+${indent}[--set PATH=VALUE]... [--policy POLICY] [--from-slurm] [-- ARGS...]
+       ${program} --nproc-per-node N [--hosts A:N,B:N] [options] -- PROGRAM [ARGS...]
 
 Runs the job of a cluster file: one port, an agent per host, a rank per device,
 supervised under the file's failure_policy.
@@ -32,7 +43,7 @@ supervised under the file's failure_policy.
   --set PATH=VALUE change the file before it is read, checked like the file: --set job.epochs=20,
                    --set failure_policy.grace=10s, --set 'job.args=[lr=0.1]' (repeatable)
   --policy POLICY  failure_policy.after_formation: kill_all, elastic, elastic:25%, elastic:2,
-                   restart or restart:3 (at most 3 restarts)
+                   restart or restart:3 (at most 3 restarts; torchrun's --max-restarts 3)
   --from-slurm     inside a Slurm allocation: the workers are its nodes (SLURM_JOB_NODELIST),
                    with SLURM_NTASKS_PER_NODE ranks each (one per GPU with SLURM_GPUS_ON_NODE)
   -- ARGS...       appended to job.args (a command: job's argv, an entry: job's ctx.args)
@@ -42,14 +53,20 @@ Without a file (torchrun's and mpirun's spelling), a command: job under the defa
   -n, --nproc-per-node N   ranks on this machine (gpu: one per GPU)
   --hosts A:N,B:N          ranks on those hosts instead, reached over ssh in this checkout's path
   -- PROGRAM [ARGS...]     what every rank runs; --dry-run prints the cluster file it stands for
+torchrun's --standalone, --nnodes, --rdzv-*, --master-* and --node-rank are answered with
+what to use instead.
 
 While it runs: a live page at http://<its address>/ , metrics at /metrics, and
-\`bun run status\` in this directory.
+\`${program.replace(/launch$/, "status")}\` in this directory.
 
 Exit status: 0 completed (also DEGRADED), 1 failed, 2 bad input; stopped by a signal:
 129 SIGHUP, 130 SIGINT, 143 SIGTERM.
-Examples: bun run launch examples/local.yml
-          bun run launch --nproc-per-node 4 -- python3 train.py --lr 0.1`
+Examples: ${program} examples/local.yml
+          ${program} --nproc-per-node 4 -- python3 train.py --lr 0.1`
+}
+
+/** The usage as the checkout's script says it. */
+export const usage = usageOf("bun run launch")
 
 export interface LaunchArgs {
   /** The cluster file; undefined for the quick form. */
@@ -102,9 +119,22 @@ const valued: Record<string, string> = {
   "--hosts": "--hosts"
 }
 
-/** Read `bun run launch`'s arguments (the process's, after the script's name). */
-export const parseLaunchArgs = (argv: ReadonlyArray<string>): Parsed => {
+/** Every flag by the spelling the usage gives, for "did you mean": cohort's own, then torchrun's. */
+const knownFlags: ReadonlyArray<string> = [
+  ...Object.keys(switches),
+  ...Object.keys(valued).filter((spelling) => !spelling.includes("_")),
+  "--help",
+  "-h",
+  ...torchrunFlagNames
+]
+
+/**
+ * Read the launch's arguments (the process's, after the script's name); `program` is how the user ran it,
+ * for the usage and the examples in a refusal.
+ */
+export const parseLaunchArgs = (argv: ReadonlyArray<string>, program = "bun run launch"): Parsed => {
   const refuse = (problem: string): Parsed => ({ _tag: "Refused", problem })
+  const usage = usageOf(program)
   const dashes = argv.indexOf("--")
   const own = dashes === -1 ? argv : argv.slice(0, dashes)
   const rest = dashes === -1 ? undefined : argv.slice(dashes + 1)
@@ -113,27 +143,48 @@ export const parseLaunchArgs = (argv: ReadonlyArray<string>): Parsed => {
   const values = new Map<string, string>()
   const sets: Array<string> = []
   const files: Array<string> = []
+  /** torchrun's flags as given, answered once the whole line is read (`--nnodes 1` agrees with `-n 4` alone). */
+  const torchrun: Array<{ readonly name: string; readonly value: string | undefined }> = []
   for (let i = 0; i < own.length; i++) {
     const arg = own[i]!
     const equals = arg.startsWith("--") ? arg.indexOf("=") : -1
     const name = equals === -1 ? arg : arg.slice(0, equals)
-    if (switches[arg] !== undefined) flags[switches[arg]] = true
-    else if (valued[name] !== undefined) {
+    const torchrunOwn = torchrunFlag(name)
+    if (Object.hasOwn(switches, arg)) flags[switches[arg]!] = true
+    else if (torchrunOwn !== undefined) {
+      if (torchrunOwn.takes === "switch" && equals !== -1) return refuse(`${name} takes no value (got ${arg})`)
+      // A value that looks like a flag is the next flag: the answer then says what the value should have been.
+      const next = own[i + 1]
+      const value = torchrunOwn.takes === "switch" ? undefined : equals !== -1 ? arg.slice(equals + 1) : next !== undefined && !next.startsWith("-") ? own[++i] : undefined
+      torchrun.push({ name: torchrunOwn.name, value })
+    } else if (Object.hasOwn(valued, name)) {
       const flag = valued[name]!
       const value = equals === -1 ? own[++i] : arg.slice(equals + 1)
       if (value === undefined || (equals === -1 && value.startsWith("--"))) return refuse(`${name} needs a value\n\n${usage}`)
       if (flag === "--set") sets.push(value)
       else if (values.has(flag)) return refuse(`${flag} is given twice (${values.get(flag)} and ${value}): give it once`)
       else values.set(flag, value)
-    } else if (arg.startsWith("-")) return refuse(`unknown option ${arg}\n\n${usage}`)
+    } else if (arg.startsWith("-")) return refuse(`unknown option ${arg}${didYouMean(name, knownFlags)}\n\n${usage}`)
     else files.push(arg)
+  }
+
+  let policy = values.get("--policy")
+  for (const { name, value } of torchrun) {
+    const reply = torchrunAnswer(name, value, { file: files.length > 0, hosts: values.get("--hosts"), fromSlurm: flags.fromSlurm })
+    if (reply._tag === "Refused") return refuse(reply.problem)
+    if (reply._tag === "Policy") {
+      if (policy !== undefined) {
+        return refuse(`${name} ${value} stands for --policy ${reply.policy}, and the policy is given already (--policy ${policy}): give one of them`)
+      }
+      policy = reply.policy
+    }
   }
 
   const quick = values.has("--nproc-per-node") || values.has("--hosts")
   if (quick && files.length > 0) {
     return refuse(
       rest === undefined
-        ? `${values.has("--hosts") ? "--hosts" : "--nproc-per-node"} runs a program without a cluster file: put the program after --, like  bun run launch -n 4 -- ${files.join(" ")}`
+        ? `${values.has("--hosts") ? "--hosts" : "--nproc-per-node"} runs a program without a cluster file: put the program after --, like  ${program} -n 4 -- ${files.join(" ")}`
         : `${values.has("--hosts") ? "--hosts" : "--nproc-per-node"} is for a run without a cluster file; with ${files[0]}, say the ranks in its workers (or --set workers[0].devices=4)`
     )
   }
@@ -143,7 +194,7 @@ export const parseLaunchArgs = (argv: ReadonlyArray<string>): Parsed => {
   if (values.has("--hosts") && flags.fromSlurm) return refuse("--hosts and --from-slurm both say the workers: give one of them")
   const withoutFile = quick || flags.fromSlurm
   if (files.length === 0 && withoutFile && (rest === undefined || rest.length === 0)) {
-    return refuse(`without a cluster file, give the program every rank runs after --, like  bun run launch --nproc-per-node 4 -- python3 train.py\n\n${usage}`)
+    return refuse(`without a cluster file, give the program every rank runs after --, like  ${program} --nproc-per-node 4 -- python3 train.py\n\n${usage}`)
   }
   if (files.length === 0 && !withoutFile) return refuse(`no cluster file given\n\n${usage}`)
   if (files.length > 1) return refuse(`one cluster file at a time, got ${files.join(", ")}\n\n${usage}`)
@@ -162,7 +213,7 @@ export const parseLaunchArgs = (argv: ReadonlyArray<string>): Parsed => {
       logDir: values.get("--log-dir"),
       events: values.get("--events"),
       sets,
-      policy: values.get("--policy"),
+      policy,
       ranksPerHost: values.get("--nproc-per-node"),
       hosts: values.get("--hosts"),
       rest

@@ -39,10 +39,14 @@ import { saltFromHex } from "../wire/Keys.ts"
 import { printableLine } from "../wire/Printable.ts"
 import * as Log from "./logger.ts"
 import * as TurnWriter from "./TurnWriter.ts"
+import { didYouMean } from "./DidYouMean.ts"
 import { entryPoints } from "./entryPoints.ts"
+import { invokedAs } from "./ProgramName.ts"
 
-const usage = `usage: bun run agent --controller HOST:PORT [--host NAME] [--devices N|I,J|all] [--path DIR]
-                     [--salt-file FILE | --salt-stdin] [--persist] [--local-output]
+/** `bun run agent`, or `cohort agent` installed: the usage says it as the user ran it. */
+const invoked = invokedAs("agent")
+const usage = `usage: ${invoked} --controller HOST:PORT [--host NAME] [--devices N|I,J|all] [--path DIR]
+${" ".repeat(invoked.length + 8)}[--salt-file FILE | --salt-stdin] [--persist] [--local-output]
 
 Joins the run of the launcher at HOST:PORT with this machine's devices and runs the ranks it is given.
 
@@ -87,7 +91,7 @@ const fromArguments = (args: ReadonlyArray<string>): ByHand => {
       const value = args[++i]
       if (value === undefined || value.startsWith("--")) fail(`${arg} needs a value\n\n${usage}`)
       values.set(arg, value!)
-    } else fail(`unknown argument ${arg}\n\n${usage}`)
+    } else fail(`unknown argument ${arg}${didYouMean(arg, [...valued.filter((flag) => flag !== "--tag"), "--persist", "--salt-stdin", "--local-output", "--help"])}\n\n${usage}`)
   }
   const controllerText = values.get("--controller") ?? fail(`--controller HOST:PORT is required\n\n${usage}`)
   const controller = parseEndpoint(controllerText)

@@ -19,13 +19,14 @@
  * `loadCluster`). `launch.ts` next to this file runs this program from
  * cohort's bundle (`bundle.ts`), where the library is part of the same file.
  */
-import { existsSync, readlinkSync } from "node:fs"
+import { existsSync, readlinkSync, realpathSync } from "node:fs"
 import { hostname } from "node:os"
 import { join, relative, resolve } from "node:path"
 import type { Plan } from "../launcher/run/Plan.ts"
 import type { Strategy } from "../kernel/policy/Strategy.ts"
-import { parseLaunchArgs, usage } from "./LaunchArgs.ts"
+import { parseLaunchArgs, usageOf } from "./LaunchArgs.ts"
 import { checkEventsFile, checkLogDir, makeLogDir } from "./OutputPaths.ts"
+import { invokedAs } from "./ProgramName.ts"
 import { argsOverride, type Override, parseSet } from "./Overrides.ts"
 import { parseRanksPerHost, policyOverride, quickForm, slurmOverrides } from "./QuickForm.ts"
 import { make as makeConsole, summaryTable } from "./RunConsole.ts"
@@ -44,10 +45,12 @@ const fail = (message: string): never => {
   process.exit(2)
 }
 
+/** How the user ran this program (`bun run launch`, or `cohort launch` installed): said back in the usage and the hints. */
+const program = invokedAs("launch")
 const argv = process.argv.slice(2)
-const parsed = parseLaunchArgs(argv)
+const parsed = parseLaunchArgs(argv, program)
 if (parsed._tag === "Help") {
-  console.log(usage)
+  console.log(usageOf(program))
   process.exit(0)
 }
 if (parsed._tag === "Refused") fail(parsed.problem)
@@ -86,6 +89,22 @@ const missingFile = (file: string): string => {
   return `${file}: no such file (looked for ${tried})${hint}`
 }
 if (args.file !== undefined && !existsSync(args.file)) problems.push(missingFile(args.file))
+
+const samePlace = (a: string, b: string): boolean => {
+  try {
+    return realpathSync(a) === realpathSync(b)
+  } catch {
+    return resolve(a) === resolve(b)
+  }
+}
+// --sync copies cohort's own folder over every ssh host's path (rsync --delete). Run from the checkout, that folder
+// is the launch's; an installed cohort (`cohort launch` in a project) would put its package in place of the project.
+if (args.sync && !samePlace(process.cwd(), repoRoot)) {
+  problems.push(
+    `--sync copies cohort's own folder (${repoRoot}) to every ssh host's path, but this launch runs in ${process.cwd()}: ` +
+      "it would replace what is there with cohort's files. Copy your project to the hosts yourself (rsync), or use --sync from a cohort checkout"
+  )
+}
 
 const shortName = hostname().split(".")[0]!
 const isThisMachine = (name: string) => name === "localhost" || name === hostname() || name === shortName
@@ -152,7 +171,7 @@ const shellWord = (word: string) => (/^[\w@%+=:,./-]+$/.test(word) ? word : `'${
 const resumeCommand = (): string => {
   const dashes = argv.indexOf("--")
   const words = dashes === -1 ? [...argv, "--resume"] : [...argv.slice(0, dashes), "--resume", ...argv.slice(dashes)]
-  return `bun run launch ${words.filter((word, index) => word !== "--resume" || index === words.lastIndexOf("--resume")).map(shellWord).join(" ")}`
+  return `${program} ${words.filter((word, index) => word !== "--resume" || index === words.lastIndexOf("--resume")).map(shellWord).join(" ")}`
 }
 
 // Stops are listened for before the launcher loads: a Ctrl-C during start-up is not lost.
@@ -200,8 +219,8 @@ const main = async (): Promise<never> => {
     const file = await cohort.clusterDocument(input, { overrides }).catch(refuse)
     const typed = argv.filter((word, index) => word !== "--dry-run" || index > argv.indexOf("--"))
     console.log([
-      `# The cluster file of: bun run launch ${typed.map(shellWord).join(" ")}`,
-      "# Save it (this output, > cluster.yml) and run it with: bun run launch cluster.yml",
+      `# The cluster file of: ${program} ${typed.map(shellWord).join(" ")}`,
+      `# Save it (this output, > cluster.yml) and run it with: ${program} cluster.yml`,
       file.trimEnd(),
       ...(planned.plan === undefined ? [] : ["# The plan:", ...planned.plan.split("\n").map((line) => `#   ${line}`)])
     ].join("\n"))

@@ -32,8 +32,13 @@
 import { join } from "node:path"
 import type { RunState } from "../launcher/view/RunView.ts"
 import { isLive, readEntries, type RunEntry } from "../launcher/run/RunEntries.ts"
+import { didYouMean } from "./DidYouMean.ts"
+import { invokedAs } from "./ProgramName.ts"
 
-const usage = `usage: bun run status [HOST:PORT] [--run ID] [--json] [--watch] [--start]
+/** `bun run status`, or `cohort status` installed: the usage and the hints say it as the user ran it. */
+const invoked = invokedAs("status")
+
+const usage = `usage: ${invoked} [HOST:PORT] [--run ID] [--json] [--watch] [--start]
 
 Shows a running launcher's state: phase, training, every rank, the deaths, the verdict.
 
@@ -53,7 +58,7 @@ it is the page URL's ?token= (other local users can read a command line: prefer
 COHORT_PAGE_TOKEN), else COHORT_PAGE_TOKEN, else the entry of this checkout's run on that port.
 
 Exit status: 0 shown, 1 no launcher answered or no run found, 2 bad arguments, 130 interrupted.
-Example: bun run status 127.0.0.1:41235 --watch`
+Example: ${invoked} 127.0.0.1:41235 --watch`
 
 const FETCH_TIMEOUT_MS = 2_000
 const WATCH_INTERVAL_MS = 1_000
@@ -127,7 +132,7 @@ for (let i = 0; i < args.length; i++) {
     const value = args[++i]
     if (value === undefined || value.startsWith("-")) badArguments("--run needs a run id (name-pid) or name")
     runName = value
-  } else if (arg.startsWith("-")) badArguments(`unknown option ${arg}`)
+  } else if (arg.startsWith("-")) badArguments(`unknown option ${arg}${didYouMean(arg, ["--run", "--json", "--watch", "--start", "--help"])}`)
   else positional.push(arg)
 }
 if (positional.length > 1) badArguments(`one launcher at a time, got ${positional.join(", ")}`)
@@ -214,7 +219,7 @@ const findRun = (): Found => {
       // Which one is meant is the user's to say: a table or a stream of the wrong run would mislead.
       if (!json && !watch && !start) {
         process.stdout.write(`${runList(running)}\n`)
-        say(`${running.length} runs are running here: bun run status --run ID shows one`)
+        say(`${running.length} runs are running here: ${invoked} --run ID shows one`)
         process.exit(0)
       }
       badChoice(`${running.length} runs are running here: choose one with --run ID`, running)
@@ -260,7 +265,7 @@ const address = addressOf(target)
 const url = `http://${address}/state.json`
 /** The page token goes in a header: a URL's query ends up in logs. */
 const pageHeaders: Record<string, string> = pageToken === undefined ? {} : { Authorization: `Bearer ${pageToken}` }
-const NO_TOKEN = "give the page URL the launcher printed (live page: …?token=…) or set COHORT_PAGE_TOKEN, or run bun run status in the folder the launch was started from"
+const NO_TOKEN = `give the page URL the launcher printed (live page: …?token=…) or set COHORT_PAGE_TOKEN, or run ${invoked} in the folder the launch was started from`
 
 // ---- asking the launcher
 
@@ -320,7 +325,7 @@ const ask = async (): Promise<Answer> => {
 
 /** A run state this version cannot read: shown anyway, it would mislead, and asking again will not change it. */
 const unreadable = (problem: string): never =>
-  fail(1, `${address} answered a run state this status cannot read (${problem})${origin}: its launcher is of another cohort version; run bun run status from the checkout that started it`)
+  fail(1, `${address} answered a run state this status cannot read (${problem})${origin}: its launcher is of another cohort version; run ${invoked} from the checkout that started it`)
 
 const startingMessage = `the run at ${address} is still starting: it has no state to show yet`
 
