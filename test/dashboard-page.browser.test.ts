@@ -105,6 +105,8 @@ const training: RunState = {
   ranks: [0, 1, 2, 3, 4, 5, 6, 7].map((n) =>
     n === 5 ? rank(5, { pid: 4005, state: "dead", exit: "signal SIGKILL", startedAt: t0 + 9_000, endedAt: t0 + 25_000 })
     : n === 2 ? { ...running(2), restarts: 1, exit: "status 1" }
+    // Its own latest report (ctx.progress(…, loss=…, val_acc=…)); a user-chosen name is text, never markup.
+    : n === 0 ? { ...running(0), metrics: { loss: 0.2345, val_acc: 0.9125, "<i>gain</i>": 1234.5 } }
     : running(n)
   ),
   deaths: [death],
@@ -302,6 +304,14 @@ describe.skipIf(unavailable !== undefined)("dashboard page in chromium", () => {
       expect(await textOf(page, "rate")).toContain("samples/s")
       expect(await textOf(page, "metrics")).toContain("loss 0.1234")
       expect(await textOf(page, "metrics")).toContain("accuracy 93.12%")
+      // Each rank's own figures in its cell, beside the averages: rank 0 reported some, rank 1 none.
+      expect(await page.locator('[data-testid="rank-0"] [data-testid="rankmetrics"] .metric').allTextContents()).toEqual([
+        "loss 0.2345",
+        "val_acc 91.25%",
+        "<i>gain</i> 1,235"
+      ])
+      expect(await page.locator('[data-testid="rank-0"] [data-testid="rankmetrics"] i').count()).toBe(0)
+      expect(await page.locator('[data-testid="rank-1"] [data-testid="rankmetrics"]').count()).toBe(0)
       expect(await page.getByTestId("throughput").getAttribute("data-points")).toBe("40")
       const line = await page.locator('[data-testid="throughput"] polyline').getAttribute("points")
       expect(line?.trim().split(/\s+/).length).toBe(40)

@@ -55,7 +55,11 @@ const training = (samplesPerSec: number | null, windowRemainingMs: number | null
   training: { epoch: 1, epochs: 3, samplesDone: 300, datasetSize: 900, samplesPerSec, metrics: { loss: 0.5 } }
 })
 
-const noLatency = Metrics.latencyHistogram()
+/** A Python or command job's: its ranks do not time their all-reduce calls. */
+const noLatency = Metrics.latencyHistogram(false)
+/** An entry: job's, before any reduction was reported: a measured histogram of none. */
+const entryLatency = Metrics.latencyHistogram()
+entryLatency.measuredByRanks(true)
 
 const header = (window: string) => `# HELP cohort_world_size Ranks in the world (declared until it forms; every rank the run has had once it grows).
 # TYPE cohort_world_size gauge
@@ -82,7 +86,7 @@ cohort_joined_ranks{run="demo"} 2
 # HELP cohort_joined_hosts Hosts admitted by the join window.
 # TYPE cohort_joined_hosts gauge
 cohort_joined_hosts{run="demo"} 1
-# HELP cohort_join_window_remaining_seconds Time left in the join window (frozen once it closed).
+# HELP cohort_join_window_remaining_seconds Time left in the join window while the run waits for its world; 0 once the world formed.
 # TYPE cohort_join_window_remaining_seconds gauge
 ${window}# HELP cohort_deaths_total Ranks lost.
 # TYPE cohort_deaths_total counter
@@ -121,11 +125,17 @@ ${rate}# HELP cohort_metric The ranks' reported metrics, averaged.
 cohort_metric{run="demo",name="loss"} 0.5
 `
 
-const wireAndLatency = `# HELP cohort_frames_total Frames through the launcher's links.
+const wire = `# HELP cohort_frames_total Frames through the launcher's links.
 # TYPE cohort_frames_total counter
 # HELP cohort_bytes_total Bytes through the launcher's links (framing included).
 # TYPE cohort_bytes_total counter
-# HELP cohort_allreduce_latency_seconds Latency of the ranks' all-reduce calls, as they measure it.
+`
+
+/** A Python or command job: the family left out, and why, on a comment line. */
+const latencyNotMeasured =
+  "# cohort_allreduce_latency_seconds: not measured for this job (its ranks are python/command ranks, whose all-reduce calls cohort does not time)\n"
+
+const wireAndLatency = `${wire}# HELP cohort_allreduce_latency_seconds Latency of the ranks' all-reduce calls, as they measure it.
 # TYPE cohort_allreduce_latency_seconds histogram
 cohort_allreduce_latency_seconds_bucket{run="demo",le="0.0005"} 0
 cohort_allreduce_latency_seconds_bucket{run="demo",le="0.001"} 0
@@ -163,19 +173,80 @@ cohort_rank_gpu_memory_bytes{run="demo",rank="1",host="gpu1",device="1"} 1024
 ${utilization}`
 
 describe("/metrics prints no sample for what was not measured", () => {
-  test("measured: the join window, samples/s and the whole GPU's utilisation have their samples; the MIG slice's utilisation has none", () => {
-    expect(Metrics.render(training(600, 12_500), noLatency, new Map())).toBe(
-      header(`cohort_join_window_remaining_seconds{run="demo"} 12.5\n`) +
+  test("measured (an entry: job): samples/s, the all-reduce histogram and the whole GPU's utilisation have their samples; the MIG slice's utilisation has none", () => {
+    expect(Metrics.render(training(600, 12_500), entryLatency, new Map())).toBe(
+      // Formed: the window is closed, whatever it had left when the world formed.
+      header(`cohort_join_window_remaining_seconds{run="demo"} 0\n`) +
         epoch(`cohort_samples_per_second{run="demo"} 600\n`) +
         wireAndLatency +
         resources(`cohort_rank_gpu_utilization_ratio{run="demo",rank="0",host="gpu1",device="0"} 0.75\n`)
     )
   })
 
-  test("not measured: no join window yet and no samples/s yet print no sample, only the families' HELP and TYPE", () => {
+  test("not measured (a Python job): no samples/s yet prints no sample; the all-reduce histogram is left out, said on a comment line", () => {
     expect(Metrics.render(training(null, null), noLatency, new Map())).toBe(
-      header("") + epoch("") + wireAndLatency + resources(`cohort_rank_gpu_utilization_ratio{run="demo",rank="0",host="gpu1",device="0"} 0.75\n`)
+      header(`cohort_join_window_remaining_seconds{run="demo"} 0\n`) + epoch("") + wire + latencyNotMeasured +
+        resources(`cohort_rank_gpu_utilization_ratio{run="demo",rank="0",host="gpu1",device="0"} 0.75\n`)
     )
+  })
+
+  test("the join window's gauge: its time left while the run waits, no sample before its first countdown, 0 once the world formed", () => {
+    const cases: ReadonlyArray<readonly [RunState["phase"], number | null, string]> = [
+      ["waiting", 12_500, `cohort_join_window_remaining_seconds{run="demo"} 12.5\n`],
+      ["waiting", 0, `cohort_join_window_remaining_seconds{run="demo"} 0\n`],
+      ["waiting", null, ""],
+      // The trial's reading: 59.994 s frozen at formation, shown mid-training as if the window were open.
+      ["forming", 59_994, `cohort_join_window_remaining_seconds{run="demo"} 0\n`],
+      ["training", 59_994, `cohort_join_window_remaining_seconds{run="demo"} 0\n`],
+      ["done", 59_994, `cohort_join_window_remaining_seconds{run="demo"} 0\n`],
+      ["failed", null, `cohort_join_window_remaining_seconds{run="demo"} 0\n`]
+    ]
+    for (const [phase, windowRemainingMs, line] of cases) {
+      const text = Metrics.render({ ...training(600, windowRemainingMs), phase }, noLatency, new Map())
+      const family = text.split("# TYPE cohort_join_window_remaining_seconds gauge\n")[1]!.split("# HELP cohort_deaths_total")[0]
+      expect([phase, windowRemainingMs, family]).toEqual([phase, windowRemainingMs, line])
+    }
+  })
+
+  test("before the job's kind is said: the histogram of no calls while the run waits and forms, left out once it trains", () => {
+    const cases: ReadonlyArray<readonly [RunState["phase"], boolean]> = [["waiting", true], ["forming", true], ["training", false], ["done", false], ["failed", false]]
+    for (const [phase, histogram] of cases) {
+      const text = Metrics.render({ ...training(600, null), phase }, Metrics.latencyHistogram(), new Map())
+      expect([phase, text.includes('\ncohort_allreduce_latency_seconds_count{run="demo"} 0\n'), text.includes(latencyNotMeasured)]).toEqual([phase, histogram, !histogram])
+    }
+  })
+
+  test("an entry: job's reported latencies: cumulative buckets, their sum and count", () => {
+    // Said by the reports alone: a call reported is a measurement, whatever was said of the job.
+    const latency = Metrics.latencyHistogram(false)
+    // 3 calls under 0.5 ms, 1 under 2.5 ms, 1 over 10 s: bucket by bucket (not cumulative), then the sum.
+    latency.add({ counts: [3, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1], sum: 12.5 })
+    const text = Metrics.render(training(600, null), latency, new Map())
+    expect(text).toContain(
+      'cohort_allreduce_latency_seconds_bucket{run="demo",le="0.001"} 3\ncohort_allreduce_latency_seconds_bucket{run="demo",le="0.0025"} 4\n'
+    )
+    expect(text).toContain(
+      'cohort_allreduce_latency_seconds_bucket{run="demo",le="10"} 4\ncohort_allreduce_latency_seconds_bucket{run="demo",le="+Inf"} 5\n' +
+        'cohort_allreduce_latency_seconds_sum{run="demo"} 12.5\ncohort_allreduce_latency_seconds_count{run="demo"} 5\n'
+    )
+    expect(text).not.toContain("not measured")
+  })
+
+  test("each rank's own metrics, by rank and name (names escaped); a rank that reported none has no line", () => {
+    const state: RunState = {
+      ...training(600, null),
+      ranks: [
+        { ...rank(0, "0", null, null), resources: null, metrics: { loss: 0.25, val_acc: 0.875 } },
+        { ...rank(1, "1", null, null), resources: null, metrics: { "top\"5\"": 1 } },
+        { ...rank(2, "2", null, null), resources: null }
+      ]
+    }
+    expect(Metrics.render(state, noLatency, new Map()).split(latencyNotMeasured)[1]).toBe(`# HELP cohort_rank_metric A rank's latest reported metric (ctx.progress), by name.
+# TYPE cohort_rank_metric gauge
+cohort_rank_metric{run="demo",rank="0",name="loss"} 0.25
+cohort_rank_metric{run="demo",rank="0",name="val_acc"} 0.875
+cohort_rank_metric{run="demo",rank="1",name="top\\"5\\""} 1
+`)
   })
 
   test("a measured zero is still printed: a join window closed at 0 s left, 0 samples/s, an idle GPU", () => {

@@ -71,6 +71,10 @@ const lines: { readonly [Kind in RunEvent["event"]]: readonly [line: string, eve
     `{"event":"progress","at":1020,"epoch":1,"epochs":5,"samplesDone":640,"datasetSize":20000,"samplesPerSec":null,"metrics":{"loss":0.25}}`,
     { event: "progress", at: 1020, epoch: 1, epochs: 5, samplesDone: 640, datasetSize: 20000, samplesPerSec: null, metrics: { loss: 0.25 } }
   ],
+  rank_metrics: [
+    `{"event":"rank_metrics","at":1021,"ranks":[{"rank":0,"metrics":{"loss":0.25,"val_acc":0.9}},{"rank":1,"metrics":{}}]}`,
+    { event: "rank_metrics", at: 1021, ranks: [{ rank: 0, metrics: { loss: 0.25, val_acc: 0.9 } }, { rank: 1, metrics: {} }] }
+  ],
   epoch_done: [
     // A diverged loss: JSON.stringify writes NaN as null.
     `{"event":"epoch_done","at":1021,"epoch":1,"epochs":5,"seconds":2.5,"samples":20000,"metrics":{"loss":null,"accuracy":0.9}}`,

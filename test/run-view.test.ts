@@ -2,6 +2,8 @@
  * RunView: a run's story, event by event, and the state each step leaves.
  */
 import { describe, expect, test } from "bun:test"
+import * as Either from "effect/Either"
+import { decodeRunState } from "../src/launcher/view/RunStateSchema.ts"
 import * as RunView from "../src/launcher/view/RunView.ts"
 
 const story: ReadonlyArray<RunView.RunEvent> = [
@@ -38,6 +40,20 @@ const story: ReadonlyArray<RunView.RunEvent> = [
 const replay = (events: ReadonlyArray<RunView.RunEvent>) => events.reduce(RunView.apply, RunView.initial("demo", 0))
 
 describe("RunView", () => {
+  test("each rank's own metrics: a report replaces the rank's last one whole; others keep theirs; /state.json gives them back", () => {
+    const training = replay(story.slice(0, 18))
+    const once = RunView.apply(training, { event: "rank_metrics", at: 2_550, ranks: [{ rank: 0, metrics: { loss: 0.5, val_acc: 0.75 } }, { rank: 2, metrics: { loss: 0.25 } }] })
+    const twice = RunView.apply(once, { event: "rank_metrics", at: 3_050, ranks: [{ rank: 0, metrics: { val_acc: 0.875 } }] })
+    expect(twice.ranks.map((rank) => [rank.rank, rank.metrics])).toEqual([[0, { val_acc: 0.875 }], [1, undefined], [2, { loss: 0.25 }]])
+    // A rank's metrics go out as JSON and come back decoded (a NaN as JSON's null, read back as NaN).
+    const served = JSON.parse(JSON.stringify(RunView.apply(twice, { event: "rank_metrics", at: 3_100, ranks: [{ rank: 1, metrics: { loss: Number.NaN } }] })))
+    const decoded = decodeRunState(served)
+    expect(Either.isRight(decoded)).toBe(true)
+    if (Either.isRight(decoded)) expect(decoded.right.ranks.map((rank) => [rank.rank, rank.metrics])).toEqual([[0, { val_acc: 0.875 }], [1, { loss: Number.NaN }], [2, { loss: 0.25 }]])
+    // Too frequent for the events file, like progress.
+    expect(RunView.isEphemeral({ event: "rank_metrics", at: 1, ranks: [] })).toBe(true)
+  })
+
   test("the join window: declared hosts, who joined, the countdown while waiting", () => {
     const waiting = replay(story.slice(0, 7))
     expect(waiting).toMatchObject({ phase: "waiting", world: 3, joinedRanks: 3, joinedHosts: 2, windowRemainingMs: 29_500, capRemainingMs: 59_500 })

@@ -16,7 +16,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 from . import _state
 from ._envelope import Envelope, death_patience_s
 from ._errors import CohortError, Stopped
-from ._groups import GroupKeeper, trace
+from ._groups import GroupKeeper, StepLines, trace
 from ._protected import check_op
 from ._relay import Orders, RelayLink
 
@@ -27,6 +27,40 @@ _CUT_ORDER_WAIT_S = 1.0
 _SAVE_ANSWER_WAIT_S = 5.0
 #: Why the rank stops when SIGTERM came first, before any word from cohort (shown as "cohort is stopping this rank: …").
 TERM_REASON = "it received SIGTERM"
+
+
+#: What a report's metrics may hold to be shown (the page, /state.json, /metrics), as src/rank/ReportedMetrics.ts
+#: says for TypeScript ranks: at most METRICS_MAX names of 1 to METRIC_NAME_MAX characters, finite numbers. The
+#: rest is dropped here, with a warning: JSON has no NaN (Python's json writes a bare NaN, which the relay cannot
+#: read, and it would close the rank's link), and a report refused as a whole would lose its samples.
+METRICS_MAX = 16
+METRIC_NAME_MAX = 64
+
+
+def bounded_metrics(metrics: Dict[str, Any]) -> Tuple[Dict[str, float], List[Tuple[str, str]]]:
+    """The metrics within the bounds (the first METRICS_MAX valid ones, in the order given), and (name, why) for the rest."""
+    import math
+
+    kept: Dict[str, float] = {}
+    dropped: List[Tuple[str, str]] = []
+    for name, value in metrics.items():
+        if not isinstance(name, str) or not 1 <= len(name) <= METRIC_NAME_MAX:
+            shown = str(name)
+            dropped.append((shown[:METRIC_NAME_MAX] + ("…" if len(shown) > METRIC_NAME_MAX else ""),
+                            f"its name has {len(shown)} characters (1 to {METRIC_NAME_MAX})"))
+            continue
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            dropped.append((name, f"its value {value!r} is not a number"))
+            continue
+        if not math.isfinite(number):
+            dropped.append((name, f"its value {number} is not a finite number"))
+        elif len(kept) >= METRICS_MAX:
+            dropped.append((name, f"a report shows at most {METRICS_MAX} metrics"))
+        else:
+            kept[name] = number
+    return kept, dropped
 
 
 def take(ranges: Sequence[Tuple[int, int]], skip: int, count: int) -> List[int]:
@@ -182,6 +216,9 @@ class Context:
         self._first_epoch = int((orders.welcome or {}).get("firstEpoch", 1))
         self._epoch: Optional[int] = None
         self._done = 0
+        #: The per-step trace lines, rate-limited under -v (StepLines); metric names already warned of (progress).
+        self._step_lines = StepLines()
+        self._warned_metrics: set = set()
         #: What ctx.watch keeps in step: each model, its optimizer, and the optimizer's own step (unsynced).
         self._watched: List[Tuple[Any, Any, Any]] = []
         #: The batch of the step under way (its size weighs this rank's gradients), and whether its all-reduce failed.
@@ -433,11 +470,12 @@ class Context:
                 self._orders.wait(lambda: self._orders.stop_reason is not None or self._orders.finished)
                 self._check_alive()
                 return
-            trace(f"rank {self.rank} epoch {epoch} gen {groups.generation}: batch {len(batch)} flags {flags.tolist()}")
             if not anyone_has_work and not anyone_before_end:
                 # Every member saw the epoch end. A newer group waits for the next epoch: a rank entering at the
                 # boundary is welcomed once this epoch's checkpoint is offered, after this loop.
+                self._step_lines.epoch_end(self.rank, epoch)
                 return
+            self._step_lines.step(epoch, f"rank {self.rank} epoch {epoch} gen {groups.generation}: batch {len(batch)} flags {flags.tolist()}")
             if newest > groups.generation:
                 # A member knows of a newer group: everyone forms it at the top of the next step.
                 self._orders.wait(lambda: groups.known_generation() >= newest, patience)
@@ -576,9 +614,23 @@ class Context:
         self._done += samples
         report: Dict[str, Any] = {"_tag": "Progress", "epoch": self._epoch, "done": self._done}
         if metrics:
-            report["metrics"] = {k: float(v) for k, v in metrics.items()}
+            kept, dropped = bounded_metrics(metrics)
+            for name, why in dropped:
+                self._warn_metric(name, why)
+            if kept:
+                report["metrics"] = kept
         self._link.report(report)
         return True
+
+    def _warn_metric(self, name: str, why: str) -> None:
+        """A metric left out of a report, said once per name (a few dozen names at most: the warnings stay few)."""
+        if name in self._warned_metrics or len(self._warned_metrics) >= 64:
+            return
+        self._warned_metrics.add(name)
+        import sys
+
+        print(f"cohort: ctx.progress() of rank {self.rank} reported metric {json.dumps(name, ensure_ascii=False)}: not shown, {why} (said once per name)",
+              file=sys.stderr, flush=True)
 
     # ------------------------------------------------------------------ stopping
 

@@ -27,6 +27,7 @@ import { parseState, stringifyState } from "../wire/StateJson.ts"
 import type { AllreduceOptions, EpochPlan, RankContext, SampleRange } from "./RankContext.ts"
 import { RankCallError } from "./RankContext.ts"
 import type { Order, RelayClient, RelayOp } from "./RelayClient.ts"
+import { boundedMetrics, droppedLine } from "./ReportedMetrics.ts"
 import type { SharedTensors } from "./SharedTensors.ts"
 
 type TrainingContext = Pick<RankContext, "allreduce" | "sync" | "barrier" | "broadcast" | "tensor" | "epochs" | "progress" | "checkpoint">
@@ -144,6 +145,19 @@ export const training = (
     changed.fire()
   }
 
+  // A metric out of the bounds of what is shown (ReportedMetrics) is dropped, said once per name: a NaN would
+  // travel as JSON's null, and the relay would drop the whole report, its samples with it.
+  const warnedMetrics = new Set<string>()
+  const shownMetrics = (metrics: Readonly<Record<string, number>>): Record<string, number> => {
+    const { dropped, kept } = boundedMetrics(metrics)
+    for (const each of dropped) {
+      if (warnedMetrics.has(each.name) || warnedMetrics.size >= 64) continue
+      warnedMetrics.add(each.name)
+      console.error(`cohort rank: ${droppedLine(`ctx.progress() of rank ${rank}`, each)} (said once per name)`)
+    }
+    return kept
+  }
+
   // Every reduction's latency, told with the next progress report (the launcher's /metrics histogram).
   let latency = emptyCounts()
   const reduce = async (buffer: Float32Array, op: RelayOp, weight: number) => {
@@ -253,10 +267,11 @@ export const training = (
       if (!Number.isInteger(samples) || samples < 0) throw new RankCallError(`progress(samples) needs a whole number ≥ 0, got ${samples}`)
       current.done += samples
       const state = current
+      const shown = metrics === undefined ? undefined : shownMetrics(metrics)
       const allreduce = latency.counts.some((count) => count > 0) ? latency : undefined
       if (allreduce !== undefined) latency = emptyCounts()
       void client.then((relay) =>
-        relay.report({ _tag: "Progress", epoch: state.epoch, done: state.done, ...(metrics === undefined ? {} : { metrics }), ...(allreduce === undefined ? {} : { allreduce }) })
+        relay.report({ _tag: "Progress", epoch: state.epoch, done: state.done, ...(shown === undefined ? {} : { metrics: shown }), ...(allreduce === undefined ? {} : { allreduce }) })
       )
     },
     checkpoint: {

@@ -23,12 +23,14 @@ import type * as Scope from "effect/Scope"
 import * as Machine from "../../kernel/Machine.ts"
 import type { Job } from "../../config/ClusterConfig.ts"
 import { beatEveryMs } from "../../config/Heartbeat.ts"
-import type { CoordinatorOrder, RankReport } from "../../wire/messages/CoordinatorMessages.ts"
+import { type CoordinatorOrder, Progress, type RankReport } from "../../wire/messages/CoordinatorMessages.ts"
+import { boundedMetrics, droppedLine } from "../../rank/ReportedMetrics.ts"
 import type { LatencyCounts } from "../../wire/LatencyBuckets.ts"
 import * as CheckpointFile from "./CheckpointFile.ts"
 import { coordinate, CoordinatorEvent, type CoordinatorState, initialState, Instruction, unfinishedTraining } from "./coordinate.ts"
 import type * as Ledger from "./EpochLedger.ts"
 import type { RunEvent } from "../view/RunView.ts"
+import { PROGRESS_EVERY_MS } from "./coordinate/telemetry.ts"
 import * as SurvivorsStep from "./SurvivorsStep.ts"
 
 export interface CoordinatorOptions {
@@ -210,11 +212,45 @@ export const make = (options: CoordinatorOptions): Effect.Effect<Coordinator, ne
     const hear = (event: (at: number) => Heard): Effect.Effect<void> =>
       Effect.flatMap(Clock.currentTimeMillis, (at) => Effect.ignore(actor.tell(event(at))))
 
+    // Each rank's own metrics, as it last reported them, for the view (the machine averages them for `progress`).
+    // Said at most every PROGRESS_EVERY_MS, like progress, and at the next beat after the last report: a metric
+    // reported once an epoch's samples are done (a validation accuracy) is shown too.
+    const unsaid = new Map<number, Record<string, number>>()
+    let saidAt = Number.NEGATIVE_INFINITY
+    // Ranks warned of a metric out of bounds: once per rank (its client has warned of each name already).
+    const warned = new Set<number>()
+    const sayRankMetrics = (at: number): Effect.Effect<void> =>
+      Effect.suspend(() => {
+        if (unsaid.size === 0 || at - saidAt < PROGRESS_EVERY_MS) return Effect.void
+        const ranks = [...unsaid].sort(([a], [b]) => a - b).map(([rank, metrics]) => ({ rank, metrics }))
+        unsaid.clear()
+        saidAt = at
+        return journal({ event: "rank_metrics", at, ranks })
+      })
+    /** The report with its metrics within what is shown (ReportedMetrics), the rank's figures kept for the view. */
+    const bounded = (rank: number, report: RankReport): Effect.Effect<RankReport> => {
+      if (report._tag !== "Progress" || report.metrics === undefined) return Effect.succeed(report)
+      const { dropped, kept } = boundedMetrics(report.metrics)
+      unsaid.set(rank, kept)
+      if (dropped.length === 0) return Effect.succeed(report)
+      const within = new Progress({ epoch: report.epoch, done: report.done, metrics: kept, ...(report.allreduce === undefined ? {} : { allreduce: report.allreduce }) }, true)
+      if (warned.has(rank)) return Effect.succeed(within)
+      warned.add(rank)
+      return Effect.as(Effect.logWarning(`${droppedLine(`rank ${rank}`, dropped[0]!)} (its other metrics out of bounds are dropped without a word)`), within)
+    }
+
     // Beats down, and the silence check, as often as the heartbeat timeout calls for.
     const beatEvery = Duration.millis(beatEveryMs(options.heartbeatTimeoutMs))
-    yield* Effect.forkScoped(Effect.forever(Effect.zipRight(Effect.sleep(beatEvery), hear((at) => CoordinatorEvent.Tick({ at })))))
+    yield* Effect.forkScoped(Effect.forever(Effect.zipRight(
+      Effect.sleep(beatEvery),
+      Effect.flatMap(Clock.currentTimeMillis, (at) => Effect.zipRight(sayRankMetrics(at), hear(() => CoordinatorEvent.Tick({ at }))))
+    )))
     return {
-      report: (rank, report) => hear((at) => CoordinatorEvent.Reported({ rank, report, at })),
+      report: (rank, report) =>
+        Effect.flatMap(bounded(rank, report), (within) =>
+          within._tag === "Progress" && within.metrics !== undefined
+            ? Effect.zipRight(hear((at) => CoordinatorEvent.Reported({ rank, report: within, at })), Effect.flatMap(Clock.currentTimeMillis, sayRankMetrics))
+            : hear((at) => CoordinatorEvent.Reported({ rank, report: within, at }))),
       beats: (ranks) => hear((at) => CoordinatorEvent.Beats({ ranks, at })),
       ranksDead: (ranks, cause) => hear((at) => CoordinatorEvent.RanksDead({ ranks, cause, at })),
       cohortFormed: hear((at) => CoordinatorEvent.CohortFormed({ at })),

@@ -111,6 +111,9 @@ export const make = (env: RunEnv, wiring: TrainingWiring): Effect.Effect<Trainin
     const announcing = (ranks: ReadonlyArray<number>, order: CoordinatorOrder) =>
       order._tag === "Group" ? Effect.zipRight(groupStore.announce(order.generation, order.members), sendToRanks(ranks, order)) : sendToRanks(ranks, order)
 
+    // An entry: job's TypeScript ranks time their all-reduce calls and send them with their progress: /metrics
+    // shows their histogram from the start. A Python client's reduce through torch, untimed: "not measured" there.
+    env.latency.measuredByRanks(config.job.program._tag === "Entry")
     coordinator = yield* Coordinator.make({
       run: config.name,
       ranks: rankRecords(formed).map(([rank]) => rank),

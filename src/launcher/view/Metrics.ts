@@ -10,6 +10,17 @@
  * a measurement. The family's # HELP and # TYPE lines stay: the format only
  * asks that a TYPE line come before the family's first sample, and a family
  * with none is valid (Prometheus' parser reads it as metadata alone).
+ *
+ * The join window's gauge reads 0 once the world has formed: the window is closed, and a gauge frozen at the
+ * seconds it had left (59.994 mid-training) read as a window still open. Growth after formation
+ * (`after_formation: accept`) has no window of its own to count down: its ranks are
+ * cohort_ranks_joined_after_formation_total.
+ *
+ * The all-reduce histogram is a TypeScript rank's measurement (an `entry:` job's ranks time their reductions
+ * and send them with their progress). A Python or plain command job's ranks reduce through torch, which
+ * cohort does not time: for those the family is left out, with a comment line saying so, rather than a
+ * histogram whose `_count` of 0 reads as "no reductions". Until the job's kind is said (the training plane
+ * says it as the world forms), the histogram of no calls is shown while the run waits and forms.
  */
 import { ALLREDUCE_BUCKETS_S, type LatencyCounts } from "../../wire/LatencyBuckets.ts"
 import type { ChannelCounts } from "../../wire/WireCounters.ts"
@@ -20,21 +31,36 @@ export interface LatencyHistogram {
   readonly add: (counts: LatencyCounts) => void
   /** Per bucket (not cumulative), then the sum in seconds. */
   readonly counts: () => { readonly counts: ReadonlyArray<number>; readonly sum: number }
+  /** Whether the job's ranks time their all-reduce calls (an `entry:` job's do; a Python or command job's do not). */
+  readonly measuredByRanks: (measured: boolean) => void
+  /** Whether the histogram is a measurement; undefined while no one has said (see `render`). A reported call says yes. */
+  readonly measured: () => boolean | undefined
 }
 
-export const latencyHistogram = (): LatencyHistogram => {
+/** `measuredByRanks`: whether the job's ranks time their calls, when the caller knows it from the start. */
+export const latencyHistogram = (measuredByRanks?: boolean): LatencyHistogram => {
   const totals = new Array<number>(ALLREDUCE_BUCKETS_S.length + 1).fill(0)
   let sum = 0
+  let measured = measuredByRanks
   return {
     add: (counts) => {
+      measured = true
       counts.counts.forEach((count, index) => {
         if (index < totals.length) totals[index]! += count
       })
       sum += counts.sum
     },
-    counts: () => ({ counts: [...totals], sum })
+    counts: () => ({ counts: [...totals], sum }),
+    measuredByRanks: (ranks) => {
+      measured = measured === true || ranks
+    },
+    measured: () => measured
   }
 }
+
+/** What /metrics says in place of the all-reduce histogram of a job whose ranks do not time their calls. */
+export const ALLREDUCE_NOT_MEASURED =
+  "# cohort_allreduce_latency_seconds: not measured for this job (its ranks are python/command ranks, whose all-reduce calls cohort does not time)"
 
 /** A label value, escaped as the format asks. */
 const label = (value: string): string => value.replaceAll("\\", "\\\\").replaceAll("\"", "\\\"").replaceAll("\n", "\\n")
@@ -73,8 +99,10 @@ export const render = (
   lines.push(`cohort_joined_ranks{${run}} ${state.joinedRanks}`)
   family("cohort_joined_hosts", "gauge", "Hosts admitted by the join window.")
   lines.push(`cohort_joined_hosts{${run}} ${state.joinedHosts}`)
-  family("cohort_join_window_remaining_seconds", "gauge", "Time left in the join window (frozen once it closed).")
-  if (state.windowRemainingMs !== null) lines.push(`cohort_join_window_remaining_seconds{${run}} ${number(state.windowRemainingMs / 1000)}`)
+  family("cohort_join_window_remaining_seconds", "gauge", "Time left in the join window while the run waits for its world; 0 once the world formed.")
+  // Frozen in the state at formation (the page and the console say how early it closed); closed, here.
+  const windowMs = state.phase === "waiting" ? state.windowRemainingMs : 0
+  if (windowMs !== null) lines.push(`cohort_join_window_remaining_seconds{${run}} ${number(windowMs / 1000)}`)
   family("cohort_deaths_total", "counter", "Ranks lost.")
   lines.push(`cohort_deaths_total{${run}} ${state.deaths.length}`)
   family("cohort_restarts_total", "counter", "Rank restarts.")
@@ -121,17 +149,32 @@ export const render = (
     lines.push(`cohort_bytes_total{${run},channel="${channel}",direction="out"} ${counts.bytesOut}`)
   }
 
-  family("cohort_allreduce_latency_seconds", "histogram", "Latency of the ranks' all-reduce calls, as they measure it.")
-  const histogram = latency.counts()
-  let cumulative = 0
-  ALLREDUCE_BUCKETS_S.forEach((bound, index) => {
-    cumulative += histogram.counts[index] ?? 0
-    lines.push(`cohort_allreduce_latency_seconds_bucket{${run},le="${bound}"} ${cumulative}`)
-  })
-  cumulative += histogram.counts[ALLREDUCE_BUCKETS_S.length] ?? 0
-  lines.push(`cohort_allreduce_latency_seconds_bucket{${run},le="+Inf"} ${cumulative}`)
-  lines.push(`cohort_allreduce_latency_seconds_sum{${run}} ${number(histogram.sum)}`)
-  lines.push(`cohort_allreduce_latency_seconds_count{${run}} ${cumulative}`)
+  // Not said yet (the training plane says it as the world forms, and a plain command job has none): before the
+  // cohort trains, a histogram of no calls is true of every job; from then on, only of one whose ranks time them.
+  if (latency.measured() ?? (state.phase === "waiting" || state.phase === "forming")) {
+    family("cohort_allreduce_latency_seconds", "histogram", "Latency of the ranks' all-reduce calls, as they measure it.")
+    const histogram = latency.counts()
+    let cumulative = 0
+    ALLREDUCE_BUCKETS_S.forEach((bound, index) => {
+      cumulative += histogram.counts[index] ?? 0
+      lines.push(`cohort_allreduce_latency_seconds_bucket{${run},le="${bound}"} ${cumulative}`)
+    })
+    cumulative += histogram.counts[ALLREDUCE_BUCKETS_S.length] ?? 0
+    lines.push(`cohort_allreduce_latency_seconds_bucket{${run},le="+Inf"} ${cumulative}`)
+    lines.push(`cohort_allreduce_latency_seconds_sum{${run}} ${number(histogram.sum)}`)
+    lines.push(`cohort_allreduce_latency_seconds_count{${run}} ${cumulative}`)
+  } else {
+    lines.push(ALLREDUCE_NOT_MEASURED)
+  }
+
+  // Each rank's latest reported metrics (the averages are cohort_metric), by rank and name.
+  const reporting = state.ranks.filter((rank) => rank.metrics !== undefined && Object.keys(rank.metrics).length > 0)
+  if (reporting.length > 0) {
+    family("cohort_rank_metric", "gauge", "A rank's latest reported metric (ctx.progress), by name.")
+    for (const rank of reporting) {
+      for (const [name, value] of Object.entries(rank.metrics!)) lines.push(`cohort_rank_metric{${run},rank="${rank.rank}",name="${label(name)}"} ${number(value)}`)
+    }
+  }
 
   const sampled = state.ranks.filter((rank) => rank.resources !== null)
   if (sampled.length > 0) {

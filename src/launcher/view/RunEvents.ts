@@ -155,6 +155,17 @@ export const Progress = Schema.Struct({
   metrics: Metrics
 })
 
+/**
+ * Ranks' latest reported metrics (`ctx.progress(samples, metrics)`), each rank's own: the ranks that reported
+ * since the last such event, at most every PROGRESS_EVERY_MS (training/Coordinator.ts). Bounded as
+ * rank/ReportedMetrics.ts says. `progress` carries their averages.
+ */
+export const RankMetrics = Schema.Struct({
+  event: Schema.tag("rank_metrics"),
+  at: Schema.Number,
+  ranks: Schema.Array(Schema.Struct({ rank: Schema.Number, metrics: Metrics }))
+})
+
 export const EpochDone = Schema.Struct({
   event: Schema.tag("epoch_done"),
   at: Schema.Number,
@@ -224,6 +235,7 @@ export const RunEvent = Schema.Union(
   Decision,
   HostGone,
   Progress,
+  RankMetrics,
   EpochDone,
   Checkpoint,
   Resources,

@@ -36,6 +36,9 @@ export const Measured = Schema.transform(Schema.NullOr(Schema.Number), Schema.Nu
   encode: (value) => value
 })
 
+/** The ranks' latest reported metrics (loss, accuracy, …), by name. */
+export const Metrics = Schema.Record({ key: Schema.String, value: Measured })
+
 export const Phase = Schema.Literal("waiting", "forming", "training", "done", "failed")
 export type Phase = typeof Phase.Type
 
@@ -73,7 +76,9 @@ export const RankStatus = Schema.Struct({
   /** Its use now, while it runs: null once it has ended (an ended rank uses nothing). */
   resources: withDefault(Schema.NullOr(ResourceSample), none),
   /** Its last sample before it ended (what a rank killed for its memory was using), once it has ended. */
-  lastResources: optional(Schema.NullOr(ResourceSample))
+  lastResources: optional(Schema.NullOr(ResourceSample)),
+  /** Its latest reported metrics (`ctx.progress`), by name; absent before it reported any. Kept once it has ended. */
+  metrics: optional(Metrics)
 })
 export type RankStatus = typeof RankStatus.Type
 
@@ -99,8 +104,6 @@ export const Death = Schema.Struct({
 })
 export type Death = typeof Death.Type
 
-/** The ranks' latest reported metrics (loss, accuracy, …), by name. */
-export const Metrics = Schema.Record({ key: Schema.String, value: Measured })
 
 export const Training = Schema.Struct({
   epoch: Schema.Number,

@@ -25,7 +25,8 @@ export const THROUGHPUT_POINTS = 240
  * they only move the view (a rank running again is a restart's recovery, in /state.json and /metrics).
  */
 export const isEphemeral = (event: RunEvent): boolean =>
-  event.event === "progress" || event.event === "resources" || event.event === "join_window" || event.event === "rank_running"
+  event.event === "progress" || event.event === "rank_metrics" || event.event === "resources" || event.event === "join_window" ||
+  event.event === "rank_running"
 
 export const initial = (run: string, at: number): RunState => ({
   run,
@@ -283,6 +284,16 @@ const step = (state: RunState, event: RunEvent): RunState => {
           metrics: event.metrics
         }
       }
+    }
+    case "rank_metrics": {
+      // Each rank's own latest figures replace its last ones whole: a name it stopped reporting is not shown as current.
+      const byRank = new Map(event.ranks.map((entry) => [entry.rank, entry.metrics]))
+      if ([...byRank.keys()].every((rank) => slotOf(state.ranks, rank) !== -1)) {
+        const ranks = writableRanks(state.ranks)
+        for (const [rank, metrics] of byRank) ranks[rank] = { ...ranks[rank]!, metrics }
+        return { ...state, ranks }
+      }
+      return { ...state, ranks: state.ranks.map((rank) => (byRank.has(rank.rank) ? { ...rank, metrics: byRank.get(rank.rank)! } : rank)) }
     }
     case "epoch_done":
       return {

@@ -14,7 +14,9 @@
  * closed), counts, elapsed, countdown, verdict, training, epoch, samples,
  * rate, progress, metrics, throughput (svg, data-points), hosts, host
  * (data-host, data-state), rank-<n> (data-state, data-rank, data-host),
- * deaths > death (data-rank), hosts-gone > li (data-host). <body data-phase>.
+ * rank-<n> > rankmetrics > .metric (data-metric: the rank's own latest
+ * reported metrics; \`metrics\` holds their averages), deaths > death
+ * (data-rank), hosts-gone > li (data-host). <body data-phase>.
  */
 
 const style = `
@@ -61,6 +63,7 @@ svg{display:block;width:100%;height:7rem;background:var(--card);border:1px solid
 .rank .top{display:flex;justify-content:space-between;gap:.3rem}
 .rank .top span{color:var(--mut)}
 .rank[data-state=dead] .top span{color:var(--bad);font-weight:700}
+.rank .row{gap:0 .5rem}
 .why{color:var(--bad)}
 .rank .why{display:-webkit-box;-webkit-line-clamp:2;-webkit-box-orient:vertical;overflow:hidden}
 ul{margin:0;padding-left:1.2rem}
@@ -101,6 +104,9 @@ function metric(k, v) {
   if (typeof v !== "number" || !isFinite(v)) return String(v);
   if (/acc/i.test(k) && v >= 0 && v <= 1) return (v * 100).toFixed(2) + "%";
   return Math.abs(v) >= 1000 ? num(v) : String(Number(v.toPrecision(4)));
+}
+function spans(m) {
+  return Object.keys(m).map(function (k) { return el("span", { class: "metric", "data-metric": k }, el("span", { class: "k" }, k), " " + metric(k, m[k])); });
 }
 function ended() { return cur !== null && (cur.phase === "done" || cur.phase === "failed"); }
 
@@ -150,6 +156,13 @@ function rankCell(r, cause) {
   } else if (r.lastResources && r.state === "dead") {
     // What it used when it died (a rank killed for its memory shows it), not what it uses now.
     kids.push(el("div", null, "last " + mib(r.lastResources.rssBytes)));
+  }
+  // Its own latest report (the averages are above)
+  var ms = spans(r.metrics || {});
+  if (ms.length) {
+    var line = el("div", { class: "row", "data-testid": "rankmetrics" });
+    line.append.apply(line, ms);
+    kids.push(line);
   }
   if (cause && r.state === "dead") kids.push(el("div", { class: "why" }, cause));
   var cell = el("div", { class: "rank", "data-testid": "rank-" + r.rank, "data-state": r.state, "data-rank": r.rank, "data-host": r.host, title: cause || null });
@@ -229,9 +242,7 @@ function render(s) {
     $("rate").textContent = t.samplesPerSec != null ? num(t.samplesPerSec) + " samples/s" : "";
     $("fill").style.width = pct.toFixed(2) + "%";
     $("bar").setAttribute("aria-valuenow", Math.floor(pct));
-    $("metrics").replaceChildren.apply($("metrics"), Object.keys(t.metrics).map(function (k) {
-      return el("span", { class: "metric", "data-metric": k }, el("span", { class: "k" }, k), " " + metric(k, t.metrics[k]));
-    }));
+    $("metrics").replaceChildren.apply($("metrics"), spans(t.metrics));
   }
   renderChart(s.throughput);
   renderHosts(s);
@@ -308,6 +319,10 @@ const body = `
 <section id="gonebox" hidden><h2>Hosts gone</h2><ul id="gone" data-testid="hosts-gone"></ul></section>
 `
 
+// The script's comments are for whoever reads this file, not for every browser that loads the page: whole-line
+// ones are left out of the document (the script has no multi-line strings, so such a line is always a comment).
+const wholeLineComments = /^[ \t]*\/\/.*\n/gm
+
 export const dashboardPage: string = `<!doctype html>
 <html lang="en">
 <head>
@@ -317,7 +332,7 @@ export const dashboardPage: string = `<!doctype html>
 <link rel="icon" href="data:,">
 <style>${style}</style>
 </head>
-<body>${body}<script>${script}</script>
+<body>${body}<script>${script.replace(wholeLineComments, "")}</script>
 </body>
 </html>
 `
