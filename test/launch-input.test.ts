@@ -295,7 +295,7 @@ const rows: ReadonlyArray<BadInput> = [
     name: "COHORT_LOG_LEVEL=loud",
     yaml: lines(workers, entry),
     env: { COHORT_LOG_LEVEL: "loud" },
-    says: [`COHORT_LOG_LEVEL must be one of debug, info, warning or error, got "loud"`]
+    says: [`COHORT_LOG_LEVEL must be one of trace, debug, info, warning or error, got "loud"`]
   },
   {
     name: "COHORT_LOCAL_SLOT set alone",

@@ -11,10 +11,11 @@ import { remoteAgentScript } from "../src/launcher/hosts/SshFanOut.ts"
 import { LogLevelError, relayLogLevel, requestedLogLevel, requestedLogLevelOr } from "../src/config/LogVerbosity.ts"
 import type { Worker } from "../src/config/ClusterConfig.ts"
 
-const refusal = (value: string) => `COHORT_LOG_LEVEL must be one of debug, info, warning or error, got "${value}"`
+const refusal = (value: string) => `COHORT_LOG_LEVEL must be one of trace, debug, info, warning or error, got "${value}"`
 
 describe("COHORT_LOG_LEVEL", () => {
   test.each([
+    ["trace", "Trace"],
     ["debug", "Debug"],
     ["DEBUG", "Debug"],
     [" info ", "Info"],

@@ -1,6 +1,7 @@
 /**
- * How much cohort says: `COHORT_LOG_LEVEL` (`debug`, `info`, `warning` or
- * `error`; `-v`/`--verbose` on the launcher means `debug`). The launcher's
+ * How much cohort says: `COHORT_LOG_LEVEL` (`trace`, `debug`, `info`,
+ * `warning` or `error`; `-v`/`--verbose` on the launcher means `debug`;
+ * `trace` is `debug` and, in the Python client, every step's line). The launcher's
  * value travels to every process of the run (agents in-process, over ssh,
  * relays and ranks), as flodl's FLODL_VERBOSITY does, so one knob turns the
  * whole run up. A value that is not a level is an error naming the variable,
@@ -12,6 +13,7 @@ import * as LogLevel from "effect/LogLevel"
 export const LOG_LEVEL_VARIABLE = "COHORT_LOG_LEVEL"
 
 const levels: Record<string, LogLevel.LogLevel> = {
+  trace: LogLevel.Trace,
   debug: LogLevel.Debug,
   info: LogLevel.Info,
   warning: LogLevel.Warning,
@@ -21,7 +23,7 @@ const levels: Record<string, LogLevel.LogLevel> = {
 
 export class LogLevelError extends Data.TaggedError("LogLevelError")<{ readonly value: string }> {
   override get message(): string {
-    return `${LOG_LEVEL_VARIABLE} must be one of debug, info, warning or error, got "${this.value}"`
+    return `${LOG_LEVEL_VARIABLE} must be one of trace, debug, info, warning or error, got "${this.value}"`
   }
 }
 
