@@ -58,7 +58,7 @@ describe("cohort.init() says what is wrong in one line, without a traceback", ()
     [
       "a job without a dataset (no coordinator to join)",
       { COHORT_RANK_ENVELOPE: envelope({ datasetSize: 0 }), COHORT_LOCAL_SLOT: "0" },
-      "cohort: cohort.init() needs job.dataset_size in the cluster file (the samples an epoch covers): without it cohort runs the " +
+      "cohort: cohort.init() needs job.dataset_size in the cluster file, or --set job.dataset_size=N on the command line (the samples an epoch covers): without it cohort runs the " +
         "command as torchrun would, with no coordinator to join; use torch.distributed's own env:// init there"
     ],
     [

@@ -101,7 +101,7 @@ def init() -> Context:
     if envelope.dataset_size == 0:
         # Without a dataset the launcher runs no coordinator: nobody would welcome the rank or form its group.
         raise CohortError(
-            "cohort.init() needs job.dataset_size in the cluster file (the samples an epoch covers): without it cohort "
+            "cohort.init() needs job.dataset_size in the cluster file, or --set job.dataset_size=N on the command line (the samples an epoch covers): without it cohort "
             "runs the command as torchrun would, with no coordinator to join; use torch.distributed's own env:// init there"
         )
     orders = Orders()

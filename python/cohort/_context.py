@@ -415,7 +415,7 @@ class Context:
     def epochs(self) -> Iterator[Plan]:
         """The run's epochs, from the coordinator: after the resumed checkpoint's epoch, until the last."""
         if self.dataset_size == 0:
-            raise CohortError("ctx.epochs() needs job.dataset_size in the cluster file: the number of samples an epoch covers")
+            raise CohortError("ctx.epochs() needs job.dataset_size in the cluster file, or --set job.dataset_size=N on the command line: the number of samples an epoch covers")
         epoch = self._first_epoch
         while True:
             self._orders.wait(lambda: self._orders.finished or epoch in self._orders.epochs)

@@ -249,7 +249,7 @@ export const training = (
     },
     epochs: () => ({
       async *[Symbol.asyncIterator]() {
-        if (datasetSize === 0) throw new RankCallError("ctx.epochs() needs job.dataset_size in the cluster file: the number of samples an epoch covers")
+        if (datasetSize === 0) throw new RankCallError("ctx.epochs() needs job.dataset_size in the cluster file, or --set job.dataset_size=N on the command line: the number of samples an epoch covers")
         await until(() => welcome !== undefined)
         for (let epoch = welcome!.firstEpoch; ; epoch++) {
           await until(() => finished || epochs.has(epoch))
