@@ -414,6 +414,43 @@ describe("the death chain", () => {
     ])
   })
 
+  test("ranks that die together (a lost host's) leave together: none of their work goes to another of them, one line says it", () => {
+    const run = attachedAll(settingsOf([0, 1, 2, 3], 16, 1)) // [0, 4), [4, 8), [8, 12), [12, 16)
+    // Rank 2's [8, 12) first, over the ranks the ledger still counts (0, 1, 3): 2 + 1 + 1, lower ranks first;
+    // rank 3's share of it, [11, 12), comes back with its own [12, 16): 5 samples over 0 and 1, 3 + 2.
+    expect(run.step(dead([2, 3], 200, "host b lost (its ssh session ended with signal SIGKILL)"))).toEqual([
+      "0 ← EpochExtend 1 [8,10)",
+      "1 ← EpochExtend 1 [10,11)",
+      "redistributed 2 → 0 [8,10), 1 [10,11)",
+      "0 ← EpochExtend 1 [12,15)",
+      "1 ← EpochExtend 1 [15,16) [11,12)",
+      "redistributed 3 → 0 [12,15), 1 [15,16) [11,12)",
+      "warning: ranks 2, 3 lost (host b lost (its ssh session ended with signal SIGKILL)): 8 unprocessed sample(s) of epoch 1 handed to rank(s) 0, 1"
+    ])
+    // Their exits, reported after, change nothing.
+    expect(run.step(dead([3], 300))).toEqual([])
+    // Rank 0 did 4 + 2 + 3 = 9, rank 1 4 + 1 + 2 = 7: every sample of the 16.
+    run.say(0, progress(1, 9), 400)
+    expect(run.say(1, progress(1, 7), 500)).toEqual([
+      "journal epoch_done 1/1: 16 in 0.5 s {}",
+      "info: epoch 1/1 done in 0.5 s: 16 samples (r0 9, r1 7, r2 0, r3 0)",
+      "0,1 ← EpochEnd 1",
+      "info: training done: 1 epoch(s)",
+      "0,1 ← TrainingDone",
+      "drained"
+    ])
+  })
+
+  test("ranks that all die together hand nothing to each other: every rank was lost", () => {
+    const run = attachedAll(settingsOf([0, 1], 4, 1)) // [0, 2), [2, 4)
+    expect(run.step(dead([0, 1], 200, "host a lost (the peer closed the connection)"))).toEqual([
+      "redistributed 0 → nobody",
+      "redistributed 1 → nobody",
+      "error: every rank was lost: no consensus checkpoint to write (no rank had saved one)",
+      "(nobody) ← Stop \"every rank was lost\" unsaved"
+    ])
+  })
+
   test("a rank that returns with work left is lost; one cohort is stopping, or that exited having said so, is not", () => {
     const run = attachedAll(settingsOf([0, 1, 2], 15, 1)) // [0, 5), [5, 10), [10, 15)
     run.say(0, progress(1, 2), 100)

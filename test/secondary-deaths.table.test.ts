@@ -8,7 +8,7 @@ import { ChildExit } from "../src/kernel/ChildExit.ts"
 import type { ChildSpec } from "../src/kernel/ChildSpec.ts"
 import { decide, type Directive, initialState, SupervisionEvent, type SupervisorState } from "../src/kernel/policy/decide.ts"
 import { FailRun, FailureRule, RuleWhen } from "../src/kernel/policy/FailureRules.ts"
-import { chainText, classify, type DeathRecord, firstRoot, rootOf } from "../src/kernel/policy/SecondaryDeaths.ts"
+import { chainText, classify, type DeathRecord, firstRoot, hostLostDetail, rootOf, sayHostsOnce } from "../src/kernel/policy/SecondaryDeaths.ts"
 import { Elastic, KillAll, Percent, Phased, type Strategy } from "../src/kernel/policy/Strategy.ts"
 import { describeVerdict, Verdict } from "../src/kernel/policy/Verdict.ts"
 import { anyShutdown } from "./fixtures/child-specs.ts"
@@ -351,6 +351,46 @@ describe("decide under the file's defaults: a bug is what repeats, an echo is ne
     const cohort = run(4, new Phased({ beforeFormation: new KillAll(), afterFormation: new Elastic({}), rules: [] }))
     cohort.step(SupervisionEvent.RanksLost({ ranks: [1], reason: "exited with status 0 without attaching: call cohort.init()", cause: "exit", fatal: true }), 2_000)
     expect(describeVerdict(cohort.finish(3_000)!)).toBe("run failed: rank(s) 1 lost: exited with status 0 without attaching: call cohort.init()")
+  })
+
+  test("a lost host, its ranks given up together then ended one by one, is one death of the chain, with its cause", () => {
+    const why = "its ssh session ended with signal SIGKILL"
+    const cohort = run(6)
+    cohort.step(SupervisionEvent.RanksLost({ ranks: [2, 3], reason: `host localhost lost (${why})`, cause: "host_lost" }), 1_000)
+    for (const n of [2, 3]) {
+      cohort.step(SupervisionEvent.ChildExited({ id: `rank-${n}`, exit: ChildExit.Crashed({ detail: `host localhost lost (${why})`, cause: "host_lost", at: 1_000 }) }), 1_200)
+    }
+    cohort.step(killed(0, 5_000), 5_000)
+    expect(describeVerdict(cohort.finish(6_000)!)).toBe(
+      `run failed: max_failure exceeded: 3/6 ranks dead, threshold 3; root cause: host localhost lost with ranks 2, 3 (${why}); ` +
+        "other deaths: rank 0 of localhost exited with signal SIGKILL"
+    )
+  })
+
+  test("sayHostsOnce: a host's deaths of one cause become one at the first one's place; another cause, host or a rule's death stays", () => {
+    const why = "its agent ended with status 1: bind (port 29500) refused"
+    expect(sayHostsOnce([
+      { ranks: [0], what: "rank 0 of a exited with status 3" },
+      { ranks: [2], what: `rank 2 of b exited with crash: host b lost (${why})` },
+      { ranks: [4], what: "rank 4 of c exited with crash: host c lost (the peer closed the connection)" },
+      { ranks: [3, 2], what: `rank(s) 3, 2 lost: host b lost (${why})` },
+      { ranks: [5], what: "rank 5 of c exited with crash: host c lost (its ssh connection was lost)" },
+      { ranks: [6], what: `rank 6 of b exited with crash: host b lost (${why}) (rule spot)` }
+    ])).toEqual([
+      { ranks: [0], what: "rank 0 of a exited with status 3" },
+      { ranks: [2, 3], what: `host b lost with ranks 2, 3 (${why})` },
+      { ranks: [4], what: "host c lost with rank 4 (the peer closed the connection)" },
+      { ranks: [5], what: "host c lost with rank 5 (its ssh connection was lost)" },
+      { ranks: [6], what: `rank 6 of b exited with crash: host b lost (${why}) (rule spot)` }
+    ])
+    // Only a death that is the loss itself: one that merely ends with such words is another.
+    expect(sayHostsOnce([{ ranks: [7], what: "escalated: rank 7 of b exited with crash: host b lost (x)" }]))
+      .toEqual([{ ranks: [7], what: "escalated: rank 7 of b exited with crash: host b lost (x)" }])
+    // The words RemoteRanks gives a lost host's ranks are the words matched here.
+    expect(hostLostDetail("b", "its link closed")).toBe("host b lost (its link closed)")
+    // Why the host went, as known by the end, in place of its ranks' own words.
+    expect(sayHostsOnce([{ ranks: [4], what: "rank 4 of c lost: host c lost (the peer closed the connection)" }], (host) => (host === "c" ? "its agent ended with signal SIGKILL" : undefined)))
+      .toEqual([{ ranks: [4], what: "host c lost with rank 4 (its agent ended with signal SIGKILL)" }])
   })
 
   test("silence (a heartbeat loss) is a death others may echo", () => {

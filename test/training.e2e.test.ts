@@ -332,7 +332,9 @@ describe("elastic training", () => {
     expect(await launch.proc.exited).toBe(0)
     await launch.stdout.done
     expect(isGone(frozen)).toBe(true)
-    expect(launch.stderr.lines.at(-1)).toContain("run completed DEGRADED (1 of 4 ranks lost")
+    // The verdict and the end table say why it was lost (it went silent), not only that cohort killed it.
+    expect(launch.stderr.lines.at(-1)).toBe("cohort: run completed DEGRADED (1 of 4 ranks lost: rank 1 of localhost went silent: no heartbeat for 2.0 s)")
+    expect(launch.stderr.lines).toContainEqual(expect.stringMatching(/^localhost +1 +cpu +silent for 2\.0 s +0 +/))
     for (const samples of traces(dir).values()) expect(samples.size).toBe(DATASET)
   }, 60_000)
 

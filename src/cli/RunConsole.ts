@@ -13,7 +13,8 @@
  *   `ranks` shows only those ranks' lines; `quiet` shows none of them, but
  *   keeps each source's last lines and prints them when that rank dies.
  * - `logDir`: one file per rank (`rank-N.log`), per relay (`relay-HOST.log`)
- *   and per remote agent (`agent-HOST.log`), prefixes stripped; cohort's own
+ *   and per agent (`agent-HOST.log`, this machine's in-process one too),
+ *   prefixes stripped, each made at its first line; cohort's own
  *   lines and anything else go to `launcher.log`. Written whatever the
  *   filters, so nothing is lost.
  * - Every forwarded line reaches the terminal and the log files escaped
@@ -31,6 +32,7 @@ import * as Inventory from "../launcher/membership/Inventory.ts"
 import { effectiveTrainingAt, type RunEvent, type RunState } from "../launcher/view/RunView.ts"
 import * as RecoveryFigures from "../launcher/view/RecoveryFigures.ts"
 import { printable, printableLine } from "../wire/Printable.ts"
+import { exitCell } from "./statusTable.ts"
 import * as TurnWriter from "./TurnWriter.ts"
 
 export interface RunConsoleOptions {
@@ -185,8 +187,11 @@ export const liveLine = (state: RunState, now: number): string | undefined => {
  */
 export const summaryTable = (state: RunState): string => {
   if (state.ranks.length === 0) return ""
-  const exitOf = (exit: string | null, rankState: string) =>
-    exit === null ? (rankState === "dead" ? "lost" : "–") : exit.replace(/^status /, "").replace(/^signal /, "")
+  // Short, like every cell: a lost host's rank says `host lost`, a silent one how long (exitCell).
+  const exitOf = (rank: RunState["ranks"][number]) => {
+    const exit = exitCell(rank, state.deaths)
+    return exit === null ? (rank.state === "dead" ? "lost" : "–") : exit.replace(/^status /, "").replace(/^signal /, "")
+  }
   const runTime = (startedAt: number | null, endedAt: number | null) => {
     if (startedAt === null) return "–"
     const seconds = ((endedAt ?? state.updatedAt) - startedAt) / 1000
@@ -194,7 +199,7 @@ export const summaryTable = (state: RunState): string => {
   }
   const rows = [...state.ranks]
     .sort((a, b) => a.host.localeCompare(b.host) || a.rank - b.rank)
-    .map((rank) => [rank.host, String(rank.rank), rank.device, exitOf(rank.exit, rank.state), String(rank.restarts), runTime(rank.startedAt, rank.endedAt)])
+    .map((rank) => [rank.host, String(rank.rank), rank.device, exitOf(rank), String(rank.restarts), runTime(rank.startedAt, rank.endedAt)])
   const header = ["host", "rank", "device", "exit", "restarts", "run time"]
   const widths = header.map((title, column) => Math.max(title.length, ...rows.map((row) => row[column]!.length)))
   const format = (row: ReadonlyArray<string>) => row.map((cell, column) => (column === 1 || column >= 4 ? cell.padStart(widths[column]!) : cell.padEnd(widths[column]!))).join("  ").trimEnd()
@@ -302,7 +307,11 @@ export const make = (options: RunConsoleOptions = {}): RunConsole => {
     cohortLine: (text) => {
       // Escaped too: a verdict quotes what a rank's code threw, and a warning what a peer sent.
       const lines = text.replace(/\n$/, "").split("\n").map(printableLine)
-      for (const line of lines) toFile("launcher.log", line)
+      // The in-process agent's lines come this way (logger.ts says them as `cohort agent HOST:`): its agent-HOST.log.
+      // The first line says whose message it is: a later one is the message's text (what a rank threw), never a prefix.
+      const { body, source } = sourceOf(lines[0]!)
+      if (source.kind === "agent") lines.forEach((line, index) => toFile(fileName(source), index === 0 ? body : line))
+      else for (const line of lines) toFile("launcher.log", line)
       print(lines.join("\n"), "stderr")
     },
     onEvent: (event, next) => {

@@ -11,7 +11,7 @@
  */
 import * as Either from "effect/Either"
 import * as Inventory from "../launcher/membership/Inventory.ts"
-import type { RankStatus, RunState, Training } from "../launcher/view/RunView.ts"
+import type { Death, RankStatus, RunState, Training } from "../launcher/view/RunView.ts"
 import { decodeRunState, problemOf } from "../launcher/view/RunStateSchema.ts"
 import { printable } from "../wire/Printable.ts"
 
@@ -81,13 +81,33 @@ const resourcesOf = (rank: RankStatus) => (rankEnded(rank) ? null : rank.resourc
 /** What an ended rank last used (an older launcher kept it as its use). */
 const lastResourcesOf = (rank: RankStatus | undefined) => (rank === undefined || !rankEnded(rank) ? null : rank.lastResources ?? rank.resources)
 
-const rankRow = (rank: RankStatus): Array<string> => [
+/** A rank's end as a lost host's crash says it (RemoteRanks, `hostLostDetail`). */
+const HOST_LOST_EXIT = /^crash: host \S+ lost\b/
+
+/**
+ * A rank's end as a table's cell: short, its cause, not its whole story. A rank that went with its host is
+ * `host lost` (the host's line and the verdict say why, once: a cell per rank said it five times over); one
+ * given up for silence is `silent for 5.0 s` (the SIGKILL that ended it is cohort's, not its cause). Else
+ * how it ended (`status 3`, `signal SIGKILL`); null before it has.
+ */
+export const exitCell = (rank: Pick<RankStatus, "rank" | "state" | "exit">, deaths: ReadonlyArray<Pick<Death, "rank" | "cause" | "kind">>): string | null => {
+  if (rank.exit !== null && HOST_LOST_EXIT.test(rank.exit)) return "host lost"
+  const death = rank.state === "dead" ? deaths.find((each) => each.rank === rank.rank) : undefined
+  if (death?.kind === "host_lost") return "host lost"
+  if (death?.kind === "heartbeat") {
+    const silence = /no heartbeat for ([\d.]+ s)/.exec(death.cause)?.[1]
+    return silence === undefined ? "silent" : `silent for ${silence}`
+  }
+  return rank.exit
+}
+
+const rankRow = (deaths: ReadonlyArray<Death>) => (rank: RankStatus): Array<string> => [
   String(rank.rank),
   rank.host,
   rank.device,
   rank.state,
   rank.pid === null ? NONE : String(rank.pid),
-  rank.exit ?? NONE,
+  exitCell(rank, deaths) ?? NONE,
   String(rank.restarts),
   percent(resourcesOf(rank)?.cpu),
   mib(resourcesOf(rank)?.rssBytes),
@@ -232,7 +252,7 @@ export const render = (state: RunState, options: RenderOptions): string => {
     // Room left for rows: less the blank line, the summary, the column titles and the "more" line.
     const room = fitting ? Math.max(MIN_RANK_ROWS, options.fitLines! - top.length - bottom.length - 4) : state.ranks.length
     const shown = chooseRanks(state.ranks, room)
-    middle.push(...table(RANK_HEADER, RANK_ALIGN, shown.map(rankRow)))
+    middle.push(...table(RANK_HEADER, RANK_ALIGN, shown.map(rankRow(state.deaths))))
     if (shown.length < state.ranks.length) {
       middle.push(`… ${state.ranks.length - shown.length} more running ranks not shown (the screen is full; --json has them all)`)
     }

@@ -117,12 +117,52 @@ export const firstRoot = (history: ReadonlyArray<DeathRecord>): DeathRecord | un
 
 /**
  * The tail of a failed verdict: the root cause (unless the verdict already leads with it), then the
- * other deaths, in the order they came. `named`: the deaths the verdict's own words already name.
+ * other deaths, in the order they came, a lost host's ranks said once (`sayHostsOnce`). `named`: the
+ * deaths the verdict's own words already name.
  */
 export const chainText = (history: ReadonlyArray<DeathRecord>, root: DeathRecord | undefined, named: ReadonlyArray<DeathRecord>): string => {
   const rest = history.filter((record) => record !== root && !named.includes(record))
-  const rootText = root === undefined || named.includes(root) ? "" : `; root cause: ${root.what}`
-  return `${rootText}${rest.length === 0 ? "" : `; other deaths: ${rest.map((record) => record.what).join("; ")}`}`
+  const shownRoot = root === undefined || named.includes(root) ? undefined : root
+  const said = sayHostsOnce(shownRoot === undefined ? rest : [shownRoot, ...rest]).map((death) => death.what)
+  const others = shownRoot === undefined ? said : said.slice(1)
+  const rootText = shownRoot === undefined ? "" : `; root cause: ${said[0]}`
+  return `${rootText}${others.length === 0 ? "" : `; other deaths: ${others.join("; ")}`}`
+}
+
+/** A rank's end with its host, as the launcher says it (RemoteRanks): `host gpu-b lost (its ssh session ended with signal SIGKILL)`. */
+export const hostLostDetail = (host: string, why: string): string => `host ${host} lost (${why})`
+
+/**
+ * A death that is its host's loss and nothing more: its ranks given up with it (`rank(s) 2, 3 lost: host gpu-b
+ * lost (why)`, `rank 2 of gpu-b lost: …`), or a rank's end with it (`rank 2 of gpu-b exited with crash: …`). Only
+ * that: a rule's death (`… (rule spot)`) or an echo's says more, and is kept as it is. `why` may hold one level
+ * of parentheses (an exit's own words).
+ */
+const HOST_LOST = /^rank(?:\(s\))? [\d, ]+(?: of \S+)? (?:lost|exited with crash): host (\S+) lost \(((?:[^()]|\([^()]*\))*)\)$/
+
+/**
+ * Deaths as a verdict lists them, each lost host once: the deaths that are only its loss become one, at the
+ * first one's place, `host gpu-b lost with ranks 2, 3 (its ssh session ended with signal SIGKILL)`. Its
+ * ranks all died of the one cause, and a line per rank said it as many times (with the agent's last words,
+ * a verdict of 600 characters for one machine).
+ */
+export const sayHostsOnce = <D extends { readonly ranks: ReadonlyArray<number>; readonly what: string }>(
+  deaths: ReadonlyArray<D>,
+  /** Why a host went, as it is known by the end (its session's reason may come after its link's end): said instead. */
+  goneFor: (host: string) => string | undefined = () => undefined
+): ReadonlyArray<{ readonly ranks: ReadonlyArray<number>; readonly what: string }> => {
+  const said: Array<{ ranks: Array<number>; what: string; host?: { readonly name: string; readonly why: string } }> = []
+  for (const death of deaths) {
+    const lost = HOST_LOST.exec(death.what)
+    const same = lost === null ? undefined : said.find((entry) => entry.host?.name === lost[1] && entry.host.why === lost[2])
+    if (same !== undefined) same.ranks.push(...death.ranks.filter((rank) => !same.ranks.includes(rank)))
+    else said.push({ ranks: [...death.ranks], what: death.what, ...(lost === null ? {} : { host: { name: lost[1]!, why: lost[2]! } }) })
+  }
+  return said.map(({ host, ranks, what }) =>
+    host === undefined
+      ? { ranks, what }
+      : { ranks, what: `host ${host.name} lost with rank${ranks.length === 1 ? "" : "s"} ${ranks.join(", ")} (${goneFor(host.name) ?? host.why})` }
+  )
 }
 
 /** How a secondary death says what it followed: `peer_lost, after rank 2's death`. */

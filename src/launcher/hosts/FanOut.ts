@@ -112,7 +112,10 @@ export const fanOut = (
       Effect.zipRight(Effect.orElse(Deferred.await(hostsChecked), () => Effect.never), agentOf(host)).pipe(
         Effect.scoped,
         // Said in words from here on: the window's verdict, the membership's note of a host gone.
-        Effect.catchAll(({ message }) => Effect.zipRight(Deferred.succeed(agentFailed, message), onEndedAfterFormation(host.worker.host, message))),
+        // The window's verdict names the host; a gone host's line names it itself, so it is given the reason alone.
+        Effect.catchAll((error) =>
+          Effect.zipRight(Deferred.succeed(agentFailed, error.message), onEndedAfterFormation(host.worker.host, error._tag === "SessionEnded" ? error.reason : `its agent ended: ${error.reason}`))
+        ),
         Effect.forkScoped
       ))
     return { agents, hostsChecked, agentFailed }

@@ -27,6 +27,7 @@ import * as Effect from "effect/Effect"
 import * as Scope from "effect/Scope"
 import type { ChildHandle, StopMode } from "../../kernel/ChildHandle.ts"
 import { ChildExit, isClean } from "../../kernel/ChildExit.ts"
+import { hostLostDetail } from "../../kernel/policy/SecondaryDeaths.ts"
 import type { SupervisedChild } from "../../kernel/Supervisor.ts"
 import { rankChild } from "../../kernel/Supervisor.ts"
 import { Shutdown, wireMillis } from "../../kernel/Shutdown.ts"
@@ -53,6 +54,12 @@ export interface RankObserver {
   readonly lastErrors?: ((rank: number) => ReadonlyArray<string>) | undefined
   readonly linesWaitMs?: number | undefined
   readonly linesForSignals?: boolean | undefined
+  /**
+   * The host's link ended: these ranks (its current numbers) are gone together, said before any of their
+   * exits, so their work is handed on at once to ranks elsewhere, never to one of them whose exit is still
+   * on its way (each exit waits `linesWaitMs` for its lines, one after the other).
+   */
+  readonly hostLost?: ((host: string, ranks: ReadonlyArray<number>, why: string) => Effect.Effect<void>) | undefined
 }
 
 interface Incarnation {
@@ -220,8 +227,14 @@ export const make = (
         Effect.catchAll((ended) =>
           Effect.gen(function*() {
             yield* sayDropped
-            const why = `lost the agent of ${member.host} (${ended.detail})`
+            // Said once per host, short: the end table gives each rank "host lost", the verdict the host once.
+            const why = hostLostDetail(member.host, ended.detail)
             lost.set(member.host, why)
+            const going = member.ranks.flatMap((seat) => {
+              const incarnation = current.get(seat)
+              return incarnation === undefined || incarnation.ended !== undefined ? [] : [incarnation.rank]
+            })
+            if (going.length > 0 && observer.hostLost !== undefined) yield* observer.hostLost(member.host, going, ended.detail)
             for (const seat of member.ranks) {
               const incarnation = current.get(seat)
               if (incarnation !== undefined) yield* endIncarnation(incarnation, ChildExit.Crashed({ detail: why, cause: "host_lost" }))

@@ -67,8 +67,10 @@ export const remoteAgentScript = (worker: Worker, tag: string, grace: Duration.D
     `COHORT_AGENT_SPEC=fd:3 COHORT_NET_TIMEOUT_SCALE=${shellQuote(String(netTimeoutScale))}${logLevel === undefined || logLevel.trim() === "" ? "" : ` COHORT_LOG_LEVEL=${shellQuote(logLevel.trim())}`} "$BUN" src/cli/agent.ts --tag ${shellQuote(tag)} 3<<<"$spec" &`,
     "agent=$!",
     `trap 'kill -TERM $agent 2>/dev/null; (sleep ${graceSeconds}; kill -KILL $agent 2>/dev/null) & wait $agent; exit 143' HUP TERM INT`,
-    "wait $agent",
-    "exit $?"
+    // bash says an agent killed by a signal "Killed" after its wait: that notice would be the session's last
+    // words, in place of the agent's own. The status says it (128 + the signal), so it is kept.
+    "{ wait $agent; status=$?; } 2>/dev/null",
+    "exit $status"
   ].join("\n")
 }
 

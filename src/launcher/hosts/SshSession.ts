@@ -11,6 +11,7 @@
  * reported at once. A session whose stdin closes before its spec (the run was
  * called off) ends without starting anything.
  */
+import { constants as osConstants } from "node:os"
 import * as Data from "effect/Data"
 import * as Deferred from "effect/Deferred"
 import type * as Duration from "effect/Duration"
@@ -36,6 +37,40 @@ const CHECKED = "cohort-preflight-done"
 export const sessionScript = (worker: Worker, run: string, tag: string, grace: Duration.Duration, netTimeoutScale: number, logLevel?: string): string =>
   [`(\n${preflightScript(worker, run)}\n)`, `echo ${CHECKED}`, remoteAgentScript(worker, tag, grace, netTimeoutScale, logLevel)].join("\n")
 
+/** A rank's or relay's line as its agent prefixes it: `[host:cpu:r2] `, `[host:relay] `. */
+const PREFIXED = /^\[[^\]\s]*:[^\]\s]*\] /
+
+/** The most of an agent's last words a reason carries: one line, not a page. */
+export const LAST_WORDS_CHARS = 160
+
+/** A line that may be the session's last words: one the agent, its shell or ssh said on stderr, not a rank's or relay's. */
+export const isOwnLine = (line: string, stream: "stdout" | "stderr"): boolean => stream === "stderr" && line.trim() !== "" && !PREFIXED.test(line)
+
+/** The last words as a reason ends with them: the agent's own prefix dropped (the reason names the host), cut at LAST_WORDS_CHARS. */
+export const lastWords = (host: string, line: string): string => {
+  const own = `cohort agent ${host}: `
+  const text = (line.startsWith(own) ? line.slice(own.length) : line).trim()
+  return text.length > LAST_WORDS_CHARS ? `${text.slice(0, LAST_WORDS_CHARS - 1)}…` : text
+}
+
+/** A signal's name from a shell's status for it (128 + its number): `wait` says so of a killed agent. */
+const signalOfStatus = (code: number): string | undefined =>
+  code > 128 ? Object.entries(osConstants.signals).find(([, number]) => number === code - 128)?.[0] : undefined
+
+/**
+ * Why the session of `host` ended after its agent started, without the host's name (the line that says it
+ * names the host once): the ssh process here ended by a signal (its session was killed), its connection was
+ * lost (ssh's 255), or the agent there ended (the remote shell passes on its status; 128 + n: signal n), then
+ * the agent's last words, if it had any.
+ */
+export const endedReason = (host: string, exit: ChildExit, said: string | undefined): string => {
+  const words = said === undefined ? "" : `: ${lastWords(host, said)}`
+  if (exit._tag === "Signaled") return `its ssh session ended with signal ${exit.signal}${words}`
+  if (exit._tag === "Exited" && exit.code === 255) return `its ssh connection was lost${words}`
+  const signal = exit._tag === "Exited" ? signalOfStatus(exit.code) : undefined
+  return `its agent ended with ${signal === undefined ? describeExit(exit) : `signal ${signal}`}${words}`
+}
+
 /** The session could not be started here (no ssh on PATH, …): `<host>: <why>`. */
 export class SessionNotStarted extends Data.TaggedError("SessionNotStarted")<{
   readonly host: string
@@ -46,7 +81,7 @@ export class SessionNotStarted extends Data.TaggedError("SessionNotStarted")<{
   }
 }
 
-/** The session ended before the run did: the host unreachable, or its agent ended abnormally (`reason` says which, and how). */
+/** The session ended before the run did: its ssh killed or cut off, or its agent ended abnormally (`reason` says which, and how, without the host). */
 export class SessionEnded extends Data.TaggedError("SessionEnded")<{
   readonly host: string
   readonly exit: ChildExit
@@ -107,8 +142,12 @@ export const open = (options: SessionOptions): Effect.Effect<SshSession, Session
           }
           return
         }
-        lastLines.push(line)
-        if (lastLines.length > 5) lastLines.shift()
+        // Last words are the agent's own (and the remote shell's, and ssh's): a rank's or relay's line is theirs,
+        // and a verdict built on one would pass a rank's progress off as why the host went.
+        if (isOwnLine(line, stream)) {
+          lastLines.push(line)
+          if (lastLines.length > 5) lastLines.shift()
+        }
         // ssh's own complaints during the preflight belong in its verdict, not in the run's output.
         if (!checking) options.output(line, stream)
       },
@@ -134,11 +173,7 @@ export const open = (options: SessionOptions): Effect.Effect<SshSession, Session
       ended: Effect.gen(function*() {
         const exit = yield* Fiber.join(exited)
         if (exit._tag === "Exited" && exit.code === 0) return
-        const said = lastLines.at(-1)
-        const why = exit._tag === "Exited" && exit.code === 255
-          ? unreachable(worker, said)
-          : `its agent ended with ${describeExit(exit)}${said === undefined ? "" : `: ${said}`}`
-        return yield* new SessionEnded({ host: worker.host, exit, reason: why })
+        return yield* new SessionEnded({ host: worker.host, exit, reason: endedReason(worker.host, exit, lastLines.at(-1)) })
       })
     }
   })

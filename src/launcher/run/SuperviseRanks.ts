@@ -19,9 +19,11 @@
  * under the next number on its old device.
  */
 import type { Cause } from "../../kernel/policy/FailureRules.ts"
+import { hostLostDetail } from "../../kernel/policy/SecondaryDeaths.ts"
 import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import * as HashSet from "effect/HashSet"
 import * as Queue from "effect/Queue"
 import type * as Scope from "effect/Scope"
 import { causeOf, type ChildExit, describe as describeExit, isClean } from "../../kernel/ChildExit.ts"
@@ -31,7 +33,7 @@ import { WorldFormed } from "../../wire/messages/JoinMessages.ts"
 import * as Handoff from "./Handoff.ts"
 import type * as JoinGate from "../front/JoinGate.ts"
 import type { Listening } from "../front/Listen.ts"
-import { MembershipEvent, numberOf, seatOf } from "../membership/Membership.ts"
+import { hostOf, MembershipEvent, numberOf, ranksOf, seatOf } from "../membership/Membership.ts"
 import type { MembershipOwner } from "../membership/MembershipOwner.ts"
 import * as RemoteRanks from "../hosts/RemoteRanks.ts"
 import type { RunEnv } from "./RunEnv.ts"
@@ -118,25 +120,64 @@ export const supervise = (env: RunEnv, wiring: SupervisionWiring): Effect.Effect
       lastLines: env.lastLines,
       lastErrors: env.lastErrors,
       linesWaitMs: LINES_WAIT_MS,
-      linesForSignals: logRules
+      linesForSignals: logRules,
+      // A host's ranks are given up together, before their exits: none of its work is handed to another of them.
+      hostLost: (host, ranks, why) => loseWithHost(host, ranks, why)
     }, grace, { renumber, seatOf: (rank) => seatOf(membership.snapshot(), rank) })
+
+    /**
+     * A lost host's ranks are given up at once, together (the policy judges their loss, the journal has it,
+     * membership says they left, and so the coordinator hands their work on to ranks elsewhere): their exits
+     * come one by one, each after a wait for its lines, and a rank of the host that returns meanwhile would hand
+     * its work to another rank there. Each rank once, whichever way its host's loss was heard first: its link
+     * ended (RemoteRanks), or the host was given up (its session ended: its link may stay open a while).
+     */
+    const goneWithHost = new Set<number>()
+    const loseWithHost = (host: string, ranks: ReadonlyArray<number>, why: string): Effect.Effect<void> =>
+      withSupervisor((supervisor) =>
+        Effect.flatMap(supervisor.state, (state) => {
+          // A run that is ending loses nobody more: its ranks are being stopped, or have finished.
+          if (state.stopping || state.drained) return Effect.void
+          const now = membership.snapshot()
+          const running = (rank: number) => state.children.some((child) => child.spec.id === `rank-${seatOf(now, rank)}` && child.status === "running")
+          const fresh = ranks.filter((rank) => !goneWithHost.has(rank) && !HashSet.has(now.left, rank) && running(rank))
+          for (const rank of fresh) goneWithHost.add(rank)
+          const at = Date.now()
+          return fresh.length === 0 ? Effect.void : giveUp(fresh, hostLostDetail(host, why), "host_lost", fresh.map(() => at))
+        }))
+    // Told in the owner's fiber, which must only tell: the giving up (which asks membership) runs beside it.
+    yield* membership.subscribe((effect) => {
+      if (effect._tag !== "HostGone") return Effect.void
+      const now = membership.snapshot()
+      const ranks = (ranksOf(now, effect.host) ?? []).filter((rank) => hostOf(now, rank) === effect.host)
+      return Effect.asVoid(Effect.forkIn(loseWithHost(effect.host, ranks, effect.why), runScope))
+    })
 
     const giveUp = (ranks: ReadonlyArray<number>, reason: string, cause: Cause, diedAt: ReadonlyArray<number>, fatal = false) =>
       withSupervisor((supervisor) =>
         Effect.gen(function*() {
           const now = membership.snapshot()
+          // The policy does not report these (membership knows): the journal has them here, each with its moment,
+          // first: the survivors' next step (the recovery) must come after it. Said like the deaths the policy
+          // reports: what became of which rank, and why (a silent one went silent).
+          const causeOf = (rank: number) => {
+            const where = hostOf(now, rank)
+            const who = where === undefined ? `rank ${rank}` : `rank ${rank} of ${where}`
+            return cause === "heartbeat" ? `${who} went silent: ${reason}` : `${who} lost: ${reason}`
+          }
+          yield* Effect.forEach(ranks, (rank, index) =>
+            record({ event: "rank_lost", at: Date.now(), ranks: [rank], cause: causeOf(rank), kind: cause, ...(diedAt[index] === undefined ? {} : { diedAt: diedAt[index]! }) }), { discard: true })
+          // They leave the world now: the coordinator hands on their work, the rendezvous re-forms without them.
+          // Before the policy judges them: a limit it finds crossed has the coordinator cut the epoch, and the
+          // cut must not wait on ranks that are gone (a lost host's, whose work is in no survivor's state).
+          yield* membership.apply(MembershipEvent.RanksGivenUp({ ranks, reason }))
           // The supervisor knows seats (a restarted rank runs under a new number in its first number's seat).
           yield* supervisor.send(SupervisionEvent.RanksLost({ ranks: ranks.map((rank) => seatOf(now, rank)), reason, cause, ...(fatal ? { fatal } : {}) }))
-          // The policy does not report these (membership knows): the journal has them here, each with its moment.
-          yield* Effect.forEach(ranks, (rank, index) =>
-            record({ event: "rank_lost", at: Date.now(), ranks: [rank], cause: `rank ${rank} lost: ${reason}`, kind: cause, ...(diedAt[index] === undefined ? {} : { diedAt: diedAt[index]! }) }), { discard: true })
           for (const rank of ranks) {
             const handle = yield* supervisor.handle(`rank-${seatOf(now, rank)}`)
             // A kill takes no grace.
             if (handle !== undefined) yield* Effect.forkIn(handle.stop("kill", Duration.zero), runScope)
           }
-          // They leave the world now: the coordinator hands on their work, the rendezvous re-forms without them.
-          yield* membership.apply(MembershipEvent.RanksGivenUp({ ranks, reason }))
           // A host none of whose ranks is heard any more is likely cut off: membership gives it up. Only silence says
           // so: ranks given up for a rendezvous (or an NCCL generation) they never completed were beating all along.
           if (cause === "heartbeat") {

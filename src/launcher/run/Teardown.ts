@@ -11,7 +11,8 @@ import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
 import * as HashSet from "effect/HashSet"
 import { margins } from "../../kernel/Shutdown.ts"
-import { describeVerdict, exitCode, type Verdict } from "../../kernel/policy/Verdict.ts"
+import { sayHostsOnce } from "../../kernel/policy/SecondaryDeaths.ts"
+import { describeVerdict, exitCode, type Loss, type Verdict } from "../../kernel/policy/Verdict.ts"
 import { Abort, RunEnded } from "../../wire/messages/JoinMessages.ts"
 import type * as ControlGate from "../front/ControlGate.ts"
 import type { Outcome, RunResult } from "./LaunchOptions.ts"
@@ -94,7 +95,8 @@ export const end = (env: EndingEnv, { checkpointEpoch, cleanUp, membership, port
   Effect.gen(function*() {
     const { config } = env.plan
     const lost = membership?.snapshot().lost ?? []
-    const summary = describeVerdict(verdict, lost)
+    const view = env.journal === undefined ? undefined : yield* env.journal.state
+    const summary = describeVerdict(verdict, lossesToSay(lost, view))
     yield* env.enter(verdict._tag === "Completed" ? "done" : "failed")
     // A run that completed with ranks lost exits as the file asks (degraded_exit, 0 by default): CI may need to see it.
     const code = verdict._tag === "Completed" && verdict.dead > 0 ? config.failurePolicy.degradedExit : exitCode(verdict)
@@ -115,7 +117,7 @@ export const end = (env: EndingEnv, { checkpointEpoch, cleanUp, membership, port
         onFailure: () => undefined,
         onSuccess: (record) => (record.coverage === undefined ? undefined : CheckpointFile.describeCoverage(record.coverage))
       })
-    const view = env.journal === undefined ? undefined : yield* env.journal.state
+    const later = env.journal === undefined ? undefined : yield* env.journal.state
     yield* env.board.endStreams
     // Read after the cleanup: a rank's last exit may come in while its agent leaves.
     const state = membership?.snapshot()
@@ -138,9 +140,29 @@ export const end = (env: EndingEnv, { checkpointEpoch, cleanUp, membership, port
       inventory: state === undefined ? [] : inventoryOf(state),
       port,
       checkpoint: epoch === undefined ? undefined : { path: checkpointPath(config), epoch, ...(resumes === undefined ? {} : { resumes }) },
-      recovery: view === undefined ? undefined : {
-        deaths: (view.recovery ?? RecoveryFigures.empty).deaths,
-        effectiveTraining: RunView.effectiveTrainingAt(view)
+      recovery: later === undefined ? undefined : {
+        deaths: (later.recovery ?? RecoveryFigures.empty).deaths,
+        effectiveTraining: RunView.effectiveTrainingAt(later)
       }
     }
   })
+
+/**
+ * The losses a DEGRADED verdict names: those the policy reported (membership's), then those it counted without
+ * a report (a rank given up for silence, one that returned with work left), as the journal has them, each
+ * once, a lost host's ranks said once (`sayHostsOnce`) with why the host went. A rank given up and then
+ * restarted, or replaced by a new number, was not lost.
+ */
+export const lossesToSay = (reported: ReadonlyArray<Loss>, view: Pick<RunView.RunState, "deaths" | "ranks" | "hosts"> | undefined): ReadonlyArray<Loss> => {
+  const said = new Set(reported.flatMap((loss) => loss.ranks))
+  const unreported = (view?.deaths ?? []).filter((death) => {
+    const rank = view?.ranks.find((status) => status.rank === death.rank)
+    if (said.has(death.rank) || rank === undefined || rank.state !== "dead" || rank.replacedBy !== undefined) return false
+    said.add(death.rank)
+    return true
+  })
+  const all = [...reported.map((loss) => ({ ranks: loss.ranks, what: loss.cause })), ...unreported.map((death) => ({ ranks: [death.rank], what: death.cause }))]
+  // A host's ranks may have ended with its link before its session said why it went: the host's own reason is said.
+  const goneFor = (host: string) => view?.hosts.find((entry) => entry.host === host && entry.state === "gone")?.reason ?? undefined
+  return sayHostsOnce(all, goneFor).map(({ ranks, what }) => ({ ranks, cause: what }))
+}

@@ -16,7 +16,7 @@ import { Instruction } from "./events.ts"
 import { rescue } from "./growth.ts"
 import { saveAndStop } from "./saving.ts"
 import { scriptMustAttach } from "./state.ts"
-import { type Step, without } from "./step.ts"
+import { ascending, type Step, without } from "./step.ts"
 
 /** A rank given up for silence and then restarted (restart policy) attached again: the next epochs count on it again. */
 export const revived = (step: Step, rank: number): void => {
@@ -67,33 +67,21 @@ export const neverAttached = (step: Step, ranks: ReadonlyArray<number>, how: str
   markDead(step, ranks, reason)
 }
 
+/**
+ * Ranks that died together (a host's, silent ones) leave together: every one of them is out of the members
+ * before any of their work is handed on, so none of it goes to another of them, and one line says it.
+ */
 export const markDead = (step: Step, ranks: ReadonlyArray<number>, cause: string): void => {
-  for (const rank of ranks) {
-    if (HashSet.has(step.deaths.dead, rank) || !HashSet.has(step.members.everyone, rank)) continue
+  const dying = [...new Set(ranks)].filter((rank) => !HashSet.has(step.deaths.dead, rank) && HashSet.has(step.members.everyone, rank))
+  for (const rank of dying) {
     step.deaths.dead = HashSet.add(step.deaths.dead, rank)
     step.members.alive = HashSet.remove(step.members.alive, rank)
     step.growth.joining = without(step.growth.joining, rank)
     step.growth.unwelcomed = without(step.growth.unwelcomed, rank)
     answered(step, rank)
     leftTheVote(step, rank)
-    const { ledger } = step.epochs
-    if (ledger === undefined || step.epochs.finished || step.deaths.stopping) continue
-    const { extensions, ledger: next, orphaned } = Ledger.markDead(ledger, rank)
-    step.epochs.ledger = next
-    if (orphaned.length > 0) {
-      step.growth.stranded = [...step.growth.stranded, ...orphaned]
-      step.growth.strandedSince ??= step.at
-    }
-    for (const [survivor, ranges] of extensions) step.send([survivor], new EpochExtend({ epoch: next.epoch, ranges }))
-    step.instructions.push(Instruction.Redistributed({ dead: rank, extensions }))
-    const moved = Ledger.lengthOf([...extensions.values()].flat())
-    if (moved > 0) {
-      step.log(
-        "warning",
-        `rank ${rank} lost (${cause}): ${moved} unprocessed sample(s) of epoch ${next.epoch} handed to rank(s) ${[...extensions.keys()].join(", ")}`
-      )
-    }
   }
+  if (step.epochs.ledger !== undefined && !step.epochs.finished && !step.deaths.stopping) handOn(step, dying, cause)
   if (step.deaths.stopping || step.epochs.finished) return
   if (HashSet.size(step.members.alive) === 0 && step.growth.joining.size === 0) return saveAndStop(step, `every rank was lost`, "all_ranks_lost")
   if (HashSet.size(step.members.alive) === 0) {
@@ -102,6 +90,35 @@ export const markDead = (step: Step, ranks: ReadonlyArray<number>, cause: string
   }
   const { ledger } = step.epochs
   if (ledger !== undefined && Ledger.isComplete(ledger)) endEpoch(step)
+}
+
+/**
+ * The dying ranks' unprocessed samples to the survivors. The ledger hands one rank's on at a time, to every
+ * rank it still counts, so a piece handed to another of the dying comes back with that one's rest: only what
+ * reaches a rank outside them is sent, and said.
+ */
+const handOn = (step: Step, dying: ReadonlyArray<number>, cause: string): void => {
+  const received = new Map<number, number>()
+  let epoch = 0
+  for (const rank of dying) {
+    const { extensions, ledger: next, orphaned } = Ledger.markDead(step.epochs.ledger!, rank)
+    step.epochs.ledger = next
+    epoch = next.epoch
+    if (orphaned.length > 0) {
+      step.growth.stranded = [...step.growth.stranded, ...orphaned]
+      step.growth.strandedSince ??= step.at
+    }
+    const outside = new Map([...extensions].filter(([survivor]) => !dying.includes(survivor)))
+    for (const [survivor, ranges] of outside) {
+      step.send([survivor], new EpochExtend({ epoch: next.epoch, ranges }))
+      received.set(survivor, (received.get(survivor) ?? 0) + Ledger.lengthOf(ranges))
+    }
+    step.instructions.push(Instruction.Redistributed({ dead: rank, extensions: outside }))
+  }
+  const moved = [...received.values()].reduce((sum, count) => sum + count, 0)
+  if (moved === 0) return
+  const who = dying.length === 1 ? `rank ${dying[0]}` : `ranks ${dying.join(", ")}`
+  step.log("warning", `${who} lost (${cause}): ${moved} unprocessed sample(s) of epoch ${epoch} handed to rank(s) ${ascending([...received.keys()]).join(", ")}`)
 }
 
 /** A rank that returns (or exits) with work left, unasked, is lost like a dead one: its samples go to the survivors. */
