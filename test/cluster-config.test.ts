@@ -24,6 +24,7 @@ describe("cluster.yml", () => {
       name: "local",
       controller: {
         host: "127.0.0.1",
+        hostWritten: true,
         port: 0,
         join: { minRanks: 4, targetRanks: 4, timeoutMs: 60_000, maxTimeoutMs: 120_000, openAdmission: false, start: "auto", afterFormation: "reject", maxRanks: undefined },
         encrypt: false
@@ -128,7 +129,7 @@ describe("cluster.yml", () => {
     ["unknown after_formation", `controller: { join: { after_formation: maybe } }\n${minimal(w)}`, `controller.join.after_formation (line 1, col 40): expected one of "reject", "accept", got "maybe"`],
     ["max_ranks without growth", `controller: { join: { max_ranks: 4 } }\n${minimal(w)}`, "controller.join.max_ranks (line 1, col 34): max_ranks caps growth after formation: add after_formation: accept, or remove max_ranks"],
     ["max_ranks below min_ranks", `controller: { join: { min_ranks: 2, after_formation: accept, max_ranks: 1 } }\n${minimal(w)}`, "controller.join.max_ranks (line 1, col 73): expected at least min_ranks (2), got 1"],
-    ["growth of a command job", `controller: { join: { after_formation: accept } }\n${minimal(w, "job: { command: [python3, train.py] }")}`, "a plain command job (torchrun-style) has a fixed world: growth needs an entry job, or a command that uses the Python client (with job.dataset_size), or after_formation: reject"],
+    ["growth of a command job", `controller: { join: { after_formation: accept } }\n${minimal(w, "job: { command: [python3, train.py] }")}`, "a plain command job (torchrun-style) has a fixed world: growth needs an entry job, or a command that uses the Python client (with job.dataset_size: N, or --set job.dataset_size=N on the command line: the samples an epoch covers), or after_formation: reject"],
     ["max_failure_base without a limit", `${minimal(w)}failure_policy: { after_formation: { elastic: { max_failure: none } }, max_failure_base: current }\n`, "only an elastic after_formation policy with a max_failure has a base: add one, or remove max_failure_base"],
     ["bad max_failure_base", `${minimal(w)}failure_policy: { after_formation: { elastic: { max_failure: 2 } }, max_failure_base: now }\n`, `expected one of "formation", "current", got "now"`],
     ["not YAML", "workers: [", "not valid YAML"]
@@ -162,7 +163,7 @@ describe("cluster.yml", () => {
   test("growth of a command job is refused although the job has another mistake", async () => {
     expect(await problems(`controller: { join: { after_formation: accept } }\n${minimal(w, "job: { command: [python3, train.py], epochs: 0 }")}`)).toEqual([
       "cluster.yml: controller.join.after_formation (line 1, col 40): a plain command job (torchrun-style) has a fixed world: growth needs an entry job, " +
-        "or a command that uses the Python client (with job.dataset_size), or after_formation: reject",
+        "or a command that uses the Python client (with job.dataset_size: N, or --set job.dataset_size=N on the command line: the samples an epoch covers), or after_formation: reject",
       "cluster.yml: job.epochs (line 4, col 46): expected a number of epochs from 1 to 1000000, got 0"
     ])
   })

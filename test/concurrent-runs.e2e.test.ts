@@ -82,8 +82,8 @@ test("a second run of the same checkpoint is refused naming the first; another c
   expect(second.stderr.lines).toHaveLength(1)
   expect(second.stderr.lines[0]).toMatch(new RegExp(
     `^cohort: the checkpoint ${checkpoint.replaceAll(".", "\\.")} belongs to run ${id}, which is running \\(pid ${first.proc.pid}, started \\d\\d:\\d\\d:\\d\\d, ` +
-      `page http://127\\.0\\.0\\.1:${port}/\\?token=[0-9a-f]{32}\\): a second run would overwrite it\\. Wait for that run to end; stop it with kill -TERM ${first.proc.pid}, ` +
-      `or give this run another name or job\\.checkpoint$`
+      `page http://127\\.0\\.0\\.1:${port}/\\?token=[0-9a-f]{32}\\): a second run would overwrite it\\. To run both, give this one its own checkpoint ` +
+      `with --set job\\.checkpoint=PATH; or wait for that run to end \\(stop it with kill -TERM ${first.proc.pid}\\)$`
   ))
 
   // Same name, another checkpoint: it runs beside the first, under its own id.

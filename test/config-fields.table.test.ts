@@ -235,8 +235,9 @@ const oneMistake: ReadonlyArray<Row> = [
   ["ssh options [~]", W(`{ host: a, devices: 2, ssh: { options: [~] } }`), [
     `cluster.yml: workers[0].ssh.options[0] (line 2, col 45): expected an ssh option: a setting like "StrictHostKeyChecking=no" (passed as -o), or a flag like "-4" or "-o" followed by its value, got nothing`
   ]],
-  ["ssh options quote in word", W(`{ host: a, devices: 2, ssh: { options: ['say "hi"'] } }`), [
-    `cluster.yml: workers[0].ssh.options[0] (line 2, col 45): expected an ssh option: a setting like "StrictHostKeyChecking=no" (passed as -o), or a flag like "-4" or "-o" followed by its value, got "say "hi""`
+  // `say "hi"` would be a `Key Value` setting (ssh_config's other form, ssh's to judge): a word opening with a quote is none.
+  ["ssh options quote in word", W(`{ host: a, devices: 2, ssh: { options: ['"say" hi'] } }`), [
+    `cluster.yml: workers[0].ssh.options[0] (line 2, col 45): expected an ssh option: a setting like "StrictHostKeyChecking=no" (passed as -o), or a flag like "-4" or "-o" followed by its value, got ""say" hi"`
   ]],
   ["ssh options trailing -p", W(`{ host: a, devices: 2, ssh: { options: ["-p"] } }`), [
     `cluster.yml: workers[0].ssh.options[0] (line 2, col 45): ssh's -p takes a value: give it as the next entry, or write the setting alone, like "ServerAliveInterval=30"`
@@ -358,7 +359,7 @@ const oneMistake: ReadonlyArray<Row> = [
   ]],
   ["controller bad host + growth command", `controller: { host: 5, join: { after_formation: accept } }\nworkers: [{ host: a, devices: 2 }]\njob: { command: [python3, x.py] }\n`, [
     "cluster.yml: controller.host (line 1, col 21): expected the address workers dial, like 127.0.0.1, got 5",
-    "cluster.yml: controller.join.after_formation (line 1, col 49): a plain command job (torchrun-style) has a fixed world: growth needs an entry job, or a command that uses the Python client (with job.dataset_size), or after_formation: reject"
+    "cluster.yml: controller.join.after_formation (line 1, col 49): a plain command job (torchrun-style) has a fixed world: growth needs an entry job, or a command that uses the Python client (with job.dataset_size: N, or --set job.dataset_size=N on the command line: the samples an epoch covers), or after_formation: reject"
   ]],
   // A key that is no plain word is said where a mapping was meant; elsewhere the mapping is what is wrong.
   // A mistake in how a worker is reached leaves its ranks counted: no message about the join window.

@@ -86,7 +86,7 @@ const examples: Readonly<Record<string, Example>> = {
     strategy: withDefaultRules(new Phased({ beforeFormation: new KillAll(), afterFormation: new Elastic({ maxFailure: new Percent({ p: 50 }) }) })),
     world: 4,
     hosts: 2,
-    dryRun: ["run self-agent: 4 rank(s) on 2 host(s)", "port: 0.0.0.0:29400", "[localhost:cpu:r1]", "[worker-b:cpu:r3]"]
+    dryRun: ["run self-agent: 4 rank(s) on 2 host(s)", "port: 127.0.0.1:29400", "[localhost:cpu:r1]", "[worker-b:cpu:r3]"]
   },
   "torch-ddp.yml": {
     decodes: {

@@ -133,7 +133,7 @@ describe("overrides decoded with the file", () => {
     ])
     expect(await refusal(base, sets("job.epochs=0"))).toEqual(["--set job.epochs=0: expected a number of epochs from 1 to 1000000, got 0"])
     expect(await refusal(base, sets("job.backend=gloo"))).toEqual([
-      `--set job.backend=gloo: expected one of "cpu_sync", "cpu_cadence", "cpu_async", "nccl", got "gloo"`
+      `--set job.backend=gloo: expected one of "cpu_sync", "cpu_cadence", "cpu_async", "nccl", got "gloo" (gloo is cohort's cpu_sync: write backend: cpu_sync)`
     ])
   })
 

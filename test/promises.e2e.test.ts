@@ -100,10 +100,11 @@ describe("POST /start from a non-loopback address", () => {
     "no token 401, a token in the URL 400, a wrong one 403, none of them starts the run; the run's own token starts it",
     async () => {
       const run = `manual-${process.pid}`
-      // An `agent: self` host makes the launcher bind 0.0.0.0; the window is closed by the operator alone.
+      // An `agent: self` host dialling a non-loopback controller.host makes the launcher bind 0.0.0.0 (a loopback
+      // one given binds loopback); the window is closed by the operator alone.
       const launcher = launch(`
 name: ${run}
-controller: { host: 127.0.0.1, port: 0, join: { start: manual, min_ranks: 1 } }
+controller: { host: ${externalIPv4}, port: 0, join: { start: manual, min_ranks: 1 } }
 workers:
   - { host: localhost, devices: 1, path: ${repoRoot} }
   - { host: elsewhere, devices: 1, agent: self, path: ${repoRoot} }
@@ -248,7 +249,8 @@ describe("open admission", () => {
     const { controller, saltFile } = await selfHint(launcher.stderr.lines, "selfhost")
     // Open admission: there is no salt to hand out of band.
     expect(saltFile).toBeUndefined()
-    expect(launcher.stderr.lines.some((line) => line.includes("open admission on 0.0.0.0"))).toBe(true)
+    // controller.host: 127.0.0.1 given: the port listens on loopback alone, and the warning says who reaches it.
+    expect(launcher.stderr.lines.some((line) => line.includes("open admission on 127.0.0.1: any user of this machine"))).toBe(true)
 
     const stranger = agent(["--controller", controller, "--host", "stranger", "--devices", "1"])
     expect(await stranger.proc.exited).toBe(2)

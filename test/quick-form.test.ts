@@ -259,7 +259,9 @@ describe("bun run launch, the quick form", () => {
       [1, "1", "2", words, "debug"]
     ])
     // A debug line of the launcher's own (a command: job has no relay to hear from).
-    expect(ran.stderr).toMatch(/^cohort: listening on 127\.0\.0\.1:\d+$/m)
+    expect(ran.stderr).toMatch(/^cohort: the port 127\.0\.0\.1:\d+ carries join, control, http, told apart by their first bytes$/m)
+    // Where it listens is said once, by the start line (the port's own line says what it carries).
+    expect(ran.stderr.split("\n").filter((line) => line.includes("listening on"))).toHaveLength(1)
   }, 30_000)
 
   test("a quick form whose plan cannot run here still prints its file, then says why: exit 2", async () => {

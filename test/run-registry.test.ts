@@ -103,7 +103,7 @@ describe("one checkpoint, one live run", () => {
     const started = new Date(Date.UTC(2026, 0, 1, 12, 1, 7)).toTimeString().slice(0, 8)
     expect(refusal?.message).toBe(
       `the checkpoint /ckpt/local.json belongs to run local-${other}, which is running (pid ${other}, started ${started}, page http://127.0.0.1:41235/): ` +
-        `a second run would overwrite it. Wait for that run to end; stop it with kill -TERM ${other}, or give this run another name or job.checkpoint`
+        `a second run would overwrite it. To run both, give this one its own checkpoint with --set job.checkpoint=PATH; or wait for that run to end (stop it with kill -TERM ${other})`
     )
     // The refused run leaves nothing behind once its scope closes; the first keeps its entry.
     await run(second.close)
@@ -154,7 +154,7 @@ describe("one checkpoint, one live run", () => {
     expect(isLive({ host: "elsewhere.example", pid: 999_999_999, pidStart: "1" })).toBe(true)
     const refused = await run(claimIn({ run: "local", checkpoint: "/ckpt/local.json", startedAt: 0, startToken: "", dir }))
     expect(Either.isLeft(refused.result) && refused.result.left.message).toContain(
-      "Wait for that run to end (it runs on elsewhere.example; if that launcher is gone, remove .cohort/runs/local-1.json), or give this run another name or job.checkpoint"
+      "To run both, give this one its own checkpoint with --set job.checkpoint=PATH; or wait for that run to end (it runs on elsewhere.example; if that launcher is gone, remove .cohort/runs/local-1.json)"
     )
     await run(refused.close)
   })

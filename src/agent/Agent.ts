@@ -59,6 +59,7 @@ import { RelayEnd, relayChild } from "./RelayChild.ts"
 import { isCoordinated } from "../config/Job.ts"
 import { internalEnvironment, rankEnvironment, scrub } from "./RankEnvironment.ts"
 import * as CallbackFibers from "../kernel/CallbackFibers.ts"
+import { AGENT_ANNOTATION } from "./AgentAnnotation.ts"
 
 type JoinLink = Link.Link<JoinMessage, JoinMessage>
 
@@ -107,7 +108,10 @@ export interface AgentOptions {
   readonly entries: EntryPoints
 }
 
-/** Join, then serve the host until the run ends. */
+/**
+ * Join, then serve the host until the run ends. Its lines are the host's agent's (`cohort agent HOST:`, and
+ * `agent-HOST.log` under `--log-dir`), inside the launcher's process too (logger.ts reads the annotation).
+ */
 export const run = (options: AgentOptions): Effect.Effect<void, AgentError, Scope.Scope> =>
   Effect.gen(function*() {
     const { host } = options
@@ -146,7 +150,7 @@ export const run = (options: AgentOptions): Effect.Effect<void, AgentError, Scop
     if (formed._tag === "Abort") return yield* Effect.logWarning(`${host}: the launcher aborted before the world formed: ${formed.reason}`)
     if (formed._tag !== "WorldFormed") return yield* refuse(`expected WorldFormed, got ${formed._tag}`)
     yield* serve(options, link, answer, formed, salt)
-  })
+  }).pipe(Effect.annotateLogs(AGENT_ANNOTATION, options.host))
 
 /**
  * Dial the launcher's join channel. A dial it closes before answering is made again after a while
@@ -267,7 +271,8 @@ const serve = (options: AgentOptions, link: JoinLink, accept: Accept, world: Wor
 
     // The relay reduces with the TypeScript kernels where the native library cannot be loaded: said here, once
     // for the host (and once for the launcher's machine, whose controller says the same).
-    if (entry !== undefined && spec.backend !== "nccl") yield* Native.cpuKernelsSayingFallback()
+    // It is the machine's line, not the agent's: inside the launcher it stays a `cohort:` line, whichever says it first.
+    if (entry !== undefined && spec.backend !== "nccl") yield* Native.cpuKernelsSayingFallback().pipe(Effect.annotateLogs(AGENT_ANNOTATION, null))
 
     // The ranks' resource use, for the status page and /metrics. GPUs are read through NVML (no CUDA context here).
     const gpuHost = options.devices.devices.some((device) => device.kind === "gpu")

@@ -82,7 +82,7 @@ export const rankChild = (options: RankOptions): SupervisedChild => {
   return {
     ...spec,
     start: Effect.gen(function*() {
-      const spawned = yield* Effect.either(ProcessChild.spawn(options.process))
+      const spawned = yield* Effect.either(ProcessChild.spawn({ ...options.process, label: `rank ${rank} of ${options.host}` }))
       if (spawned._tag === "Left") {
         yield* options.report(new RankExited({ rank, incarnation, code: null, signal: null, detail: spawned.left.message }))
         yield* options.answered(undefined)

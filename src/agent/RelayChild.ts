@@ -59,7 +59,7 @@ export const relayChild = (options: RelayOptions): SupervisedChild => ({
     let stopping = false
     const launch = Effect.gen(function*() {
       yield* options.ready
-      const spawned = yield* ProcessChild.spawn(options.process)
+      const spawned = yield* ProcessChild.spawn({ ...options.process, label: `the relay of ${options.host}` })
       relay = spawned
       // Added after the process's own release, so it runs first: a relay still running when its Scope
       // closes outlives the ranks. One that has ended already (its Scope closes as its end is handled) waits for nothing.

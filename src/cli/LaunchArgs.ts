@@ -37,7 +37,8 @@ supervised under the file's failure_policy.
                    (COHORT_LOG_LEVEL=debug, which the ranks' env gets as well)
   --ranks 0,3      show only these ranks' lines
   --log-dir DIR    also write each rank's, relay's and agent's lines to a file of its own in DIR
-  --events FILE    write every join, death, restart, decision and the verdict as JSON lines
+  --events FILE    write every join, death, restart, decision and the verdict as JSON lines;
+                   a run empties FILE first, a --resume run adds to it (one log for both)
   --raw-output     the ranks' and relays' lines as printed, terminal controls and all; by default
                    escape sequences, \\r, bidi overrides and other controls in them show as \\xNN
   --set PATH=VALUE change the file before it is read, checked like the file: --set job.epochs=20,
@@ -53,6 +54,8 @@ Without a file (torchrun's and mpirun's spelling), a command: job under the defa
   -n, --nproc-per-node N   ranks on this machine (gpu: one per GPU)
   --hosts A:N,B:N          ranks on those hosts instead, reached over ssh in this checkout's path
   -- PROGRAM [ARGS...]     what every rank runs; --dry-run prints the cluster file it stands for
+The run is named after the script (train.py: train); where a run of that name runs in this
+directory already, this one takes train-2 (then train-3, ...) and says so; --set name=NAME chooses.
 torchrun's --standalone, --nnodes, --rdzv-*, --master-* and --node-rank are answered with
 what to use instead.
 

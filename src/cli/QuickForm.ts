@@ -72,6 +72,18 @@ export const runName = (command: ReadonlyArray<string>): string => {
 }
 
 /**
+ * The quick form's name beside the runs live in this folder (`taken`, their names): the script's own when it is
+ * free, else the first free of `train-2`, `train-3`, …. A sweep of one script (`--lr 0.1` beside `--lr 0.05`)
+ * then just runs, as two torchrun or sbatch jobs started in one folder do, each with its own checkpoint
+ * (`.cohort/checkpoints/<name>.json`) instead of the second being refused for the first's. A file's name is
+ * the user's: it is never changed (the refusal names `--set name=`).
+ */
+export const freeName = (name: string, taken: ReadonlySet<string>): string => {
+  if (!taken.has(name)) return name
+  for (let suffix = 2;; suffix += 1) if (!taken.has(`${name}-${suffix}`)) return `${name}-${suffix}`
+}
+
+/**
  * `--from-slurm`: the allocation's nodes as the workers (the launcher's own node runs its agent in-process;
  * the others are reached over ssh in this checkout's path), and the node name they dial. With a cluster
  * file, `controllerMode: "default"` keeps the file's controller.host where it gives one.

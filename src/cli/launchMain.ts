@@ -28,7 +28,8 @@ import { parseLaunchArgs, usageOf } from "./LaunchArgs.ts"
 import { checkEventsFile, checkLogDir, makeLogDir } from "./OutputPaths.ts"
 import { invokedAs } from "./ProgramName.ts"
 import { argsOverride, type Override, parseSet } from "./Overrides.ts"
-import { parseRanksPerHost, policyOverride, quickForm, slurmOverrides } from "./QuickForm.ts"
+import { freeName, parseRanksPerHost, policyOverride, quickForm, slurmOverrides } from "./QuickForm.ts"
+import { isLive, readEntries, type RunEntry } from "../launcher/run/RunEntries.ts"
 import { make as makeConsole, summaryTable } from "./RunConsole.ts"
 import { slurmAllocation } from "./Slurm.ts"
 import { listenForStops } from "../kernel/signals.ts"
@@ -140,6 +141,25 @@ for (const text of args.sets) {
 }
 if (args.file !== undefined && args.rest !== undefined && args.rest.length > 0) overrides.push(argsOverride(args.rest))
 if (problems.length > 0) fail(problems.join("\n"))
+
+/** RunRegistry's RUNS_DIR, not imported from there: RunRegistry loads effect, which these checks do without. */
+const RUNS_DIR = ".cohort/runs"
+/**
+ * The quick form's name taken by a run live in this folder: this one takes the next free one (`freeName`), and
+ * says so. Not under `--resume` (it continues the name's own checkpoint), nor where `--set name=` chose one.
+ */
+let renamed: { readonly name: string; readonly other: RunEntry } | undefined
+const nameGiven = overrides.some((override) => override.path.length === 1 && override.path[0] === "name")
+if (args.file === undefined && !args.resume && !args.dryRun && !nameGiven) {
+  const own = String((input as Readonly<Record<string, unknown>>).name)
+  const live = readEntries(RUNS_DIR).map(({ entry }) => entry).filter((entry) => isLive(entry))
+  const name = freeName(own, new Set(live.map((entry) => entry.run)))
+  const other = live.find((entry) => entry.run === own)
+  if (name !== own && other !== undefined) {
+    input = { ...(input as Readonly<Record<string, unknown>>), name }
+    renamed = { name, other }
+  }
+}
 // A run makes its log directory now (0700), before anything starts; a dry run made nothing.
 if (args.logDir !== undefined && !args.dryRun) {
   const problem = makeLogDir(args.logDir)
@@ -167,10 +187,11 @@ const checkPlan = (plan: Plan): ReadonlyArray<string> => {
 
 const shellWord = (word: string) => (/^[\w@%+=:,./-]+$/.test(word) ? word : `'${word.replaceAll("'", "'\\''")}'`)
 
-/** This command line with `--resume` added: how to go on from a run's checkpoint. */
+/** This command line with `--resume` added (and the name the quick form took, `--set name=`): how to go on from a run's checkpoint. */
 const resumeCommand = (): string => {
   const dashes = argv.indexOf("--")
-  const words = dashes === -1 ? [...argv, "--resume"] : [...argv.slice(0, dashes), "--resume", ...argv.slice(dashes)]
+  const added = renamed === undefined ? ["--resume"] : ["--set", `name=${renamed.name}`, "--resume"]
+  const words = dashes === -1 ? [...argv, ...added] : [...argv.slice(0, dashes), ...added, ...argv.slice(dashes)]
   return `${program} ${words.filter((word, index) => word !== "--resume" || index === words.lastIndexOf("--resume")).map(shellWord).join(" ")}`
 }
 
@@ -236,6 +257,13 @@ const main = async (): Promise<never> => {
   })
   say = (line) => runConsole.cohortLine(line)
   closeConsole = () => runConsole.close()
+  if (renamed !== undefined) {
+    const where = renamed.other.host === shortName || renamed.other.host === hostname() ? "here" : `on ${renamed.other.host}`
+    say(
+      `cohort: another run named ${renamed.other.run} is running ${where} (pid ${renamed.other.pid}): ` +
+        `this one is named ${renamed.name} (--set name=NAME names it yourself)`
+    )
+  }
 
   const result = await cohort.launch(input, {
     interrupt: stopRequested,

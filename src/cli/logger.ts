@@ -4,9 +4,12 @@
  * in a later issue, are for machines).
  */
 import * as Cause from "effect/Cause"
+import * as HashMap from "effect/HashMap"
 import * as Layer from "effect/Layer"
 import * as Logger from "effect/Logger"
 import * as LogLevel from "effect/LogLevel"
+import * as Option from "effect/Option"
+import { AGENT_ANNOTATION } from "../agent/AgentAnnotation.ts"
 import { requestedLogLevelOr } from "../config/LogVerbosity.ts"
 
 const render = (message: unknown): string =>
@@ -14,14 +17,16 @@ const render = (message: unknown): string =>
 
 const toStderr = (text: string) => void process.stderr.write(text)
 
-export const lineLogger = (prefix: string, write: (text: string) => void = toStderr) => Logger.make(({ cause, logLevel, message }) => {
+export const lineLogger = (prefix: string, write: (text: string) => void = toStderr) => Logger.make(({ annotations, cause, logLevel, message }) => {
   const level = LogLevel.greaterThanEqual(logLevel, LogLevel.Error)
     ? "error: "
     : LogLevel.greaterThanEqual(logLevel, LogLevel.Warning)
     ? "warning: "
     : ""
   const detail = Cause.isEmpty(cause) ? "" : `\n${Cause.pretty(cause)}`
-  write(`${prefix}${level}${render(message)}${detail}\n`)
+  const agent = HashMap.get(annotations, AGENT_ANNOTATION)
+  const said = Option.isSome(agent) && typeof agent.value === "string" ? `cohort agent ${agent.value}: ` : prefix
+  write(`${said}${level}${render(message)}${detail}\n`)
 })
 
 /**

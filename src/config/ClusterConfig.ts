@@ -156,7 +156,7 @@ export const decodeCluster = (root: Field, fallbackName: string): ClusterConfig 
   if (growth.scalar === "accept" && top.job.get("command").present && !top.job.get("dataset_size").present) {
     growth.report(
       "a plain command job (torchrun-style) has a fixed world: growth needs an entry job, or a command that uses the Python client " +
-        "(with job.dataset_size), or after_formation: reject"
+        "(with job.dataset_size: N, or --set job.dataset_size=N on the command line: the samples an epoch covers), or after_formation: reject"
     )
   }
   const failurePolicy = top.failure_policy.attempt(() => decodeFailurePolicy(top.failure_policy)) ?? defaultFailurePolicy

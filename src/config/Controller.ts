@@ -28,6 +28,12 @@ import type { Field } from "./Yaml.ts"
 
 export interface Controller {
   readonly host: string
+  /**
+   * Whether the file (or `--set controller.host=`) gave `host`, not its default. A loopback address given is the
+   * user's choice of where the port listens (Plan binds loopback); the default one is only where this machine's
+   * own agents dial, and a remote `agent: self` host may dial another address of this machine. Absent: false.
+   */
+  readonly hostWritten?: boolean | undefined
   readonly port: number
   readonly join: JoinWindow
   /**
@@ -113,6 +119,7 @@ export const decodeController = (field: Field, capacity: number | undefined, not
   const join = written.attempt(() => decodeJoin(withoutFlodlOnly(withFlodlKeys(written, joinAliases, notes), joinOnly, notes), capacity))
   return {
     host: keys?.host ?? "127.0.0.1",
+    hostWritten: field.get("host").present,
     port: keys?.port ?? 0,
     encrypt: keys?.encrypt ?? false,
     join: join ?? unreadableJoin

@@ -122,8 +122,24 @@ const OuterOptimizerKeys = Schema.Struct({
 
 const outerOptimizerBackends: ReadonlyArray<Backend> = ["cpu_cadence", "cpu_async"]
 
+/**
+ * `backend` as written. torch.distributed's CPU backend is what a torchrun user writes first; cohort's
+ * name for the same thing (an all-reduce on the CPU every step) is `cpu_sync`, so `gloo` is refused with
+ * that name rather than read as one: a torch script keeps its own `init_process_group(backend=...)`, and
+ * a silent alias would suggest cohort changes it.
+ */
+const backendNames = `one of ${Backend.literals.map((name) => `"${name}"`).join(", ")}`
+const BackendKey = Schema.transformOrFail(Schema.Unknown, Backend, {
+  strict: true,
+  decode: (written, _, ast) =>
+    written === "gloo"
+      ? ParseResult.fail(new ParseResult.Type(ast, written, `expected ${backendNames}, got "gloo" (gloo is cohort's cpu_sync: write backend: cpu_sync)`))
+      : ParseResult.succeed(written as Backend),
+  encode: ParseResult.succeed
+}).pipe(expecting(backendNames))
+
 const ModelSyncKeys = Schema.Struct({
-  backend: keyOr(Backend, "cpu_sync"),
+  backend: keyOr(BackendKey, "cpu_sync"),
   outer_optimizer: optionalKey(OuterOptimizerKeys)
 }).pipe(
   Schema.filter(({ backend, outer_optimizer }) =>

@@ -19,7 +19,8 @@ export interface SshOptions {
   readonly identityFile: string | undefined
   /**
    * ssh's own argv words, in the file's order: an entry written `Key=Value` (flodl's form, and ssh_config's)
-   * is `-o Key=Value` here; a flag (`-o`, `-oKey=Value`, `-4`) and the word after a flag that takes one are as written.
+   * or `Key Value` (ssh_config's other form) is `-o Key=Value` / `-o "Key Value"` here, one argv word after `-o`;
+   * a flag (`-o`, `-oKey=Value`, `-4`) and the word after a flag that takes one are as written.
    */
   readonly options: ReadonlyArray<string>
 }
@@ -29,8 +30,12 @@ const sshFlagsWithValue = new Set(["-B", "-b", "-c", "-D", "-E", "-e", "-F", "-I
 
 const takesValue = (word: unknown): word is string => typeof word === "string" && sshFlagsWithValue.has(word)
 
-/** An ssh_config setting: a keyword, then `=` (spaces around it allowed), then a value. */
-const SSH_SETTING = /^\s*[A-Za-z][A-Za-z0-9]*\s*=\s*\S/
+/**
+ * An ssh_config setting: a keyword, then `=` (spaces around it allowed) or spaces alone, then a value. Both are
+ * ssh_config's own syntax and `ssh -o`'s ("ProxyJump bastion" as much as "ProxyJump=bastion"). Whether the
+ * keyword is one ssh knows is ssh's to say (it names the bad option and exits): the list grows with each release.
+ */
+const SSH_SETTING = /^\s*[A-Za-z][A-Za-z0-9]*(?:\s*=\s*|\s+)\S/
 
 const sshOptionWhat = `an ssh option: a setting like "StrictHostKeyChecking=no" (passed as -o), or a flag like "-4" or "-o" followed by its value`
 

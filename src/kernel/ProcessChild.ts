@@ -12,7 +12,7 @@
  * The exit is observed through `proc.exited`, an event, never by polling.
  */
 import * as Schema from "effect/Schema"
-import type * as Duration from "effect/Duration"
+import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import type * as Scope from "effect/Scope"
 import type { ChildHandle, StopMode } from "./ChildHandle.ts"
@@ -30,6 +30,8 @@ type Stdio = "inherit" | "pipe" | "ignore"
 
 export interface ProcessSpec {
   readonly cmd: ReadonlyArray<string>
+  /** Who the child is, for its lines (`rank 3 of gpu-a`); default `pid N`. */
+  readonly label?: string | undefined
   readonly cwd?: string | undefined
   /** Added to this process's environment, or (with `inheritEnv: false`) the whole environment. */
   readonly env?: Readonly<Record<string, string>> | undefined
@@ -156,7 +158,14 @@ const start = (spec: ProcessSpec): ProcessChild => {
         signal("SIGTERM")
         // The wait itself must stay interruptible, or the timeout could never cut it short.
         const ended = yield* Effect.timeout(Effect.interruptible(exited), grace).pipe(Effect.option)
-        if (ended._tag === "None") signal("SIGKILL")
+        if (ended._tag === "None") {
+          signal("SIGKILL")
+          // Said, or a rank that ignores SIGTERM is only "exited with SIGKILL", as if something else had killed it.
+          // A grace of 0 (`grace: 0s`) asked for the kill: nothing to say.
+          if (Duration.greaterThan(Duration.decode(grace), Duration.zero)) {
+            yield* Effect.logWarning(`${spec.label ?? `pid ${pid}`} did not stop within the grace (${Duration.format(grace)}): killed (SIGKILL)`)
+          }
+        }
       }
       yield* exited
     }).pipe(Effect.uninterruptible)

@@ -313,7 +313,8 @@ export const start = (options: PortMuxOptions): Effect.Effect<PortMux, BindError
       }
     })
     yield* Effect.addFinalizer(() => Effect.sync(() => listener.stop(true)))
-    yield* Effect.logDebug(`listening on ${options.address}:${listener.port}`)
+    // Not "listening on": the launcher's start line (Listen) says that, with the run and its page, once.
+    yield* Effect.logDebug(`the port ${options.address}:${listener.port} carries ${Object.keys(options.owners).join(", ")}, told apart by their first bytes`)
 
     const mux_: PortMux = {
       address: options.address,

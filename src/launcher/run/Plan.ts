@@ -189,8 +189,12 @@ export const makePlan = (config: ClusterConfig, entries: EntryPoints): Either.Ei
   if (world !== undefined && targetRanks !== undefined && targetRanks > world) {
     return Either.left(new LaunchInputError({ problems: [`controller.join.target_ranks: ${targetRanks} ranks can never join: the workers bring ${world}`] }))
   }
-  // Loopback is enough when no agent dials in from elsewhere except through an ssh tunnel.
-  const loopback = hosts.every((host) => host.start === "in-process" || (host.start === "ssh" && host.worker.tunnel))
+  // Loopback is enough when no agent dials in from elsewhere except through an ssh tunnel, or when the user gave
+  // a loopback controller.host: only an agent on this machine dials that (an ssh host that cannot is refused
+  // above), and every interface would open the port wider than asked. (The default 127.0.0.1 is not such a
+  // choice: a remote `agent: self` host dials whichever address of this machine it reaches.)
+  const loopback = (config.controller.hostWritten === true && isLoopbackAddress(config.controller.host)) ||
+    hosts.every((host) => host.start === "in-process" || (host.start === "ssh" && host.worker.tunnel))
   return Either.right({
     config,
     entries,

@@ -123,6 +123,7 @@ export const prepare = (
     const journal: RunJournal.RunJournal = yield* RunJournal.make({
       run: config.name,
       eventsFile: options.eventsFile,
+      append: options.resume === true,
       onEvent: (event, state) => Effect.zipRight(board.publish(state), Effect.sync(() => options.onEvent?.(event, state)))
     })
     const record = (event: RunEvent) => journal.record(event)

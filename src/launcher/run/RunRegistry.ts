@@ -46,16 +46,31 @@ export const runId = (run: string, pid: number): string => `${run}-${pid}`
 /** The entry's file; a name is a plain name (ClusterConfig), the replacement only guards a library caller's. */
 const fileOf = (dir: string, id: string) => join(dir, `${id.replace(/[^A-Za-z0-9_.-]/g, "_")}.json`)
 
-export class CheckpointTaken extends Data.TaggedError("CheckpointTaken")<{ readonly checkpoint: string; readonly other: RunEntry; readonly otherHost: boolean }> {
+export class CheckpointTaken extends Data.TaggedError("CheckpointTaken")<{
+  readonly checkpoint: string
+  readonly other: RunEntry
+  readonly otherHost: boolean
+  /** This run's name. */
+  readonly run: string
+}> {
   override get message(): string {
-    const { other } = this
+    const { other, run } = this
     const where = other.page !== "" ? `, page ${other.page}` : ""
     const started = new Date(other.startedAt).toTimeString().slice(0, 8)
-    const gone = this.otherHost
-      ? ` (it runs on ${other.host}; if that launcher is gone, remove ${RUNS_DIR}/${other.id}.json)`
-      : `; stop it with kill -TERM ${other.pid}`
-    return `the checkpoint ${this.checkpoint} belongs to run ${other.id}, which is running (pid ${other.pid}, started ${started}${where}): ` +
-      `a second run would overwrite it. Wait for that run to end${gone}, or give this run another name or job.checkpoint`
+    const said = `(pid ${other.pid}, started ${started}${where})`
+    const wait = this.otherHost
+      ? `wait for that run to end (it runs on ${other.host}; if that launcher is gone, remove ${RUNS_DIR}/${other.id}.json)`
+      : `wait for that run to end (stop it with kill -TERM ${other.pid})`
+    // The name's own checkpoint (Plan.checkpointPath's default): another name is another checkpoint, and
+    // `--set name=` is the fix a sweep of one script needs. A checkpoint the file names moves only with job.checkpoint.
+    const byName = resolve(this.checkpoint) === resolve(`.cohort/checkpoints/${run}.json`)
+    const fix = byName ? `give this one its own name with --set name=${run}-2` : "give this one its own checkpoint with --set job.checkpoint=PATH"
+    if (byName && other.run === run) {
+      return `another run named ${run} is running ${this.otherHost ? `on ${other.host}` : "here"} ${said}: it writes ${this.checkpoint}, ` +
+        `which a second run would overwrite. To run both, ${fix}; or ${wait}`
+    }
+    return `the checkpoint ${this.checkpoint} belongs to run ${other.id}, which is running ${said}: a second run would overwrite it. ` +
+      `To run both, ${fix}; or ${wait}`
   }
 }
 
@@ -126,7 +141,7 @@ export const claim = (options: ClaimOptions): Effect.Effect<Registration, Checkp
           continue
         }
         if (own.checkpoint !== "" && entry.checkpoint === own.checkpoint) {
-          return yield* new CheckpointTaken({ checkpoint: options.checkpoint!, other: entry, otherHost: entry.host !== here })
+          return yield* new CheckpointTaken({ checkpoint: options.checkpoint!, other: entry, otherHost: entry.host !== here, run: options.run })
         }
       }
     }

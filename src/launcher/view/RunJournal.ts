@@ -32,6 +32,12 @@ export interface RunJournalOptions {
   readonly run: string
   /** `--events FILE`: every event but the view-only ones, as JSON lines. */
   readonly eventsFile?: string | undefined
+  /**
+   * Add to the file instead of emptying it first: a `--resume` run continues the run it resumes, and its
+   * events are the same log's (the `continue with:` line repeats `--events FILE`). Its `run_started` says
+   * where the second run begins.
+   */
+  readonly append?: boolean | undefined
   /** Told every event after it has moved the view. */
   readonly onEvent?: (event: RunView.RunEvent, state: RunView.RunState) => Effect.Effect<void>
 }
@@ -46,7 +52,7 @@ export const make = (options: RunJournalOptions): Effect.Effect<RunJournal, Laun
           refuseSteerable(eventsFile)
           mkdirSync(dirname(eventsFile), { recursive: true, mode: 0o700 })
           // 0600, never through a link planted at its name or on its way: the events name hosts, ranks and causes.
-          preparePrivateAppend(eventsFile, true)
+          preparePrivateAppend(eventsFile, options.append !== true)
         },
         catch: (error) =>
           new LaunchInputError({
