@@ -27,13 +27,13 @@ import { syncCheckout } from "./launcher/hosts/SyncCheckout.ts"
 import type { BindError } from "./launcher/front/PortMux.ts"
 import { detectRole, RoleError, roleVariables } from "./kernel/Role.ts"
 import { type ClusterConfig, parseCluster } from "./config/ClusterConfig.ts"
-import { ConfigError } from "./config/ConfigError.ts"
+import { ConfigError } from "./config/reading/ConfigError.ts"
 import { netTimeoutScale } from "./config/NetTimeouts.ts"
 import { requestedLogLevel } from "./config/LogVerbosity.ts"
-import { ConfigErrors } from "./config/Yaml.ts"
+import { ConfigErrors } from "./config/reading/Yaml.ts"
 import * as Log from "./cli/logger.ts"
 import { fairScheduler } from "./kernel/FairScheduler.ts"
-import { applyOverrides, type Override, whoSaid } from "./cli/Overrides.ts"
+import { applyOverrides, type Override, whoSaid } from "./cli/args/Overrides.ts"
 
 export class RunInProgress extends Data.TaggedError("RunInProgress")<{}> {
   override get message(): string {

@@ -4,8 +4,8 @@
  * an unknown option naming the flag that was meant.
  */
 import { describe, expect, test } from "bun:test"
-import { editDistance, nearest } from "../src/cli/DidYouMean.ts"
-import { parseLaunchArgs } from "../src/cli/LaunchArgs.ts"
+import { editDistance, nearest } from "../src/config/reading/DidYouMean.ts"
+import { parseLaunchArgs } from "../src/cli/args/LaunchArgs.ts"
 
 describe("editDistance", () => {
   const rows: ReadonlyArray<readonly [string, string, number]> = [

@@ -3,7 +3,7 @@ import * as Effect from "effect/Effect"
 import { Backoff, Count, Elastic, KillAll, Percent, Phased, Restart } from "../src/kernel/policy/Strategy.ts"
 import { defaultFailurePolicy, parseFailurePolicy } from "../src/config/FailurePolicy.ts"
 import { beatEveryMs } from "../src/config/Heartbeat.ts"
-import { formatDuration, parseDuration } from "../src/config/Duration.ts"
+import { formatDuration, parseDuration } from "../src/config/reading/Duration.ts"
 import { readmeDefaultRules, withDefaultRules } from "./support/default-rules.ts"
 
 const decode = (text: string) => Effect.runPromise(parseFailurePolicy(text, "cluster.yml"))

@@ -6,7 +6,7 @@
  */
 import { describe, expect, test } from "bun:test"
 import { resolve } from "node:path"
-import { parseLaunchArgs, usage, usageOf } from "../src/cli/LaunchArgs.ts"
+import { parseLaunchArgs, usage, usageOf } from "../src/cli/args/LaunchArgs.ts"
 
 const root = resolve(import.meta.dir, "..")
 

@@ -10,7 +10,7 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
-import { argsOverride, formatPath, type Override, parsePath, parseSet } from "../src/cli/Overrides.ts"
+import { argsOverride, formatPath, type Override, parsePath, parseSet } from "../src/cli/args/Overrides.ts"
 import { loadCluster } from "../src/launch.ts"
 import { Restart } from "../src/kernel/policy/Strategy.ts"
 

@@ -12,7 +12,7 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import * as Effect from "effect/Effect"
 import { decodeEnv } from "../src/config/Env.ts"
-import { parse } from "../src/config/Yaml.ts"
+import { parse } from "../src/config/reading/Yaml.ts"
 import { repoRoot, spawnLaunch } from "./support/launch-scenario.ts"
 import { commandLine, environment, pidFiles, waitFor } from "./support/processes.ts"
 

@@ -8,11 +8,11 @@ import * as Effect from "effect/Effect"
 import * as ParseResult from "effect/ParseResult"
 import * as Schema from "effect/Schema"
 import { Millis, Restart } from "../src/kernel/policy/Strategy.ts"
-import { durationText } from "../src/config/DurationSchema.ts"
-import { expectedAt, expecting, rangeOf } from "../src/config/Expected.ts"
-import { keyGroups } from "../src/config/Mapping.ts"
-import { decodeField } from "../src/config/SchemaField.ts"
-import { parse } from "../src/config/Yaml.ts"
+import { durationText } from "../src/config/reading/DurationSchema.ts"
+import { expectedAt, expecting, rangeOf } from "../src/config/reading/Expected.ts"
+import { keyGroups } from "../src/config/reading/Mapping.ts"
+import { decodeField } from "../src/config/reading/SchemaField.ts"
+import { parse } from "../src/config/reading/Yaml.ts"
 
 /** Decode the `section` key of `text` with `schema`: the value, or every message, one per line. */
 const read = <A, I>(schema: Schema.Schema<A, I>, text: string) =>

@@ -4,7 +4,7 @@
  * tasks-per-node forms, and the workers an allocation's variables make.
  */
 import { describe, expect, test } from "bun:test"
-import { expandNodelist, expandTasksPerNode, slurmAllocation } from "../src/cli/Slurm.ts"
+import { expandNodelist, expandTasksPerNode, slurmAllocation } from "../src/cli/args/Slurm.ts"
 
 describe("expandNodelist", () => {
   const table: ReadonlyArray<readonly [string, ReadonlyArray<string>]> = [

@@ -4,7 +4,7 @@
  * that says what to use instead. Each row is the whole command line and what the launch makes of it.
  */
 import { describe, expect, test } from "bun:test"
-import { parseLaunchArgs } from "../src/cli/LaunchArgs.ts"
+import { parseLaunchArgs } from "../src/cli/args/LaunchArgs.ts"
 
 /** What a command line comes to: the run's policy and workers, or the refusal's first line. */
 const outcome = (argv: ReadonlyArray<string>) => {

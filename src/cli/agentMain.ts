@@ -39,9 +39,9 @@ import { saltFromHex } from "../wire/Keys.ts"
 import { printableLine } from "../wire/Printable.ts"
 import * as Log from "./logger.ts"
 import * as TurnWriter from "./TurnWriter.ts"
-import { didYouMean } from "./DidYouMean.ts"
+import { didYouMean } from "../config/reading/DidYouMean.ts"
 import { entryPoints } from "./entryPoints.ts"
-import { invokedAs } from "./ProgramName.ts"
+import { invokedAs } from "./args/ProgramName.ts"
 
 /** `bun run agent`, or `cohort agent` installed: the usage says it as the user ran it. */
 const invoked = invokedAs("agent")

@@ -14,8 +14,8 @@
  * loaded before the command's program: `cohort --help` and a mistyped
  * command need nothing else.
  */
-import { nearest } from "./DidYouMean.ts"
-import { markInvokedAsCohort, type Tool } from "./ProgramName.ts"
+import { nearest } from "../config/reading/DidYouMean.ts"
+import { markInvokedAsCohort, type Tool } from "./args/ProgramName.ts"
 import { VERSION } from "../version.ts"
 
 const tools: Record<Tool, string> = {

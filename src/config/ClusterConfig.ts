@@ -44,7 +44,7 @@
  */
 import * as Effect from "effect/Effect"
 import { type Document, isSeq } from "yaml"
-import type { ConfigError } from "./ConfigError.ts"
+import type { ConfigError } from "./reading/ConfigError.ts"
 import { type Controller, decodeController } from "./Controller.ts"
 import { declaredRanks } from "./Devices.ts"
 import { decodeEnv } from "./Env.ts"
@@ -53,7 +53,7 @@ import { type FlodlOnly, withoutFlodlOnly } from "./FlodlKeys.ts"
 import { restartsForFixedWorld } from "./FixedWorldRestarts.ts"
 import { decodeJob, isCoordinated, type Job } from "./Job.ts"
 import { decodeWorkers, type Worker } from "./Worker.ts"
-import { type ConfigErrors, type Field, parse } from "./Yaml.ts"
+import { type ConfigErrors, type Field, parse } from "./reading/Yaml.ts"
 
 export { declaredRanks, type Devices, runsNothing } from "./Devices.ts"
 export type { Backend, Job, JobProgram } from "./Job.ts"

@@ -18,13 +18,13 @@
  * `tunnel_only`) are noted and left out.
  */
 import * as Schema from "effect/Schema"
-import type { ConfigError } from "./ConfigError.ts"
-import { expecting, rangeOf } from "./Expected.ts"
+import type { ConfigError } from "./reading/ConfigError.ts"
+import { expecting, rangeOf } from "./reading/Expected.ts"
 import { type FlodlAlias, type FlodlOnly, withFlodlKeys, withoutFlodlOnly } from "./FlodlKeys.ts"
 import { decodeJoin, type JoinWindow } from "./JoinWindow.ts"
-import { keyOr, optionalKey } from "./Mapping.ts"
-import { decodeField } from "./SchemaField.ts"
-import type { Field } from "./Yaml.ts"
+import { keyOr, optionalKey } from "./reading/Mapping.ts"
+import { decodeField } from "./reading/SchemaField.ts"
+import type { Field } from "./reading/Yaml.ts"
 
 export interface Controller {
   readonly host: string

@@ -5,7 +5,7 @@
  */
 import * as ParseResult from "effect/ParseResult"
 import * as Schema from "effect/Schema"
-import { expecting, rangeOf } from "./Expected.ts"
+import { expecting, rangeOf } from "./reading/Expected.ts"
 
 const DevicesValue = Schema.Union(
   Schema.TaggedStruct("Count", { count: Schema.Number }),

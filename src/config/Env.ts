@@ -14,7 +14,7 @@
  * only the run's user and root can read.
  */
 import { isMap } from "yaml"
-import type { Field } from "./Yaml.ts"
+import type { Field } from "./reading/Yaml.ts"
 
 const deviceScoping = [
   "CUDA_VISIBLE_DEVICES",

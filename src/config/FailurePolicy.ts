@@ -51,12 +51,12 @@ import {
   SignalName,
   signalNames
 } from "../kernel/policy/FailureRules.ts"
-import { formatDuration } from "./Duration.ts"
-import { durationText } from "./DurationSchema.ts"
-import { expectedAt, expecting, rangeOf } from "./Expected.ts"
-import { keyGroups, keyOr, optionalKey } from "./Mapping.ts"
-import { decodeField } from "./SchemaField.ts"
-import { type ConfigErrors, type Field, parse } from "./Yaml.ts"
+import { formatDuration } from "./reading/Duration.ts"
+import { durationText } from "./reading/DurationSchema.ts"
+import { expectedAt, expecting, rangeOf } from "./reading/Expected.ts"
+import { keyGroups, keyOr, optionalKey } from "./reading/Mapping.ts"
+import { decodeField } from "./reading/SchemaField.ts"
+import { type ConfigErrors, type Field, parse } from "./reading/Yaml.ts"
 
 export interface FailurePolicy {
   readonly strategy: Phased

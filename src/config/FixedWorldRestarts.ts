@@ -14,10 +14,10 @@
  * Jobs that take a rank back (an `entry:` job, a command job on the Python
  * client with `dataset_size`) keep per-rank restarts as their default.
  */
-import type { ConfigError } from "./ConfigError.ts"
+import type { ConfigError } from "./reading/ConfigError.ts"
 import type { FailurePolicy } from "./FailurePolicy.ts"
 import { noteAt } from "./FlodlKeys.ts"
-import type { Field } from "./Yaml.ts"
+import type { Field } from "./reading/Yaml.ts"
 import { Phased, Restart, type Simple } from "../kernel/policy/Strategy.ts"
 
 const phases = ["before_formation", "after_formation"] as const

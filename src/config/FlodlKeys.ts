@@ -12,10 +12,10 @@
  */
 import * as Schema from "effect/Schema"
 import { isMap, isScalar, type Node, Pair, Scalar, YAMLMap } from "yaml"
-import { ConfigError } from "./ConfigError.ts"
-import { expecting, rangeOf } from "./Expected.ts"
-import { decodeField } from "./SchemaField.ts"
-import { Field, writtenAs } from "./Yaml.ts"
+import { ConfigError } from "./reading/ConfigError.ts"
+import { expecting, rangeOf } from "./reading/Expected.ts"
+import { decodeField } from "./reading/SchemaField.ts"
+import { Field, writtenAs } from "./reading/Yaml.ts"
 
 /** A key flodl's cluster files use, read as cohort's `key`; `seconds`: flodl's whole seconds, read as a duration. */
 export interface FlodlAlias {

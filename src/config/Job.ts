@@ -28,10 +28,10 @@
 import * as ParseResult from "effect/ParseResult"
 import * as Schema from "effect/Schema"
 import type { OuterOptimizer } from "../launcher/training/ModelRoot.ts"
-import { expecting, rangeOf } from "./Expected.ts"
-import { keyGroups, keyOr, optionalKey } from "./Mapping.ts"
-import { decodeField } from "./SchemaField.ts"
-import type { Field } from "./Yaml.ts"
+import { expecting, rangeOf } from "./reading/Expected.ts"
+import { keyGroups, keyOr, optionalKey } from "./reading/Mapping.ts"
+import { decodeField } from "./reading/SchemaField.ts"
+import type { Field } from "./reading/Yaml.ts"
 
 export const Backend = Schema.Literal("cpu_sync", "cpu_cadence", "cpu_async", "nccl")
 export type Backend = typeof Backend.Type

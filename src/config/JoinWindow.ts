@@ -14,12 +14,12 @@
  */
 import * as Schema from "effect/Schema"
 import { Millis } from "../kernel/policy/Strategy.ts"
-import { MAX_DURATION_MS } from "./Duration.ts"
-import { durationText } from "./DurationSchema.ts"
-import { expectedAt, expecting, rangeOf } from "./Expected.ts"
-import { keyGroups, keyOr, optionalKey } from "./Mapping.ts"
-import { decodeField } from "./SchemaField.ts"
-import type { Field } from "./Yaml.ts"
+import { MAX_DURATION_MS } from "./reading/Duration.ts"
+import { durationText } from "./reading/DurationSchema.ts"
+import { expectedAt, expecting, rangeOf } from "./reading/Expected.ts"
+import { keyGroups, keyOr, optionalKey } from "./reading/Mapping.ts"
+import { decodeField } from "./reading/SchemaField.ts"
+import type { Field } from "./reading/Yaml.ts"
 
 export const StartMode = Schema.Literal("auto", "manual", "hybrid")
 export type StartMode = typeof StartMode.Type

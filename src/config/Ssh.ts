@@ -9,8 +9,8 @@
 import * as Arr from "effect/Array"
 import * as ParseResult from "effect/ParseResult"
 import * as Schema from "effect/Schema"
-import { expectedAt, expecting, rangeOf } from "./Expected.ts"
-import { keyOr, optionalKey } from "./Mapping.ts"
+import { expectedAt, expecting, rangeOf } from "./reading/Expected.ts"
+import { keyOr, optionalKey } from "./reading/Mapping.ts"
 
 export interface SshOptions {
   readonly target: string | undefined

@@ -19,15 +19,15 @@
  */
 import * as Schema from "effect/Schema"
 import { isMap, isScalar, isSeq, type Node } from "yaml"
-import type { ConfigError } from "./ConfigError.ts"
+import type { ConfigError } from "./reading/ConfigError.ts"
 import { type Devices, DevicesKey } from "./Devices.ts"
 import { decodeEnv } from "./Env.ts"
-import { expecting } from "./Expected.ts"
+import { expecting } from "./reading/Expected.ts"
 import { type FlodlAlias, type FlodlOnly, noteAt, withFlodlKeys, withoutFlodlOnly } from "./FlodlKeys.ts"
-import { keyOr, optionalKey } from "./Mapping.ts"
-import { decodeField } from "./SchemaField.ts"
+import { keyOr, optionalKey } from "./reading/Mapping.ts"
+import { decodeField } from "./reading/SchemaField.ts"
 import { type SshOptions, SshKeys, sshOptionsOf } from "./Ssh.ts"
-import { Field } from "./Yaml.ts"
+import { Field } from "./reading/Yaml.ts"
 
 export interface Worker {
   readonly host: string

@@ -12,7 +12,7 @@
  */
 import * as Schema from "effect/Schema"
 import { Restart } from "./RestartStrategy.ts"
-import { ExpectedId } from "../../config/Expected.ts"
+import { ExpectedId } from "../../config/reading/Expected.ts"
 
 /**
  * Why a rank died, as cohort can tell it:

@@ -5,7 +5,7 @@
  * takes every such death; if none does, the phase's strategy has the rest (`else elastic`).
  */
 import { actionName, type Cause, causes, codesText, type FailureRule, type PolicyPhase, type RuleAction, type RuleWhen } from "./FailureRules.ts"
-import { formatDuration } from "../../config/Duration.ts"
+import { formatDuration } from "../../config/reading/Duration.ts"
 import type { Simple, Strategy } from "./Strategy.ts"
 
 /**

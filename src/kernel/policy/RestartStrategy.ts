@@ -6,7 +6,7 @@
  * objects, only numbers it can compare and add.
  */
 import * as Schema from "effect/Schema"
-import { MAX_DURATION_MS } from "../../config/Duration.ts"
+import { MAX_DURATION_MS } from "../../config/reading/Duration.ts"
 
 /** A non-negative whole number of milliseconds, at most a week (what a cluster file may write). */
 export const Millis = Schema.Int.pipe(Schema.between(0, MAX_DURATION_MS))

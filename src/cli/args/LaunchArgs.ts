@@ -13,7 +13,7 @@
  * The usage says the program as the user called it: `bun run launch` from
  * the checkout, `cohort launch` installed (`ProgramName`).
  */
-import { didYouMean } from "./DidYouMean.ts"
+import { didYouMean } from "../../config/reading/DidYouMean.ts"
 import { answer as torchrunAnswer, torchrunFlag, torchrunFlagNames } from "./TorchrunFlags.ts"
 
 /** The usage of the launch as `program` runs it (`bun run launch`, `cohort launch`). */

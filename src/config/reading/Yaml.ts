@@ -15,6 +15,7 @@ import * as Data from "effect/Data"
 import * as Effect from "effect/Effect"
 import { type Document, isMap, isScalar, isSeq, LineCounter, type Node, parseDocument, YAMLMap } from "yaml"
 import { ConfigError } from "./ConfigError.ts"
+import { editDistance } from "./DidYouMean.ts"
 
 interface Source {
   readonly file: string | undefined
@@ -272,16 +273,4 @@ const closest = (word: string, known: ReadonlyArray<string>): string | undefined
     }
   }
   return best
-}
-
-const editDistance = (a: string, b: string): number => {
-  let previous = Array.from({ length: b.length + 1 }, (_, j) => j)
-  for (let i = 1; i <= a.length; i++) {
-    const current = [i]
-    for (let j = 1; j <= b.length; j++) {
-      current[j] = Math.min(previous[j]! + 1, current[j - 1]! + 1, previous[j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1))
-    }
-    previous = current
-  }
-  return previous[b.length]!
 }
