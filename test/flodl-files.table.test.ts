@@ -90,7 +90,7 @@ const rows: ReadonlyArray<Row> = [
       "fdl.yml: cluster.controller.join.min_rank_start (line 16, col 7): min_rank_start is flodl's name: cohort reads it as min_ranks; rename it to min_ranks to quiet this note",
       secondsNote("fdl.yml", "cluster.controller.join.join_timeout (line 17, col 7)", "join_timeout", "timeout"),
       secondsNote("fdl.yml", "cluster.controller.join.max_join_timeout (line 18, col 7)", "max_join_timeout", "max_timeout"),
-      "fdl.yml: cluster.controller.join.discovery (line 19, col 7): discovery is flodl's (a window that hosts not under workers join with fdl join): cohort does not read it; cohort admits only the hosts under workers: declare each one, with agent: self for a host whose agent you start (bun run agent); remove it to quiet this note",
+      "fdl.yml: cluster.controller.join.discovery (line 19, col 7): discovery is flodl's (a window that hosts not under workers join with fdl join): cohort does not read it; cohort admits only the hosts under workers: declare each one, with agent: self for a host whose agent you start (cohort agent, or bun run agent in a checkout); remove it to quiet this note",
       devicesNote("fdl.yml", "cluster.workers[0].local_devices (line 22, col 7)"),
       ifnameNote("fdl.yml", "cluster.workers[0].nccl_socket_ifname (line 23, col 7)", "enp1s0"),
       workerArchNote("fdl.yml", "cluster.workers[0].arch (line 25, col 7)"),

@@ -124,7 +124,7 @@ failure_policy: { grace: 2s }
       }
       expect(await start("", {})).toEqual({
         status: 401,
-        body: { error: "POST /start needs the run's start token (Authorization: Bearer <token>): `bun run status --start` sends it from this checkout" }
+        body: { error: "POST /start needs the run's start token (Authorization: Bearer <token>): `bun run status --start` sends it from this directory" }
       })
       expect(await start(`?token=${startToken}`, {})).toEqual({ status: 400, body: { error: "the start token goes in an Authorization: Bearer header, never the URL" } })
       expect(await start("", { Authorization: `Bearer ${"0".repeat(64)}` })).toEqual({ status: 403, body: { error: "wrong start token for this run" } })

@@ -103,7 +103,7 @@ describe("StatusBoard", () => {
       expect(yield* fetchJson(url("/start"), { method: "POST" })).toEqual({
         status: 401,
         connection: "close",
-        body: { error: "POST /start needs the run's start token (Authorization: Bearer <token>): `bun run status --start` sends it from this checkout" }
+        body: { error: "POST /start needs the run's start token (Authorization: Bearer <token>): `bun run status --start` sends it from this directory" }
       })
       expect(yield* fetchJson(url("/start"), bearer("0".repeat(64)))).toEqual({ status: 403, connection: "close", body: { error: "wrong start token for this run" } })
       expect((yield* fetchJson(url(`/start?token=${token}`), { method: "POST" })).status).toBe(400)

@@ -34,6 +34,7 @@ import * as RecoveryFigures from "../launcher/view/RecoveryFigures.ts"
 import { printable, printableLine } from "../wire/Printable.ts"
 import { exitCell } from "./statusTable.ts"
 import * as TurnWriter from "./TurnWriter.ts"
+import { invokedAs } from "../kernel/ProgramName.ts"
 
 export interface RunConsoleOptions {
   readonly quiet?: boolean
@@ -149,7 +150,7 @@ const waitingLine = (state: RunState, now: number): string => {
       return `${joined}; ${closed}waiting for ${quorum} ${until}`
     }
     case "start":
-      return `${joined}; waiting for the operator's start (bun run status --start) ${until}`
+      return `${joined}; waiting for the operator's start (${invokedAs("status")} --start) ${until}`
   }
 }
 

@@ -41,7 +41,7 @@ import * as Log from "./logger.ts"
 import * as TurnWriter from "./TurnWriter.ts"
 import { didYouMean } from "../config/reading/DidYouMean.ts"
 import { entryPoints } from "./entryPoints.ts"
-import { invokedAs } from "./args/ProgramName.ts"
+import { invokedAs } from "../kernel/ProgramName.ts"
 
 /** `bun run agent`, or `cohort agent` installed: the usage says it as the user ran it. */
 const invoked = invokedAs("agent")

@@ -15,7 +15,7 @@
  * command need nothing else.
  */
 import { nearest } from "../config/reading/DidYouMean.ts"
-import { markInvokedAsCohort, type Tool } from "./args/ProgramName.ts"
+import { markInvokedAsCohort, type Tool } from "../kernel/ProgramName.ts"
 import { VERSION } from "../version.ts"
 
 const tools: Record<Tool, string> = {

@@ -33,7 +33,7 @@ import { join } from "node:path"
 import type { RunState } from "../launcher/view/RunView.ts"
 import { isLive, readEntries, type RunEntry } from "../launcher/run/RunEntries.ts"
 import { didYouMean } from "../config/reading/DidYouMean.ts"
-import { invokedAs } from "./args/ProgramName.ts"
+import { invokedAs } from "../kernel/ProgramName.ts"
 
 /** `bun run status`, or `cohort status` installed: the usage and the hints say it as the user ran it. */
 const invoked = invokedAs("status")

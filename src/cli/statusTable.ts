@@ -14,6 +14,7 @@ import * as Inventory from "../launcher/membership/Inventory.ts"
 import type { Death, RankStatus, RunState, Training } from "../launcher/view/RunView.ts"
 import { decodeRunState, problemOf } from "../launcher/view/RunStateSchema.ts"
 import { printable } from "../wire/Printable.ts"
+import { invokedAs } from "../kernel/ProgramName.ts"
 
 const NONE = "—"
 
@@ -163,7 +164,7 @@ const joinWindowText = (state: RunState): string => {
   const rule = state.joinRule ?? null
   if (rule?.start === "manual") {
     const waitingFor = state.joinedRanks >= rule.quorum
-      ? "the operator's start (bun run status --start)"
+      ? `the operator's start (${invokedAs("status")} --start)`
       : `the quorum (${state.joinedRanks}/${rule.quorum} ranks)`
     return `join window waits for ${waitingFor}${cap === "" ? "" : `, ${cap}`}`
   }

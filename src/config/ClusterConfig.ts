@@ -87,7 +87,7 @@ const clusterOnly: ReadonlyArray<FlodlOnly> = [
 const fdlOnly: ReadonlyArray<FlodlOnly> = [
   { flodl: "description", owner: "fdl-cli", does: "the project's description in fdl's help" },
   { flodl: "commands", owner: "fdl-cli", does: "the commands fdl runs", instead: "the job section says what every rank runs" },
-  { flodl: "join", owner: "fdl-cli", does: "fdl join's defaults for a host that dials in", instead: "a host whose agent you start runs bun run agent (agent: self)" },
+  { flodl: "join", owner: "fdl-cli", does: "fdl join's defaults for a host that dials in", instead: "a host whose agent you start runs cohort agent, or bun run agent in a checkout (agent: self)" },
   { flodl: "publish", owner: "fdl-cli", does: "fdl publish's defaults" }
 ]
 

@@ -77,7 +77,7 @@ const joinOnly: ReadonlyArray<FlodlOnly> = [
   {
     flodl: "discovery",
     does: "a window that hosts not under workers join with fdl join",
-    instead: "cohort admits only the hosts under workers: declare each one, with agent: self for a host whose agent you start (bun run agent)"
+    instead: "cohort admits only the hosts under workers: declare each one, with agent: self for a host whose agent you start (cohort agent, or bun run agent in a checkout)"
   },
   {
     flodl: "token",

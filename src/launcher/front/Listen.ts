@@ -33,6 +33,7 @@ import type { RankSupervision } from "../run/RankSupervision.ts"
 import * as RendezvousGate from "./RendezvousGate.ts"
 import type { RunEnv } from "../run/RunEnv.ts"
 import type { TrainingPlane } from "../training/TrainingPlane.ts"
+import { invokedAs } from "../../kernel/ProgramName.ts"
 
 export interface Listening {
   readonly gate: JoinGate.JoinGate
@@ -155,7 +156,7 @@ export const listen = (env: RunEnv, later: Later): Effect.Effect<Listening, Port
     // With its token: the page shows nothing without it (StatusBoard).
     const page = `http://${urlHost(pageAddress(plan))}:${mux.port}/?token=${env.board.pageToken}`
     yield* Effect.logInfo(
-      `${config.name}: listening on ${plan.bindAddress}:${mux.port} (run ${env.runId}; live page: ${page} ; bun run status); ` +
+      `${config.name}: listening on ${plan.bindAddress}:${mux.port} (run ${env.runId}; live page: ${page} ; ${invokedAs("status")}); ` +
         `waiting for ${worldText(plan)} on ${plan.hosts.length} host(s)`
     )
     if (config.controller.encrypt === true) {

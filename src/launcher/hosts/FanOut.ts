@@ -26,6 +26,7 @@ import { privateDirectory, writePrivateFile } from "../run/PrivateFiles.ts"
 import { agentTag } from "./RemoteCleanup.ts"
 import type { RunEnv } from "../run/RunEnv.ts"
 import * as SshSession from "./SshSession.ts"
+import { invokedAs } from "../../kernel/ProgramName.ts"
 
 export interface FannedOut {
   /** Each host's agent (a launcher-local one, or the ssh session that carries a remote one). */
@@ -158,7 +159,7 @@ const selfDeployHint = (worker: Worker, saltFile: string | undefined, controller
   const pathArgument = worker.path === "." ? "" : ` --path ${shellWord(worker.path)}`
   // The salt's placeholder comes before the rest: tests and scripts that read this line (chaos, bench) look for it right after --host.
   return Effect.logInfo(
-    `waiting for ${worker.host} to join: on it, run  bun run agent --controller ${controller} --host ${worker.host}${saltArgument} ` +
+    `waiting for ${worker.host} to join: on it, run  ${invokedAs("agent")} --controller ${controller} --host ${worker.host}${saltArgument} ` +
       `--devices ${formatDevices(worker.devices)}${pathArgument}`
   )
 }

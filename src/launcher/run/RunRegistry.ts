@@ -34,6 +34,7 @@ import type * as Scope from "effect/Scope"
 import { PrivateFileError, privateDirectory, writePrivateFile } from "./PrivateFiles.ts"
 import { isLive, readEntries, type RunEntry } from "./RunEntries.ts"
 import { startTimeOf } from "../../kernel/ProcessLiveness.ts"
+import { invokedAs } from "../../kernel/ProgramName.ts"
 
 export const RUNS_DIR = ".cohort/runs"
 
@@ -126,7 +127,7 @@ export const claim = (options: ClaimOptions): Effect.Effect<Registration, Checkp
           return Effect.succeed(true)
         } catch (error) {
           return error instanceof PrivateFileError
-            ? Effect.as(Effect.logWarning(`\`bun run status\` will not find this run: ${error.message}`), false)
+            ? Effect.as(Effect.logWarning(`\`${invokedAs("status")}\` will not find this run: ${error.message}`), false)
             : Effect.succeed(false)
         }
       })

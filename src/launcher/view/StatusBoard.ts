@@ -51,6 +51,7 @@ import type { HttpOwner } from "../front/PortMux.ts"
 import type { Connection } from "../../wire/Connection.ts"
 import type { RunState } from "./RunView.ts"
 import * as CallbackFibers from "../../kernel/CallbackFibers.ts"
+import { invokedAs } from "../../kernel/ProgramName.ts"
 
 export type { Phase, RankStatus, RunState } from "./RunView.ts"
 
@@ -266,7 +267,7 @@ export const make = (options: StatusBoardOptions): Effect.Effect<StatusBoard, ne
         if (given === undefined) {
           return respond(
             401,
-            { error: "this run's pages need its page token: open the page URL the launcher printed (live page: …/?token=…), add ?token=<page token>, or send Authorization: Bearer <page token>; bun run status finds it in .cohort/runs/" },
+            { error: `this run's pages need its page token: open the page URL the launcher printed (live page: …/?token=…), add ?token=<page token>, or send Authorization: Bearer <page token>; ${invokedAs("status")} finds it in .cohort/runs/` },
             "application/json",
             ['WWW-Authenticate: Bearer realm="cohort run"']
           )
@@ -314,7 +315,7 @@ export const make = (options: StatusBoardOptions): Effect.Effect<StatusBoard, ne
         if (url.searchParams.has("token")) return refuse(400, "the start token goes in an Authorization: Bearer header, never the URL")
         const token = bearerOf(head)
         if (token === undefined) {
-          return refuse(401, "POST /start needs the run's start token (Authorization: Bearer <token>): `bun run status --start` sends it from this checkout")
+          return refuse(401, `POST /start needs the run's start token (Authorization: Bearer <token>): \`${invokedAs("status")} --start\` sends it from this directory`)
         }
         if (!tokenMatches(token, options.startToken)) return refuse(403, "wrong start token for this run")
         const start = options.onStart ?? (() => Effect.succeed<StartOutcome>({ armed: false, reason: "this run has no manual start" }))
