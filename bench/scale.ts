@@ -39,7 +39,7 @@
  * `setpriv --pdeathsig KILL`, and the helpers exit when their stdin closes.
  */
 import { execSync } from "node:child_process"
-import { appendFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
+import { appendFileSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { loadavg, tmpdir } from "node:os"
 import { join, resolve } from "node:path"
 import type { Subprocess } from "bun"
@@ -75,6 +75,8 @@ const HEARTBEAT_WINDOW_MS = 10_000
 const PHASE_DEADLINE_MS = 120_000
 /** Extra flags for the launcher's bun (e.g. `--cpu-prof --cpu-prof-md --cpu-prof-dir=/tmp/prof`): it is then stopped with SIGINT so it can write them. */
 const LAUNCHER_FLAGS = (process.env.SCALE_LAUNCHER_FLAGS ?? "").split(" ").filter((flag) => flag !== "")
+/** `SCALE_TURN_PROBE=1`: the launcher runs with `scale/turn-probe.ts` preloaded, and its long turns are reported. */
+const TURN_PROBE = process.env.SCALE_TURN_PROBE === "1"
 /** A file that gets every line of the launcher's stderr (appended). */
 const LAUNCHER_LOG = process.env.SCALE_LAUNCHER_LOG
 
@@ -219,6 +221,8 @@ interface Figures {
   readonly rssAtCohortMiB: number
   readonly hwmMiB: number
   readonly statusFormation: LatencySummary
+  /** With `SCALE_TURN_PROBE=1`: the launcher's turns past 20 ms during formation (ms after the first dial, and how long). */
+  readonly longTurns: ReadonlyArray<{ readonly at: number; readonly ms: number }> | undefined
   readonly statusSteady: LatencySummary
   readonly baselineCpu: number
   readonly heartbeatCpu: number
@@ -303,12 +307,14 @@ const runOnce = async (): Promise<Figures> => {
     /** The launcher's CPU (utime + stime, and stime) when its `world formed` line was read. */
     let worldCpu: { readonly total: number; readonly system: number } | undefined
     const t0 = wallClock()
-    const launcher = Bun.spawn(["setpriv", "--pdeathsig", "KILL", "--", process.execPath, ...LAUNCHER_FLAGS, join(ROOT, "src/cli/launch.ts"), "cluster.yml"], {
+    const probeFile = join(scratch, "turns.jsonl")
+    const probe = TURN_PROBE ? ["--preload", join(ROOT, "bench/scale/turn-probe.ts")] : []
+    const launcher = Bun.spawn(["setpriv", "--pdeathsig", "KILL", "--", process.execPath, ...LAUNCHER_FLAGS, ...probe, join(ROOT, "src/cli/launch.ts"), "cluster.yml"], {
       cwd: scratch,
       stdin: "ignore",
       stdout: "ignore",
       stderr: "pipe",
-      env: { ...process.env, NO_COLOR: "1" }
+      env: { ...process.env, NO_COLOR: "1", ...(TURN_PROBE ? { COHORT_TURN_PROBE_FILE: probeFile } : {}) }
     })
     procs.push(launcher)
     launcherProc = launcher
@@ -408,6 +414,11 @@ const runOnce = async (): Promise<Figures> => {
       samples: Array<{ at: number; ms: number; status: number; bytes: number }>
     }
     const formation = samples.filter((sample) => sample.at - t0 >= firstDial && sample.at - t0 <= phases.cohort!)
+    // The launcher's turns that held its thread past 20 ms, from the first dial to cohort formed.
+    const longTurns = !TURN_PROBE || !existsSync(probeFile)
+      ? undefined
+      : readFileSync(probeFile, "utf8").split("\n").filter((line) => line !== "").map((line) => JSON.parse(line) as { endedAt: number; heldMs: number })
+        .filter((turn) => turn.endedAt - t0 >= firstDial && turn.endedAt - turn.heldMs - t0 <= phases.cohort!)
     const steady = samples.filter((sample) => sample.at >= stoppedAt - QUIET_MS)
 
     // Every host attached, nobody beating: what the launcher spends on its own beats and ticks.
@@ -459,6 +470,7 @@ const runOnce = async (): Promise<Figures> => {
       rssAtCohortMiB,
       hwmMiB,
       statusFormation: summarise(formation),
+      longTurns: longTurns?.map((turn) => ({ at: Math.round(turn.endedAt - t0 - firstDial), ms: Math.round(turn.heldMs) })),
       statusSteady: summarise(steady),
       baselineCpu,
       heartbeatCpu,
@@ -554,6 +566,16 @@ export const scale = async (): Promise<string> => {
       out.push(`| ${index + 1} | ${window} | ${summary.count} | ${f1(summary.p50)} | ${f1(summary.p99)} | ${f1(summary.max)} | ${summary.failed} | ${summary.mebibytes.toFixed(2)} |`)
     }
   })
+  if (runs.some((run) => run.longTurns !== undefined)) {
+    out.push("")
+    out.push("The launcher's turns that held its thread past 20 ms from the first dial to cohort formed (`SCALE_TURN_PROBE=1`; ms after the first dial: how long):")
+    out.push("")
+    runs.forEach((run, index) => {
+      const turns = run.longTurns ?? []
+      const longest = turns.reduce((most, turn) => Math.max(most, turn.ms), 0)
+      out.push(`- run ${index + 1}: ${turns.length} turn(s), the longest ${longest} ms: ${turns.map((turn) => `${turn.at}: ${turn.ms}`).join(", ")}`)
+    })
+  }
   out.push("")
   out.push(`CPU, share of one core (utime + stime over the window; ${BASELINE_MS / 1000} s silent, ${HEARTBEAT_WINDOW_MS / 1000} s beating):`)
   out.push("")
