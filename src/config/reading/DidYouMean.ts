@@ -35,7 +35,11 @@ export const nearest = (word: string, known: ReadonlyArray<string>): string | un
   if (letters < 3) return undefined
   const started = known.filter((candidate) => candidate.startsWith(word))
   if (started.length === 1) return started[0]
-  const limit = letters <= 5 ? 1 : 2
+  return nearestWithin(word, known, letters <= 5 ? 1 : 2)
+}
+
+/** The known word nearest to `word`, at most `limit` edits away (of equally near ones, the first listed), or undefined. */
+export const nearestWithin = (word: string, known: ReadonlyArray<string>, limit: number): string | undefined => {
   let best: string | undefined
   let bestDistance = limit + 1
   for (const candidate of known) {

@@ -15,7 +15,7 @@ import * as Data from "effect/Data"
 import * as Effect from "effect/Effect"
 import { type Document, isMap, isScalar, isSeq, LineCounter, type Node, parseDocument, YAMLMap } from "yaml"
 import { ConfigError } from "./ConfigError.ts"
-import { editDistance } from "./DidYouMean.ts"
+import { nearestWithin } from "./DidYouMean.ts"
 
 interface Source {
   readonly file: string | undefined
@@ -261,16 +261,5 @@ export const parse = <A>(
     return Effect.succeed(value)
   })
 
-/** The known word nearest to a misspelt one, if it is near enough to be a typo. */
-const closest = (word: string, known: ReadonlyArray<string>): string | undefined => {
-  let best: string | undefined
-  let bestDistance = Math.max(2, Math.floor(word.length / 3)) + 1
-  for (const candidate of known) {
-    const distance = editDistance(word, candidate)
-    if (distance < bestDistance) {
-      best = candidate
-      bestDistance = distance
-    }
-  }
-  return best
-}
+/** The known key nearest to a misspelt one, if it is near enough to be a typo (a third of its letters, at least 2). */
+const closest = (word: string, known: ReadonlyArray<string>): string | undefined => nearestWithin(word, known, Math.max(2, Math.floor(word.length / 3)))
