@@ -107,7 +107,9 @@ export const startEpoch = (step: Step, epoch: number): void => {
     step.log("info", `epoch ${epoch} resumes at ${Ledger.doneCount(ledger).toLocaleString("en-US")} of ${job.datasetSize.toLocaleString("en-US")} samples done: the rest is split over ${ranks.length} rank(s)`)
   }
   for (const rank of ranks) {
-    if (!entering.has(rank)) step.send([rank], new EpochStart({ epoch, ranges: ledger.assigned.get(rank) ?? [] }))
+    // Built unchecked, as the other hot messages are: the codec checks each as it encodes it, and the constructor's
+    // check, once per rank per epoch, was a quarter of a 113 ms turn in a profile as 8,000 ranks started epoch 1.
+    if (!entering.has(rank)) step.send([rank], new EpochStart({ epoch, ranges: ledger.assigned.get(rank) ?? [] }, true))
   }
   welcomeNewcomers(step, () => false)
   // A checkpoint taken as the epoch's last sample was done leaves nothing to train: the epoch ends at once.
