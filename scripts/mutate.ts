@@ -43,6 +43,7 @@ export const targets: ReadonlyArray<Target> = [
   { name: "joinWindow", mutate: "src/launcher/front/joinWindow.ts", tests: ["test/join-window.table.test.ts"] },
   { name: "rendezvousGenerations", mutate: "src/launcher/front/rendezvousGenerations.ts", tests: ["test/rendezvous-generations.table.test.ts", "test/nccl-shrink.table.test.ts"] },
   { name: "RelayState", mutate: "src/relay/RelayState.ts", tests: ["test/relay-state.table.test.ts"] },
+  { name: "FixedWorldRestarts", mutate: "src/config/FixedWorldRestarts.ts", tests: ["test/fixed-world-restarts.table.test.ts"] },
   { name: "ProcessGroups", mutate: "src/launcher/training/ProcessGroups.ts", tests: ["test/process-groups.test.ts", "test/coordinate.table.test.ts"] },
   { name: "groupStore", mutate: "src/launcher/training/groupStore.ts", tests: ["test/group-store.table.test.ts"] },
   { name: "CheckpointBallot", mutate: "src/launcher/training/CheckpointBallot.ts", tests: ["test/coordinate.table.test.ts", "test/coordinate.property.test.ts"] },

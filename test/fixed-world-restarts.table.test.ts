@@ -66,6 +66,15 @@ describe("a command job without dataset_size: its restarts restart the group", (
     ])
   })
 
+  test("scope: one written before formation: kept there, and said at its own place", async () => {
+    const loaded = await load(`${workers}${torchJob}failure_policy:\n  before_formation: { restart: { scope: one } }\n  after_formation: kill_all\n`)
+    expect([loaded.before, loaded.after, loaded.warnings]).toEqual([
+      "one",
+      undefined,
+      [`cluster.yml: failure_policy.before_formation.restart.scope (line 5, col 34): ${scopeOneNote}`]
+    ])
+  })
+
   test("no restart at all: the policy is what it was (elastic by default)", async () => {
     const loaded = await load(`${workers}${torchJob}`)
     expect([loaded.before, loaded.after, loaded.afterFormation._tag, loaded.warnings]).toEqual([undefined, undefined, "Elastic", []])

@@ -26,7 +26,7 @@ const phases = ["before_formation", "after_formation"] as const
 const scopeOf = (phase: Field): Field => phase.get("restart").get("scope")
 
 const asGroup = (strategy: Simple, scope: Field): Simple =>
-  strategy._tag === "Restart" && !scope.present && strategy.scope !== "all" ? new Restart({ ...strategy, scope: "all" }) : strategy
+  strategy._tag === "Restart" && !scope.present ? new Restart({ ...strategy, scope: "all" }) : strategy
 
 /**
  * `policy` with every restart whose scope the file (`written`: its `failure_policy`) leaves out made a group restart;
