@@ -43,6 +43,8 @@ const rendezvous = (calls: Array<string>) =>
     lose: (ranks, reason) => Effect.sync(() => void calls.push(`rendezvous lose [${ranks}]: ${reason}`)),
     admit: (ranks) => Effect.sync(() => void calls.push(`rendezvous admit [${ranks}]`))
   })
+const supervision = (calls: Array<string>) =>
+  Followers.supervision({ hostGone: (host, why) => Effect.sync(() => void calls.push(`give up ${host}'s ranks: ${why}`)) })
 
 describe("each follower, each effect", () => {
   test.each([
@@ -73,7 +75,12 @@ describe("each follower, each effect", () => {
     ["rendezvous follows HostAdmitted", rendezvous, admitted, ["rendezvous admit [4,5]"]],
     ["rendezvous follows SeatRenumbered", rendezvous, renumbered, ["rendezvous lose [3]: rank 3 restarts as rank 7", "rendezvous admit [7]"]],
     ["rendezvous follows HostGone", rendezvous, gone, []],
-    ["rendezvous follows CohortFormed", rendezvous, formed, []]
+    ["rendezvous follows CohortFormed", rendezvous, formed, []],
+    ["supervision follows HostGone", supervision, gone, ["give up b's ranks: the ssh session ended"]],
+    ["supervision follows RanksLeft", supervision, left, []],
+    ["supervision follows HostAdmitted", supervision, admitted, []],
+    ["supervision follows SeatRenumbered", supervision, renumbered, []],
+    ["supervision follows CohortFormed", supervision, formed, []]
   ] as const)("%s", (_, make, said, expected) => {
     expect(follow(make, said)).toEqual([...expected])
   })

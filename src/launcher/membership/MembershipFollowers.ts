@@ -4,7 +4,7 @@
  *
  * Membership's owner publishes each effect of a step (Membership.ts) to these
  * followers, in the order the launcher subscribes them: the journal, the
- * control gate, the training plane, the NCCL rendezvous. Before, each place
+ * control gate, the training plane, the NCCL rendezvous, the rank supervision. Before, each place
  * that changed membership also told every other party by hand (a death told
  * four sinks, a restart's renumbering made eight calls to five owners), and a
  * call left out went unnoticed until an end-to-end run; here a party follows
@@ -83,3 +83,10 @@ export const rendezvous = (gate: Pick<RendezvousGate, "lose" | "admit">): Subscr
     HostAdmitted: ({ entry }) => gate.admit(entry.ranks),
     SeatRenumbered: ({ old, rank }) => Effect.zipRight(gate.lose([old], `rank ${old} restarts as rank ${rank}`), gate.admit([rank]))
   })
+
+/**
+ * The rank supervision: a gone host's ranks are given up together, before their exits come one by one (so none
+ * of its work is handed to another rank of that host). The giving up asks membership, so it only starts here.
+ */
+export const supervision = (sink: { readonly hostGone: (host: string, why: string) => Effect.Effect<void> }): Subscriber =>
+  following({ HostGone: ({ host, why }) => sink.hostGone(host, why) })

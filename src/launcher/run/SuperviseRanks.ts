@@ -41,6 +41,7 @@ import type { RunStops } from "./RunStops.ts"
 import type { StopRequest } from "../../kernel/StopRequests.ts"
 import type { RankSupervision } from "./RankSupervision.ts"
 import type { TrainingPlane } from "../training/TrainingPlane.ts"
+import * as Followers from "../membership/MembershipFollowers.ts"
 
 /** How long a rank's abnormal exit waits for its last lines before its signature is read and a rule's `log` searched in them. */
 const LINES_WAIT_MS = 200
@@ -146,12 +147,13 @@ export const supervise = (env: RunEnv, wiring: SupervisionWiring): Effect.Effect
           return fresh.length === 0 ? Effect.void : giveUp(fresh, hostLostDetail(host, why), "host_lost", fresh.map(() => at))
         }))
     // Told in the owner's fiber, which must only tell: the giving up (which asks membership) runs beside it.
-    yield* membership.subscribe((effect) => {
-      if (effect._tag !== "HostGone") return Effect.void
-      const now = membership.snapshot()
-      const ranks = (ranksOf(now, effect.host) ?? []).filter((rank) => hostOf(now, rank) === effect.host)
-      return Effect.asVoid(Effect.forkIn(loseWithHost(effect.host, ranks, effect.why), runScope))
-    })
+    yield* membership.subscribe(Followers.supervision({
+      hostGone: (host, why) => {
+        const now = membership.snapshot()
+        const ranks = (ranksOf(now, host) ?? []).filter((rank) => hostOf(now, rank) === host)
+        return Effect.asVoid(Effect.forkIn(loseWithHost(host, ranks, why), runScope))
+      }
+    }))
 
     const giveUp = (ranks: ReadonlyArray<number>, reason: string, cause: Cause, diedAt: ReadonlyArray<number>, fatal = false) =>
       withSupervisor((supervisor) =>
