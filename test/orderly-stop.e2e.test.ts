@@ -141,9 +141,12 @@ describe("1. one interrupt, however delivered", () => {
   test("a second SIGINT more than a second after the first exits at once (130); the ranks die with the launcher, none saved", async () => {
     const { run, ranks, launcher } = await running(2, 3_000)
     signalGroup(run.pgid, "SIGINT")
-    const first = performance.now()
-    await waitFor(() => stderrHas(run, stoppingLine(2)) && performance.now() - first >= 1_100, "the stopping line, and 1.1 s since the first SIGINT", 4_000)
+    await waitFor(() => stderrHas(run, stoppingLine(2)), "the stopping line", 4_000)
       .catch((error) => { throw new Error(`${(error as Error).message}\n${transcript(run)}`) })
+    // More than a second after the launcher took the first SIGINT (its stopping line says it has), not after it
+    // was sent: on a loaded machine the first is handled late, and a second within a second of it is its copy.
+    const first = performance.now()
+    await waitFor(() => performance.now() - first >= 1_100, "1.1 s since the stopping line", 2_000)
     process.kill(launcher, "SIGINT")
     const second = performance.now()
     const status = await exited(run, 1_500)
