@@ -1,6 +1,6 @@
 /**
  * Each rank's own metrics, from its progress reports to the view, through the real Coordinator on a TestClock:
- * what is shown is bounded (rank/ReportedMetrics.ts: at most 16 names of 1 to 64 characters, finite numbers),
+ * what is shown is bounded (wire/ReportedMetrics.ts: at most 16 names of 1 to 64 characters, finite numbers),
  * the rest dropped with one warning per rank; the reports' samples still count, and the averages the machine
  * makes (the `progress` event's metrics) are of the bounded figures. The ranks' figures reach the view at most
  * every 500 ms (PROGRESS_EVERY_MS), and at the next beat after the last report: a metric reported once an

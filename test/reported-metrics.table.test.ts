@@ -1,11 +1,11 @@
 /**
- * What a rank's reported metrics may hold to be shown (src/rank/ReportedMetrics.ts), as a table of inputs and
+ * What a rank's reported metrics may hold to be shown (src/wire/ReportedMetrics.ts), as a table of inputs and
  * what is kept and dropped, written out by hand: the same rules as the Python client's bounded_metrics
  * (test/python-step-lines.test.ts), which TypeScript ranks (rank/Training.ts) and the launcher
  * (training/Coordinator.ts) apply.
  */
 import { describe, expect, test } from "bun:test"
-import { boundedMetrics, droppedLine } from "../src/rank/ReportedMetrics.ts"
+import { boundedMetrics, droppedLine } from "../src/wire/ReportedMetrics.ts"
 
 const sixteen = Object.fromEntries(Array.from({ length: 16 }, (_, i) => [`m${i}`, i]))
 

@@ -29,7 +29,7 @@ _SAVE_ANSWER_WAIT_S = 5.0
 TERM_REASON = "it received SIGTERM"
 
 
-#: What a report's metrics may hold to be shown (the page, /state.json, /metrics), as src/rank/ReportedMetrics.ts
+#: What a report's metrics may hold to be shown (the page, /state.json, /metrics), as src/wire/ReportedMetrics.ts
 #: says for TypeScript ranks: at most METRICS_MAX names of 1 to METRIC_NAME_MAX characters, finite numbers. The
 #: rest is dropped here, with a warning: JSON has no NaN (Python's json writes a bare NaN, which the relay cannot
 #: read, and it would close the rank's link), and a report refused as a whole would lose its samples.

@@ -60,8 +60,7 @@ def group_timeout_s() -> float:
 
 _LEVEL = os.environ.get("COHORT_LOG_LEVEL", "").strip().lower()
 _TRACE = _LEVEL in ("debug", "trace")
-#: Every step's line, not one every STEP_LINE_EVERY_S: COHORT_LOG_LEVEL=trace (the launcher's -v is debug). The
-#: launcher does not pass `trace` on yet (src/config/LogVerbosity.ts refuses it): this is ready for when it does.
+#: Every step's line, not one every STEP_LINE_EVERY_S: COHORT_LOG_LEVEL=trace (the launcher's -v is debug).
 _EVERY_STEP = _LEVEL == "trace"
 #: Under debug, a rank's step lines come at most this often (plus each epoch's first and last step).
 STEP_LINE_EVERY_S = 5.0

@@ -27,7 +27,7 @@ import { parseState, stringifyState } from "../wire/StateJson.ts"
 import type { AllreduceOptions, EpochPlan, RankContext, SampleRange } from "./RankContext.ts"
 import { RankCallError } from "./RankContext.ts"
 import type { Order, RelayClient, RelayOp } from "./RelayClient.ts"
-import { boundedMetrics, droppedLine } from "./ReportedMetrics.ts"
+import { boundedMetrics, droppedLine } from "../wire/ReportedMetrics.ts"
 import type { SharedTensors } from "./SharedTensors.ts"
 
 type TrainingContext = Pick<RankContext, "allreduce" | "sync" | "barrier" | "broadcast" | "tensor" | "epochs" | "progress" | "checkpoint">

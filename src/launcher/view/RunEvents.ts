@@ -158,7 +158,7 @@ export const Progress = Schema.Struct({
 /**
  * Ranks' latest reported metrics (`ctx.progress(samples, metrics)`), each rank's own: the ranks that reported
  * since the last such event, at most every PROGRESS_EVERY_MS (training/Coordinator.ts). Bounded as
- * rank/ReportedMetrics.ts says. `progress` carries their averages.
+ * wire/ReportedMetrics.ts says. `progress` carries their averages.
  */
 export const RankMetrics = Schema.Struct({
   event: Schema.tag("rank_metrics"),

@@ -36,7 +36,7 @@ export class Progress extends Schema.TaggedClass<Progress>()("Progress", {
   done: Count,
   /**
    * Shown with the run's progress. Any record is taken, so that one bad name never costs the report its `done`
-   * (the epoch would never end): what is shown is bounded apart (rank/ReportedMetrics.ts).
+   * (the epoch would never end): what is shown is bounded apart (wire/ReportedMetrics.ts).
    */
   metrics: Schema.optional(Schema.Record({ key: Schema.String, value: Schema.Number })),
   allreduce: Schema.optional(LatencyCounts)

@@ -9,7 +9,8 @@
  * module for TypeScript ranks, python/cohort/_context.py's copy of the same rules for Python ranks), and the
  * launcher bounds what a client of its own sends anyway (training/Coordinator.ts).
  *
- * Effect-free: it is on every rank's start-up path.
+ * Effect-free: it is on every rank's start-up path. In wire/, beside the Progress it bounds: the ranks and the
+ * launcher both read it.
  */
 
 export const METRICS_MAX = 16
