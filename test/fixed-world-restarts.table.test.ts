@@ -8,9 +8,7 @@
  * Pure parsing, no processes: this file is in the fast tier.
  */
 import { describe, expect, test } from "bun:test"
-import * as Effect from "effect/Effect"
-import * as Logger from "effect/Logger"
-import { parseCluster } from "../src/config/ClusterConfig.ts"
+import { loadWithWarnings } from "./support/config-load.ts"
 
 const workers = "workers:\n  - { host: localhost, devices: 2 }\n"
 const torchJob = "job: { command: [python3, train.py] }\n"
@@ -19,11 +17,7 @@ const entryJob = "job: { entry: examples/train.ts, dataset_size: 1000 }\n"
 
 /** The scopes of both phases' restarts (undefined where the phase is no restart), and the warnings said. */
 const load = async (text: string) => {
-  const warnings: Array<string> = []
-  const capture = Logger.replace(Logger.defaultLogger, Logger.make(({ logLevel, message }) => {
-    if (logLevel._tag === "Warning") warnings.push(Array.isArray(message) ? message.join(" ") : String(message))
-  }))
-  const config = await Effect.runPromise(parseCluster(text, "cluster.yml").pipe(Effect.provide(capture)))
+  const { config, warnings } = await loadWithWarnings(text)
   const { afterFormation, beforeFormation } = config.failurePolicy.strategy
   const scope = (strategy: typeof afterFormation) => (strategy._tag === "Restart" ? strategy.scope : undefined)
   return { before: scope(beforeFormation), after: scope(afterFormation), afterFormation, warnings }

@@ -13,6 +13,7 @@ import * as Logger from "effect/Logger"
 import { readFileSync } from "node:fs"
 import { join } from "node:path"
 import { type ClusterConfig, parseCluster } from "../src/config/ClusterConfig.ts"
+import { loadWithWarnings } from "./support/config-load.ts"
 
 const fixture = (name: string): string => readFileSync(join(import.meta.dir, "fixtures", "flodl", name), "utf8")
 
@@ -20,14 +21,7 @@ const fixture = (name: string): string => readFileSync(join(import.meta.dir, "fi
 const withJob = (text: string): string => `${text}job: { entry: examples/train.ts }\n`
 
 /** The config and the warnings its load said, in the order said. */
-const load = async (text: string, file: string): Promise<{ readonly config: ClusterConfig; readonly warnings: ReadonlyArray<string> }> => {
-  const warnings: Array<string> = []
-  const capture = Logger.replace(Logger.defaultLogger, Logger.make(({ logLevel, message }) => {
-    if (logLevel._tag === "Warning") warnings.push(Array.isArray(message) ? message.join(" ") : String(message))
-  }))
-  const config = await Effect.runPromise(parseCluster(text, file).pipe(Effect.provide(capture)))
-  return { config, warnings }
-}
+const load = (text: string, file: string) => loadWithWarnings(text, file)
 
 const quiet = Logger.replace(Logger.defaultLogger, Logger.none)
 

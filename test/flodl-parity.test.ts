@@ -13,16 +13,10 @@ import { preflight } from "../src/launcher/run/Preflight.ts"
 import { batchModeWarning, sshCommand } from "../src/launcher/hosts/SshFanOut.ts"
 import { type ClusterConfig, parseCluster, type Worker } from "../src/config/ClusterConfig.ts"
 import { entryPoints } from "../src/cli/entryPoints.ts"
+import { loadWithWarnings } from "./support/config-load.ts"
 
 /** The config and the warnings its load said, in the order said. */
-const load = async (text: string): Promise<{ readonly config: ClusterConfig; readonly warnings: ReadonlyArray<string> }> => {
-  const warnings: Array<string> = []
-  const capture = Logger.replace(Logger.defaultLogger, Logger.make(({ logLevel, message }) => {
-    if (logLevel._tag === "Warning") warnings.push(Array.isArray(message) ? message.join(" ") : String(message))
-  }))
-  const config = await Effect.runPromise(parseCluster(text, "cluster.yml").pipe(Effect.provide(capture)))
-  return { config, warnings }
-}
+const load = (text: string) => loadWithWarnings(text)
 
 const refused = (text: string): Promise<ReadonlyArray<string>> =>
   Effect.runPromise(Effect.flip(parseCluster(text, "cluster.yml"))).then((errors) => errors.errors.map((error) => error.message))
